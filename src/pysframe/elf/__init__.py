@@ -1,0 +1,1 @@
+"""ELF container: locating .sframe sections and applying their relocations."""
