@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .constants import (
     ABI,
@@ -38,8 +39,17 @@ from .constants import (
     FREType,
     PCType,
 )
-from .errors import BadMagicError, CorruptError, SFrameError, TruncatedError, UnsupportedVersionError
+from .errors import (
+    BadMagicError,
+    CorruptError,
+    SFrameError,
+    TruncatedError,
+    UnsupportedVersionError,
+)
 from .model import FDE, FRE, Section
+
+if TYPE_CHECKING:
+    from .lookup import FrameRow, SFrameLookup
 
 # Header after the 4-byte preamble: abi, fixed fp, fixed ra, auxhdr_len, then 5 x u32.
 _HEADER = {False: struct.Struct("<HBBBbbBIIIII"), True: struct.Struct(">HBBBbbBIIIII")}
@@ -353,6 +363,26 @@ class SFrameReader:
         for _ in range(fde.num_fres):
             _, offset = self.read_fre(fde, offset)
         return offset
+
+    # --- lookup (see lookup.py) ------------------------------------------------------
+
+    def lookup(self) -> SFrameLookup:
+        """The lookup object of this section (built on first use, then cached)."""
+        lookup = self._lookup
+        if lookup is None:
+            from .lookup import SFrameLookup
+
+            lookup = SFrameLookup(self)
+            self._lookup = lookup
+        return lookup  # type: ignore[return-value]
+
+    def find_fde(self, pc: int) -> FDEEntry | None:
+        """The FDE whose function covers ``pc``, or ``None``."""
+        return self.lookup().find_fde(pc)
+
+    def find_fre(self, pc: int) -> FrameRow | None:
+        """The CFA/RA/FP recovery rules for ``pc``, or ``None`` when there are none."""
+        return self.lookup().find_fre(pc)
 
     # --- whole-section conversion ---------------------------------------------------
 

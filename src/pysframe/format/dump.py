@@ -133,7 +133,6 @@ class _RowFormatter:
         base = "sp" if fre.base_reg else "fp"
         cfa = f"{base}+{self._cfa_offset(words[0])}" if words else f"{base}+0"
         v2_s390x = self.s390x and self.version == VERSION_2
-        fixed_ra = self.fixed_ra if self.style.fixed_offsets else 0
         # RA
         next_word = 1
         if self.fixed_ra:
@@ -149,7 +148,6 @@ class _RowFormatter:
                 ra = f"c{word:+d}"
         else:
             ra = "u"
-        del fixed_ra
         # FP
         if self.fixed_fp:
             fp = f"c{self.fixed_fp:+d}"
@@ -245,7 +243,7 @@ def _append_rows(lines: list[str], reader: SFrameReader, entry: FDEEntry,
     base = 0 if mask else entry.start
     columns = formatter.columns
     for fre in reader.fres(entry):
-        lines.append("    %016x  %s" % ((base + fre.start) & _U64, columns(fre, flex)))
+        lines.append(f"    {(base + fre.start) & _U64:016x}  {columns(fre, flex)}")
 
 
 def dump_text(reader: SFrameReader, name: str = ".sframe", style: DumpStyle | None = None) -> str:

@@ -29,6 +29,7 @@ from .constants import (
     VERSION_1,
     VERSION_2,
     VERSION_3,
+    BaseReg,
     FDEType,
     FREType,
     PCType,
@@ -248,5 +249,5 @@ def _s390x_v2_registers_to_flex(fde: FDE) -> FDE:
             words.append(0)
         if fp_word is not None:
             words += pair(fp_word)
-        fres.append(replace(fre, words=tuple(words), base_reg=0, word_size=None))
+        fres.append(replace(fre, words=tuple(words), base_reg=BaseReg.FP, word_size=None))
     return replace(fde, fde_type=FDEType.FLEX, fres=fres)
