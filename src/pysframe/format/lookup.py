@@ -223,7 +223,7 @@ class SFrameLookup:
             return None
         row = rows[k]
         if row is None:
-            row = self._make_row(entry, k, fres[k])
+            row = self.make_row(entry, k, fres[k])
             rows[k] = row
         return row
 
@@ -234,7 +234,8 @@ class SFrameLookup:
             return word * S390X_CFA_OFFSET_ALIGNMENT - S390X_CFA_OFFSET_ADJUSTMENT
         return word
 
-    def _make_row(self, entry: FDEEntry, k: int, fre: FRE) -> FrameRow:
+    def make_row(self, entry: FDEEntry, k: int, fre: FRE) -> FrameRow:
+        """The rules of FRE ``k`` of ``entry`` (raises CorruptError if its words do not form rules)."""
         flex = entry.fde_type == FDEType.FLEX
         signal = bool(entry.info & INFO_SIGNAL_BIT) and self._reader.header.version == VERSION_3
         common = dict(fde_index=entry.index, fre_index=k, func_start=entry.start,

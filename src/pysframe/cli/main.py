@@ -1,0 +1,89 @@
+"""The ``sframe`` command: dump, demo (more commands join as the stages grow)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .errors import EXIT_INVALID, EXIT_UNREADABLE, report
+
+
+def _parse_address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        address = int(value, 0)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number (use 0x... for hex)") from None
+    if not 0 <= address < 1 << 64:
+        raise click.BadParameter(f"{value} is not a 64-bit address")
+    return address
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pysframe")
+def cli() -> None:
+    """Read, check and use SFrame (.sframe) stack-trace sections.
+
+    Exit status: 0 success, 1 invalid data, 2 unreadable input or bad usage.
+    """
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--raw", is_flag=True, help="FILEs are bare SFrame sections, not ELF files.")
+@click.option("--address", callback=_parse_address, metavar="ADDR",
+              help="With --raw: the address the section sits at (default 0).")
+@click.option("--section", "section_name", default=".sframe", show_default=True,
+              help="Name of the section to dump.")
+def dump(files: tuple[str, ...], as_json: bool, raw: bool, address: int | None,
+         section_name: str) -> None:
+    """Print SFrame sections exactly as `objdump --sframe` does."""
+    from .dump import run_dump
+
+    if address is not None and not raw:
+        raise click.UsageError("--address needs --raw")
+    status = run_dump(files, as_json=as_json, raw=raw, address=address or 0,
+                      section_name=section_name, report=report)
+    sys.exit(status)
+
+
+@cli.command()
+def demo() -> None:
+    """Dump the built-in demo section (a small x86-64 V3 table made by our encoder)."""
+    from ..demo import DEMO_ADDRESS, demo_bytes
+    from ..format.decode import SFrameReader
+    from ..format.dump import dump_text
+
+    click.echo(f"Built-in demo: an SFrame V3 section for x86-64 at {DEMO_ADDRESS:#x}\n")
+    sys.stdout.write(dump_text(SFrameReader(demo_bytes(), DEMO_ADDRESS)))
+
+
+def main() -> None:
+    """Entry point: run the command, turning stray failures into one-line errors."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        report("interrupted")
+        sys.exit(130)
+    except click.UsageError as error:
+        error.show()
+        sys.exit(EXIT_UNREADABLE)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`); silence the flush at exit as well.
+        try:
+            sys.stdout = open("/dev/null", "w")  # noqa: SIM115
+        except OSError:
+            pass
+        sys.exit(0)
+    except KeyboardInterrupt:
+        report("interrupted")
+        sys.exit(130)
+    except MemoryError:
+        report("out of memory")
+        sys.exit(EXIT_INVALID)
