@@ -77,7 +77,7 @@ def main() -> None:
     except BrokenPipeError:
         # The reader went away (e.g. `| head`); silence the flush at exit as well.
         try:
-            sys.stdout = open("/dev/null", "w")  # noqa: SIM115
+            sys.stdout = open("/dev/null", "w")
         except OSError:
             pass
         sys.exit(0)

@@ -24,13 +24,16 @@ from .constants import (
     FLEX_DEREF_P,
     FLEX_REG_P,
     FLEX_REGNUM_SHIFT,
+    FRE_START_SIZE,
     INFO_SIGNAL_BIT,
     S390X_CFA_OFFSET_ADJUSTMENT,
     S390X_CFA_OFFSET_ALIGNMENT,
     VERSION_1,
     VERSION_2,
     VERSION_3,
+    WORD_SIZE_OF_CODE,
     FDEType,
+    FREType,
     PCType,
 )
 from .decode import FDEEntry, SFrameReader
@@ -212,13 +215,13 @@ def dump_lines(reader: SFrameReader, name: str = ".sframe",
             lines.append(f"    CFA fixed RA offset: {h.cfa_fixed_ra_offset}")
     lines += [f"    Num FDEs: {h.num_fdes}", f"    Num FREs: {h.num_fres}", "",
               "  Function Index :", ""]
-    formatter = _RowFormatter(reader, style)
+    rows = _RowWriter(reader, style)
     b_key_abi = h.abi in (ABI.AARCH64_ENDIAN_BIG, ABI.AARCH64_ENDIAN_LITTLE)
     for entry in reader.fdes():
         if entry.index:
             lines.append("")
         lines.append(_fde_line(entry, style, b_key_abi))
-        _append_rows(lines, reader, entry, formatter)
+        rows.append_rows(lines, entry)
     return lines
 
 
@@ -234,16 +237,71 @@ def _fde_line(entry: FDEEntry, style: DumpStyle, b_key_abi: bool) -> str:
     return text
 
 
-def _append_rows(lines: list[str], reader: SFrameReader, entry: FDEEntry,
-                 formatter: _RowFormatter) -> None:
-    mask = entry.pc_type == PCType.MASK
-    lines.append("    STARTPC[m]      CFA       FP        RA           " if mask
-                 else "    STARTPC         CFA       FP        RA           ")
-    flex = entry.fde_type == FDEType.FLEX
-    base = 0 if mask else entry.start
-    columns = formatter.columns
-    for fre in reader.fres(entry):
-        lines.append(f"    {(base + fre.start) & _U64:016x}  {columns(fre, flex)}")
+#: Bytes of data words that follow an FRE info byte (-1: invalid size code).
+_WORDS_LENGTH = [((info >> 1) & 0xF) * WORD_SIZE_OF_CODE[(info >> 5) & 3]
+                 if (info >> 5) & 3 != 3 else -1 for info in range(256)]
+
+_HEADER_INC = "    STARTPC         CFA       FP        RA           "
+_HEADER_MASK = "    STARTPC[m]      CFA       FP        RA           "
+
+
+class _RowWriter:
+    """Appends the FRE rows of functions, straight from the section bytes.
+
+    The hot loop reads each FRE's start and info byte, slices out the info
+    byte and data words as the key of a cache of column texts, and formats
+    one line. Anything irregular (a row running past the FRE sub-section,
+    an invalid size code) is handed to the checked reader, which raises the
+    proper error.
+    """
+
+    def __init__(self, reader: SFrameReader, style: DumpStyle) -> None:
+        self.reader = reader
+        self.formatter = _RowFormatter(reader, style)
+        self.data = bytes(reader.buffer)
+        self.big_endian = reader.header.big_endian
+        self.caches: dict[bool, dict[bytes, str]] = {False: {}, True: {}}
+
+    def _columns(self, entry: FDEEntry, flex: bool, at: int) -> str:
+        fre, _ = self.reader.read_fre(entry, at)
+        return self.formatter.columns(fre, flex)
+
+    def append_rows(self, lines: list[str], entry: FDEEntry) -> None:
+        mask = entry.pc_type == PCType.MASK
+        lines.append(_HEADER_MASK if mask else _HEADER_INC)
+        if not entry.num_fres:
+            return
+        flex = entry.fde_type == FDEType.FLEX
+        base = 0 if mask else entry.start
+        cache = self.caches[flex]
+        data = self.data
+        words_length = _WORDS_LENGTH
+        end_limit = self.reader.header.fres_end
+        start_size = FRE_START_SIZE[FREType(entry.fre_type)]
+        big = self.big_endian
+        append = lines.append
+        pos = entry.fres_offset
+        for _ in range(entry.num_fres):
+            info_at = pos + start_size
+            if info_at >= end_limit:
+                self.reader.read_fre(entry, pos)  # raises the bounds error
+            if start_size == 1:
+                start = data[pos]
+            elif big:
+                start = int.from_bytes(data[pos:info_at], "big")
+            else:
+                start = int.from_bytes(data[pos:info_at], "little")
+            length = words_length[data[info_at]]
+            end = info_at + 1 + length
+            if length < 0 or end > end_limit:
+                self.reader.read_fre(entry, pos)  # raises the precise error
+            key = data[info_at:end]
+            text = cache.get(key)
+            if text is None:
+                text = self._columns(entry, flex, pos)
+                cache[key] = text
+            append("    %016x  %s" % ((base + start) & _U64, text))
+            pos = end
 
 
 def dump_text(reader: SFrameReader, name: str = ".sframe", style: DumpStyle | None = None) -> str:
