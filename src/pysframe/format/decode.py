@@ -20,7 +20,6 @@ from .constants import (
     ABI,
     F_FDE_FUNC_START_PCREL,
     FDE_SIZE,
-    FRE_START_SIZE,
     HEADER_SIZE,
     INFO2_FDE_TYPE_MASK,
     INFO_FRE_TYPE_MASK,
@@ -72,6 +71,10 @@ def word_struct(big_endian: bool, count: int, size: int) -> struct.Struct:
         _word_structs[key] = st
     return st
 
+
+_BASE_REGS = (BaseReg.FP, BaseReg.SP)
+#: FRE start-field width by FRE type (index 0-2; fde() rejects the others).
+_START_SIZE_OF_TYPE = (1, 2, 4) + (0,) * 13
 
 _start_structs = {
     (big, size): struct.Struct((">" if big else "<") + _START_FMT[size])
@@ -312,7 +315,7 @@ class SFrameReader:
         """Decode the FRE at section ``offset`` of ``fde``; return it and the next offset."""
         h = self.header
         buf = self._buf
-        start_size = FRE_START_SIZE[FREType(fde.fre_type)]
+        start_size = _START_SIZE_OF_TYPE[fde.info & INFO_FRE_TYPE_MASK]
         end = h.fres_end
         if offset + start_size + 1 > end:
             raise TruncatedError(f"FDE {fde.index}: FRE header runs past the FRE sub-section",
@@ -340,7 +343,7 @@ class SFrameReader:
                 for position in positions:
                     as_list[position] &= mask
                 words = tuple(as_list)
-        fre = FRE(start, words, BaseReg(info & 1), bool(info & 0x80), word_size)
+        fre = FRE(start, words, _BASE_REGS[info & 1], bool(info & 0x80), word_size)
         return fre, next_offset
 
     def fres(self, fde: FDEEntry) -> Iterator[FRE]:

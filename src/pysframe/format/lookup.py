@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 from enum import IntEnum
@@ -25,6 +26,7 @@ from .constants import (
     FLEX_DEREF_P,
     FLEX_REG_P,
     FLEX_REGNUM_SHIFT,
+    INFO_PC_TYPE_BIT,
     INFO_SIGNAL_BIT,
     S390X_CFA_OFFSET_ADJUSTMENT,
     S390X_CFA_OFFSET_ALIGNMENT,
@@ -35,7 +37,7 @@ from .constants import (
     PCType,
 )
 from .decode import FDEEntry, SFrameReader
-from .errors import CorruptError
+from .errors import CorruptError, SFrameError
 from .model import FRE
 
 
@@ -70,9 +72,13 @@ class Rule:
 RETAIN = Rule(RuleKind.RETAIN)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class FrameRow:
-    """The rules that hold for a range of PCs of one function."""
+    """The rules that hold for a range of PCs of one function.
+
+    Rows are cached and shared between lookups: treat them as read-only.
+    (Not a frozen dataclass because frozen ``__init__`` is several times slower.)
+    """
 
     fde_index: int
     fre_index: int
@@ -95,10 +101,19 @@ class SFrameLookup:
     """PC -> :class:`FrameRow` for one section (see the module docstring)."""
 
     __slots__ = (
-        "_ends",
+        "_bucket_base",
+        "_bucket_shift",
+        "_buckets",
         "_fixed_fp",
         "_fixed_ra",
+        "_fixed_ra_rule",
+        "_flat",
+        "_flat_ends",
+        "_flat_pcs",
+        "_flat_refs",
+        "_flat_rows",
         "_fp",
+        "_lookups",
         "_order",
         "_reader",
         "_rows",
@@ -106,6 +121,7 @@ class SFrameLookup:
         "_sp",
         "_starts",
         "_v2_s390x",
+        "flat_threshold",
         "sorted_verified",
     )
 
@@ -118,6 +134,8 @@ class SFrameLookup:
         self._fp = regs.fp
         self._fixed_fp = h.cfa_fixed_fp_offset
         self._fixed_ra = h.cfa_fixed_ra_offset
+        self._fixed_ra_rule = (Rule(RuleKind.CFA, self._fixed_ra, deref=True) if self._fixed_ra
+                               else RETAIN)
         self._s390x = abi is ABI.S390X_ENDIAN_BIG
         self._v2_s390x = self._s390x and h.version <= VERSION_2
         starts = self._read_starts()
@@ -130,8 +148,19 @@ class SFrameLookup:
             order = sorted(range(len(starts)), key=starts.__getitem__)
             self._order = order
             self._starts = [starts[i] for i in order]
-        self._ends: list[int] | None = None
         self._rows: dict[int, tuple[list[int], list[FRE], list[FrameRow | None], FDEEntry]] = {}
+        # The flat row index (see build_flat_index), built after ``flat_threshold`` lookups.
+        self._lookups = 0
+        self.flat_threshold = 4096
+        self._flat: tuple[array[int], array[int], list[FrameRow | None], int, int, array[int],
+                          int] | None = None
+        self._flat_pcs: array[int] | None = None
+        self._flat_ends: array[int] = array("q")
+        self._flat_refs: array[int] = array("q")
+        self._bucket_base = 0
+        self._bucket_shift = 62
+        self._buckets: array[int] = array("q", [0])
+        self._flat_rows: list[FrameRow | None] = []
 
     def _read_starts(self) -> list[int]:
         """Absolute start addresses in stored order, from one pass over the FDE sub-section."""
@@ -188,11 +217,12 @@ class SFrameLookup:
         starts: list[int] = []
         fres: list[FRE] = []
         previous = -1
+        mask = entry.info & INFO_PC_TYPE_BIT
         for at, fre in reader.fres_with_offsets(entry):
             if fre.start <= previous:
                 raise CorruptError(f"FDE {index}: FRE start {fre.start:#x} not above the previous "
                                    f"one ({previous:#x})", at)
-            if entry.pc_type == PCType.INC and fre.start > entry.size:
+            if not mask and fre.start > entry.size:
                 raise CorruptError(f"FDE {index}: FRE start {fre.start:#x} beyond the function "
                                    f"size {entry.size:#x}", at)
             previous = fre.start
@@ -205,6 +235,29 @@ class SFrameLookup:
 
     def find_fre(self, pc: int) -> FrameRow | None:
         """The rules for ``pc``, or ``None`` when the section has no information for it."""
+        flat = self._flat
+        if flat is not None:
+            pcs, ends, rows, base, shift, buckets, last_bucket = flat
+            bucket = (pc - base) >> shift
+            if bucket < 0:
+                return None
+            if bucket < last_bucket:
+                i = bisect_right(pcs, pc, buckets[bucket], buckets[bucket + 1] + 1) - 1
+            else:
+                i = bisect_right(pcs, pc, buckets[last_bucket]) - 1
+            if i < 0 or pc >= ends[i]:
+                return None
+            row = rows[i]
+            if row is None:
+                row = self._flat_row(i, pc)
+            return row
+        self._lookups += 1
+        if self._lookups >= self.flat_threshold:
+            self.build_flat_index()
+        return self.find_fre_stepwise(pc)
+
+    def find_fre_stepwise(self, pc: int) -> FrameRow | None:
+        """:meth:`find_fre` through the per-function steps only (no flat index)."""
         position = bisect_right(self._starts, pc) - 1
         if position < 0:
             return None
@@ -227,6 +280,123 @@ class SFrameLookup:
             rows[k] = row
         return row
 
+    def build_flat_index(self) -> bool:
+        """Index every row of the section by absolute start address: one binary search per lookup.
+
+        Functions that cannot be flattened (PCMASK blocks, rows that fail to
+        decode) keep one entry that sends lookups to the per-function steps,
+        so errors still surface only for PCs in those functions. Returns False
+        (and keeps the stepwise lookup) when functions overlap.
+        """
+        self._lookups = -(1 << 62)  # never try again
+        pcs: list[int] = []
+        ends: list[int] = []
+        refs: list[int] = []
+        previous_end = None
+        reader = self._reader
+        for position in range(len(self._starts)):
+            index = position if self._order is None else self._order[position]
+            try:
+                entry = reader.fde(index)
+            except SFrameError:
+                return False
+            if previous_end is not None and entry.start < previous_end:
+                return False
+            previous_end = entry.end
+            rows_of = None if entry.pc_type == PCType.MASK else self._scan_row_starts(entry)
+            if rows_of is None:
+                pcs.append(entry.start)
+                ends.append(entry.end)
+                refs.append(~index)
+                continue
+            start = entry.start
+            end = entry.end
+            reference = index << 16
+            for k, row_start in enumerate(rows_of):
+                pcs.append(start + row_start)
+                ends.append(end)
+                refs.append(reference | k)
+        # Flat arrays of machine integers: contiguous, so searches do not chase pointers.
+        self._flat_ends = array("q", ends)
+        self._flat_refs = array("q", refs)
+        self._flat_rows = [None] * len(pcs)
+        self._build_buckets(pcs)
+        self._flat_pcs = array("q", pcs)
+        self._flat = (self._flat_pcs, self._flat_ends, self._flat_rows, self._bucket_base,
+                      self._bucket_shift, self._buckets, len(self._buckets) - 1)
+        return True
+
+    def _build_buckets(self, pcs: list[int]) -> None:
+        """A direct table from address bucket to the first row index at or before it.
+
+        Binary search over a big list of Python ints is bound by cache misses;
+        the table narrows each search to the few rows of one bucket.
+        """
+        if not pcs:
+            self._bucket_base, self._bucket_shift, self._buckets = 0, 62, array("q", [0])
+            return
+        base = pcs[0]
+        span = max(pcs[-1] - base, 1)
+        shift = 0
+        while (span >> shift) > 2 * len(pcs):
+            shift += 1
+        count = (span >> shift) + 2
+        buckets = [0] * count
+        i = 0
+        last = len(pcs) - 1
+        for bucket in range(count):
+            limit = base + (bucket << shift)
+            while i < last and pcs[i + 1] <= limit:
+                i += 1
+            buckets[bucket] = i
+        self._bucket_base, self._bucket_shift, self._buckets = base, shift, array("q", buckets)
+
+    def _scan_row_starts(self, entry: FDEEntry) -> list[int] | None:
+        """Start offsets of a function's rows, or ``None`` if they are irregular (left to the
+        per-function steps, which raise the precise error when such a PC is looked up)."""
+        reader = self._reader
+        h = reader.header
+        data = reader.buffer
+        start_size = (1, 2, 4, 0)[min(entry.fre_type, 3)]
+        if not start_size or entry.num_fres > 0xFFFF:
+            return None
+        big = h.big_endian
+        end_limit = h.fres_end
+        pos = entry.fres_offset
+        starts = []
+        previous = -1
+        for _ in range(entry.num_fres):
+            info_at = pos + start_size
+            if info_at >= end_limit:
+                return None
+            if start_size == 1:
+                start = data[pos]
+            else:
+                start = int.from_bytes(data[pos:info_at], "big" if big else "little")
+            info = data[info_at]
+            size_code = (info >> 5) & 3
+            if size_code == 3 or start <= previous or start > entry.size:
+                return None
+            pos = info_at + 1 + ((info >> 1) & 0xF) * (1 << size_code)
+            if pos > end_limit:
+                return None
+            starts.append(start)
+            previous = start
+        return starts
+
+    def _flat_row(self, i: int, pc: int) -> FrameRow | None:
+        ref = self._flat_refs[i]
+        if ref < 0:
+            return self.find_fre_stepwise(pc)  # not flattened: PCMASK or undecodable function
+        index, k = ref >> 16, ref & 0xFFFF
+        _, fres, rows, entry = self._function_rows(index)
+        row = rows[k]
+        if row is None:
+            row = self.make_row(entry, k, fres[k])
+            rows[k] = row
+        self._flat_rows[i] = row
+        return row
+
     # --- step 3: decode the rules ------------------------------------------------------
 
     def _cfa_offset(self, word: int) -> int:
@@ -238,18 +408,19 @@ class SFrameLookup:
         """The rules of FRE ``k`` of ``entry`` (raises CorruptError if its words do not form rules)."""
         flex = entry.fde_type == FDEType.FLEX
         signal = bool(entry.info & INFO_SIGNAL_BIT) and self._reader.header.version == VERSION_3
-        common = dict(fde_index=entry.index, fre_index=k, func_start=entry.start,
-                      func_size=entry.size, row_start=fre.start, ra_mangled=fre.mangled_ra,
-                      pauth_key_b=entry.pauth_key_b, signal=signal, flex=flex)
         if not fre.words:
-            return FrameRow(cfa=RETAIN, ra=RETAIN, fp=RETAIN, outermost=True, **common)  # type: ignore[arg-type]
+            return FrameRow(entry.index, k, entry.start, entry.size, fre.start, RETAIN, RETAIN,
+                            RETAIN, True, fre.mangled_ra, entry.pauth_key_b, signal, flex)
         if flex:
             cfa, ra, fp = self._flex_rules(entry, fre)
         else:
             cfa, ra, fp = self._default_rules(entry, fre)
-        return FrameRow(cfa=cfa, ra=ra, fp=fp, **common)  # type: ignore[arg-type]
+        return FrameRow(entry.index, k, entry.start, entry.size, fre.start, cfa, ra, fp, False,
+                        fre.mangled_ra, entry.pauth_key_b, signal, flex)
 
     def _fixed_or_retain(self, fixed: int) -> Rule:
+        if fixed == self._fixed_ra:
+            return self._fixed_ra_rule
         return Rule(RuleKind.CFA, fixed, deref=True) if fixed else RETAIN
 
     def _default_rules(self, entry: FDEEntry, fre: FRE) -> tuple[Rule, Rule, Rule]:

@@ -1,0 +1,56 @@
+"""Helpers shared by the benches: locating peer tools and timing commands."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+OUT = BENCH / "out"
+FIXTURES = REPO.parent / "shared" / "fixtures"
+TOOLCHAIN = REPO.parent / "shared" / "toolchain"
+
+
+def find_objdump(label: str = "2.47.50") -> str:
+    """objdump of a binutils that dumps SFrame V3, installing it from ../shared/toolchain if needed."""
+    for prefix in (Path("/opt/sframe-tc"), OUT / "sframe-tc"):
+        candidate = prefix / "bin" / f"objdump-{label}"
+        if candidate.exists():
+            return str(candidate)
+    prefix = Path("/opt/sframe-tc") if os.geteuid() == 0 else OUT / "sframe-tc"
+    print(f"installing binutils {label} into {prefix} (../shared/toolchain/install.sh) ...",
+          file=sys.stderr)
+    subprocess.run([str(TOOLCHAIN / "install.sh"), "--prefix", str(prefix), label], check=True,
+                   stdout=subprocess.DEVNULL)
+    return str(prefix / "bin" / f"objdump-{label}")
+
+
+def system_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        sys.exit(f"bench: {name} not found (apt-get install binutils)")
+    return path
+
+
+def wall_time(argv: Sequence[str], runs: int = 5, stdout_path: Path | None = None) -> float:
+    """Median wall time of ``argv`` over ``runs`` runs (stdout to a file or /dev/null)."""
+    times = []
+    for _ in range(runs):
+        with open(stdout_path or os.devnull, "wb") as out:
+            start = time.perf_counter()
+            subprocess.run(argv, stdout=out, check=True)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def sframe_command() -> list[str]:
+    """How to run our CLI (the installed console script, else the module)."""
+    script = shutil.which("sframe")
+    return [script] if script else [sys.executable, "-m", "pysframe.cli.main"]
