@@ -21,11 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import FIXTURES, OUT, find_objdump, sframe_command, system_tool, wall_time  # noqa: E402
-from large_section import large_section  # noqa: E402
-
-from pysframe.format.decode import SFrameReader  # noqa: E402
-from pysframe.format.encode import encode  # noqa: E402
+from common import FIXTURES, OUT, find_objdump, sframe_command, system_tool, wall_time
+from large_section import large_section
+from pysframe.format.decode import SFrameReader
+from pysframe.format.encode import encode
 
 
 def build_elf(section_bytes: bytes, name: str) -> Path:
