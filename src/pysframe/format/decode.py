@@ -166,6 +166,10 @@ def read_header(buf: bytes | memoryview) -> Header:
         raise TruncatedError(
             f"FRE sub-section ({fre_len} bytes from offset {fres_start:#x}) runs past the "
             f"section end ({size:#x})", 0x10)
+    if num_fres * 2 > fre_len:
+        # Every FRE takes at least 2 bytes (start and info byte).
+        raise CorruptError(f"num_fres {num_fres} cannot fit in an FRE sub-section of {fre_len} "
+                           "bytes", 0x0C)
     return Header(version, flags, abi, fixed_fp, fixed_ra, auxhdr_len, num_fdes, num_fres,
                   fre_len, fdeoff, freoff, big_endian, header_end, fdes_start, fdes_end,
                   fres_start, fres_end)
@@ -311,6 +315,21 @@ class SFrameReader:
         for index in range(self.header.num_fdes):
             yield self.fde(index)
 
+    def check_fre_total(self) -> None:
+        """Refuse FDEs that together claim more FREs than the header counts.
+
+        Whole-section traversals call this first: FDEs may point at the same
+        FRE data, so without it a small hostile section could make them decode
+        num_fdes x fre_len rows.
+        """
+        claimed = 0
+        limit = self.header.num_fres
+        for entry in self.fdes():
+            claimed += entry.num_fres
+            if claimed > limit:
+                raise CorruptError(f"FDEs 0..{entry.index} claim {claimed} FREs but the header "
+                                   f"counts {limit}", entry.offset)
+
     def read_fre(self, fde: FDEEntry, offset: int) -> tuple[FRE, int]:
         """Decode the FRE at section ``offset`` of ``fde``; return it and the next offset."""
         h = self.header
@@ -413,6 +432,7 @@ class SFrameReader:
         """Decode everything into a :class:`Section` (raises :class:`SFrameError` on bad data)."""
         h = self.header
         abi = self.abi()
+        self.check_fre_total()
         fdes = [self.to_fde(entry) for entry in self.fdes()]
         buf = self._buf
         return Section(

@@ -205,6 +205,7 @@ def dump_lines(reader: SFrameReader, name: str = ".sframe",
     h = reader.header
     if style is None:
         style = style_for(h.version)
+    reader.check_fre_total()
     lines = [f"Contents of the SFrame section {name}:", "  Header :", "",
              f"    Version: SFRAME_VERSION_{h.version}"]
     lines += _flags_lines(h.version, h.flags)

@@ -33,6 +33,7 @@ def _row_rules(row: FrameRow | None) -> dict[str, Any]:
 def section_json(reader: SFrameReader, name: str = ".sframe") -> dict[str, Any]:
     """Header, functions and rows of a section (addresses as integers)."""
     h = reader.header
+    reader.check_fre_total()
     abi_name = ABI(h.abi).name if h.abi in ABI._value2member_map_ else f"unknown({h.abi})"
     flags = [text for bit, text in FLAG_NAMES.items() if h.flags & bit]
     header = {

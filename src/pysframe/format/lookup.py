@@ -104,6 +104,7 @@ class SFrameLookup:
         "_bucket_base",
         "_bucket_shift",
         "_buckets",
+        "_decoded_rows",
         "_fixed_fp",
         "_fixed_ra",
         "_fixed_ra_rule",
@@ -151,6 +152,7 @@ class SFrameLookup:
         self._rows: dict[int, tuple[list[int], list[FRE], list[FrameRow | None], FDEEntry]] = {}
         # The flat row index (see build_flat_index), built after ``flat_threshold`` lookups.
         self._lookups = 0
+        self._decoded_rows = 0
         self.flat_threshold = 4096
         self._flat: tuple[array[int], array[int], list[FrameRow | None], int, int, array[int],
                           int] | None = None
@@ -228,6 +230,12 @@ class SFrameLookup:
             previous = fre.start
             starts.append(fre.start)
             fres.append(fre)
+        # Rows decoded so far may not exceed the header's count: FDEs sharing FRE data
+        # would otherwise make the caches grow with num_fdes x fre_len.
+        self._decoded_rows += len(fres)
+        if self._decoded_rows > reader.header.num_fres:
+            raise CorruptError(f"FDEs claim more than the {reader.header.num_fres} FREs the header "
+                               "counts", entry.offset)
         rows: list[FrameRow | None] = [None] * len(fres)
         result = (starts, fres, rows, entry)
         self._rows[index] = result
@@ -289,6 +297,10 @@ class SFrameLookup:
         (and keeps the stepwise lookup) when functions overlap.
         """
         self._lookups = -(1 << 62)  # never try again
+        try:
+            self._reader.check_fre_total()  # bounds the work below by the section size
+        except SFrameError:
+            return False
         pcs: list[int] = []
         ends: list[int] = []
         refs: list[int] = []
@@ -317,6 +329,8 @@ class SFrameLookup:
                 ends.append(end)
                 refs.append(reference | k)
         # Flat arrays of machine integers: contiguous, so searches do not chase pointers.
+        if pcs and not (-(1 << 63) <= pcs[0] and max(ends) < (1 << 63)):
+            return False  # addresses outside the signed 64-bit range: keep the stepwise path
         self._flat_ends = array("q", ends)
         self._flat_refs = array("q", refs)
         self._flat_rows = [None] * len(pcs)

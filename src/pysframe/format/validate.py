@@ -125,6 +125,12 @@ class _Validator:
                 entries.append(None)
                 yield Finding("fde", error.message, error.offset, index)
         good = [e for e in entries if e is not None]
+        try:
+            reader.check_fre_total()
+        except SFrameError as error:
+            # FDEs claim more rows than exist: walking them could take num_fdes x fre_len steps.
+            yield Finding("counts", error.message, error.offset)
+            return
         for entry in good:
             yield from self._fde_bits(reader, entry)
         yield from self._fre_blocks(reader, good)
