@@ -81,6 +81,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--lookups", type=int, default=1_000_000)
     args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
     objdump_v3 = find_objdump("2.47.50")
     objdump_240 = system_tool("objdump")
     print(f"peers: {objdump_v3} (V3), {objdump_240} "

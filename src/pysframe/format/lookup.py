@@ -91,6 +91,8 @@ class FrameRow:
     fp: Rule
     #: RA undefined: the outermost frame (FRE without data words).
     outermost: bool = False
+    #: First address after the function (func_start + func_size), kept for the hot path.
+    func_end: int = 0
     ra_mangled: bool = False
     pauth_key_b: bool = False
     signal: bool = False
@@ -250,14 +252,19 @@ class SFrameLookup:
             if bucket < 0:
                 return None
             if bucket < last_bucket:
-                i = bisect_right(pcs, pc, buckets[bucket], buckets[bucket + 1] + 1) - 1
+                i = buckets[bucket]
+                hi = buckets[bucket + 1]
+                if i != hi:  # several rows start in this bucket
+                    i = bisect_right(pcs, pc, i, hi + 1) - 1
             else:
-                i = bisect_right(pcs, pc, buckets[last_bucket]) - 1
-            if i < 0 or pc >= ends[i]:
-                return None
+                i = len(pcs) - 1
             row = rows[i]
             if row is None:
-                row = self._flat_row(i, pc)
+                if pc >= ends[i]:
+                    return None
+                return self._flat_row(i, pc)
+            if pc >= row.func_end:  # in the gap after the function
+                return None
             return row
         self._lookups += 1
         if self._lookups >= self.flat_threshold:
@@ -338,27 +345,30 @@ class SFrameLookup:
         self._flat_pcs = array("q", pcs)
         self._flat = (self._flat_pcs, self._flat_ends, self._flat_rows, self._bucket_base,
                       self._bucket_shift, self._buckets, len(self._buckets) - 1)
+        if not pcs:
+            self._flat = None
         return True
 
     def _build_buckets(self, pcs: list[int]) -> None:
-        """A direct table from address bucket to the first row index at or before it.
+        """A direct table from address bucket to the last row starting at or before it.
 
-        Binary search over a big list of Python ints is bound by cache misses;
-        the table narrows each search to the few rows of one bucket.
+        Binary search over a big array is bound by cache misses; with about four
+        buckets per row most lookups need no search at all, the rest search the
+        few rows of one bucket.
         """
         if not pcs:
-            self._bucket_base, self._bucket_shift, self._buckets = 0, 62, array("q", [0])
+            self._bucket_base, self._bucket_shift, self._buckets = 0, 62, array("q", [0, 0])
             return
         base = pcs[0]
         span = max(pcs[-1] - base, 1)
         shift = 0
-        while (span >> shift) > 2 * len(pcs):
+        while (span >> shift) > 4 * len(pcs):
             shift += 1
-        count = (span >> shift) + 2
-        buckets = [0] * count
+        count = (span >> shift) + 1
+        buckets = [0] * (count + 1)
         i = 0
         last = len(pcs) - 1
-        for bucket in range(count):
+        for bucket in range(count + 1):
             limit = base + (bucket << shift)
             while i < last and pcs[i + 1] <= limit:
                 i += 1
@@ -424,13 +434,14 @@ class SFrameLookup:
         signal = bool(entry.info & INFO_SIGNAL_BIT) and self._reader.header.version == VERSION_3
         if not fre.words:
             return FrameRow(entry.index, k, entry.start, entry.size, fre.start, RETAIN, RETAIN,
-                            RETAIN, True, fre.mangled_ra, entry.pauth_key_b, signal, flex)
+                            RETAIN, True, entry.start + entry.size, fre.mangled_ra,
+                            entry.pauth_key_b, signal, flex)
         if flex:
             cfa, ra, fp = self._flex_rules(entry, fre)
         else:
             cfa, ra, fp = self._default_rules(entry, fre)
         return FrameRow(entry.index, k, entry.start, entry.size, fre.start, cfa, ra, fp, False,
-                        fre.mangled_ra, entry.pauth_key_b, signal, flex)
+                        entry.start + entry.size, fre.mangled_ra, entry.pauth_key_b, signal, flex)
 
     def _fixed_or_retain(self, fixed: int) -> Rule:
         if fixed == self._fixed_ra:
