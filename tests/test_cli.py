@@ -117,3 +117,31 @@ def test_raw_bad_bytes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args", [["--help"], ["dump", "--help"]])
 def test_help(args: list[str]) -> None:
     assert sframe(*args).returncode == 0
+
+
+@needs_fixtures
+def test_validate_clean_file_exit_0() -> None:
+    result = sframe("validate", str(PROG))
+    assert result.returncode == 0 and result.stdout == "", result.stdout
+
+
+@needs_fixtures
+def test_validate_reports_one_line_per_problem(tmp_path: Path) -> None:
+    data = bytearray(PROG.read_bytes())
+    at = sframe_section_offset(bytes(data))
+    # FDE 5's size grows over its neighbour: overlap (and the text check still holds).
+    struct.pack_into("<I", data, at + 28 + 16 * 5 + 8, 0x1000)
+    path = tmp_path / "overlap"
+    path.write_bytes(bytes(data))
+    result = sframe("validate", str(path))
+    assert result.returncode == 1
+    assert any("FDE 6" in line and "[overlap]" in line for line in result.stdout.splitlines())
+    quiet = sframe("validate", "--quiet", str(path))
+    assert quiet.returncode == 1 and quiet.stdout == "" and quiet.stderr == ""
+    as_json = json.loads(sframe("validate", "--json", str(path)).stdout)
+    assert as_json[0]["valid"] is False
+    assert {"check", "fde", "fre", "file_offset", "message"} <= set(as_json[0]["findings"][0])
+
+
+def test_validate_unreadable_exit_2(tmp_path: Path) -> None:
+    assert_one_line_error(sframe("validate", str(tmp_path / "nothing")), 2, "nothing")

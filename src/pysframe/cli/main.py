@@ -51,6 +51,31 @@ def dump(files: tuple[str, ...], as_json: bool, raw: bool, address: int | None,
 
 
 @cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable findings.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit status tells.")
+@click.option("--kernel", is_flag=True,
+              help="Also apply the Linux kernel's registration policy (V3, sorted, PC-relative).")
+@click.option("--strict", is_flag=True, help="Count warnings as problems.")
+@click.option("--raw", is_flag=True, help="FILEs are bare SFrame sections, not ELF files.")
+@click.option("--address", callback=_parse_address, metavar="ADDR",
+              help="With --raw: the address the section sits at (default 0).")
+def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, strict: bool,
+             raw: bool, address: int | None) -> None:
+    """Check SFrame sections; one line per problem: file, FDE, FRE, offset, what is wrong.
+
+    Exit status: 0 valid, 1 problems found, 2 a file could not be read.
+    """
+    from .validate import run_validate
+
+    if address is not None and not raw:
+        raise click.UsageError("--address needs --raw")
+    sys.exit(run_validate(list(files), as_json=as_json, quiet=quiet, kernel=kernel,
+                          strict=strict, raw=raw, address=address or 0,
+                          report=(lambda message: None) if quiet else report))
+
+
+@cli.command()
 def demo() -> None:
     """Dump the built-in demo section (a small x86-64 V3 table made by our encoder)."""
     from ..demo import DEMO_ADDRESS, demo_bytes

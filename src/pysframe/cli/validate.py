@@ -1,0 +1,82 @@
+"""``sframe validate``: check SFrame sections and report each problem on one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from ..format.validate import ERROR, Finding, validate
+from .dump import read_file
+from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
+
+
+def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
+                       ) -> list[tuple[str, int, Finding]]:
+    """(section name, file offset of the section, finding) for every finding in a file."""
+    if raw:
+        data = read_file(path)
+        return [(".sframe", 0, f) for f in validate(data, address, kernel=kernel)]
+    from ..elf import ElfError, ElfImage
+
+    try:
+        image = ElfImage(path, read_file(path))
+        sections = image.sframe_sections()
+        relocatable = image.elf_type == "REL"
+        text = None if relocatable else image.executable_ranges()
+    except ElfError as error:
+        raise CommandError(str(error), error.exit_code) from None
+    if not sections:
+        raise CommandError(f"{path}: no .sframe section", EXIT_INVALID)
+    out = []
+    for section in sections:
+        contents = section.relocated if relocatable else section.raw
+        for finding in validate(contents, section.address, text, kernel=kernel,
+                                relocatable=relocatable):
+            out.append((section.name, section.file_offset, finding))
+    return out
+
+
+def format_finding(path: str, name: str, file_offset: int, finding: Finding) -> str:
+    parts = [path]
+    if finding.fde is not None:
+        parts.append(f"FDE {finding.fde}")
+    if finding.fre is not None:
+        parts.append(f"FRE {finding.fre}")
+    if finding.offset is not None:
+        parts.append(f"offset {file_offset + finding.offset:#x} ({name}+{finding.offset:#x})")
+    level = "" if finding.severity == ERROR else "warning: "
+    return f"{': '.join([', '.join(parts)])}: {level}{finding.message} [{finding.check}]"
+
+
+def run_validate(paths: list[str], *, as_json: bool, quiet: bool, kernel: bool, strict: bool,
+                 raw: bool, address: int, report: Any) -> int:
+    status = EXIT_OK
+    documents = []
+    for path in paths:
+        try:
+            findings = _findings_for_file(path, raw=raw, address=address, kernel=kernel)
+        except CommandError as error:
+            report(error.message)
+            status = max(status, error.exit_code)
+            documents.append({"file": path, "error": error.message})
+            continue
+        problems = [f for _, _, f in findings if strict or f.severity == ERROR]
+        if problems:
+            status = max(status, EXIT_INVALID)
+        if as_json:
+            documents.append({"file": path, "valid": not problems, "findings": [
+                {"section": name, "check": f.check, "severity": f.severity, "message": f.message,
+                 "fde": f.fde, "fre": f.fre, "section_offset": f.offset,
+                 "file_offset": None if f.offset is None else offset + f.offset}
+                for name, offset, f in findings]})
+        elif not quiet:
+            for name, offset, finding in findings:
+                sys.stdout.write(format_finding(path, name, offset, finding) + "\n")
+    if as_json:
+        json.dump(documents, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    return status if status != EXIT_OK or not paths else EXIT_OK
+
+
+__all__ = ["EXIT_UNREADABLE", "run_validate"]
