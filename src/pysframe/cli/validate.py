@@ -52,7 +52,7 @@ def format_finding(path: str, name: str, file_offset: int, finding: Finding) -> 
 def run_validate(paths: list[str], *, as_json: bool, quiet: bool, kernel: bool, strict: bool,
                  raw: bool, address: int, report: Any) -> int:
     status = EXIT_OK
-    documents = []
+    documents: list[dict[str, Any]] = []
     for path in paths:
         try:
             findings = _findings_for_file(path, raw=raw, address=address, kernel=kernel)
