@@ -10,7 +10,7 @@ from typing import Any
 
 from ..format.constants import F_FDE_FUNC_START_PCREL
 from ..format.decode import SFrameReader, read_header
-from ..format.dump import dump_text
+from ..format.dump import dump_bytes
 from ..format.errors import SFrameError
 from ..format.jsondump import section_json
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
@@ -88,9 +88,9 @@ def load_elf(path: str, section_name: str) -> tuple[str, list[LoadedSection]]:
     return target, sections
 
 
-def section_text(section: LoadedSection) -> str:
+def section_text(section: LoadedSection) -> bytes:
     try:
-        return dump_text(section.reader, section.name)
+        return dump_bytes(section.reader, section.name)
     except SFrameError as error:
         raise sframe_error(section.path, error, section.file_offset, section.name) from None
 
@@ -107,6 +107,7 @@ def run_dump(paths: Iterable[str], *, as_json: bool, raw: bool, address: int,
     """Print every file's dump; return the exit status (the worst over all files)."""
     status = EXIT_OK
     out = sys.stdout
+    binary = getattr(out, "buffer", None)
     documents: list[dict[str, Any]] = []
     for path in paths:
         try:
@@ -124,14 +125,16 @@ def run_dump(paths: Iterable[str], *, as_json: bool, raw: bool, address: int,
             report(error.message)
             status = max(status, error.exit_code)
             continue
-        if raw:
-            out.write("".join(texts))
-            continue
-        out.write(f"\n{path}:     file format {target}\n\n")
+        if not raw:
+            out.write(f"\n{path}:     file format {target}\n\n")
+            if not texts:
+                out.write(f"No {section_name} section present\n\n")
         if texts:
-            out.write("".join(texts))
-        else:
-            out.write(f"No {section_name} section present\n\n")
+            if binary is not None:
+                out.flush()
+                binary.write(b"".join(texts))
+            else:
+                out.write(b"".join(texts).decode("ascii"))
     if as_json:
         json.dump(documents if len(documents) != 1 else documents[0], out, indent=1)
         out.write("\n")

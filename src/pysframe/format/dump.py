@@ -199,13 +199,9 @@ class _RowFormatter:
         return cfa, fp, ra
 
 
-def dump_lines(reader: SFrameReader, name: str = ".sframe",
-               style: DumpStyle | None = None) -> list[str]:
-    """The dump as a list of lines (no newlines), from the ``Contents of ...`` line on."""
+def header_lines(reader: SFrameReader, name: str, style: DumpStyle) -> list[str]:
+    """The lines up to and including the blank line after ``Function Index :``."""
     h = reader.header
-    if style is None:
-        style = style_for(h.version)
-    reader.check_fre_total()
     lines = [f"Contents of the SFrame section {name}:", "  Header :", "",
              f"    Version: SFRAME_VERSION_{h.version}"]
     lines += _flags_lines(h.version, h.flags)
@@ -216,6 +212,17 @@ def dump_lines(reader: SFrameReader, name: str = ".sframe",
             lines.append(f"    CFA fixed RA offset: {h.cfa_fixed_ra_offset}")
     lines += [f"    Num FDEs: {h.num_fdes}", f"    Num FREs: {h.num_fres}", "",
               "  Function Index :", ""]
+    return lines
+
+
+def dump_lines(reader: SFrameReader, name: str = ".sframe",
+               style: DumpStyle | None = None) -> list[str]:
+    """The dump as a list of lines (no newlines), from the ``Contents of ...`` line on."""
+    h = reader.header
+    if style is None:
+        style = style_for(h.version)
+    reader.check_fre_total()
+    lines = header_lines(reader, name, style)
     rows = _RowWriter(reader, style)
     b_key_abi = h.abi in (ABI.AARCH64_ENDIAN_BIG, ABI.AARCH64_ENDIAN_LITTLE)
     for entry in reader.fdes():
@@ -227,13 +234,18 @@ def dump_lines(reader: SFrameReader, name: str = ".sframe",
 
 
 def _fde_line(entry: FDEEntry, style: DumpStyle, b_key_abi: bool) -> str:
-    text = f"    func idx [{entry.index}]: pc = {entry.start & _U64:#x}, size = {entry.size} bytes"
+    return _fde_line_parts(entry.index, entry.start, entry.size, entry.info, entry.info2, style,
+                           b_key_abi)
+
+
+def _fde_line_parts(index: int, start: int, size: int, info: int, info2: int, style: DumpStyle,
+                    b_key_abi: bool) -> str:
+    text = f"    func idx [{index}]: pc = {start & _U64:#x}, size = {size} bytes"
     if style.v3:
-        attr = ("S" if entry.info & INFO_SIGNAL_BIT else "") + (
-            "F" if entry.fde_type == FDEType.FLEX else "")
+        attr = ("S" if info & INFO_SIGNAL_BIT else "") + ("F" if info2 & 0x1F == FDEType.FLEX else "")
         if attr:
             text += f', attr = "{attr}"'
-    if b_key_abi and entry.pauth_key_b:
+    if b_key_abi and info & 0x20:
         text += ", pauth = B key"
     return text
 
@@ -305,10 +317,31 @@ class _RowWriter:
             pos = end
 
 
+#: From this many FREs on, the numpy dumper is faster than the line loop (numpy's import
+#: alone costs about 0.1 s).
+VECTOR_THRESHOLD = 20000
+
+
 def dump_text(reader: SFrameReader, name: str = ".sframe", style: DumpStyle | None = None) -> str:
     """The dump as one string ending in a newline."""
-    return "\n".join(dump_lines(reader, name, style)) + "\n"
+    return dump_bytes(reader, name, style).decode("ascii")
 
 
-__all__ = ["STYLE_2_40", "STYLE_2_44", "STYLE_2_46", "DumpStyle", "dump_lines", "dump_text",
+def dump_bytes(reader: SFrameReader, name: str = ".sframe",
+               style: DumpStyle | None = None) -> bytes:
+    """The dump as ASCII bytes: built with numpy for regular sections (see
+    :mod:`.dump_vector`), line by line otherwise (which also raises the errors)."""
+    if style is None:
+        style = style_for(reader.header.version)
+    if reader.header.num_fres >= VECTOR_THRESHOLD:
+        from .dump_vector import dump_vectorized
+
+        fast = dump_vectorized(reader, name, style)
+        if fast is not None:
+            return fast
+    return ("\n".join(dump_lines(reader, name, style)) + "\n").encode("ascii")
+
+
+__all__ = ["STYLE_2_40", "STYLE_2_44", "STYLE_2_46", "DumpStyle", "dump_bytes", "dump_lines",
+           "dump_text",
            "style_for"]
