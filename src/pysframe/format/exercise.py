@@ -4,7 +4,8 @@ the robustness tests. Bad bytes may raise only :class:`SFrameError` subclasses."
 from __future__ import annotations
 
 from .decode import SFrameReader
-from .dump import dump_text
+from .dump import dump_text, style_for
+from .dump_vector import dump_vectorized
 from .encode import encode
 from .errors import SFrameError
 from .jsondump import section_json
@@ -20,6 +21,11 @@ def exercise(data: bytes, address: int = 0x1000) -> None:
     reader = SFrameReader(data, address)
     try:
         dump_text(reader)
+    except SFrameError:
+        pass
+    try:
+        # The numpy dumper, which dump_text uses only for large sections.
+        dump_vectorized(reader, ".sframe", style_for(reader.version))
     except SFrameError:
         pass
     try:
