@@ -30,7 +30,7 @@ from .constants import (
     WORD_SIZE_OF_CODE,
     BaseReg,
 )
-from .decode import SFrameReader, word_struct
+from .decode import FLEX_CONTROL_POSITIONS, SFrameReader, word_struct
 from .model import FRE
 
 U8 = npt.NDArray[np.uint8]
@@ -41,7 +41,8 @@ U64A = npt.NDArray[np.uint64]
 _WORDS_LENGTH = np.array([((info >> 1) & 0xF) * WORD_SIZE_OF_CODE[(info >> 5) & 3]
                           if (info >> 5) & 3 != 3 else -1 for info in range(256)], dtype=np.int64)
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_SHIFTS = np.arange(60, -1, -4, dtype=np.uint64)
+#: Two hex digits per byte value, as little-endian uint16 (first digit in the low byte).
+_HEX_PAIRS = (_HEX[np.arange(256) >> 4].astype("<u2") | (_HEX[np.arange(256) & 0xF].astype("<u2") << 8))
 #: Above this many FREs in one function the row-by-row vector loop is not worth it.
 _MAX_ROWS_PER_FUNCTION = 20000
 
@@ -133,9 +134,51 @@ def _read_unsigned(buf: U8, at: I64, width: I64, big_endian: bool) -> I64:
     return value
 
 
+#: Functions per batch: keeps the temporaries in the CPU caches and the peak memory small.
+BATCH_FDES = 8192
+
+
+class _TextCache:
+    """Column text (with newline) per distinct (flex, info byte, data words) key."""
+
+    def __init__(self, reader: SFrameReader, style: Any) -> None:
+        from .dump import _RowFormatter
+
+        self.formatter = _RowFormatter(reader, style)
+        self.big_endian = reader.header.big_endian
+        self.texts: dict[bytes, bytes] = {}
+
+    def text(self, raw: bytes) -> bytes:
+        text = self.texts.get(raw)
+        if text is None:
+            text = self._format(raw)
+            self.texts[raw] = text
+        return text
+
+    def _format(self, raw: bytes) -> bytes:
+        flex, row_info = bool(raw[0]), raw[1]
+        count = (row_info >> 1) & 0xF
+        size = WORD_SIZE_OF_CODE[(row_info >> 5) & 3]
+        words = word_struct(self.big_endian, count, size).unpack_from(raw, 2) if count else ()
+        if flex and count:
+            mask = (1 << (8 * size)) - 1
+            as_list = list(words)
+            for position in FLEX_CONTROL_POSITIONS.get(count, ()):
+                as_list[position] &= mask
+            words = tuple(as_list)
+        fre = FRE(0, tuple(words), BaseReg(row_info & 1), bool(row_info & 0x80), size)
+        return self.formatter.columns(fre, flex).encode("ascii") + b"\n"
+
+
 def dump_vectorized(reader: SFrameReader, name: str, style: Any) -> bytes | None:
     """The whole dump as bytes, or ``None`` when the section needs the careful path."""
-    from .dump import _RowFormatter, header_lines
+    parts = dump_vectorized_parts(reader, name, style)
+    return None if parts is None else b"".join(parts)
+
+
+def dump_vectorized_parts(reader: SFrameReader, name: str, style: Any) -> list[bytes] | None:
+    """The dump as a list of byte strings (to write one after the other), or ``None``."""
+    from .dump import header_lines
 
     h = reader.header
     if h.num_fdes == 0:
@@ -155,88 +198,161 @@ def dump_vectorized(reader: SFrameReader, name: str, style: Any) -> bytes | None
     positions = _fre_positions(buf, table["fres_offset"], start_size, num_fres, h.fres_end)
     if positions is None:
         return None
-    fde_of_row = np.repeat(np.arange(h.num_fdes), num_fres)
-    row_start_size = start_size[fde_of_row]
-    info_at = positions + row_start_size
-    row_start = _read_unsigned(buf, positions, row_start_size, h.big_endian)
+    b_key_abi = h.abi in (ABI.AARCH64_ENDIAN_BIG, ABI.AARCH64_ENDIAN_LITTLE)
     mask_fde = (info & 0x10) != 0
     flex_fde = (table["info2"] & 0x1F) == 1
-    address = np.where(mask_fde[fde_of_row], np.uint64(0), table["start"][fde_of_row])
-    address = address + row_start.astype(np.uint64)
-
-    # Distinct rows: (flex, info byte, data words), padded with zeros (the info byte fixes the length).
-    words_length = _WORDS_LENGTH[buf[info_at]]
-    width = int(words_length.max()) + 1 if words_length.size else 1
-    columns = np.arange(width, dtype=np.int64)
-    gather = info_at[:, None] + columns[None, :]
-    keys = np.where(columns[None, :] <= words_length[:, None],
-                    buf[np.minimum(gather, buf.size - 1)], 0).astype(np.uint8)
-    keys = np.concatenate([flex_fde[fde_of_row].astype(np.uint8)[:, None], keys], axis=1)
-    keys = np.ascontiguousarray(keys)
-    void_keys = keys.view(np.dtype((np.void, keys.shape[1]))).ravel()
-    unique_keys, inverse = np.unique(void_keys, return_inverse=True)
-    inverse = inverse.ravel()
-    formatter = _RowFormatter(reader, style)
-    texts = []
-    for key in unique_keys:
-        raw = bytes(key)
-        flex, row_info = bool(raw[0]), raw[1]
-        count = (row_info >> 1) & 0xF
-        size = WORD_SIZE_OF_CODE[(row_info >> 5) & 3]
-        words = word_struct(h.big_endian, count, size).unpack_from(raw, 2) if count else ()
-        if flex and count:
-            from .decode import FLEX_CONTROL_POSITIONS
-
-            mask = (1 << (8 * size)) - 1
-            as_list = list(words)
-            for position in FLEX_CONTROL_POSITIONS.get(count, ()):
-                as_list[position] &= mask
-            words = tuple(as_list)
-        fre = FRE(0, tuple(words), BaseReg(row_info & 1), bool(row_info & 0x80), size)
-        texts.append(formatter.columns(fre, flex).encode("ascii"))
-    # Rows: fixed-width records (4 spaces, 16 hex digits, 2 spaces, text, newline) padded
-    # with NUL bytes, then the NULs squeezed out: no per-byte index arrays.
-    width = max((len(text) for text in texts), default=0) + 1
-    text_table = np.zeros((len(texts), width), dtype=np.uint8)
-    for unique, text in enumerate(texts):
-        text_table[unique, :len(text)] = np.frombuffer(text, dtype=np.uint8)
-        text_table[unique, len(text)] = 0x0A
-    records = np.empty((positions.size, 22 + width), dtype=np.uint8)
-    records[:, :4] = 0x20
-    address_bytes = address.astype(">u8").view(np.uint8).reshape(-1, 8)
-    records[:, 4:20:2] = _HEX[address_bytes >> 4]
-    records[:, 5:20:2] = _HEX[address_bytes & 0xF]
-    records[:, 20:22] = 0x20
-    records[:, 22:] = text_table[inverse]
-    flat = records.ravel()
-    rows = flat[flat != 0].tobytes()
-    row_bytes = np.array([len(text) + 23 for text in texts], dtype=np.int64)[inverse]
-    fde_rows_end = np.cumsum(np.bincount(fde_of_row, weights=row_bytes,
-                                         minlength=h.num_fdes)).astype(np.int64).tolist()
-
-    # Per-FDE prefix (blank line, func idx line, column header), then its rows.
-    b_key_abi = h.abi in (ABI.AARCH64_ENDIAN_BIG, ABI.AARCH64_ENDIAN_LITTLE)
     suffix_code = (((info & INFO_SIGNAL_BIT) != 0).astype(np.int64)
                    | (flex_fde.astype(np.int64) << 1)
                    | ((((info & 0x20) != 0) & b_key_abi).astype(np.int64) << 2)
                    | (mask_fde.astype(np.int64) << 3))
-    suffixes = [_prefix_suffix(code, style) for code in range(16)]
-    starts = table["start"].tolist()
-    sizes = table["size"].tolist()
-    codes = suffix_code.tolist()
-    view = memoryview(rows)
-    pieces: list[bytes | memoryview] = []
-    append = pieces.append
-    previous = 0
-    for index in range(h.num_fdes):
-        append(b"%s    func idx [%d]: pc = %#x, size = %d bytes%s" % (
-            b"\n" if index else b"", index, starts[index], sizes[index], suffixes[codes[index]]))
-        end = fde_rows_end[index]
-        if end != previous:
-            append(view[previous:end])
-            previous = end
-    head = ("\n".join(header_lines(reader, name, style)) + "\n").encode("ascii")
-    return head + b"".join(pieces)
+    batch = _Batch(buf, table, positions, start_size, num_fres, mask_fde, flex_fde, suffix_code,
+                   [_prefix_suffix(code, style) for code in range(16)], _TextCache(reader, style),
+                   h.big_endian)
+    parts = [("\n".join(header_lines(reader, name, style)) + "\n").encode("ascii")]
+    for first in range(0, h.num_fdes, BATCH_FDES):
+        parts.append(batch.text(first, min(first + BATCH_FDES, h.num_fdes)))
+    return parts
+
+
+_POWERS_OF_TEN = np.array([10 ** k for k in range(9, -1, -1)], dtype=np.int64)
+_NIBBLE_SHIFTS = np.arange(60, -1, -4, dtype=np.uint64)
+
+
+def _constant(count: int, text: bytes) -> U8:
+    return np.broadcast_to(np.frombuffer(text, dtype=np.uint8), (count, len(text)))
+
+
+def _decimal(values: I64) -> U8:
+    """Decimal digits of values below 2**32, right-aligned in 10 columns, leading zeros NUL."""
+    digits = (values[:, None] // _POWERS_OF_TEN[None, :]) % 10
+    out = (digits + 0x30).astype(np.uint8)
+    out[:, :-1][values[:, None] < _POWERS_OF_TEN[None, :-1]] = 0
+    return out
+
+
+def _hexadecimal(values: U64A) -> U8:
+    """Lowercase hex digits, right-aligned in 16 columns, leading zeros as NUL."""
+    nibbles = (values[:, None] >> _NIBBLE_SHIFTS[None, :]) & np.uint64(0xF)
+    out = _HEX[nibbles.astype(np.intp)]
+    out[:, :-1][(values[:, None] >> _NIBBLE_SHIFTS[None, :-1]) == 0] = 0
+    return out
+
+
+class _Batch:
+    """Formats the functions of one index range (see the module docstring)."""
+
+    def __init__(self, buf: U8, table: dict[str, Any], positions: I64, start_size: I64,
+                 num_fres: I64, mask_fde: Any, flex_fde: Any, suffix_code: I64,
+                 suffixes: list[bytes], texts: _TextCache, big_endian: bool) -> None:
+        self.buf = buf
+        self.table = table
+        self.positions = positions
+        self.start_size = start_size
+        self.num_fres = num_fres
+        self.rows_before = np.cumsum(num_fres) - num_fres
+        self.mask_fde = mask_fde
+        self.flex_fde = flex_fde
+        self.suffix_code = suffix_code
+        self.suffixes = suffixes
+        self.texts = texts
+        self.big_endian = big_endian
+
+    def _keys(self, fde_of_row: I64, info_at: I64) -> tuple[list[bytes], I64]:
+        """Distinct row keys of the batch and each row's index into them."""
+        buf = self.buf
+        words_length = _WORDS_LENGTH[buf[info_at]]
+        width = int(words_length.max()) + 1
+        columns = np.arange(width, dtype=np.int64)
+        keys = np.where(columns[None, :] <= words_length[:, None],
+                        buf[np.minimum(info_at[:, None] + columns[None, :], buf.size - 1)],
+                        0).astype(np.uint8)
+        flex = self.flex_fde[fde_of_row].astype(np.uint8)[:, None]
+        keys = np.concatenate([flex, keys], axis=1)
+        if keys.shape[1] <= 8:
+            # One uint64 per key: sorting integers is several times faster than bytes.
+            packed = np.zeros((keys.shape[0], 8), dtype=np.uint8)
+            packed[:, :keys.shape[1]] = keys
+            unique_packed, inverse = np.unique(packed.view("<u8").ravel(), return_inverse=True)
+            unique_keys = [value.to_bytes(8, "little").rstrip(b"\0").ljust(keys.shape[1], b"\0")
+                           for value in unique_packed.tolist()]
+        else:
+            void_keys = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).ravel()
+            unique_void, inverse = np.unique(void_keys, return_inverse=True)
+            unique_keys = [bytes(key) for key in unique_void]
+        return unique_keys, inverse.ravel()
+
+    def _prefixes(self, first: int, last: int) -> U8:
+        """Prefix bytes of functions first..last-1, one NUL-padded row each."""
+        count = last - first
+        suffixes = self.suffixes
+        suffix_width = max(map(len, suffixes))
+        parts: list[U8] = [
+            _constant(count, b"\n"),
+            _constant(count, b"    func idx ["),
+            _decimal(np.arange(first, last, dtype=np.int64)),
+            _constant(count, b"]: pc = 0x"),
+            _hexadecimal(self.table["start"][first:last]),
+            _constant(count, b", size = "),
+            _decimal(self.table["size"][first:last]),
+            _constant(count, b" bytes"),
+            np.frombuffer(b"".join(suffix.ljust(suffix_width, b"\0") for suffix in suffixes),
+                          dtype=np.uint8).reshape(16, suffix_width)[self.suffix_code[first:last]],
+        ]
+        prefix = np.concatenate(parts, axis=1)
+        if first == 0:
+            prefix[0, 0] = 0  # no blank line before the first function
+        return prefix
+
+    def text(self, first: int, last: int) -> bytes:
+        """The dump text of functions ``first`` to ``last - 1``."""
+        table = self.table
+        num_fres = self.num_fres[first:last]
+        count = last - first
+        row_first = int(self.rows_before[first])
+        row_last = int(self.rows_before[last - 1] + self.num_fres[last - 1])
+        positions = self.positions[row_first:row_last]
+        fde_of_row = np.repeat(np.arange(first, last), num_fres)
+        row_start_size = self.start_size[fde_of_row]
+        info_at = positions + row_start_size
+        row_start = _read_unsigned(self.buf, positions, row_start_size, self.big_endian)
+        address = np.where(self.mask_fde[fde_of_row], np.uint64(0), table["start"][fde_of_row])
+        address = address + row_start.astype(np.uint64)
+
+        if positions.size:
+            unique_keys, inverse = self._keys(fde_of_row, info_at)
+            texts = [self.texts.text(key) for key in unique_keys]
+        else:
+            texts, inverse = [], np.zeros(0, dtype=np.int64)
+
+        # NUL-padded records squeezed at the end: per function its prefix (blank line,
+        # func idx line, column header) over ``chunks`` records, then one record per row
+        # (4 spaces, 16 hex digits, 2 spaces, text). NULs may sit anywhere, so numbers
+        # are written right-aligned in fixed fields with NULs for the leading zeros.
+        width = max(22 + max(map(len, texts), default=0), 64)
+        prefix = self._prefixes(first, last)
+        chunks = -(-prefix.shape[1] // width)
+        padded = np.zeros((count, chunks * width), dtype=np.uint8)
+        padded[:, :prefix.shape[1]] = prefix
+        fde_base = np.arange(count, dtype=np.int64) * chunks + (self.rows_before[first:last]
+                                                                  - row_first)
+        records = np.zeros((count * chunks + positions.size, width), dtype=np.uint8)
+        records[(fde_base[:, None] + np.arange(chunks)[None, :]).ravel()] = \
+            padded.reshape(count * chunks, width)
+        if positions.size:
+            row_record = (fde_of_row - first + 1) * chunks + np.arange(positions.size)
+            text_table = np.zeros((len(texts), width - 22), dtype=np.uint8)
+            for unique, text in enumerate(texts):
+                text_table[unique, :len(text)] = np.frombuffer(text, dtype=np.uint8)
+            address_bytes = address.astype(">u8").view(np.uint8).reshape(-1, 8)
+            digits = np.empty((positions.size, 11), dtype="<u2")
+            digits[:, :2] = 0x2020
+            digits[:, 2:10] = _HEX_PAIRS[address_bytes]
+            digits[:, 10] = 0x2020
+            records[row_record, :22] = digits.view(np.uint8)
+            records[row_record, 22:] = text_table[inverse]
+        flat = records.ravel()
+        squeezed: bytes = flat[flat != 0].tobytes()
+        return squeezed
 
 
 def _prefix_suffix(code: int, style: Any) -> bytes:
@@ -252,4 +368,4 @@ def _prefix_suffix(code: int, style: Any) -> bytes:
     return text.encode("ascii") + b"\n" + (_HEADER_MASK if code & 8 else _HEADER_INC)
 
 
-__all__ = ["dump_vectorized"]
+__all__ = ["BATCH_FDES", "dump_vectorized", "dump_vectorized_parts"]
