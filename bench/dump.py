@@ -43,15 +43,21 @@ def build_elf(section_bytes: bytes, name: str) -> Path:
     return elf
 
 
-def compare(label: str, objdump: str, elf: Path, runs: int) -> None:
+def interpreter_startup(runs: int) -> float:
+    """Median wall time of a bare `python3 -c pass` with this interpreter and site-packages."""
+    return wall_time([sys.executable, "-c", "pass"], runs)
+
+
+def compare(label: str, objdump: str, elf: Path, runs: int, startup: float) -> None:
     ours_out = OUT / f"{elf.name}.sframe.txt"
     theirs_out = OUT / f"{elf.name}.objdump.txt"
     ours = wall_time([*sframe_command(), "dump", str(elf)], runs, ours_out)
     theirs = wall_time([objdump, "--sframe", str(elf)], runs, theirs_out)
     same = ours_out.read_bytes() == theirs_out.read_bytes()
     lines = ours_out.read_bytes().count(b"\n")
-    print(f"{label:<34} {lines:>9} lines  sframe {ours * 1000:8.1f} ms  objdump "
-          f"{theirs * 1000:8.1f} ms  ratio {ours / theirs:5.2f}x  output "
+    print(f"{label:<34} {lines:>9} lines  sframe {ours * 1000:7.1f} ms  objdump "
+          f"{theirs * 1000:6.1f} ms  ratio {ours / theirs:5.2f}x  (without the interpreter's "
+          f"start-up: {(ours - startup) / theirs:5.2f}x)  output "
           f"{'identical' if same else 'DIFFERENT'}")
 
 
@@ -86,14 +92,17 @@ def main() -> int:
     objdump_240 = system_tool("objdump")
     print(f"peers: {objdump_v3} (V3), {objdump_240} "
           f"({subprocess.run([objdump_240, '--version'], capture_output=True, text=True).stdout.splitlines()[0]})")
+    startup = interpreter_startup(args.runs)
+    print(f"bare interpreter start-up (`{Path(sys.executable).name} -c pass`): "
+          f"{startup * 1000:.1f} ms")
     compare("largest fixture (2.46 x86_64 prog)", objdump_v3,
-            FIXTURES / "2.46" / "x86_64" / "O2" / "prog", args.runs)
+            FIXTURES / "2.46" / "x86_64" / "O2" / "prog", args.runs, startup)
     v3 = encode(large_section(args.functions, version=3))
     compare(f"synthetic V3, {args.functions:,} functions", objdump_v3, build_elf(v3, "large-v3"),
-            args.runs)
+            args.runs, startup)
     v1 = encode(large_section(args.functions, version=1))
     compare(f"synthetic V1, {args.functions:,} functions", objdump_240,
-            build_elf(v1, "large-v1"), args.runs)
+            build_elf(v1, "large-v1"), args.runs, startup)
     lookups(v3, args.lookups)
     return 0
 
