@@ -10,6 +10,7 @@ import random
 import struct
 import time
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -200,3 +201,42 @@ def test_fdes_sharing_fre_data_cannot_blow_up() -> None:
     with pytest.raises(SFrameError):
         exercise(bytes(data))
     assert time.perf_counter() - begin < 5
+
+
+@needs_fixtures
+def test_mutated_elf_files_give_one_line_errors(tmp_path: Path) -> None:
+    """Whole ELF files mutated in their headers, section headers and .sframe: the dump and
+    validate commands' code paths raise only their own one-line errors."""
+    import io
+    from contextlib import redirect_stdout
+
+    from pysframe.cli.dump import run_dump
+    from pysframe.cli.validate import run_validate
+
+    rng = random.Random(99)
+    sources = [FIXTURES / "2.46" / "s390x" / "O2" / "cfi.o", FIXTURES / "2.44" / "x86_64" / "O2" / "cfi.o",
+               FIXTURES / "2.46" / "aarch64" / "O0" / "prog"]
+    cases = 0
+    for source in sources:
+        original = source.read_bytes()
+        shoff = int.from_bytes(original[0x28:0x30], "big" if original[5] == 2 else "little")
+        hot = [range(0, 64), range(shoff, min(len(original), shoff + 64 * 20))]
+        for _ in range(150):
+            data = bytearray(original)
+            for _ in range(rng.randint(1, 6)):
+                region = rng.choice(hot)
+                at = rng.choice(region)
+                data[at] = rng.randrange(256)
+            if rng.random() < 0.2:
+                del data[rng.randrange(len(data)):]
+            path = tmp_path / "mutant"
+            path.write_bytes(bytes(data))
+            errors: list[str] = []
+            with redirect_stdout(io.StringIO()):
+                run_dump([str(path)], as_json=False, raw=False, address=0, section_name=".sframe",
+                         report=errors.append)
+                run_validate([str(path)], as_json=False, quiet=False, kernel=False, strict=False,
+                             raw=False, address=0, report=errors.append)
+            assert all("\n" not in message for message in errors)
+            cases += 1
+    assert cases == 450

@@ -112,3 +112,6 @@ def main() -> None:
     except MemoryError:
         report("out of memory")
         sys.exit(EXIT_INVALID)
+    except Exception as error:  # a bug: still one line, never a traceback
+        report(f"internal error: {type(error).__name__}: {error} (please report this)")
+        sys.exit(EXIT_INVALID)

@@ -114,7 +114,8 @@ class ElfImage:
         except ElfError:
             raise
         except (PyElfError, struct.error, ValueError, KeyError, IndexError, TypeError,
-                AssertionError, OverflowError, UnicodeDecodeError, AttributeError) as error:
+                AssertionError, OverflowError, UnicodeDecodeError, AttributeError,
+                ZeroDivisionError, RecursionError, EOFError) as error:
             text = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise ElfError(self.path, f"malformed ELF file: {text}") from None
 
