@@ -1,0 +1,256 @@
+"""CIEs and FDEs of .eh_frame and .debug_frame, parsed one entry at a time.
+
+Each FDE keeps the byte range of its instructions; :meth:`FDE.instructions`
+decodes them (with the CIE's initial instructions separately) on demand, so a
+consumer that wants one function pays for one function.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from .instructions import Instruction, decode_instructions
+from .leb128 import (
+    DecodeError,
+    DW_EH_PE_absptr,
+    DW_EH_PE_omit,
+    read_encoded,
+    read_sleb128,
+    read_uleb128,
+)
+
+
+class CFIError(ValueError):
+    """Invalid call-frame information (with the section offset where it was found)."""
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        super().__init__(message if offset is None else f"{message} at offset {offset:#x}")
+        self.offset = offset
+
+
+@dataclass(slots=True)
+class CIE:
+    offset: int
+    version: int
+    augmentation: str
+    code_align: int
+    data_align: int
+    return_register: int
+    fde_encoding: int = DW_EH_PE_absptr
+    lsda_encoding: int = DW_EH_PE_omit
+    personality: int | None = None
+    signal_frame: bool = False
+    b_key: bool = False
+    address_size: int = 8
+    instructions_start: int = 0
+    instructions_end: int = 0
+    initial: list[Instruction] | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True)
+class FDE:
+    offset: int
+    cie: CIE
+    pc_begin: int
+    pc_range: int
+    instructions_start: int
+    instructions_end: int
+    lsda: int | None = None
+
+    @property
+    def pc_end(self) -> int:
+        return self.pc_begin + self.pc_range
+
+
+class _Parser:
+    def __init__(self, data: bytes | memoryview, section_address: int, big_endian: bool,
+                 address_size: int, debug_frame: bool) -> None:
+        self.data = memoryview(data)
+        self.address = section_address
+        self.big_endian = big_endian
+        self.order = ">" if big_endian else "<"
+        self.address_size = address_size
+        self.debug_frame = debug_frame
+        self.cies: dict[int, CIE] = {}
+
+    def entries(self) -> tuple[list[FDE], list[CFIError]]:
+        data = self.data
+        size = len(data)
+        offset = 0
+        fdes: list[FDE] = []
+        errors: list[CFIError] = []
+        while offset + 4 <= size:
+            start = offset
+            length = struct.unpack_from(self.order + "I", data, offset)[0]
+            offset += 4
+            if length == 0:
+                if self.debug_frame:
+                    continue
+                break  # .eh_frame terminator
+            dwarf64 = length == 0xFFFFFFFF
+            if dwarf64:
+                if offset + 8 > size:
+                    errors.append(CFIError("truncated 64-bit length", start))
+                    break
+                length = struct.unpack_from(self.order + "Q", data, offset)[0]
+                offset += 8
+            end = offset + length
+            if end > size:
+                errors.append(CFIError("entry runs past the end of the section", start))
+                break
+            id_size = 8 if dwarf64 else 4
+            if offset + id_size > end:
+                errors.append(CFIError("entry too short for its CIE id", start))
+                offset = end
+                continue
+            id_field = offset
+            cie_id = struct.unpack_from(self.order + ("Q" if dwarf64 else "I"), data, offset)[0]
+            offset += id_size
+            is_cie = (cie_id == (0xFFFFFFFFFFFFFFFF if dwarf64 else 0xFFFFFFFF)) \
+                if self.debug_frame else cie_id == 0
+            try:
+                if is_cie:
+                    self._cie(start, offset, end)
+                else:
+                    cie_offset = cie_id if self.debug_frame else id_field - cie_id
+                    fdes.append(self._fde(start, offset, end, cie_offset))
+            except (CFIError, DecodeError) as error:
+                errors.append(error if isinstance(error, CFIError) else CFIError(str(error)))
+            offset = end
+        return fdes, errors
+
+    def cie_at(self, offset: int) -> CIE:
+        cie = self.cies.get(offset)
+        if cie is not None:
+            return cie
+        data = self.data
+        if offset + 4 > len(data):
+            raise CFIError("FDE points outside the section for its CIE", offset)
+        length = struct.unpack_from(self.order + "I", data, offset)[0]
+        body = offset + 4
+        dwarf64 = length == 0xFFFFFFFF
+        if dwarf64:
+            length = struct.unpack_from(self.order + "Q", data, body)[0]
+            body += 8
+        end = body + length
+        if end > len(data):
+            raise CFIError("CIE runs past the end of the section", offset)
+        return self._cie(offset, body + (8 if dwarf64 else 4), end)
+
+    def _cie(self, start: int, offset: int, end: int) -> CIE:
+        data = self.data
+        if offset >= end:
+            raise CFIError("truncated CIE", start)
+        version = data[offset]
+        offset += 1
+        terminator = bytes(data[offset:end]).find(b"\0")
+        if terminator < 0:
+            raise CFIError("CIE augmentation string not terminated", start)
+        augmentation = bytes(data[offset:offset + terminator]).decode("latin-1")
+        offset += terminator + 1
+        address_size = self.address_size
+        if version >= 4:
+            if offset + 2 > end:
+                raise CFIError("truncated CIE", start)
+            address_size = data[offset] or address_size
+            offset += 2
+        code_align, offset = read_uleb128(data, offset, end)
+        data_align, offset = read_sleb128(data, offset, end)
+        if version == 1:
+            if offset >= end:
+                raise CFIError("truncated CIE", start)
+            return_register = data[offset]
+            offset += 1
+        else:
+            return_register, offset = read_uleb128(data, offset, end)
+        cie = CIE(start, version, augmentation, code_align, data_align, return_register,
+                  address_size=address_size)
+        if augmentation.startswith("z"):
+            length, offset = read_uleb128(data, offset, end)
+            aug_end = offset + length
+            if aug_end > end:
+                raise CFIError("CIE augmentation data runs past the entry", start)
+            for letter in augmentation[1:]:
+                if letter == "L":
+                    cie.lsda_encoding = data[offset]
+                    offset += 1
+                elif letter == "R":
+                    cie.fde_encoding = data[offset]
+                    offset += 1
+                elif letter == "P":
+                    encoding = data[offset]
+                    offset += 1
+                    cie.personality, offset = read_encoded(
+                        data, offset, aug_end, encoding & 0x7F, self.order, address_size,
+                        self.address)
+                elif letter == "S":
+                    cie.signal_frame = True
+                elif letter == "B":
+                    cie.b_key = True
+                elif letter == "G":
+                    pass  # MTE-tagged frames: nothing for unwinding
+                else:
+                    break  # unknown letter: the rest of the data is skipped by its length
+            offset = aug_end
+        elif augmentation not in ("", "eh"):
+            # Without 'z' the size of unknown augmentation data is unknown.
+            raise CFIError(f"unsupported CIE augmentation {augmentation!r}", start)
+        if augmentation == "eh":
+            offset += address_size
+        cie.instructions_start = offset
+        cie.instructions_end = end
+        self.cies[start] = cie
+        return cie
+
+    def _fde(self, start: int, offset: int, end: int, cie_offset: int) -> FDE:
+        cie = self.cie_at(cie_offset)
+        data = self.data
+        encoding = cie.fde_encoding if not self.debug_frame else DW_EH_PE_absptr
+        pc_begin, offset = read_encoded(data, offset, end, encoding, self.order,
+                                        cie.address_size, self.address)
+        pc_range, offset = read_encoded(data, offset, end, encoding & 0x0F, self.order,
+                                        cie.address_size, self.address)
+        lsda = None
+        if cie.augmentation.startswith("z"):
+            length, offset = read_uleb128(data, offset, end)
+            if cie.lsda_encoding != DW_EH_PE_omit and length:
+                lsda, _ = read_encoded(data, offset, offset + length, cie.lsda_encoding,
+                                       self.order, cie.address_size, self.address)
+            offset += length
+        if offset > end:
+            raise CFIError("FDE augmentation data runs past the entry", start)
+        return FDE(start, cie, pc_begin, pc_range, offset, end, lsda)
+
+
+def parse_eh_frame(data: bytes | memoryview, section_address: int, *, big_endian: bool = False,
+                   address_size: int = 8) -> tuple[list[FDE], list[CFIError]]:
+    """All FDEs of an .eh_frame section (and the errors of entries that could not be read)."""
+    return _Parser(data, section_address, big_endian, address_size, False).entries()
+
+
+def parse_debug_frame(data: bytes | memoryview, section_address: int = 0, *,
+                      big_endian: bool = False, address_size: int = 8
+                      ) -> tuple[list[FDE], list[CFIError]]:
+    """All FDEs of a .debug_frame section."""
+    return _Parser(data, section_address, big_endian, address_size, True).entries()
+
+
+def cie_instructions(data: bytes | memoryview, cie: CIE, big_endian: bool) -> list[Instruction]:
+    """The CIE's initial instructions (decoded once, then cached on the CIE)."""
+    if cie.initial is None:
+        cie.initial = decode_instructions(data, cie.instructions_start, cie.instructions_end,
+                                          code_align=cie.code_align, data_align=cie.data_align,
+                                          big_endian=big_endian, address_size=cie.address_size,
+                                          pointer_encoding=cie.fde_encoding)
+    return cie.initial
+
+
+def fde_instructions(data: bytes | memoryview, fde: FDE, big_endian: bool,
+                     section_address: int = 0) -> list[Instruction]:
+    """The FDE's own instructions."""
+    cie = fde.cie
+    return decode_instructions(data, fde.instructions_start, fde.instructions_end,
+                               code_align=cie.code_align, data_align=cie.data_align,
+                               big_endian=big_endian, address_size=cie.address_size,
+                               pointer_encoding=cie.fde_encoding, section_address=section_address)
