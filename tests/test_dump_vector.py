@@ -18,7 +18,7 @@ from test_robustness import sections
 
 def both(data: bytes, address: int) -> tuple[bytes | None, bytes]:
     reader = SFrameReader(data, address)
-    style = style_for(reader.version)
+    style = style_for(reader.version, reader.header.flags)
     slow = ("\n".join(dump_lines(reader, ".sframe", style)) + "\n").encode()
     return dump_vectorized(reader, ".sframe", style), slow
 

@@ -257,3 +257,28 @@ def test_corrupt_fre_rows_detected_on_lookup() -> None:
     reader = SFrameReader(encode(section), 0x1000)
     with pytest.raises(CorruptError):
         reader.find_fre(0x2000)
+
+
+def test_old_dumpers_quirks() -> None:
+    """What objdump 2.40 and 2.44 print differently (checked against those releases)."""
+    from pysframe.format.dump import STYLE_2_40, STYLE_2_44
+
+    v2 = Section(version=2, abi=ABI.AARCH64_ENDIAN_LITTLE, flags=F_FDE_SORTED | F_FRAME_POINTER,
+                 fdes=[FDE(0x100, 16, [FRE(0, (16, 0, -16)), FRE(4, ())])])
+    reader = SFrameReader(encode(v2), 0)
+    text_244 = dump_text(reader, style=STYLE_2_44)
+    assert "    Flags: SFRAME_F_FRAME_POINTER\n" in text_244  # SORTED hidden: their bug
+    assert "sp+16     c-16      c+0" in text_244  # no "U" before 2.45
+    assert "sp+-1     u         u" in text_244  # an FRE without words
+    v1 = Section(version=1, abi=ABI.AMD64_ENDIAN_LITTLE, flags=0, cfa_fixed_ra_offset=-8,
+                 cfa_fixed_fp_offset=-16, fdes=[FDE(0x100, 16, [FRE(0, (8,))])])
+    text_240 = dump_text(SFrameReader(encode(v1), 0), style=STYLE_2_40)
+    assert "fixed" not in text_240 and "sp+8      u         u   " in text_240
+
+
+def test_dump_refuses_flags_objdump_refuses() -> None:
+    section = amd64()
+    data = bytearray(encode(section))
+    data[3] |= 0x02  # FRAME_POINTER in V3
+    with pytest.raises(CorruptError):
+        dump_text(SFrameReader(bytes(data), 0x1000))

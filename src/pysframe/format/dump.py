@@ -21,6 +21,7 @@ from .constants import (
     F_FDE_FUNC_START_PCREL,
     F_FDE_SORTED,
     F_FRAME_POINTER,
+    FLAGS_MASK,
     FLEX_DEREF_P,
     FLEX_REG_P,
     FLEX_REGNUM_SHIFT,
@@ -37,6 +38,7 @@ from .constants import (
     PCType,
 )
 from .decode import FDEEntry, SFrameReader
+from .errors import CorruptError
 from .model import FRE
 
 _U64 = (1 << 64) - 1
@@ -53,25 +55,45 @@ class DumpStyle:
     ra_undefined_rows: bool = True
     #: V3 attribute / flex columns (2.46+).
     v3: bool = True
+    #: An RA word of 0 prints as "U" (s390x padding; 2.45+), else as "c+0".
+    ra_padding_u: bool = True
+    #: A fixed FP offset prints as "c<offset>" (2.41+), else as "u".
+    fixed_fp_column: bool = True
+    #: Flags on one line, FRAME_POINTER hiding SORTED (a bug of 2.40-2.44's dumper).
+    flags_one_line: bool = False
 
 
-STYLE_2_40 = DumpStyle("2.40", fixed_offsets=False, ra_undefined_rows=False, v3=False)
-STYLE_2_44 = DumpStyle("2.44", fixed_offsets=True, ra_undefined_rows=False, v3=False)
+STYLE_2_40 = DumpStyle("2.40", fixed_offsets=False, ra_undefined_rows=False, v3=False,
+                       ra_padding_u=False, fixed_fp_column=False, flags_one_line=True)
+STYLE_2_44 = DumpStyle("2.44", fixed_offsets=True, ra_undefined_rows=False, v3=False,
+                       ra_padding_u=False, flags_one_line=True)
 STYLE_2_46 = DumpStyle("2.46")
 
 
-def style_for(version: int) -> DumpStyle:
-    """The style of the binutils release that wrote sections of this version."""
+def style_for(version: int, flags: int = 0) -> DumpStyle:
+    """The style of the binutils release that wrote sections of this version: 2.40 for V1,
+    2.44 for V2 without SFRAME_F_FDE_FUNC_START_PCREL (2.41-2.44), else 2.46."""
     if version == VERSION_1:
         return STYLE_2_40
-    if version == VERSION_2:
+    if version == VERSION_2 and not flags & F_FDE_FUNC_START_PCREL:
         return STYLE_2_44
     return STYLE_2_46
 
 
-def _flags_lines(version: int, flags: int) -> list[str]:
+def check_dumpable(reader: SFrameReader, style: DumpStyle) -> None:
+    """objdump refuses ("Buffer does not contain SFrame data") flags its release does not know."""
+    h = reader.header
+    legal = (F_FDE_SORTED | F_FRAME_POINTER) if style.flags_one_line else FLAGS_MASK[h.version]
+    if h.flags & ~legal:
+        raise CorruptError(f"flags {h.flags:#x} are not valid for SFrame version {h.version}", 3)
+
+
+def _flags_lines(version: int, flags: int, style: DumpStyle) -> list[str]:
     if not flags:
         return ["    Flags: NONE"]
+    if style.flags_one_line:
+        name = "SFRAME_F_FRAME_POINTER" if flags & F_FRAME_POINTER else "SFRAME_F_FDE_SORTED"
+        return [f"    Flags: {name}"]
     names = []
     remaining = flags
     for bit, name in ((F_FDE_SORTED, "SFRAME_F_FDE_SORTED"),
@@ -134,7 +156,8 @@ class _RowFormatter:
     def _default_columns(self, fre: FRE) -> tuple[str, str, str]:
         words = fre.words
         base = "sp" if fre.base_reg else "fp"
-        cfa = f"{base}+{self._cfa_offset(words[0])}" if words else f"{base}+0"
+        # Before 2.45 an FRE without words printed libsframe's error value as the offset.
+        cfa = f"{base}+{self._cfa_offset(words[0])}" if words else f"{base}+-1"
         v2_s390x = self.s390x and self.version == VERSION_2
         # RA
         next_word = 1
@@ -143,7 +166,7 @@ class _RowFormatter:
         elif len(words) > 1:
             next_word = 2
             word = words[1]
-            if word == 0:
+            if word == 0 and self.style.ra_padding_u:
                 ra = "U"
             elif v2_s390x and word & 1:
                 ra = f"r{word >> 1}"
@@ -153,7 +176,7 @@ class _RowFormatter:
             ra = "u"
         # FP
         if self.fixed_fp:
-            fp = f"c{self.fixed_fp:+d}"
+            fp = f"c{self.fixed_fp:+d}" if self.style.fixed_fp_column else "u"
         elif len(words) > next_word:
             word = words[next_word]
             fp = f"r{word >> 1}" if v2_s390x and word & 1 else f"c{word:+d}"
@@ -204,7 +227,7 @@ def header_lines(reader: SFrameReader, name: str, style: DumpStyle) -> list[str]
     h = reader.header
     lines = [f"Contents of the SFrame section {name}:", "  Header :", "",
              f"    Version: SFRAME_VERSION_{h.version}"]
-    lines += _flags_lines(h.version, h.flags)
+    lines += _flags_lines(h.version, h.flags, style)
     if style.fixed_offsets:
         if h.cfa_fixed_fp_offset:
             lines.append(f"    CFA fixed FP offset: {h.cfa_fixed_fp_offset}")
@@ -220,7 +243,8 @@ def dump_lines(reader: SFrameReader, name: str = ".sframe",
     """The dump as a list of lines (no newlines), from the ``Contents of ...`` line on."""
     h = reader.header
     if style is None:
-        style = style_for(h.version)
+        style = style_for(h.version, h.flags)
+    check_dumpable(reader, style)
     reader.check_fre_total()
     lines = header_lines(reader, name, style)
     rows = _RowWriter(reader, style)
@@ -332,7 +356,8 @@ def dump_bytes(reader: SFrameReader, name: str = ".sframe",
     """The dump as ASCII bytes: built with numpy for regular sections (see
     :mod:`.dump_vector`), line by line otherwise (which also raises the errors)."""
     if style is None:
-        style = style_for(reader.header.version)
+        style = style_for(reader.header.version, reader.header.flags)
+    check_dumpable(reader, style)
     if reader.header.num_fres >= VECTOR_THRESHOLD:
         from .dump_vector import dump_vectorized
 

@@ -25,7 +25,7 @@ def exercise(data: bytes, address: int = 0x1000) -> None:
         pass
     try:
         # The numpy dumper, which dump_text uses only for large sections.
-        dump_vectorized(reader, ".sframe", style_for(reader.version))
+        dump_vectorized(reader, ".sframe", style_for(reader.version, reader.header.flags))
     except SFrameError:
         pass
     try:

@@ -43,7 +43,7 @@ def section_json(reader: SFrameReader, name: str = ".sframe") -> dict[str, Any]:
         "num_fdes": h.num_fdes, "num_fres": h.num_fres, "fre_len": h.fre_len,
         "fdeoff": h.fdeoff, "freoff": h.freoff,
     }
-    formatter = _RowFormatter(reader, style_for(h.version))
+    formatter = _RowFormatter(reader, style_for(h.version, h.flags))
     lookup = reader.lookup() if h.abi in ABI._value2member_map_ else None
     functions = []
     for entry in reader.fdes():
