@@ -76,6 +76,31 @@ def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, s
 
 
 @cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the raw section bytes.")
+@click.option("--sframe-version", "version", type=click.Choice(["2", "3"]), default="3",
+              show_default=True, help="SFrame version to write (V2 follows gas 2.41-2.45).")
+@click.option("--at", "address", callback=_parse_address, metavar="ADDR",
+              help="Address the section will sit at (default: FILE's .sframe, else the first "
+                   "page after its last loaded byte).")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Say which functions gas would have skipped, and why.")
+def generate(file: str, output: str, version: str, address: int | None, verbose: bool) -> None:
+    """Build FILE's SFrame section from its .eh_frame/.debug_frame, as GNU as and ld would."""
+    from .errors import CommandError
+    from .generate import run_generate
+
+    try:
+        status = run_generate(file, output, version=int(version), address=address,
+                              verbose=verbose, report=report)
+    except CommandError as error:
+        report(error.message)
+        status = error.exit_code
+    sys.exit(status)
+
+
+@cli.command()
 def demo() -> None:
     """Dump the built-in demo section (a small x86-64 V3 table made by our encoder)."""
     from ..demo import DEMO_ADDRESS, demo_bytes

@@ -225,6 +225,28 @@ class ElfImage:
                 struct.pack_into(order + ("Q" if width == 8 else "I"), out, at, result & mask)
         return bytes(out), True
 
+    def section(self, name: str) -> tuple[bytes, int, int] | None:
+        """(bytes, sh_addr, file offset) of the first section called ``name``, or ``None``."""
+        def find() -> tuple[bytes, int, int] | None:
+            for index, section in enumerate(self.elf.iter_sections()):
+                if section.name == name and section["sh_type"] not in ("SHT_NOBITS", 8):
+                    data, offset = self._section_bytes(index, section)
+                    return data, section["sh_addr"], offset
+            return None
+        return self._guard(find)  # type: ignore[no-any-return]
+
+    def section_ranges(self, *names: str) -> dict[str, tuple[int, int]]:
+        """[start, end) addresses of the named sections that exist."""
+        def find() -> dict[str, tuple[int, int]]:
+            return {s.name: (s["sh_addr"], s["sh_addr"] + s["sh_size"])
+                    for s in self.elf.iter_sections() if s.name in names}
+        return self._guard(find)  # type: ignore[no-any-return]
+
+    def is_pie(self) -> bool:
+        """An ET_DYN file with a program interpreter (a PIE executable, not a library)."""
+        return self.elf_type == "DYN" and bool(self._guard(
+            lambda: any(s["p_type"] == "PT_INTERP" for s in self.elf.iter_segments())))
+
     # --- other facts -------------------------------------------------------------------
 
     def executable_ranges(self) -> list[tuple[int, int]]:

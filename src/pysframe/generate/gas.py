@@ -1,0 +1,448 @@
+"""Translate one function's CFI into an SFrame FDE the way GNU as does it.
+
+The rules follow gas's SFrame generator (``gas/gen-sframe.c``) as summarised in
+``shared/spec/sframe-format.md`` §4.2, in two flavours: binutils 2.46 (SFrame V3:
+flexible FDEs, RA-undefined rows, signal frames, zero-FRE FDEs kept) and
+binutils 2.41-2.45 (SFrame V2: anything beyond SP/FP-based CFA and stack-saved
+RA/FP makes gas skip the function). A function gas would skip gives a
+:class:`Skip` with gas's reason.
+
+Rows: the CIE's initial instructions and the FDE's instructions are replayed
+in order; an advance closes the current row only if an instruction changed it
+(unchanged rows merge into the previous one), like gas's scratch-row logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..cfi.instructions import (
+    NAMES,
+    DW_CFA_AARCH64_negate_ra_state_with_pc,
+    DW_CFA_advance_loc,
+    DW_CFA_def_cfa,
+    DW_CFA_def_cfa_expression,
+    DW_CFA_def_cfa_offset,
+    DW_CFA_def_cfa_register,
+    DW_CFA_expression,
+    DW_CFA_GNU_args_size,
+    DW_CFA_GNU_window_save,
+    DW_CFA_nop,
+    DW_CFA_offset,
+    DW_CFA_offset_extended,
+    DW_CFA_register,
+    DW_CFA_remember_state,
+    DW_CFA_restore,
+    DW_CFA_restore_extended,
+    DW_CFA_restore_state,
+    DW_CFA_same_value,
+    DW_CFA_set_loc,
+    DW_CFA_undefined,
+    DW_CFA_val_expression,
+    DW_CFA_val_offset,
+    Instruction,
+)
+from ..cfi.leb128 import DecodeError, read_sleb128
+from ..format.constants import ABI, DWARF_REGS, BaseReg, FDEType
+from ..format.model import FDE, FRE
+
+DW_OP_breg0 = 0x70
+DW_OP_deref = 0x06
+
+
+class Skip(Exception):
+    """gas would emit no SFrame FDE for this function (``reason`` is gas's wording)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class Saved:
+    """Where FP or RA is: on the stack at CFA+offset, in a register, or *(reg+offset)."""
+
+    kind: str  # "stack", "reg", "deref-reg"
+    offset: int = 0
+    reg: int = 0
+
+
+@dataclass(slots=True)
+class Row:
+    cfa_reg: int = -1
+    cfa_offset: int = 0
+    cfa_deref: bool = False
+    fp: Saved | None = None
+    ra: Saved | None = None
+    ra_undefined: bool = False
+    mangled: bool = False
+
+    def copy(self) -> Row:
+        return replace(self)
+
+
+@dataclass(slots=True)
+class _Context:
+    abi: ABI
+    v3: bool
+    sp: int
+    fp: int
+    ra: int
+    ra_tracked: bool
+    flex_ok: bool
+    row: Row = field(default_factory=Row)
+    changed: bool = True
+    first_row: Row | None = None
+    remembered: list[Row] = field(default_factory=list)
+    rows: list[tuple[int, Row]] = field(default_factory=list)
+    needs_flex: bool = False
+
+
+def strip_padding(instructions: list[Instruction]) -> list[Instruction]:
+    """Drop the DW_CFA_nop padding at the end of a CIE's or FDE's instructions."""
+    end = len(instructions)
+    while end and instructions[end - 1].op == DW_CFA_nop:
+        end -= 1
+    return instructions[:end]
+
+
+def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, *, version: int = 3,
+              signal: bool = False, b_key: bool = False, return_register: int | None = None,
+              ) -> FDE:
+    """The SFrame FDE gas makes for a function at ``start`` of ``size`` bytes whose CFI
+    (CIE initial instructions followed by the FDE's) is ``instructions``.
+
+    Raises :class:`Skip` when gas emits no FDE (V3: a signal frame whose rows
+    cannot be translated still gives an FDE without FREs).
+    """
+    regs = DWARF_REGS[abi]
+    v3 = version >= 3
+    context = _Context(abi, v3, regs.sp, regs.fp, regs.ra, not abi.is_amd64,
+                       v3 and not abi.is_aarch64)
+    try:
+        if return_register is not None and return_register != regs.ra:
+            raise Skip(f"non-default RA register {return_register}")
+        _replay(context, instructions, start)
+        rows = _close(context, size)
+        fres = [_fre(context, offset, row) for offset, row in rows]
+        if v3 and len(fres) > 0xFFFF:
+            raise Skip("too many FREs")
+        if not v3 and not fres:
+            raise Skip("no SFrame FREs")
+    except Skip:
+        if v3 and signal:
+            return FDE(start, size, [], signal=True, pauth_key_b=b_key)
+        raise
+    fde_type = FDEType.FLEX if context.needs_flex else FDEType.DEFAULT
+    if fde_type == FDEType.FLEX:
+        fres = [_flex_fre(context, offset, row) for offset, row in rows]
+    return FDE(start, size, fres, fde_type=fde_type, signal=signal and v3, pauth_key_b=b_key)
+
+
+# --- replaying the instructions -----------------------------------------------------------
+
+def _changed(context: _Context) -> Row:
+    context.changed = True
+    return context.row
+
+
+def _replay(context: _Context, instructions: list[Instruction], start: int) -> None:
+    location = 0
+    context.rows = []
+    context.row = Row()
+    context.changed = True
+    for insn in instructions:
+        op = insn.op
+        if op == DW_CFA_nop:
+            # Entry padding is stripped by the caller, so this is an escaped DW_CFA_nop:
+            # ignored by gas 2.46; 2.41-2.45 skipped every .cfi_escape.
+            if not context.v3:
+                raise Skip("CFI insn CFI_escape (0x103)")
+            continue
+        if op in (DW_CFA_advance_loc, DW_CFA_set_loc):
+            new_location = location + insn.a if op == DW_CFA_advance_loc else insn.a - start
+            if new_location != location:
+                _advance(context, location, new_location)
+                location = new_location
+            continue
+        _apply(context, insn)
+    # gas links in the last scratch row whether or not anything changed in it.
+    context.rows.append((location, context.row))
+
+
+def _advance(context: _Context, location: int, new_location: int) -> None:
+    if context.changed:
+        context.rows.append((location, context.row))
+        if context.first_row is None:
+            context.first_row = context.row
+        context.row = context.row.copy()
+        context.changed = False
+    # else: the row continues (merged)
+
+
+def _close(context: _Context, size: int) -> list[tuple[int, Row]]:
+    return context.rows
+
+
+def _is_sp_or_fp(context: _Context, reg: int) -> bool:
+    return reg in (context.sp, context.fp)
+
+
+def _apply(context: _Context, insn: Instruction) -> None:
+    op = insn.op
+    row = context.row
+    if op == DW_CFA_def_cfa:
+        _set_cfa_register(context, insn.a, "def_cfa")
+        row = _changed(context)
+        row.cfa_reg, row.cfa_offset, row.cfa_deref = insn.a, insn.b, False
+        _check_cfa_offset(context, insn.b, ".cfi_def_cfa")
+    elif op == DW_CFA_def_cfa_register:
+        _set_cfa_register(context, insn.a, "def_cfa_register")
+        row = _changed(context)
+        row.cfa_reg, row.cfa_deref = insn.a, False
+    elif op == DW_CFA_def_cfa_offset:
+        if not _is_sp_or_fp(context, row.cfa_reg) and not (context.flex_ok and row.cfa_reg >= 0):
+            raise Skip(".cfi_def_cfa_offset without CFA base register in effect")
+        row = _changed(context)
+        row.cfa_offset = insn.a
+        _check_cfa_offset(context, insn.a, ".cfi_def_cfa_offset")
+    elif op in (DW_CFA_offset, DW_CFA_offset_extended):
+        _saved_on_stack(context, insn.a, insn.b)
+    elif op == DW_CFA_val_offset:
+        reg = insn.a
+        sp_ok = 0 if not context.abi.is_s390x else -160
+        if reg == context.fp or (reg == context.ra and context.ra_tracked) or (
+                reg == context.sp and insn.b != sp_ok):
+            raise Skip(f"{NAMES[op]} for register {reg}")
+    elif op == DW_CFA_register:
+        _register(context, insn.a, insn.b)
+    elif op == DW_CFA_remember_state:
+        if context.v3:
+            if context.first_row is None and not context.rows and context.row.cfa_reg < 0:
+                raise Skip(".cfi_remember_state without prior SFrame FRE state")
+            context.remembered.append(context.row.copy())
+        else:
+            # gas 2.41-2.45 remembered the last completed row, not the one being built.
+            if not context.rows:
+                raise Skip(".cfi_remember_state without prior SFrame FRE state")
+            context.remembered.append(context.rows[-1][1].copy())
+    elif op == DW_CFA_restore_state:
+        if not context.remembered:
+            raise Skip(".cfi_restore_state without a remembered state")
+        saved = context.remembered.pop()
+        row = _changed(context)
+        mangled = row.mangled
+        row.cfa_reg, row.cfa_offset, row.cfa_deref = saved.cfa_reg, saved.cfa_offset, saved.cfa_deref
+        row.fp, row.ra, row.ra_undefined = saved.fp, saved.ra, saved.ra_undefined
+        row.mangled = saved.mangled if context.abi.is_aarch64 else mangled
+    elif op in (DW_CFA_restore, DW_CFA_restore_extended):
+        _restore(context, insn.a)
+    elif op == DW_CFA_undefined:
+        reg = insn.a
+        if reg == context.ra:
+            if not context.v3:
+                if context.ra_tracked:
+                    raise Skip("CFI insn DW_CFA_undefined for RA")
+                return  # 2.41-2.45 on x86-64: RA is not tracked, the directive is ignored
+            row = _changed(context)
+            row.ra_undefined = True
+        elif _is_sp_or_fp(context, reg):
+            raise Skip(f"DW_CFA_undefined for register {reg}")
+    elif op == DW_CFA_same_value:
+        reg = insn.a
+        if reg == context.ra and context.ra_tracked:
+            row = _changed(context)
+            row.ra = None
+        elif reg == context.fp:
+            row = _changed(context)
+            row.fp = None
+    elif op == DW_CFA_GNU_window_save:
+        if not context.abi.is_aarch64:
+            raise Skip("CFI insn DW_CFA_GNU_window_save")
+        row = _changed(context)
+        row.mangled = not row.mangled
+    elif op == DW_CFA_AARCH64_negate_ra_state_with_pc:
+        raise Skip("CFI insn DW_CFA_AARCH64_negate_ra_state_with_pc")
+    elif op == DW_CFA_GNU_args_size:
+        if not context.v3:
+            raise Skip("CFI insn CFI_escape (0x103)")
+        if insn.a != 0 and row.cfa_reg != context.fp:
+            raise Skip(".cfi_escape with op (0x2e)")
+    elif op == DW_CFA_def_cfa_expression:
+        _cfa_expression(context, insn.block)
+    elif op == DW_CFA_expression:
+        _expression(context, insn.a, insn.block)
+    elif op == DW_CFA_val_expression:
+        raise Skip(".cfi_escape with op (0x16)" if context.v3 else "CFI insn CFI_escape (0x103)")
+    else:
+        raise Skip(f"CFI insn {NAMES.get(op, hex(op))}")
+
+
+def _check_cfa_offset(context: _Context, offset: int, what: str) -> None:
+    if context.abi.is_s390x:
+        if (offset + 160) % 8 and (offset - 160) % 8:
+            raise Skip(f"{what} with unsupported offset value")
+    if not -(1 << 31) <= offset < (1 << 31):
+        raise Skip(f"{what} with unsupported offset value")
+
+
+def _set_cfa_register(context: _Context, reg: int, what: str) -> None:
+    if _is_sp_or_fp(context, reg):
+        return
+    if context.flex_ok:
+        context.needs_flex = True
+        return
+    raise Skip(f"non-SP/FP register {reg} in .cfi_{what}")
+
+
+def _saved_on_stack(context: _Context, reg: int, offset: int) -> None:
+    if reg == context.fp:
+        row = _changed(context)
+        row.fp = Saved("stack", offset)
+    elif reg == context.ra:
+        if context.abi.is_amd64:
+            row = _changed(context)
+            if offset == -8:
+                row.ra = None
+            elif context.flex_ok:
+                context.needs_flex = True
+                row.ra = Saved("stack", offset)
+            else:
+                raise Skip(f"RA saved at offset {offset}")
+        else:
+            row = _changed(context)
+            row.ra = Saved("stack", offset)
+            row.ra_undefined = False
+    # other registers (and SP) are not tracked
+
+
+def _register(context: _Context, reg: int, other: int) -> None:
+    if context.flex_ok:
+        if reg == context.fp:
+            context.needs_flex = True
+            row = _changed(context)
+            row.fp = Saved("reg", 0, other)
+        elif reg == context.ra:
+            context.needs_flex = True
+            row = _changed(context)
+            row.ra = Saved("reg", 0, other)
+            row.ra_undefined = False
+        elif reg == context.sp and not context.abi.is_s390x:
+            raise Skip(f"DW_CFA_register for SP ({reg})")
+        return
+    if not context.v3:
+        # 2.41-2.45: only FP, and RA where it is tracked, cannot be represented.
+        if reg == context.fp or (reg == context.ra and context.ra_tracked):
+            raise Skip(f"DW_CFA_register for register {reg}")
+        return
+    if reg in (context.ra, context.sp, context.fp):
+        raise Skip(f"DW_CFA_register for register {reg}")
+
+
+def _restore(context: _Context, reg: int) -> None:
+    first = context.first_row or context.row
+    if reg == context.fp:
+        row = _changed(context)
+        row.fp = first.fp
+    elif reg == context.ra and context.ra_tracked:
+        row = _changed(context)
+        row.ra, row.ra_undefined = first.ra, first.ra_undefined
+
+
+def _breg(block: bytes) -> tuple[int, int, int] | None:
+    """(register, offset, length) of a leading DW_OP_bregN <sleb>."""
+    if not block or not DW_OP_breg0 <= block[0] < DW_OP_breg0 + 32:
+        return None
+    try:
+        offset, end = read_sleb128(block, 1, len(block))
+    except DecodeError:
+        return None
+    return block[0] - DW_OP_breg0, offset, end
+
+
+def _cfa_expression(context: _Context, block: bytes) -> None:
+    parsed = _breg(block)
+    if (context.v3 and context.abi.is_amd64 and parsed is not None and parsed[0] == context.fp
+            and parsed[2] + 1 == len(block) and block[-1] == DW_OP_deref):
+        context.needs_flex = True
+        row = _changed(context)
+        row.cfa_reg, row.cfa_offset, row.cfa_deref = context.fp, parsed[1], True
+        return
+    raise Skip(".cfi_escape with op (0xf)" if context.v3 else "CFI insn CFI_escape (0x103)")
+
+
+def _expression(context: _Context, reg: int, block: bytes) -> None:
+    if not context.v3:
+        raise Skip("CFI insn CFI_escape (0x103)")
+    parsed = _breg(block)
+    if (not context.abi.is_s390x and reg == context.fp and parsed is not None
+            and parsed[0] == context.fp and parsed[2] == len(block)):
+        context.needs_flex = True
+        row = _changed(context)
+        # gas 2.46 writes register number -1 on AArch64 here (a control word of 0xfffffffb);
+        # we write what gas writes.
+        row.fp = Saved("deref-reg", parsed[1], context.fp if context.abi.is_amd64 else -1)
+        return
+    tracked = {context.sp, context.fp, context.row.cfa_reg} | (
+        {context.ra} if context.ra_tracked else set())
+    if reg in tracked or context.abi.is_s390x:
+        raise Skip(".cfi_escape with op (0x10)")
+    # other registers: ignored
+
+
+# --- rows to FREs -------------------------------------------------------------------------
+
+def _cfa_word(context: _Context, offset: int) -> int:
+    if context.abi.is_s390x:
+        return (offset - 160) // 8
+    return offset
+
+
+def _fre(context: _Context, offset: int, row: Row) -> FRE:
+    if row.ra_undefined:
+        return FRE(offset, ())
+    if row.cfa_reg < 0:
+        raise Skip("no CFA rule")
+    base = BaseReg.SP if row.cfa_reg == context.sp else BaseReg.FP
+    if context.needs_flex:
+        return FRE(offset, (), base)  # replaced by _flex_fre
+    words = [_cfa_word(context, row.cfa_offset)]
+    fp_on_stack = row.fp is not None and row.fp.kind == "stack"
+    ra_on_stack = row.ra is not None and row.ra.kind == "stack"
+    if context.ra_tracked:
+        if fp_on_stack and not ra_on_stack and not context.abi.is_s390x:
+            raise Skip("FP without RA on stack")
+        if ra_on_stack:
+            assert row.ra is not None
+            words.append(row.ra.offset)
+        elif fp_on_stack:
+            words.append(0)  # s390x: RA padding so FP stays the third word
+    if fp_on_stack:
+        assert row.fp is not None
+        words.append(row.fp.offset)
+    return FRE(offset, tuple(words), base, row.mangled)
+
+
+def _flex_pair(context: _Context, saved: Saved) -> list[int]:
+    if saved.kind == "stack":
+        return [2, saved.offset]
+    if saved.kind == "reg":
+        return [(saved.reg << 3) | 1, 0]
+    return [((saved.reg << 3) | 3) & 0xFFFFFFFF, saved.offset]
+
+
+def _flex_fre(context: _Context, offset: int, row: Row) -> FRE:
+    if row.ra_undefined:
+        return FRE(offset, (), BaseReg.FP)
+    if row.cfa_reg < 0:
+        raise Skip("no CFA rule")
+    control = (row.cfa_reg << 3) | 1 | (2 if row.cfa_deref else 0)
+    words = [control, _cfa_word(context, row.cfa_offset)]
+    ra = row.ra
+    if ra is not None:
+        words += _flex_pair(context, ra)
+    elif row.fp is not None:
+        words.append(0)
+    if row.fp is not None:
+        words += _flex_pair(context, row.fp)
+    return FRE(offset, tuple(words), BaseReg.FP, row.mangled)

@@ -1,0 +1,54 @@
+"""The SFrame FDEs GNU ld synthesizes for PLT sections (ld has no CFI to translate there).
+
+x86-64 (``bfd/elfxx-x86.c``): the lazy ``.plt`` gets an FDE for PLT0 and a
+PCMASK FDE repeating every 16 bytes over the other entries; ``.plt.got`` and
+``.plt.sec`` get one PCMASK FDE each. s390x (``bfd/elf64-s390.c``): PLT0 and a
+PCMASK FDE for the 32-byte entries (not for PIE executables). AArch64: none.
+Each FRE uses the stack pointer as CFA base and one 1-byte word.
+"""
+
+from __future__ import annotations
+
+from ..format.constants import ABI, BaseReg, PCType, fre_type_for_size
+from ..format.model import FDE, FRE
+
+SP = BaseReg.SP
+ENDBR64 = bytes.fromhex("f30f1efa")
+
+
+def plt_fdes(abi: ABI, sections: dict[str, tuple[int, int, bytes]], *, pie: bool,
+             version: int = 3) -> list[FDE]:
+    """FDEs for the PLT sections present: ``sections`` maps name -> (start, end, first bytes)."""
+    out: list[FDE] = []
+    if abi.is_amd64:
+        plt = sections.get(".plt")
+        if plt is not None and plt[1] - plt[0] > 16:
+            start, end, head = plt
+            fre_type = fre_type_for_size(end - start)
+            ibt = head.startswith(ENDBR64)
+            out.append(FDE(start, 16, [FRE(0, (16,), SP), FRE(6, (24,), SP)], fre_type=fre_type,
+                           rep_size=16 if version == 2 else 0))
+            out.append(FDE(start + 16, end - start - 16,
+                           [FRE(0, (8,), SP), FRE(9 if ibt else 11, (16,), SP)],
+                           pc_type=PCType.MASK, rep_size=16, fre_type=fre_type))
+        got = sections.get(".plt.got")
+        if got is not None and got[1] > got[0]:
+            start, end, head = got
+            entry = 16 if head.startswith(ENDBR64) else 8
+            out.append(FDE(start, end - start, [FRE(0, (16,), SP)], pc_type=PCType.MASK,
+                           rep_size=entry, fre_type=fre_type_for_size(end - start)))
+        sec = sections.get(".plt.sec")
+        if sec is not None and sec[1] > sec[0]:
+            start, end, head = sec
+            entry = 16 if head.startswith(ENDBR64) else 8
+            out.append(FDE(start, end - start, [FRE(0, (8,), SP)], pc_type=PCType.MASK,
+                           rep_size=entry, fre_type=fre_type_for_size(end - start)))
+    elif abi.is_s390x and not pie:
+        plt = sections.get(".plt")
+        if plt is not None and plt[1] - plt[0] > 32:
+            start, end, _ = plt
+            fre_type = fre_type_for_size(end - start)
+            out.append(FDE(start, 32, [FRE(0, (0,), SP)], fre_type=fre_type))
+            out.append(FDE(start + 32, end - start - 32, [FRE(0, (0,), SP)], pc_type=PCType.MASK,
+                           rep_size=32, fre_type=fre_type))
+    return out

@@ -1,0 +1,114 @@
+"""Assemble a whole .sframe section for an ELF file from its CFI, as GNU ld would link it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..cfi.eh_frame import (
+    CFIError,
+    cie_instructions,
+    fde_instructions,
+    parse_debug_frame,
+    parse_eh_frame,
+)
+from ..cfi.leb128 import DecodeError
+from ..elf import ElfImage
+from ..format.constants import ABI, F_FDE_FUNC_START_PCREL, VERSION_2, VERSION_3
+from ..format.model import FDE, Section
+from .gas import Skip, strip_padding, translate
+from .plt import plt_fdes
+
+_ABI_OF_MACHINE = {"EM_X86_64": ABI.AMD64_ENDIAN_LITTLE, "EM_S390": ABI.S390X_ENDIAN_BIG}
+PLT_SECTIONS = (".plt", ".plt.got", ".plt.sec")
+
+
+class GenerateError(Exception):
+    """The file cannot get an SFrame section (no CFI, unsupported machine)."""
+
+
+@dataclass(slots=True)
+class Generated:
+    section: Section
+    #: (start, size, gas's reason) of every function gas would have skipped.
+    skipped: list[tuple[int, int, str]] = field(default_factory=list)
+    #: Functions of the CFI left out on purpose (PLT FDEs, the ``include`` filter).
+    excluded: int = 0
+    cfi_errors: list[str] = field(default_factory=list)
+
+
+def abi_of(image: ElfImage) -> ABI:
+    if image.machine == "EM_AARCH64":
+        return ABI.AARCH64_ENDIAN_BIG if image.big_endian else ABI.AARCH64_ENDIAN_LITTLE
+    abi = _ABI_OF_MACHINE.get(image.machine)
+    if abi is None or image.elf_class != 64:
+        raise GenerateError(f"SFrame has no ABI for {image.machine} ELF{image.elf_class}")
+    return abi
+
+
+def default_address(image: ElfImage) -> int:
+    """Where a new .sframe would go in ``image``: the first page after its last loaded byte
+    (a new read-only PT_LOAD segment there needs no other segment to move)."""
+    def end() -> int:
+        ends = [s["p_vaddr"] + s["p_memsz"] for s in image.elf.iter_segments()
+                if s["p_type"] == "PT_LOAD"]
+        return max(ends, default=0)
+    return (int(image._guard(end)) + 0xFFF) & ~0xFFF
+
+
+def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None = None,
+             include: Callable[[int, int], bool] | None = None) -> Generated:
+    """The SFrame section ld would have linked for ``image`` had gas made SFrame for every
+    function of its CFI (``include(start, size)`` may leave functions out)."""
+    if version not in (VERSION_2, VERSION_3):
+        raise GenerateError(f"cannot generate SFrame version {version} (2 or 3)")
+    abi = abi_of(image)
+    found = image.section(".eh_frame")
+    debug = False
+    if found is None:
+        found = image.section(".debug_frame")
+        debug = True
+    if found is None:
+        raise GenerateError("no .eh_frame or .debug_frame section")
+    data, cfi_address, _ = found
+    parse = parse_debug_frame if debug else parse_eh_frame
+    cfi_fdes, errors = parse(data, cfi_address, big_endian=image.big_endian,
+                             address_size=image.elf_class // 8)
+    ranges = image.section_ranges(*PLT_SECTIONS)
+    result = Generated(Section(version=version, abi=abi), cfi_errors=[str(e) for e in errors])
+    fdes: list[FDE] = []
+    for cfi in cfi_fdes:
+        start, size = cfi.pc_begin, cfi.pc_range
+        if any(lo <= start < hi for lo, hi in ranges.values()) or (
+                include is not None and not include(start, size)):
+            result.excluded += 1
+            continue
+        cie = cfi.cie
+        try:
+            instructions = strip_padding(cie_instructions(data, cie, image.big_endian)) + \
+                strip_padding(fde_instructions(data, cfi, image.big_endian, cfi_address))
+            fde = translate(instructions, start, size, abi, version=version,
+                            signal=cie.signal_frame, b_key=cie.b_key,
+                            return_register=cie.return_register)
+        except Skip as skip:
+            result.skipped.append((start, size, skip.reason))
+            continue
+        except (CFIError, DecodeError) as error:
+            result.skipped.append((start, size, f"unreadable CFI: {error}"))
+            continue
+        fdes.append(fde)
+    heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
+             for name, (lo, hi) in ranges.items()}
+    plt = plt_fdes(abi, heads, pie=image.is_pie(), version=version)
+    if include is not None:
+        plt = [fde for fde in plt if include(fde.start, fde.size)]
+    fdes += plt
+    section = result.section
+    section.fdes = fdes
+    section.flags = F_FDE_FUNC_START_PCREL if version == VERSION_3 else 0
+    section.cfa_fixed_ra_offset = -8 if abi.is_amd64 else 0
+    existing = image.sframe_sections()
+    section.address = address if address is not None else (
+        existing[0].address if existing else default_address(image))
+    section.sort_fdes()  # ld: index sorted by address, FRE data in input order
+    return result

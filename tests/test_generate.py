@@ -1,0 +1,82 @@
+"""Generating SFrame from CFI: per function, exactly what the GNU toolchains emitted.
+
+For every linked fixture (2.44 -> V2, 2.46 and 2.47.50 -> V3, all arches) the
+generated FDEs of the functions the toolchain covered are compared field by
+field and row by row (start, size, PC type, FDE type, pauth key, signal bit,
+rep_size, FRE type, and each row's start, data words, base register, mangled
+bit and word size). The functions gas skipped must be skipped too, and the
+only extra functions are those of the C run-time objects (crt1.o, crtbegin.o),
+which were not assembled with --gsframe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES, manifest_entries, needs_fixtures
+from pysframe.elf import ElfImage
+from pysframe.format.decode import decode
+from pysframe.format.encode import encode
+from pysframe.format.model import FDE
+from pysframe.generate.gas import Skip, translate
+from pysframe.generate.section import generate
+
+LINKED = [e for e in manifest_entries()
+          if e["elf_type"] != "REL" and e["toolchain"] in ("2.44", "2.46", "2.47.50")]
+
+
+def shape(fde: FDE) -> tuple[object, ...]:
+    return (fde.start, fde.size, fde.pc_type, fde.fde_type, fde.pauth_key_b, fde.signal,
+            fde.rep_size, fde.fre_type,
+            [(r.start, r.words, r.base_reg if r.words else 0, r.mangled_ra, r.word_size)
+             for r in fde.fres])
+
+
+@needs_fixtures
+@pytest.mark.parametrize("entry", LINKED, ids=lambda e: str(e["path"]))
+def test_generated_functions_equal_the_toolchains(entry: dict[str, Any]) -> None:
+    image = ElfImage(str(FIXTURES / entry["path"]))
+    found = image.sframe_sections()[0]
+    want = decode(found.raw, found.address)
+    covered = {(f.start, f.size) for f in want.fdes}
+    result = generate(image, version=want.version)
+    got = decode(encode(result.section), result.section.address)
+    assert (got.version, got.flags, got.cfa_fixed_ra_offset, got.cfa_fixed_fp_offset) == (
+        want.version, want.flags, want.cfa_fixed_ra_offset, want.cfa_fixed_fp_offset)
+    generated = {(f.start, f.size): f for f in got.fdes}
+    for fde in want.fdes:
+        assert (fde.start, fde.size) in generated, f"missing {fde.start:#x}"
+        assert shape(generated[(fde.start, fde.size)]) == shape(fde)
+    extra = set(generated) - covered
+    crt = {"_start", "_dl_relocate_static_pie", "deregister_tm_clones", "register_tm_clones",
+           "__do_global_dtors_aux", "frame_dummy", "__wrap_main"}
+    symbols = _function_symbols(image)
+    assert {symbols.get(start, hex(start)) for start, _ in extra} <= crt
+
+
+def _function_symbols(image: ElfImage) -> dict[int, str]:
+    symtab = image.elf.get_section_by_name(".symtab")
+    if symtab is None:
+        return {}
+    return {s["st_value"]: s.name for s in symtab.iter_symbols() if s.name}
+
+
+def test_gas_skips_with_its_reason() -> None:
+    from pysframe.cfi.instructions import (
+        DW_CFA_advance_loc,
+        DW_CFA_def_cfa,
+        DW_CFA_GNU_args_size,
+        DW_CFA_offset,
+        Instruction,
+    )
+    from pysframe.format.constants import ABI
+
+    cie = [Instruction(DW_CFA_def_cfa, 7, 8), Instruction(DW_CFA_offset, 16, -8)]
+    body = [Instruction(DW_CFA_advance_loc, 1), Instruction(DW_CFA_GNU_args_size, 16)]
+    with pytest.raises(Skip, match="0x2e"):
+        translate(cie + body, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE)
+    signal = translate(cie + body, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE, signal=True)
+    assert signal.signal and signal.fres == []  # V3 keeps a signal frame without rows
+    assert translate(cie, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE).fres[0].words == (8,)
