@@ -80,3 +80,33 @@ def test_gas_skips_with_its_reason() -> None:
     signal = translate(cie + body, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE, signal=True)
     assert signal.signal and signal.fres == []  # V3 keeps a signal frame without rows
     assert translate(cie, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE).fres[0].words == (8,)
+
+
+V3_FILES = [e for e in manifest_entries() if e["sframe_version"] == 3]
+
+
+@needs_fixtures
+@pytest.mark.parametrize("entry", V3_FILES, ids=lambda e: str(e["path"]))
+def test_v3_sframe_agrees_with_its_cfi(entry: dict[str, Any]) -> None:
+    from pysframe.generate.compare import compare_with_cfi, section_for_comparison
+
+    image = ElfImage(str(FIXTURES / entry["path"]))
+    found = image.sframe_sections()[0]
+    data = section_for_comparison(image, found.raw, found.relocated)
+    disagreements, notes = compare_with_cfi(image, data, found.address)
+    assert disagreements == [] and notes == []
+
+
+@needs_fixtures
+def test_v2_sframe_disagreements_are_gas_2_44_limits() -> None:
+    """gas 2.44 kept RA at CFA-8 where the CFI moves it to a register or makes it undefined,
+    and restored the last finished row on .cfi_restore_state: real differences."""
+    from pysframe.generate.compare import compare_with_cfi
+
+    image = ElfImage(str(FIXTURES / "2.44" / "x86_64" / "O2" / "prog"))
+    found = image.sframe_sections()[0]
+    disagreements, _ = compare_with_cfi(image, found.raw, found.address)
+    messages = [d.message for d in disagreements]
+    assert len(messages) == 4
+    assert "CFI says CFA r7+8 RA r0+0 FP same" in messages[0]
+    assert "CFI says RA undefined" in messages[1]

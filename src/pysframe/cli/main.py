@@ -57,11 +57,13 @@ def dump(files: tuple[str, ...], as_json: bool, raw: bool, address: int | None,
 @click.option("--kernel", is_flag=True,
               help="Also apply the Linux kernel's registration policy (V3, sorted, PC-relative).")
 @click.option("--strict", is_flag=True, help="Count warnings as problems.")
+@click.option("--against-eh-frame", "against_cfi", is_flag=True,
+              help="Instead: compare the SFrame rules with the file's CFI at every row boundary.")
 @click.option("--raw", is_flag=True, help="FILEs are bare SFrame sections, not ELF files.")
 @click.option("--address", callback=_parse_address, metavar="ADDR",
               help="With --raw: the address the section sits at (default 0).")
 def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, strict: bool,
-             raw: bool, address: int | None) -> None:
+             against_cfi: bool, raw: bool, address: int | None) -> None:
     """Check SFrame sections; one line per problem: file, FDE, FRE, offset, what is wrong.
 
     Exit status: 0 valid, 1 problems found, 2 a file could not be read.
@@ -70,9 +72,12 @@ def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, s
 
     if address is not None and not raw:
         raise click.UsageError("--address needs --raw")
+    if against_cfi and raw:
+        raise click.UsageError("--against-eh-frame needs an ELF file, not --raw")
     sys.exit(run_validate(list(files), as_json=as_json, quiet=quiet, kernel=kernel,
                           strict=strict, raw=raw, address=address or 0,
-                          report=(lambda message: None) if quiet else report))
+                          report=(lambda message: None) if quiet else report,
+                          against_cfi=against_cfi))
 
 
 @cli.command()

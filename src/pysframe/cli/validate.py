@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from ..format.validate import ERROR, Finding, validate
+from ..format.validate import ERROR, WARNING, Finding, validate
 from .dump import read_file
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
 
@@ -37,6 +37,42 @@ def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
     return out
 
 
+def _against_cfi(path: str) -> list[tuple[str, int, Finding]]:
+    """Findings where the file's SFrame and its CFI disagree (see generate/compare.py)."""
+    from ..elf import ElfError, ElfImage
+    from ..format.errors import SFrameError
+    from ..generate.compare import compare_with_cfi, section_for_comparison
+    from ..generate.section import GenerateError
+
+    try:
+        image = ElfImage(path, read_file(path))
+        sections = image.sframe_sections()
+        if not sections:
+            raise CommandError(f"{path}: no .sframe section", EXIT_INVALID)
+        out = []
+        for section in sections:
+            data = section_for_comparison(image, section.raw, section.relocated)
+            try:
+                disagreements, notes = compare_with_cfi(image, data, section.address)
+            except SFrameError as error:
+                raise CommandError(
+                    f"{path}: cannot compare: {error} (a relocatable link made before binutils "
+                    "2.45 has start addresses that cannot be recovered, PR ld/32666)"
+                    if image.elf_type == "REL" else f"{path}: cannot compare: {error}",
+                    EXIT_INVALID) from None
+            for item in disagreements:
+                out.append((section.name, section.file_offset, Finding(
+                    "against-eh-frame", f"at {item.pc:#x}: {item.message}", None, item.fde)))
+            for note in notes:
+                out.append((section.name, section.file_offset,
+                            Finding("against-eh-frame", note, severity=WARNING)))
+        return out
+    except ElfError as error:
+        raise CommandError(str(error), error.exit_code) from None
+    except GenerateError as error:
+        raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
+
+
 def format_finding(path: str, name: str, file_offset: int, finding: Finding) -> str:
     parts = [path]
     if finding.fde is not None:
@@ -50,12 +86,13 @@ def format_finding(path: str, name: str, file_offset: int, finding: Finding) -> 
 
 
 def run_validate(paths: list[str], *, as_json: bool, quiet: bool, kernel: bool, strict: bool,
-                 raw: bool, address: int, report: Any) -> int:
+                 raw: bool, address: int, report: Any, against_cfi: bool = False) -> int:
     status = EXIT_OK
     documents: list[dict[str, Any]] = []
     for path in paths:
         try:
-            findings = _findings_for_file(path, raw=raw, address=address, kernel=kernel)
+            findings = (_against_cfi(path) if against_cfi else
+                        _findings_for_file(path, raw=raw, address=address, kernel=kernel))
         except CommandError as error:
             report(error.message)
             status = max(status, error.exit_code)

@@ -225,12 +225,15 @@ class ElfImage:
                 struct.pack_into(order + ("Q" if width == 8 else "I"), out, at, result & mask)
         return bytes(out), True
 
-    def section(self, name: str) -> tuple[bytes, int, int] | None:
-        """(bytes, sh_addr, file offset) of the first section called ``name``, or ``None``."""
+    def section(self, name: str, relocated: bool = False) -> tuple[bytes, int, int] | None:
+        """(bytes, sh_addr, file offset) of the first section called ``name``, or ``None``;
+        with ``relocated``, a relocatable object's relocations against it applied."""
         def find() -> tuple[bytes, int, int] | None:
             for index, section in enumerate(self.elf.iter_sections()):
                 if section.name == name and section["sh_type"] not in ("SHT_NOBITS", 8):
                     data, offset = self._section_bytes(index, section)
+                    if relocated and self.elf_type == "REL":
+                        data = self._relocate(index, data)[0]
                     return data, section["sh_addr"], offset
             return None
         return self._guard(find)  # type: ignore[no-any-return]

@@ -63,10 +63,10 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
     if version not in (VERSION_2, VERSION_3):
         raise GenerateError(f"cannot generate SFrame version {version} (2 or 3)")
     abi = abi_of(image)
-    found = image.section(".eh_frame")
+    found = image.section(".eh_frame", relocated=True)
     debug = False
     if found is None:
-        found = image.section(".debug_frame")
+        found = image.section(".debug_frame", relocated=True)
         debug = True
     if found is None:
         raise GenerateError("no .eh_frame or .debug_frame section")
