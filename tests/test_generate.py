@@ -30,7 +30,7 @@ LINKED = [e for e in manifest_entries()
 def shape(fde: FDE) -> tuple[object, ...]:
     return (fde.start, fde.size, fde.pc_type, fde.fde_type, fde.pauth_key_b, fde.signal,
             fde.rep_size, fde.fre_type,
-            [(r.start, r.words, r.base_reg if r.words else 0, r.mangled_ra, r.word_size)
+            [(r.start, r.words, r.base_reg, r.mangled_ra, r.word_size)
              for r in fde.fres])
 
 

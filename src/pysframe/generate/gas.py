@@ -400,7 +400,7 @@ def _cfa_word(context: _Context, offset: int) -> int:
 
 def _fre(context: _Context, offset: int, row: Row) -> FRE:
     if row.ra_undefined:
-        return FRE(offset, ())
+        return FRE(offset, (), BaseReg.FP)  # gas writes the whole info byte as 0
     if row.cfa_reg < 0:
         raise Skip("no CFA rule")
     base = BaseReg.SP if row.cfa_reg == context.sp else BaseReg.FP
