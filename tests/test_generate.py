@@ -110,3 +110,27 @@ def test_v2_sframe_disagreements_are_gas_2_44_limits() -> None:
     assert len(messages) == 4
     assert "CFI says CFA r7+8 RA r0+0 FP same" in messages[0]
     assert "CFI says RA undefined" in messages[1]
+
+
+def test_cache_by_build_id(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from pysframe.format.decode import SFrameReader
+    from pysframe.generate.cache import cache_path, sframe_for
+
+    libc = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
+    if not libc.exists():
+        pytest.skip("no x86-64 libc here")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    image = ElfImage(str(libc))
+    build_id = image.build_id()
+    assert build_id is not None
+    data, address = sframe_for(image)
+    entry = cache_path(build_id)
+    assert entry.read_bytes() == data and str(entry).startswith(str(tmp_path))
+    entry.write_bytes(b"corrupt")
+    again, _ = sframe_for(image)
+    assert again == data and entry.read_bytes() == data  # a bad entry is regenerated
+    reader = SFrameReader(data, address)
+    symbol = image.elf.get_section_by_name(".dynsym").get_symbol_by_name("memcpy")[0]
+    assert reader.find_fde(symbol["st_value"] + 1) is not None
