@@ -134,3 +134,30 @@ def test_cache_by_build_id(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> No
     reader = SFrameReader(data, address)
     symbol = image.elf.get_section_by_name(".dynsym").get_symbol_by_name("memcpy")[0]
     assert reader.find_fde(symbol["st_value"] + 1) is not None
+
+
+def test_inject_keeps_the_program_runnable(tmp_path: Any) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    from pysframe.elf import ElfImage as Image
+    from pysframe.format.decode import SFrameReader
+
+    program = shutil.which("ls")
+    if program is None:
+        pytest.skip("no ls")
+    out = tmp_path / "ls-with-sframe"
+    result = subprocess.run([sys.executable, "-m", "pysframe", "inject", program, "-o", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    original = subprocess.run([program, "--version"], capture_output=True, text=True)
+    injected = subprocess.run([str(out), "--version"], capture_output=True, text=True)
+    assert injected.stdout == original.stdout and injected.returncode == 0
+    sections = Image(str(out)).sframe_sections()
+    assert len(sections) == 1 and sections[0].found_by == "section-type"
+    reader = SFrameReader(sections[0].raw, sections[0].address)
+    assert reader.num_fdes > 10 and reader.lookup().sorted_verified
+    again = subprocess.run([sys.executable, "-m", "pysframe", "inject", str(out), "-o",
+                            str(tmp_path / "twice")], capture_output=True, text=True)
+    assert again.returncode == 1 and "already has an SFrame section" in again.stderr

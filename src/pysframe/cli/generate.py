@@ -53,3 +53,23 @@ def run_generate(path: str, output: str, *, version: int, address: int | None, v
                          f"{len(data)} bytes at {section.address:#x} (SFrame V{version}); "
                          f"{len(result.skipped)} functions skipped as gas would\n")
     return EXIT_OK
+
+
+def run_inject(path: str, output: str, *, version: int, report: Any) -> int:
+    from ..elf import ElfError, ElfImage
+    from ..generate.inject import inject
+    from ..generate.section import GenerateError
+
+    if os.path.abspath(path) == os.path.abspath(output):
+        raise CommandError(f"{output}: refusing to overwrite the input file", 2)
+    try:
+        image = ElfImage(path, read_file(path))
+        data, _ = inject(image, version=version)
+    except ElfError as error:
+        raise CommandError(str(error), error.exit_code) from None
+    except (GenerateError, SFrameError) as error:
+        raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
+    write_atomically(output, data)
+    mode = os.stat(path).st_mode & 0o777
+    os.chmod(output, mode)
+    return EXIT_OK

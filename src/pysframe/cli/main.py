@@ -87,8 +87,8 @@ def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, s
 @click.option("--sframe-version", "version", type=click.Choice(["2", "3"]), default="3",
               show_default=True, help="SFrame version to write (V2 follows gas 2.41-2.45).")
 @click.option("--at", "address", callback=_parse_address, metavar="ADDR",
-              help="Address the section will sit at (default: FILE's .sframe, else the first "
-                   "page after its last loaded byte).")
+              help="Address the section will sit at (default: FILE's .sframe, else 0, where "
+                   "`sframe inject` puts it).")
 @click.option("--verbose", "-v", is_flag=True,
               help="Say which functions gas would have skipped, and why.")
 def generate(file: str, output: str, version: str, address: int | None, verbose: bool) -> None:
@@ -99,6 +99,25 @@ def generate(file: str, output: str, version: str, address: int | None, verbose:
     try:
         status = run_generate(file, output, version=int(version), address=address,
                               verbose=verbose, report=report)
+    except CommandError as error:
+        report(error.message)
+        status = error.exit_code
+    sys.exit(status)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The new ELF file (FILE itself is never modified).")
+@click.option("--sframe-version", "version", type=click.Choice(["2", "3"]), default="3",
+              show_default=True)
+def inject(file: str, output: str, version: str) -> None:
+    """Write a copy of FILE with a .sframe section generated from its CFI."""
+    from .errors import CommandError
+    from .generate import run_inject
+
+    try:
+        status = run_inject(file, output, version=int(version), report=report)
     except CommandError as error:
         report(error.message)
         status = error.exit_code

@@ -46,16 +46,6 @@ def abi_of(image: ElfImage) -> ABI:
     return abi
 
 
-def default_address(image: ElfImage) -> int:
-    """Where a new .sframe would go in ``image``: the first page after its last loaded byte
-    (a new read-only PT_LOAD segment there needs no other segment to move)."""
-    def end() -> int:
-        ends = [s["p_vaddr"] + s["p_memsz"] for s in image.elf.iter_segments()
-                if s["p_type"] == "PT_LOAD"]
-        return max(ends, default=0)
-    return (int(image._guard(end)) + 0xFFF) & ~0xFFF
-
-
 def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None = None,
              include: Callable[[int, int], bool] | None = None) -> Generated:
     """The SFrame section ld would have linked for ``image`` had gas made SFrame for every
@@ -108,7 +98,9 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
     section.flags = F_FDE_FUNC_START_PCREL if version == VERSION_3 else 0
     section.cfa_fixed_ra_offset = -8 if abi.is_amd64 else 0
     existing = image.sframe_sections()
+    # Default: where the file's own .sframe is, else address 0, where `sframe inject`
+    # puts it (a section that is not loaded; starts are then link-time addresses).
     section.address = address if address is not None else (
-        existing[0].address if existing else default_address(image))
+        existing[0].address if existing else 0)
     section.sort_fdes()  # ld: index sorted by address, FRE data in input order
     return result
