@@ -75,3 +75,24 @@ def test_system_libc_parses_without_errors() -> None:
     assert not errors and len(fdes) > 1000
     for fde in fdes:
         fde_instructions(data, fde, big_endian)
+
+
+def test_eh_frame_hdr_index_finds_every_function() -> None:
+    from pysframe.cfi.eh_frame import EhFrameIndex
+    from pysframe.elf import ElfImage
+
+    path = FIXTURES / "2.46" / "x86_64" / "O2" / "prog"
+    if not path.exists():
+        pytest.skip("fixtures absent")
+    image = ElfImage(str(path))
+    eh = image.section(".eh_frame")
+    hdr = image.section(".eh_frame_hdr")
+    assert eh is not None and hdr is not None
+    index = EhFrameIndex(eh[0], eh[1], hdr[0], hdr[1])
+    fdes, _ = parse_eh_frame(eh[0], eh[1])
+    assert len(index) == len(fdes)
+    for fde in fdes:
+        found = index.fde_for(fde.pc_begin + fde.pc_range - 1)
+        assert found is not None and (found.pc_begin, found.pc_range) == (fde.pc_begin,
+                                                                           fde.pc_range)
+    assert index.fde_for(0) is None

@@ -6,8 +6,8 @@ DW_CFA_GNU_args_size. This decoder reads one CIE/FDE at a time from a
 ``memoryview`` and keeps each function's instructions as small tuples.
 """
 
-from .eh_frame import CIE, FDE, CFIError, parse_debug_frame, parse_eh_frame
+from .eh_frame import CIE, FDE, CFIError, EhFrameIndex, parse_debug_frame, parse_eh_frame
 from .instructions import Instruction, decode_instructions
 
-__all__ = ["CIE", "FDE", "CFIError", "Instruction", "decode_instructions", "parse_debug_frame",
+__all__ = ["CIE", "FDE", "CFIError", "EhFrameIndex", "Instruction", "decode_instructions", "parse_debug_frame",
            "parse_eh_frame"]

@@ -120,6 +120,27 @@ class _Parser:
             offset = end
         return fdes, errors
 
+    def fde_at(self, offset: int) -> FDE:
+        """Parse the single FDE at ``offset`` (and its CIE)."""
+        data = self.data
+        if not 0 <= offset <= len(data) - 8:
+            raise CFIError("FDE offset outside .eh_frame", offset)
+        length = struct.unpack_from(self.order + "I", data, offset)[0]
+        body = offset + 4
+        if length == 0xFFFFFFFF:
+            length = struct.unpack_from(self.order + "Q", data, body)[0]
+            body += 8
+            id_size = 8
+        else:
+            id_size = 4
+        end = body + length
+        if end > len(data) or length < id_size:
+            raise CFIError("FDE runs past the end of the section", offset)
+        cie_id = struct.unpack_from(self.order + ("Q" if id_size == 8 else "I"), data, body)[0]
+        if cie_id == 0:
+            raise CFIError("a CIE where an FDE was expected", offset)
+        return self._fde(offset, body + id_size, end, body - cie_id)
+
     def cie_at(self, offset: int) -> CIE:
         cie = self.cies.get(offset)
         if cie is not None:
@@ -254,3 +275,48 @@ def fde_instructions(data: bytes | memoryview, fde: FDE, big_endian: bool,
                                code_align=cie.code_align, data_align=cie.data_align,
                                big_endian=big_endian, address_size=cie.address_size,
                                pointer_encoding=cie.fde_encoding, section_address=section_address)
+
+
+class EhFrameIndex:
+    """Per-function access to .eh_frame through the binary-search table of .eh_frame_hdr.
+
+    Only the FDE covering a PC (and its CIE) is parsed, so looking up one
+    function of libc costs microseconds instead of a pass over all its CFI.
+    """
+
+    def __init__(self, eh_frame: bytes | memoryview, eh_frame_address: int,
+                 eh_frame_hdr: bytes | memoryview, hdr_address: int, *, big_endian: bool = False,
+                 address_size: int = 8) -> None:
+        self._parser = _Parser(eh_frame, eh_frame_address, big_endian, address_size, False)
+        self._eh_frame_address = eh_frame_address
+        hdr = memoryview(eh_frame_hdr)
+        if len(hdr) < 4 or hdr[0] != 1:
+            raise CFIError("unsupported .eh_frame_hdr version", 0)
+        order = ">" if big_endian else "<"
+        pointer_encoding, count_encoding, table_encoding = hdr[1], hdr[2], hdr[3]
+        offset = 4
+        _, offset = read_encoded(hdr, offset, len(hdr), pointer_encoding, order, address_size,
+                                 hdr_address, data_base=hdr_address)
+        count, offset = read_encoded(hdr, offset, len(hdr), count_encoding, order, address_size,
+                                     hdr_address, data_base=hdr_address)
+        if table_encoding != 0x3B:  # DW_EH_PE_datarel | DW_EH_PE_sdata4, what ld writes
+            raise CFIError(f"unsupported .eh_frame_hdr table encoding {table_encoding:#x}", 3)
+        if offset + count * 8 > len(hdr):
+            raise CFIError(".eh_frame_hdr table runs past the section", offset)
+        pairs = struct.unpack_from(order + "i" * (2 * count), hdr, offset)
+        self._starts = [hdr_address + value for value in pairs[0::2]]
+        self._fdes = [hdr_address + value for value in pairs[1::2]]
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def fde_for(self, pc: int) -> FDE | None:
+        """The FDE whose range covers ``pc``, or ``None``."""
+        from bisect import bisect_right
+
+        position = bisect_right(self._starts, pc) - 1
+        if position < 0:
+            return None
+        offset = self._fdes[position] - self._eh_frame_address
+        fde = self._parser.fde_at(offset)
+        return fde if fde.pc_begin <= pc < fde.pc_end else None
