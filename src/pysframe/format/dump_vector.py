@@ -209,11 +209,15 @@ def dump_vectorized_parts(reader: SFrameReader, name: str, style: Any) -> list[b
                    [_prefix_suffix(code, style) for code in range(16)], _TextCache(reader, style),
                    h.big_endian)
     parts = [("\n".join(header_lines(reader, name, style)) + "\n").encode("ascii")]
-    for first in range(0, h.num_fdes, BATCH_FDES):
-        parts.append(batch.text(first, min(first + BATCH_FDES, h.num_fdes)))
+    ranges = [(first, min(first + BATCH_FDES, h.num_fdes))
+              for first in range(0, h.num_fdes, BATCH_FDES)]
+    parts += [batch.text(first, last) for first, last in ranges]
     return parts
 
 
+#: Mask keeping the info byte and ``n`` bytes of data words of a little-endian uint64.
+_KEY_MASKS = np.array([(1 << (8 * (1 + n))) - 1 if n < 7 else (1 << 56) - 1 for n in range(61)],
+                      dtype=np.uint64)
 _POWERS_OF_TEN = np.array([10 ** k for k in range(9, -1, -1)], dtype=np.int64)
 _NIBBLE_SHIFTS = np.arange(60, -1, -4, dtype=np.uint64)
 
@@ -258,28 +262,34 @@ class _Batch:
         self.big_endian = big_endian
 
     def _keys(self, fde_of_row: I64, info_at: I64) -> tuple[list[bytes], I64]:
-        """Distinct row keys of the batch and each row's index into them."""
+        """Distinct row keys of the batch and each row's index into them.
+
+        A key is the flex flag, the info byte and the data words. When every row's
+        words fit in 6 bytes (nearly always) the key is one uint64 read straight from
+        the section; otherwise rows are compared as byte strings.
+        """
         buf = self.buf
         words_length = _WORDS_LENGTH[buf[info_at]]
-        width = int(words_length.max()) + 1
+        longest = int(words_length.max())
+        flex = self.flex_fde[fde_of_row]
+        if longest <= 6 and info_at.size and int(info_at.max()) + 8 <= buf.size:
+            windows = np.lib.stride_tricks.sliding_window_view(buf, 8)
+            value = np.ascontiguousarray(windows[info_at]).view("<u8").ravel()
+            value &= _KEY_MASKS[words_length]
+            value |= flex.astype(np.uint64) << np.uint64(56)
+            unique_packed, inverse = np.unique(value, return_inverse=True)
+            unique_keys = [bytes((v >> 56,)) + (v & 0xFFFFFFFFFFFFFF).to_bytes(7, "little")
+                           for v in unique_packed.tolist()]
+            return unique_keys, inverse.ravel()
+        width = longest + 1
         columns = np.arange(width, dtype=np.int64)
         keys = np.where(columns[None, :] <= words_length[:, None],
                         buf[np.minimum(info_at[:, None] + columns[None, :], buf.size - 1)],
                         0).astype(np.uint8)
-        flex = self.flex_fde[fde_of_row].astype(np.uint8)[:, None]
-        keys = np.concatenate([flex, keys], axis=1)
-        if keys.shape[1] <= 8:
-            # One uint64 per key: sorting integers is several times faster than bytes.
-            packed = np.zeros((keys.shape[0], 8), dtype=np.uint8)
-            packed[:, :keys.shape[1]] = keys
-            unique_packed, inverse = np.unique(packed.view("<u8").ravel(), return_inverse=True)
-            unique_keys = [value.to_bytes(8, "little").rstrip(b"\0").ljust(keys.shape[1], b"\0")
-                           for value in unique_packed.tolist()]
-        else:
-            void_keys = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).ravel()
-            unique_void, inverse = np.unique(void_keys, return_inverse=True)
-            unique_keys = [bytes(key) for key in unique_void]
-        return unique_keys, inverse.ravel()
+        keys = np.concatenate([flex.astype(np.uint8)[:, None], keys], axis=1)
+        void_keys = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).ravel()
+        unique_void, inverse = np.unique(void_keys, return_inverse=True)
+        return [bytes(key) for key in unique_void], inverse.ravel()
 
     def _prefixes(self, first: int, last: int) -> U8:
         """Prefix bytes of functions first..last-1, one NUL-padded row each."""
