@@ -12,7 +12,6 @@ from ..format.constants import F_FDE_FUNC_START_PCREL
 from ..format.decode import SFrameReader, read_header
 from ..format.dump import dump_bytes
 from ..format.errors import SFrameError
-from ..format.jsondump import section_json
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
 
 
@@ -96,6 +95,8 @@ def section_text(section: LoadedSection) -> bytes:
 
 
 def section_data(section: LoadedSection) -> dict[str, Any]:
+    from ..format.jsondump import section_json
+
     try:
         return section_json(section.reader, section.name)
     except SFrameError as error:
