@@ -74,15 +74,9 @@ def _against_cfi(path: str) -> list[tuple[str, int, Finding]]:
 
 
 def format_finding(path: str, name: str, file_offset: int, finding: Finding) -> str:
-    parts = [path]
-    if finding.fde is not None:
-        parts.append(f"FDE {finding.fde}")
-    if finding.fre is not None:
-        parts.append(f"FRE {finding.fre}")
-    if finding.offset is not None:
-        parts.append(f"offset {file_offset + finding.offset:#x} ({name}+{finding.offset:#x})")
+    where = ", ".join(filter(None, (path, finding.location(file_offset, name))))
     level = "" if finding.severity == ERROR else "warning: "
-    return f"{': '.join([', '.join(parts)])}: {level}{finding.message} [{finding.check}]"
+    return f"{where}: {level}{finding.message} [{finding.check}]"
 
 
 def run_validate(paths: list[str], *, as_json: bool, quiet: bool, kernel: bool, strict: bool,

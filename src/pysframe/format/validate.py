@@ -72,14 +72,17 @@ class Finding:
     fre: int | None = None
     severity: str = ERROR
 
-    def location(self) -> str:
+    def location(self, file_offset: int | None = None, section: str = "") -> str:
+        """"FDE i, FRE k, offset 0x..": the offset in the section, or with ``file_offset``
+        (where the section starts in its file) the offset in the file and in the section."""
         parts = []
         if self.fde is not None:
             parts.append(f"FDE {self.fde}")
         if self.fre is not None:
             parts.append(f"FRE {self.fre}")
         if self.offset is not None:
-            parts.append(f"offset {self.offset:#x}")
+            parts.append(f"offset {self.offset:#x}" if file_offset is None else
+                         f"offset {file_offset + self.offset:#x} ({section}+{self.offset:#x})")
         return ", ".join(parts)
 
 

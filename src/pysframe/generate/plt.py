@@ -31,17 +31,15 @@ def plt_fdes(abi: ABI, sections: dict[str, tuple[int, int, bytes]], *, pie: bool
             out.append(FDE(start + 16, end - start - 16,
                            [FRE(0, (8,), SP), FRE(9 if ibt else 11, (16,), SP)],
                            pc_type=PCType.MASK, rep_size=16, fre_type=fre_type))
-        got = sections.get(".plt.got")
-        if got is not None and got[1] > got[0]:
-            start, end, head = got
+        # .plt.got entries jump with the return address and one more slot pushed
+        # (CFA sp+16); .plt.sec entries with just the return address (sp+8).
+        for name, cfa in ((".plt.got", 16), (".plt.sec", 8)):
+            found = sections.get(name)
+            if found is None or found[1] <= found[0]:
+                continue
+            start, end, head = found
             entry = 16 if head.startswith(ENDBR64) else 8
-            out.append(FDE(start, end - start, [FRE(0, (16,), SP)], pc_type=PCType.MASK,
-                           rep_size=entry, fre_type=fre_type_for_size(end - start)))
-        sec = sections.get(".plt.sec")
-        if sec is not None and sec[1] > sec[0]:
-            start, end, head = sec
-            entry = 16 if head.startswith(ENDBR64) else 8
-            out.append(FDE(start, end - start, [FRE(0, (8,), SP)], pc_type=PCType.MASK,
+            out.append(FDE(start, end - start, [FRE(0, (cfa,), SP)], pc_type=PCType.MASK,
                            rep_size=entry, fre_type=fre_type_for_size(end - start)))
     elif abi.is_s390x and not pie:
         plt = sections.get(".plt")
