@@ -97,3 +97,24 @@ def test_build_id_and_executable_ranges() -> None:
     reader = SFrameReader(image.sframe_sections()[0].raw, image.sframe_sections()[0].address)
     assert all(any(lo <= reader.fde_start(i) < hi for lo, hi in ranges)
                for i in range(reader.num_fdes))
+
+
+@needs_fixtures
+def test_quick_reader_agrees_with_pyelftools() -> None:
+    from pysframe.elf.quick import quick_sframe_sections
+
+    for entry in ENTRIES:
+        data = (FIXTURES / entry["path"]).read_bytes()
+        quick = quick_sframe_sections(data)
+        if entry["elf_type"] == "REL":
+            assert quick is None  # relocatable objects need the relocating reader
+            continue
+        assert quick is not None
+        image = ElfImage(str(FIXTURES / entry["path"]), data)
+        target, sections = quick
+        assert target == image.target_name
+        full = image.sframe_sections()
+        assert [(s.name, s.address, s.file_offset, s.raw) for s in sections] == [
+            (s.name, s.address, s.file_offset, s.raw) for s in full]
+    assert quick_sframe_sections(strip_section_headers(
+        (FIXTURES / "2.46" / "x86_64" / "O2" / "prog").read_bytes())) is None

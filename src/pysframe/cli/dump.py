@@ -67,9 +67,24 @@ def relocation_applies(raw: bytes) -> bool:
 
 def load_elf(path: str, section_name: str) -> tuple[str, list[LoadedSection]]:
     """The BFD target name of an ELF file and its SFrame sections (possibly none)."""
-    from ..elf import ElfError, ElfImage
+    from ..elf.quick import quick_sframe_sections
 
     data = read_file(path)
+    quick = quick_sframe_sections(data, section_name)
+    if quick is not None:
+        target, quick_found = quick
+        loaded = []
+        for quick_section in quick_found:
+            try:
+                reader = SFrameReader(quick_section.raw, quick_section.address)
+            except SFrameError as error:
+                raise sframe_error(path, error, quick_section.file_offset,
+                                   quick_section.name) from None
+            loaded.append(LoadedSection(path, quick_section.name, reader,
+                                        quick_section.file_offset))
+        return target, loaded
+    from ..elf import ElfError, ElfImage
+
     try:
         image = ElfImage(path, data)
         target = image.target_name

@@ -19,6 +19,8 @@ from typing import Any
 from elftools.common.exceptions import ELFError as PyElfError
 from elftools.elf.elffile import ELFFile
 
+from .quick import target_name
+
 SHT_GNU_SFRAME = 0x6FFFFFF4
 PT_GNU_SFRAME = 0x6474E554
 SHT_PROGBITS = 1
@@ -71,13 +73,6 @@ _RELOCATIONS: dict[str, dict[int, tuple[int, bool]]] = {
     "EM_S390": {0: (0, False), 4: (4, False), 5: (4, True), 22: (8, False), 23: (8, True)},
 }
 
-_TARGETS = {
-    ("EM_X86_64", 64): "elf64-x86-64",
-    ("EM_X86_64", 32): "elf32-x86-64",
-    ("EM_386", 32): "elf32-i386",
-    ("EM_S390", 64): "elf64-s390",
-    ("EM_S390", 32): "elf32-s390",
-}
 
 
 def is_elf(data: bytes) -> bool:
@@ -122,15 +117,8 @@ class ElfImage:
     @property
     def target_name(self) -> str:
         """The BFD target name objdump prints after "file format"."""
-        bits = self.elf_class
-        if self.machine == "EM_AARCH64":
-            return f"elf{bits}-{'big' if self.big_endian else 'little'}aarch64"
-        if self.machine == "EM_ARM":
-            return f"elf32-{'big' if self.big_endian else 'little'}arm"
-        known = _TARGETS.get((self.machine, bits))
-        if known:
-            return known
-        return f"elf{bits}-{'big' if self.big_endian else 'little'}"
+        machine = struct.unpack_from(">H" if self.big_endian else "<H", self.data, 18)[0]
+        return target_name(machine, 2 if self.elf_class == 64 else 1, self.big_endian)
 
     # --- sections ----------------------------------------------------------------------
 
