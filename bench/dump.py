@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -49,10 +50,15 @@ def interpreter_startup(runs: int) -> float:
 
 
 def compare(label: str, objdump: str, elf: Path, runs: int, startup: float) -> None:
+    """Median wall times, the two commands alternating run by run (so drift in the
+    machine's speed hits both alike)."""
     ours_out = OUT / f"{elf.name}.sframe.txt"
     theirs_out = OUT / f"{elf.name}.objdump.txt"
-    ours = wall_time([*sframe_command(), "dump", str(elf)], runs, ours_out)
-    theirs = wall_time([objdump, "--sframe", str(elf)], runs, theirs_out)
+    ours_times, theirs_times = [], []
+    for _ in range(runs):
+        ours_times.append(wall_time([*sframe_command(), "dump", str(elf)], 1, ours_out))
+        theirs_times.append(wall_time([objdump, "--sframe", str(elf)], 1, theirs_out))
+    ours, theirs = statistics.median(ours_times), statistics.median(theirs_times)
     same = ours_out.read_bytes() == theirs_out.read_bytes()
     lines = ours_out.read_bytes().count(b"\n")
     print(f"{label:<34} {lines:>9} lines  sframe {ours * 1000:7.1f} ms  objdump "
@@ -84,7 +90,7 @@ def lookups(section_bytes: bytes, count: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--functions", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--lookups", type=int, default=1_000_000)
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
