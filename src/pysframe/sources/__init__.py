@@ -1,0 +1,1 @@
+"""Sources of stacks: perf.data recordings (live processes and core dumps to come)."""

@@ -1,0 +1,83 @@
+"""The perf.data reader, against the Lua recording and perf's own `perf script` output."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from pysframe.sources.perf_data import (
+    Comm,
+    Mmap,
+    PerfDataError,
+    Sample,
+    in_time_order,
+    open_perf_data,
+)
+
+LUA = FIXTURES / "real" / "lua-2.46-x86_64"
+PERF_DATA = LUA / "perf.data"
+needs_recording = pytest.mark.skipif(not PERF_DATA.exists(), reason="no Lua recording")
+
+
+def perf_script_headers() -> list[tuple[int, str, int]]:
+    """(tid, time text, period) of every sample line of perf's own output."""
+    pattern = re.compile(r"^(\S+)\s+(\d+)\s+(\d+\.\d{6}):\s+(\d+) cpu-clock: $")
+    out = []
+    with open(LUA / "perf-script.no-inline.txt") as handle:
+        for line in handle:
+            match = pattern.match(line.rstrip("\n"))
+            if match:
+                out.append((int(match[2]), match[3], int(match[4])))
+    return out
+
+
+@needs_recording
+def test_samples_in_perf_script_order_with_the_same_headers() -> None:
+    with open_perf_data(str(PERF_DATA)) as data:
+        samples = [r for r in in_time_order(data.records()) if isinstance(r, Sample)]
+        assert data.skipped == []
+        ours = [(s.tid, f"{s.time // 10**9}.{s.time % 10**9 // 1000:06d}", s.period)
+                for s in samples]
+        assert ours == perf_script_headers()
+        first = samples[0]
+        assert first.cpumode == 2 and len(first.regs) == 20 and first.stack is not None
+        assert len(first.stack) == first.stack_dyn_size <= 8192
+        assert first.attr is not None and first.attr.sample_regs_user == 0xFF0FFF
+
+
+@needs_recording
+def test_header_features_and_side_band_records() -> None:
+    with open_perf_data(str(PERF_DATA)) as data:
+        assert data.arch == "x86_64"
+        assert data.cmdline[-2:] == ["./lua", "bench.lua"]
+        ids = {entry.filename: entry.build_id.hex() for entry in data.build_ids()}
+        assert ids["/srv/fixtures/lua-2.46-x86_64/lua"] == "56dff16ba45086a226836ebe3fe068b05a1676a5"
+        assert ids["/usr/lib/x86_64-linux-gnu/libc.so.6"] == \
+            "93ac61ec5a8eb1396f9fbd350e3169a558528a40"
+        records = list(data.records())
+        maps = [r for r in records if isinstance(r, Mmap) and r.filename.endswith("/lua")]
+        assert (maps and maps[0].executable) or any(m.executable for m in maps)
+        assert any(isinstance(r, Comm) and r.comm == "lua" for r in records)
+
+
+@needs_recording
+def test_truncated_recording_reports_what_was_skipped(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.data"
+    raw = PERF_DATA.read_bytes()
+    cut.write_bytes(raw[:len(raw) // 2])
+    with open_perf_data(str(cut)) as data:
+        samples = [r for r in data.records() if isinstance(r, Sample)]
+        assert 1000 < len(samples) < 3171
+        assert data.skipped and all(isinstance(offset, int) for offset, _ in data.skipped)
+
+
+def test_not_perf_data(tmp_path: Path) -> None:
+    path = tmp_path / "x.data"
+    path.write_bytes(b"\x7fELF" + bytes(200))
+    with pytest.raises(PerfDataError, match=r"not a perf\.data file"):
+        open_perf_data(str(path))
+    with pytest.raises(PerfDataError):
+        open_perf_data(str(tmp_path / "absent"))
