@@ -1,0 +1,1 @@
+"""The stack tracer: an address space of modules, SFrame rules, frame-pointer fallback."""

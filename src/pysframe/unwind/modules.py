@@ -1,0 +1,152 @@
+"""Modules of an address space: mapped ELF files, their load bias and their SFrame table.
+
+Binaries are found by build id: at the recorded path, in the build-id cache
+(``~/.debug``), or in directories the user names (searched recursively). A
+file whose build id differs is never used.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..elf import ElfError, ElfImage
+from ..format.decode import SFrameReader
+from ..format.errors import SFrameError
+from ..format.lookup import FrameRow, SFrameLookup
+from ..generate.cache import sframe_for
+from ..generate.section import GenerateError
+
+
+@dataclass(slots=True)
+class Module:
+    """One ELF file as mapped: ``bias`` = runtime address - link-time address."""
+
+    path: str
+    build_id: bytes | None
+    bias: int
+    lookup: SFrameLookup | None
+    origin: str  # ".sframe", "generated", or why there is no table
+    image: ElfImage | None = None
+
+    def find_fre(self, pc: int) -> FrameRow | None:
+        if self.lookup is None:
+            return None
+        return self.lookup.find_fre(pc - self.bias)
+
+
+@dataclass(slots=True)
+class Mapping:
+    start: int
+    end: int
+    pgoff: int
+    filename: str
+    build_id: bytes | None
+    module: Module | None = None
+
+
+class BinaryFinder:
+    """Locates the file for a (path, build id): recorded path, ~/.debug, user directories."""
+
+    def __init__(self, directories: Iterable[str] = (), build_ids: dict[str, bytes] | None = None,
+                 use_cache: bool = True) -> None:
+        self.directories = list(directories)
+        self.build_ids = build_ids or {}
+        self.use_cache = use_cache
+        self._index: dict[str, list[str]] | None = None
+        self._modules: dict[tuple[str, bytes | None], Module | None] = {}
+
+    def _candidates(self, path: str, build_id: bytes | None) -> Iterable[str]:
+        yield path
+        if build_id:
+            yield os.path.join(os.path.expanduser("~/.debug"), ".build-id", build_id.hex()[:2],
+                               build_id.hex()[2:] + "/elf")
+        if self._index is None:
+            self._index = {}
+            for directory in self.directories:
+                for root, _, names in os.walk(directory):
+                    for name in names:
+                        self._index.setdefault(name, []).append(os.path.join(root, name))
+        yield from self._index.get(os.path.basename(path), [])
+
+    def image(self, path: str, build_id: bytes | None) -> ElfImage | None:
+        for candidate in self._candidates(path, build_id):
+            if not os.path.isfile(candidate):
+                continue
+            try:
+                image = ElfImage(candidate)
+                if build_id is not None and image.build_id() != build_id:
+                    continue
+                return image
+            except ElfError:
+                continue
+        return None
+
+    def module(self, path: str, build_id: bytes | None, start: int, pgoff: int) -> Module | None:
+        build_id = build_id or self.build_ids.get(path)
+        key = (path, build_id)
+        if key in self._modules:
+            cached = self._modules[key]
+            if cached is None:
+                return None
+            return _rebased(cached, self._bias(cached, start, pgoff))
+        image = self.image(path, build_id)
+        if image is None:
+            self._modules[key] = None
+            return None
+        try:
+            data, address = sframe_for(image, use_cache=self.use_cache)
+            reader = SFrameReader(data, address)
+            lookup: SFrameLookup | None = reader.lookup()
+            origin = ".sframe" if image.sframe_sections() else "generated"
+        except (ElfError, GenerateError, SFrameError) as error:
+            lookup, origin = None, f"no SFrame: {error}"
+        module = Module(image.path, build_id, 0, lookup, origin, image)
+        self._modules[key] = module
+        return _rebased(module, self._bias(module, start, pgoff))
+
+    @staticmethod
+    def _bias(module: Module, start: int, pgoff: int) -> int:
+        image = module.image
+        if image is None:
+            return start - pgoff
+        for segment in image.elf.iter_segments():
+            if segment["p_type"] != "PT_LOAD":
+                continue
+            offset = segment["p_offset"] & ~0xFFF
+            if offset <= pgoff < segment["p_offset"] + max(segment["p_filesz"], 1):
+                return int(start - ((segment["p_vaddr"] & ~0xFFF) + (pgoff - offset)))
+        return start - pgoff
+
+
+def _rebased(module: Module, bias: int) -> Module:
+    if module.bias == bias:
+        return module
+    return Module(module.path, module.build_id, bias, module.lookup, module.origin, module.image)
+
+
+@dataclass(slots=True)
+class AddressSpace:
+    """The executable mappings of one process, sorted by start address."""
+
+    mappings: list[Mapping] = field(default_factory=list)
+    _starts: list[int] = field(default_factory=list)
+
+    def add(self, mapping: Mapping) -> None:
+        # A new mapping replaces whatever it overlaps (exec, dlclose + dlopen ...).
+        kept = [m for m in self.mappings if m.end <= mapping.start or m.start >= mapping.end]
+        kept.append(mapping)
+        kept.sort(key=lambda m: m.start)
+        self.mappings = kept
+        self._starts = [m.start for m in kept]
+
+    def find(self, address: int) -> Mapping | None:
+        index = bisect_right(self._starts, address) - 1
+        if index >= 0 and address < self.mappings[index].end:
+            return self.mappings[index]
+        return None
+
+    def copy(self) -> AddressSpace:
+        return AddressSpace(list(self.mappings), list(self._starts))

@@ -1,0 +1,124 @@
+"""Unwinding the samples of a perf.data recording (``--call-graph dwarf``) with SFrame.
+
+Follows the process model of the recording: MMAP/MMAP2 build each process's
+address space, FORK copies it, an exec (COMM with the exec flag) starts a new
+one. Each sample's user registers and stack copy feed the tracer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from ..format.constants import ABI
+from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task, in_time_order
+from .modules import AddressSpace, BinaryFinder, Mapping
+from .unwinder import Registers, StackMemory, Unwind, Unwinder
+
+@dataclass(slots=True, frozen=True)
+class PerfRegisterLayout:
+    """perf's register indices (``perf_regs.h``) of ip, sp, fp, the link register, and
+    DWARF register number -> perf index."""
+
+    ip: int
+    sp: int
+    fp: int
+    lr: int | None
+    dwarf: dict[int, int]
+
+
+PERF_REGS = {
+    "x86_64": PerfRegisterLayout(8, 7, 6, None, {0: 0, 1: 3, 2: 2, 3: 1, 4: 4, 5: 5, 6: 6, 7: 7,
+                                                 **{8 + k: 16 + k for k in range(8)}}),
+    "aarch64": PerfRegisterLayout(32, 31, 29, 30, {k: k for k in range(31)}),
+    "s390x": PerfRegisterLayout(33, 15, 11, 14, {k: k for k in range(16)}),
+}
+ABI_OF_ARCH = {"x86_64": ABI.AMD64_ENDIAN_LITTLE, "aarch64": ABI.AARCH64_ENDIAN_LITTLE,
+               "s390x": ABI.S390X_ENDIAN_BIG}
+
+
+@dataclass(slots=True)
+class UnwoundSample:
+    sample: Sample
+    comm: str
+    unwind: Unwind
+    #: The mapping of each frame's pc (None: unmapped).
+    mappings: list[Mapping | None]
+
+
+def sample_registers(sample: Sample, arch: str) -> Registers | None:
+    """The sample's user registers in tracer form (``None`` without REGS_USER)."""
+    if not sample.regs or sample.attr is None:
+        return None
+    layout = PERF_REGS[arch]
+    mask = sample.attr.sample_regs_user
+    position = {}
+    index = 0
+    for bit in range(64):
+        if mask >> bit & 1:
+            position[bit] = index
+            index += 1
+
+    def value(perf_index: int | None) -> int:
+        if perf_index is None or perf_index not in position:
+            return 0
+        return sample.regs[position[perf_index]]
+
+    others = {number: value(perf) for number, perf in layout.dwarf.items() if perf in position}
+    return Registers(value(layout.ip), value(layout.sp), value(layout.fp), value(layout.lr),
+                     others)
+
+
+class PerfUnwinder:
+    """Streams the unwound samples of a recording, in ``perf script`` order."""
+
+    def __init__(self, data: PerfData, binaries: Iterable[str] = (), max_depth: int = 127,
+                 use_cache: bool = True) -> None:
+        self.data = data
+        self.arch = data.arch or "x86_64"
+        if self.arch not in PERF_REGS:
+            raise ValueError(f"unsupported architecture {self.arch}")
+        build_ids = {entry.filename: entry.build_id for entry in data.build_ids()}
+        self.finder = BinaryFinder(binaries, build_ids, use_cache)
+        self.unwinder = Unwinder(ABI_OF_ARCH[self.arch], max_depth)
+        self.spaces: dict[int, AddressSpace] = {}
+        self.comms: dict[int, str] = {}
+
+    def _space(self, pid: int) -> AddressSpace:
+        space = self.spaces.get(pid)
+        if space is None:
+            space = self.spaces[pid] = AddressSpace()
+        return space
+
+    def samples(self) -> Iterator[UnwoundSample]:
+        for record in in_time_order(self.data.records()):
+            if isinstance(record, Sample):
+                unwound = self._unwind(record)
+                if unwound is not None:
+                    yield unwound
+            elif isinstance(record, Mmap):
+                if record.executable and not record.filename.startswith("//anon"):
+                    module = self.finder.module(record.filename, record.build_id, record.start,
+                                                record.pgoff)
+                    self._space(record.pid).add(Mapping(
+                        record.start, record.start + record.length, record.pgoff,
+                        record.filename, record.build_id, module))
+            elif isinstance(record, Comm):
+                self.comms[record.tid] = record.comm
+                if record.exec and record.pid == record.tid:
+                    pass  # the MMAP2 records of the new image follow and replace the old ones
+            elif isinstance(record, Task) and not record.exit:
+                if record.pid != record.ppid and record.ppid in self.spaces:
+                    self.spaces[record.pid] = self.spaces[record.ppid].copy()
+                self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
+
+    def _unwind(self, sample: Sample) -> UnwoundSample | None:
+        registers = sample_registers(sample, self.arch)
+        space = self._space(sample.pid)
+        comm = self.comms.get(sample.tid, self.comms.get(sample.pid, ""))
+        if registers is None or sample.stack is None:
+            return None
+        memory = StackMemory(registers.sp, sample.stack, self.arch == "s390x")
+        unwind = self.unwinder.unwind(registers, memory, space)
+        return UnwoundSample(sample, comm, unwind, [space.find(f.pc if i == 0 else f.pc - 1)
+                                                    for i, f in enumerate(unwind.frames)])

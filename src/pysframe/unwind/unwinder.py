@@ -1,0 +1,188 @@
+"""The stack tracer: one frame at a time, SFrame first, frame pointers as fallback.
+
+Like framehop: the rules of a frame are small values (:class:`~pysframe.format.lookup.Rule`)
+applied by one step function, failures are explicit stop reasons (memory
+unreadable, did not advance, moved backwards, depth limit), and the lookup
+from address to rule goes through the SFrame table's caches. Registers other
+than SP/FP (and the link register) are known only in the topmost frame.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
+from ..format.lookup import FrameRow, Rule, RuleKind
+from .modules import AddressSpace
+
+_U64 = struct.Struct("<Q")
+_U64_BE = struct.Struct(">Q")
+
+
+class Stop(Enum):
+    """Why a chain ended."""
+
+    OUTERMOST = "outermost frame (RA undefined)"
+    NO_MODULE = "pc outside every mapped module"
+    NO_RULE = "no SFrame rule and no usable frame pointer"
+    MEMORY = "stack memory not in the copy"
+    NO_ADVANCE = "stack pointer did not advance"
+    BACKWARDS = "stack pointer moved backwards"
+    ZERO_PC = "return address 0"
+    DEPTH = "depth limit"
+
+
+class StackMemory:
+    """The bytes of a thread's stack copied at ``base`` (e.g. perf's STACK_USER)."""
+
+    __slots__ = ("_reader", "base", "data", "end")
+
+    def __init__(self, base: int, data: memoryview | bytes, big_endian: bool = False) -> None:
+        self.base = base
+        self.data = data
+        self.end = base + len(data)
+        self._reader = _U64_BE if big_endian else _U64
+
+    def read(self, address: int) -> int | None:
+        offset = address - self.base
+        if offset < 0 or address + 8 > self.end:
+            return None
+        return int(self._reader.unpack_from(self.data, offset)[0])
+
+
+@dataclass(slots=True)
+class Frame:
+    pc: int
+    #: "ip" (frame 0), "sframe" or "fp" (how this frame's caller was recovered is the next
+    #: frame's method).
+    method: str
+
+
+@dataclass(slots=True)
+class Unwind:
+    frames: list[Frame] = field(default_factory=list)
+    stop: Stop = Stop.DEPTH
+
+
+@dataclass(slots=True)
+class Registers:
+    """The registers a step needs: pc, sp, fp, and the link register where there is one."""
+
+    pc: int
+    sp: int
+    fp: int
+    lr: int = 0
+    others: dict[int, int] = field(default_factory=dict)
+
+
+class Unwinder:
+    def __init__(self, abi: ABI, max_depth: int = 127) -> None:
+        self.abi = abi
+        regs = DWARF_REGS[abi]
+        self.sp_reg, self.fp_reg, self.ra_reg = regs.sp, regs.fp, regs.ra
+        self.max_depth = max_depth
+        self.sp_offset = S390X_SP_VAL_OFFSET if abi.is_s390x else 0
+
+    def unwind(self, registers: Registers, memory: StackMemory, space: AddressSpace) -> Unwind:
+        result = Unwind([Frame(registers.pc, "ip")])
+        pc, sp, fp, lr = registers.pc, registers.sp, registers.fp, registers.lr
+        topmost = True
+        while len(result.frames) < self.max_depth:
+            lookup_pc = pc if topmost else pc - 1
+            mapping = space.find(lookup_pc)
+            row = mapping.module.find_fre(lookup_pc) if mapping and mapping.module else None
+            if row is not None and row.outermost:
+                result.stop = Stop.OUTERMOST
+                return result
+            if row is not None:
+                step = self._step_sframe(row, pc, sp, fp, lr, topmost, registers, memory)
+                method = "sframe"
+            else:
+                step = self._step_fp(sp, fp, memory)
+                method = "fp"
+                if step is None and mapping is None:
+                    result.stop = Stop.NO_MODULE
+                    return result
+            if isinstance(step, Stop):
+                result.stop = step
+                return result
+            if step is None:
+                result.stop = Stop.NO_RULE
+                return result
+            new_pc, new_sp, new_fp = step
+            if new_pc == 0:
+                result.stop = Stop.ZERO_PC
+                return result
+            if new_sp < sp or (new_sp == sp and not topmost):
+                result.stop = Stop.BACKWARDS if new_sp < sp else Stop.NO_ADVANCE
+                return result
+            pc, sp, fp = new_pc, new_sp, new_fp
+            topmost = False
+            result.frames.append(Frame(pc, method))
+        result.stop = Stop.DEPTH
+        return result
+
+    def _register(self, regnum: int, sp: int, fp: int, topmost: bool,
+                  registers: Registers) -> int | None:
+        if regnum == self.sp_reg:
+            return sp
+        if regnum == self.fp_reg:
+            return fp
+        if topmost:
+            if regnum == self.ra_reg and self.abi != ABI.AMD64_ENDIAN_LITTLE:
+                return registers.lr
+            return registers.others.get(regnum)
+        return None
+
+    def _value(self, rule: Rule, cfa: int, sp: int, fp: int, topmost: bool,
+               registers: Registers, memory: StackMemory) -> int | None:
+        if rule.kind == RuleKind.CFA:
+            address = cfa + rule.offset
+        else:
+            base = self._register(rule.regnum, sp, fp, topmost, registers)
+            if base is None:
+                return None
+            address = base + rule.offset
+        if not rule.deref:
+            return address
+        return memory.read(address)
+
+    def _step_sframe(self, row: FrameRow, pc: int, sp: int, fp: int, lr: int, topmost: bool,
+                     registers: Registers, memory: StackMemory
+                     ) -> tuple[int, int, int] | Stop | None:
+        cfa = self._value(row.cfa, 0, sp, fp, topmost, registers, memory)
+        if cfa is None:
+            return Stop.MEMORY if row.cfa.deref else None
+        if row.ra.kind == RuleKind.RETAIN:
+            if not topmost:
+                return None
+            ra: int | None = lr
+        else:
+            ra = self._value(row.ra, cfa, sp, fp, topmost, registers, memory)
+            if ra is None:
+                return Stop.MEMORY
+        if row.ra_mangled and ra is not None:
+            ra &= (1 << 48) - 1  # strip the pointer-authentication code (48-bit VA)
+        if row.fp.kind == RuleKind.RETAIN:
+            new_fp: int | None = fp
+        else:
+            new_fp = self._value(row.fp, cfa, sp, fp, topmost, registers, memory)
+            if new_fp is None:
+                # The slot is outside the copy: in an epilogue it lies below sp (FP already
+                # popped, so the register holds the caller's value); elsewhere FP is only
+                # needed if a caller is FP-based, which then fails on its own.
+                new_fp = fp
+        assert ra is not None and new_fp is not None
+        return ra, cfa + self.sp_offset, new_fp
+
+    def _step_fp(self, sp: int, fp: int, memory: StackMemory) -> tuple[int, int, int] | None:
+        """Frame-pointer fallback: [fp] = caller's fp, [fp + 8] = return address."""
+        if fp < sp or fp & 7:
+            return None
+        saved_fp = memory.read(fp)
+        ra = memory.read(fp + 8)
+        if saved_fp is None or ra is None:
+            return None
+        return ra, fp + 16, saved_fp
