@@ -15,6 +15,7 @@ from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task, in_time_orde
 from .modules import AddressSpace, BinaryFinder, Mapping
 from .unwinder import Registers, StackMemory, Unwind, Unwinder
 
+
 @dataclass(slots=True, frozen=True)
 class PerfRegisterLayout:
     """perf's register indices (``perf_regs.h``) of ip, sp, fp, the link register, and
