@@ -87,3 +87,28 @@ def test_x86_64_step_and_failure_kinds() -> None:
     lost = Unwinder(ABI.AMD64_ENDIAN_LITTLE).unwind(
         Registers(0x9000, sp, 0), StackMemory(sp, bytes(stack)), space)
     assert lost.stop is Stop.NO_MODULE
+
+
+@needs_recording
+def test_sframe_script_text_matches_perf_script(tmp_path: object,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole sample blocks against `perf script --no-inline`: headers, addresses, symbols
+    (debug-file .symtab, perf's alias choice, name@plt) and dsos. Kernel frames need the
+    recording machine's kallsyms, so they are compared by address only."""
+    from pysframe.report.perf_script import perf_script_text
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with open_perf_data(str(LUA / "perf.data")) as data:
+        ours = "".join(perf_script_text(PerfUnwinder(data, [str(LUA)]).samples())).split("\n\n")
+    theirs = (LUA / "perf-script.no-inline.txt").read_text().split("\n\n")
+    assert len(ours) == len(theirs)
+
+    def without_kernel_symbols(block: str) -> list[str]:
+        return [line.split(" ", 1)[0] if "[kernel.kallsyms]" in line else line
+                for line in block.splitlines()]
+
+    identical = sum(a == b for a, b in zip(ours, theirs, strict=True))
+    user_identical = sum(without_kernel_symbols(a) == without_kernel_symbols(b)
+                         for a, b in zip(ours, theirs, strict=True))
+    assert user_identical >= 0.995 * len(theirs)
+    assert identical >= 0.99 * len(theirs)

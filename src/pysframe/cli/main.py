@@ -125,6 +125,30 @@ def inject(file: str, output: str, version: str) -> None:
 
 
 @cli.command()
+@click.argument("perf_data", type=click.Path(dir_okay=False))
+@click.option("--binaries", multiple=True, type=click.Path(file_okay=False),
+              help="Directory to search (recursively) for the recorded binaries, matched by "
+                   "build id. Repeatable.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
+@click.option("--show-stops", is_flag=True,
+              help="On stderr: how each frame was unwound and why each chain stopped.")
+def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
+           show_stops: bool) -> None:
+    """Unwind a `perf record --call-graph dwarf` file with SFrame; print like `perf script
+    --no-inline`."""
+    from .errors import CommandError
+    from .script import run_script
+
+    try:
+        status = run_script(perf_data, binaries=list(binaries), output=output,
+                            show_stops=show_stops, report=report)
+    except CommandError as error:
+        report(error.message)
+        status = error.exit_code
+    sys.exit(status)
+
+
+@cli.command()
 def demo() -> None:
     """Dump the built-in demo section (a small x86-64 V3 table made by our encoder)."""
     from ..demo import DEMO_ADDRESS, demo_bytes

@@ -1,0 +1,49 @@
+"""``sframe script``: perf.data samples unwound with SFrame, printed like ``perf script``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
+
+
+def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
+               report: Any) -> int:
+    from ..report.perf_script import perf_script_text
+    from ..sources.perf_data import PerfDataError, open_perf_data
+    from ..unwind.perf_session import PerfUnwinder
+    from .generate import write_atomically
+
+    try:
+        data = open_perf_data(path)
+    except PerfDataError as error:
+        raise CommandError(str(error), EXIT_UNREADABLE if "cannot read" in str(error)
+                           else EXIT_INVALID) from None
+    with data:
+        try:
+            unwinder = PerfUnwinder(data, binaries)
+        except ValueError as error:
+            raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
+        samples = unwinder.samples()
+        if show_stops:
+            samples = _with_stops(samples)
+        chunks = perf_script_text(samples)
+        if output is None:
+            write = sys.stdout.write
+            for chunk in chunks:
+                write(chunk)
+        else:
+            write_atomically(output, "".join(chunks).encode())
+        for offset, reason in data.skipped:
+            report(f"{path}: skipped at offset {offset:#x}: {reason}")
+    return EXIT_INVALID if data.skipped else EXIT_OK
+
+
+def _with_stops(samples: Any) -> Any:
+    for unwound in samples:
+        sys.stderr.write(f"{unwound.sample.tid} {unwound.sample.time}: "
+                         f"{len(unwound.unwind.frames)} frames "
+                         f"({', '.join(f.method for f in unwound.unwind.frames)}); "
+                         f"stopped: {unwound.unwind.stop.value}\n")
+        yield unwound

@@ -1,0 +1,1 @@
+"""Outputs: perf-script text (folded stacks, speedscope and flame graphs to come)."""

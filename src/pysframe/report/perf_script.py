@@ -1,0 +1,49 @@
+"""Text in the format of ``perf script --no-inline`` for unwound samples."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from ..sources.perf_data import EventAttr
+from ..symbolize.symbolizer import Symbolizer
+from ..unwind.perf_session import UnwoundSample
+
+CONTEXT_MARKER_MIN = (1 << 64) - 4095
+SOFTWARE_EVENTS = {0: "cpu-clock", 1: "task-clock", 2: "page-faults", 3: "context-switches",
+                   4: "cpu-migrations", 5: "minor-faults", 6: "major-faults"}
+HARDWARE_EVENTS = {0: "cycles", 1: "instructions", 2: "cache-references", 3: "cache-misses",
+                   4: "branches", 5: "branch-misses", 6: "bus-cycles"}
+
+
+def event_name(attr: EventAttr | None) -> str:
+    if attr is None:
+        return "unknown"
+    table = SOFTWARE_EVENTS if attr.type == 1 else HARDWARE_EVENTS if attr.type == 0 else {}
+    return table.get(attr.config, f"raw-{attr.type}:{attr.config:#x}")
+
+
+def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer) -> str:
+    sample = unwound.sample
+    seconds, nanoseconds = divmod(sample.time, 10**9)
+    lines = [f"{unwound.comm} {sample.tid:5d} {seconds:5d}.{nanoseconds // 1000:06d}: "
+             f"{sample.period:10d} {event_name(sample.attr)}: "]
+    for address in sample.callchain:
+        if address >= CONTEXT_MARKER_MIN:
+            continue
+        if address >= 1 << 63:  # kernel addresses: no kallsyms of the recording machine here
+            lines.append(f"\t{address:16x} [unknown] ([kernel.kallsyms])")
+    for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
+                                                 strict=True)):
+        pc = frame.pc if index == 0 else frame.pc - 1  # callers print as return address - 1
+        if mapping is None:
+            lines.append(f"\t{pc:16x} [unknown] ([unknown])")
+            continue
+        shown = pc - mapping.start + mapping.pgoff
+        lines.append(f"\t{shown:16x} {symbolizer.symbol(mapping, pc)} ({mapping.filename})")
+    return "\n".join(lines) + "\n\n"
+
+
+def perf_script_text(samples: Iterable[UnwoundSample]) -> Iterator[str]:
+    symbolizer = Symbolizer()
+    for unwound in samples:
+        yield format_sample(unwound, symbolizer)

@@ -1,0 +1,1 @@
+"""Symbols: function names for addresses, the way perf names them."""
