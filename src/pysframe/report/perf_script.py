@@ -22,7 +22,8 @@ def event_name(attr: EventAttr | None) -> str:
     return table.get(attr.config, f"raw-{attr.type}:{attr.config:#x}")
 
 
-def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer) -> str:
+def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
+                  lines_cache: dict[tuple[int, int], str] | None = None) -> str:
     sample = unwound.sample
     seconds, nanoseconds = divmod(sample.time, 10**9)
     lines = [f"{unwound.comm} {sample.tid:5d} {seconds:5d}.{nanoseconds // 1000:06d}: "
@@ -35,15 +36,24 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer) -> str:
     for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
                                                  strict=True)):
         pc = frame.pc if index == 0 else frame.pc - 1  # callers print as return address - 1
-        if mapping is None:
-            lines.append(f"\t{pc:16x} [unknown] ([unknown])")
-            continue
-        shown = pc - mapping.start + mapping.pgoff
-        lines.append(f"\t{shown:16x} {symbolizer.symbol(mapping, pc)} ({mapping.filename})")
+        key = (id(mapping), pc)
+        line = lines_cache.get(key) if lines_cache is not None else None
+        if line is None:
+            if mapping is None:
+                line = f"\t{pc:16x} [unknown] ([unknown])"
+            else:
+                shown = pc - mapping.start + mapping.pgoff
+                line = f"\t{shown:16x} {symbolizer.symbol(mapping, pc)} ({mapping.filename})"
+            if lines_cache is not None:
+                lines_cache[key] = line
+        lines.append(line)
     return "\n".join(lines) + "\n\n"
 
 
 def perf_script_text(samples: Iterable[UnwoundSample]) -> Iterator[str]:
     symbolizer = Symbolizer()
+    # Frames repeat across samples: one formatted line per (mapping, address). Mappings
+    # live as long as the run, so their ids are stable keys.
+    lines: dict[tuple[int, int], str] = {}
     for unwound in samples:
-        yield format_sample(unwound, symbolizer)
+        yield format_sample(unwound, symbolizer, lines)

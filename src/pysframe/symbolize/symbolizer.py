@@ -9,6 +9,8 @@ from .symbols import SymbolTable, load_symbols
 class Symbolizer:
     def __init__(self) -> None:
         self._tables: dict[tuple[str, bytes | None], SymbolTable | None] = {}
+        # Samples repeat the same frames: one string per (module, link-time address).
+        self._names: dict[tuple[int, int], str] = {}
 
     def table(self, mapping: Mapping) -> SymbolTable | None:
         module = mapping.module
@@ -23,9 +25,11 @@ class Symbolizer:
         """``name+0xoff`` for a runtime ``address`` in ``mapping``, or ``[unknown]``."""
         if mapping is None or mapping.module is None:
             return "[unknown]"
-        table = self.table(mapping)
-        found = table.lookup(address - mapping.module.bias) if table is not None else None
-        if found is None:
-            return "[unknown]"
-        name, offset = found
-        return f"{name}+{offset:#x}"
+        key = (id(mapping.module.image), address - mapping.module.bias)
+        text = self._names.get(key)
+        if text is None:
+            table = self.table(mapping)
+            found = table.lookup(key[1]) if table is not None else None
+            text = "[unknown]" if found is None else f"{found[0]}+{found[1]:#x}"
+            self._names[key] = text
+        return text

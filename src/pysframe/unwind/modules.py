@@ -133,6 +133,8 @@ class AddressSpace:
 
     mappings: list[Mapping] = field(default_factory=list)
     _starts: list[int] = field(default_factory=list)
+    #: Bumped at every change, so caches keyed by it never see a stale layout.
+    version: int = 0
 
     def add(self, mapping: Mapping) -> None:
         # A new mapping replaces whatever it overlaps (exec, dlclose + dlopen ...).
@@ -141,6 +143,7 @@ class AddressSpace:
         kept.sort(key=lambda m: m.start)
         self.mappings = kept
         self._starts = [m.start for m in kept]
+        self.version += 1
 
     def find(self, address: int) -> Mapping | None:
         index = bisect_right(self._starts, address) - 1
@@ -149,4 +152,4 @@ class AddressSpace:
         return None
 
     def copy(self) -> AddressSpace:
-        return AddressSpace(list(self.mappings), list(self._starts))
+        return AddressSpace(list(self.mappings), list(self._starts), self.version)

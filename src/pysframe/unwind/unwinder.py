@@ -77,8 +77,14 @@ class Registers:
     others: dict[int, int] = field(default_factory=dict)
 
 
+_NO_MODULE = object()
+_NO_RULE = object()
+
+
 class Unwinder:
     def __init__(self, abi: ABI, max_depth: int = 127) -> None:
+        #: Per (address space, caller PC) plan, reused across samples (the rule cache).
+        self._plans: dict[tuple[int, int, int], object] = {}
         self.abi = abi
         regs = DWARF_REGS[abi]
         self.sp_reg, self.fp_reg, self.ra_reg = regs.sp, regs.fp, regs.ra
@@ -87,22 +93,46 @@ class Unwinder:
 
     def unwind(self, registers: Registers, memory: StackMemory, space: AddressSpace) -> Unwind:
         result = Unwind([Frame(registers.pc, "ip")])
+        frames = result.frames
         pc, sp, fp, lr = registers.pc, registers.sp, registers.fp, registers.lr
         topmost = True
-        while len(result.frames) < self.max_depth:
+        plans = self._plans
+        read = memory.read
+        while len(frames) < self.max_depth:
             lookup_pc = pc if topmost else pc - 1
-            mapping = space.find(lookup_pc)
-            row = mapping.module.find_fre(lookup_pc) if mapping and mapping.module else None
-            if row is not None and row.outermost:
-                result.stop = Stop.OUTERMOST
-                return result
-            if row is not None:
+            plan = plans.get((id(space), space.version, lookup_pc)) if not topmost else None
+            if plan is None:
+                plan = self._plan(space, lookup_pc)
+                if not topmost:
+                    plans[(id(space), space.version, lookup_pc)] = plan
+            if plan.__class__ is tuple:
+                # The common default rule (CFA = SP/FP + offset, RA and FP on the stack),
+                # precomputed per PC: a few additions and at most two loads.
+                sp_based, cfa_offset, ra_offset, fp_offset = plan
+                cfa = (sp if sp_based else fp) + cfa_offset
+                ra = read(cfa + ra_offset)
+                if ra is None:
+                    result.stop = Stop.MEMORY
+                    return result
+                if fp_offset is not None:
+                    saved = read(cfa + fp_offset)
+                    new_fp = fp if saved is None else saved
+                else:
+                    new_fp = fp
+                step: tuple[int, int, int] | Stop | None = (ra, cfa + self.sp_offset, new_fp)
+                method = "sframe"
+            elif plan.__class__ is FrameRow:
+                row = plan
+                assert isinstance(row, FrameRow)
+                if row.outermost:
+                    result.stop = Stop.OUTERMOST
+                    return result
                 step = self._step_sframe(row, pc, sp, fp, lr, topmost, registers, memory)
                 method = "sframe"
             else:
                 step = self._step_fp(sp, fp, memory)
                 method = "fp"
-                if step is None and mapping is None:
+                if step is None and plan is _NO_MODULE:
                     result.stop = Stop.NO_MODULE
                     return result
             if isinstance(step, Stop):
@@ -120,9 +150,27 @@ class Unwinder:
                 return result
             pc, sp, fp = new_pc, new_sp, new_fp
             topmost = False
-            result.frames.append(Frame(pc, method))
+            frames.append(Frame(pc, method))
         result.stop = Stop.DEPTH
         return result
+
+    def _plan(self, space: AddressSpace, pc: int) -> object:
+        """What to do at ``pc``: a (sp_based, cfa_offset, ra_offset, fp_offset) tuple for the
+        common default rule, the :class:`FrameRow` otherwise, or a marker for "no rule"."""
+        mapping = space.find(pc)
+        if mapping is None:
+            return _NO_MODULE
+        row = mapping.module.find_fre(pc) if mapping.module else None
+        if row is None:
+            return _NO_RULE
+        cfa, ra, fp = row.cfa, row.ra, row.fp
+        if (not row.outermost and not row.ra_mangled and not cfa.deref
+                and cfa.regnum in (self.sp_reg, self.fp_reg)
+                and ra.kind == RuleKind.CFA and ra.deref
+                and (fp.kind == RuleKind.RETAIN or (fp.kind == RuleKind.CFA and fp.deref))):
+            return (cfa.regnum == self.sp_reg, cfa.offset, ra.offset,
+                    fp.offset if fp.kind == RuleKind.CFA else None)
+        return row
 
     def _register(self, regnum: int, sp: int, fp: int, topmost: bool,
                   registers: Registers) -> int | None:
