@@ -112,3 +112,31 @@ def test_sframe_script_text_matches_perf_script(tmp_path: object,
                          for a, b in zip(ours, theirs, strict=True))
     assert user_identical >= 0.995 * len(theirs)
     assert identical >= 0.99 * len(theirs)
+
+
+@needs_recording
+def test_reports_folded_speedscope_svg(tmp_path: object) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ElementTree
+
+    outputs = {}
+    for form in ("folded", "speedscope", "svg"):
+        target = os.path.join(str(tmp_path), f"lua.{form}")
+        result = subprocess.run([sys.executable, "-m", "pysframe", "report", str(LUA / "perf.data"),
+                                 "--binaries", str(LUA), "--format", form, "-o", target],
+                                capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+        assert result.returncode == 0, result.stderr
+        outputs[form] = open(target).read()
+    lines = outputs["folded"].splitlines()
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == 3171
+    assert any(line.startswith("lua;_start;__libc_start_main@@GLIBC_2.34;") for line in lines)
+    document = json.loads(outputs["speedscope"])
+    profile = document["profiles"][0]
+    assert profile["type"] == "sampled" and sum(profile["weights"]) == 3171
+    assert len(profile["samples"]) == len(lines)
+    root = ElementTree.fromstring(outputs["svg"])
+    assert root.tag.endswith("svg") and "luaV_execute" in outputs["svg"]

@@ -21,6 +21,9 @@ def write_atomically(path: str, data: bytes) -> None:
         try:
             with os.fdopen(handle, "wb") as out:
                 out.write(data)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)

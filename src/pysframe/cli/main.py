@@ -148,6 +148,27 @@ def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
     sys.exit(status)
 
 
+@cli.command(name="report")
+@click.argument("perf_data", type=click.Path(dir_okay=False))
+@click.option("--format", "form", type=click.Choice(["folded", "speedscope", "svg"]),
+              default="folded", show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("--binaries", multiple=True, type=click.Path(file_okay=False),
+              help="Directory to search for the recorded binaries (by build id). Repeatable.")
+def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, ...]) -> None:
+    """Aggregate unwound samples: folded stacks, speedscope JSON or an SVG flame graph."""
+    from .errors import CommandError
+    from .script import run_report
+
+    try:
+        status = run_report(perf_data, binaries=list(binaries), output=output, form=form,
+                            report=report)
+    except CommandError as error:
+        report(error.message)
+        status = error.exit_code
+    sys.exit(status)
+
+
 @cli.command()
 def demo() -> None:
     """Dump the built-in demo section (a small x86-64 V3 table made by our encoder)."""

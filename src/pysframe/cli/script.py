@@ -47,3 +47,47 @@ def _with_stops(samples: Any) -> Any:
                          f"({', '.join(f.method for f in unwound.unwind.frames)}); "
                          f"stopped: {unwound.unwind.stop.value}\n")
         yield unwound
+
+
+def _progress(samples: Any, data: Any) -> Any:
+    """A progress bar on stderr (by position in the data section) when it is a terminal."""
+    if not sys.stderr.isatty():
+        yield from samples
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("unwinding", total=data.data_size)
+        for unwound in samples:
+            progress.update(task, completed=unwound.sample.offset - data.data_offset)
+            yield unwound
+
+
+def run_report(path: str, *, binaries: list[str], output: str, form: str, report: Any) -> int:
+    from ..report.profiles import flame_graph_svg, folded, speedscope, stack_counts
+    from ..sources.perf_data import PerfDataError, open_perf_data
+    from ..unwind.perf_session import PerfUnwinder
+    from .generate import write_atomically
+
+    try:
+        data = open_perf_data(path)
+    except PerfDataError as error:
+        raise CommandError(str(error), EXIT_UNREADABLE if "cannot read" in str(error)
+                           else EXIT_INVALID) from None
+    with data:
+        try:
+            unwinder = PerfUnwinder(data, binaries)
+        except ValueError as error:
+            raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
+        counts = stack_counts(_progress(unwinder.samples(), data))
+        title = " ".join(data.cmdline[-3:]) or path
+        if form == "folded":
+            text = folded(counts)
+        elif form == "speedscope":
+            text = speedscope(counts, title)
+        else:
+            text = flame_graph_svg(counts, title)
+        write_atomically(output, text.encode())
+        for offset, reason in data.skipped:
+            report(f"{path}: skipped at offset {offset:#x}: {reason}")
+    return EXIT_INVALID if data.skipped else EXIT_OK

@@ -21,6 +21,11 @@ class Symbolizer:
             self._tables[key] = load_symbols(module.image)
         return self._tables[key]
 
+    def function(self, mapping: Mapping | None, address: int) -> str:
+        """The function name alone (for stack aggregation), or ``[unknown]``."""
+        text = self.symbol(mapping, address)
+        return text.rsplit("+0x", 1)[0] if text != "[unknown]" else text
+
     def symbol(self, mapping: Mapping | None, address: int) -> str:
         """``name+0xoff`` for a runtime ``address`` in ``mapping``, or ``[unknown]``."""
         if mapping is None or mapping.module is None:
