@@ -140,3 +140,54 @@ def test_reports_folded_speedscope_svg(tmp_path: object) -> None:
     assert len(profile["samples"]) == len(lines)
     root = ElementTree.fromstring(outputs["svg"])
     assert root.tag.endswith("svg") and "luaV_execute" in outputs["svg"]
+
+
+def _space_with(section: object, start: int, end: int) -> AddressSpace:
+    from pysframe.format import SFrameReader, encode
+    from pysframe.unwind.modules import Mapping, Module
+
+    module = Module("/bin/t", None, 0, SFrameReader(encode(section), 0).lookup(), "test")
+    space = AddressSpace()
+    space.add(Mapping(start, end, 0, "/bin/t", None, module))
+    return space
+
+
+def test_aarch64_rules_on_a_synthetic_stack() -> None:
+    """Leaf with RA still in x30 (topmost), then a caller with FP/LR saved and a signed RA."""
+    from pysframe.format import FDE, FRE, Section
+
+    section = Section(version=3, abi=ABI.AARCH64_ENDIAN_LITTLE, fdes=[
+        FDE(0x1000, 0x20, [FRE(0, (0,))]),                              # leaf: CFA = sp, RA in LR
+        FDE(0x2000, 0x40, [FRE(0, (0,)), FRE(8, (32, -8, -16), mangled_ra=True)]),
+        FDE(0x3000, 0x10, [FRE(0, (16, -8, -16)), FRE(4, ())]),          # outermost after 4
+    ])
+    space = _space_with(section, 0x1000, 0x4000)
+    sp = 0x8000
+    stack = bytearray(64)
+    # caller frame (0x2000 at +0x10): CFA = sp + 32; FP at CFA-16, signed RA at CFA-8.
+    stack[16:24] = (0x8030).to_bytes(8, "little")
+    stack[24:32] = ((0x5A << 56) | 0x3006).to_bytes(8, "little")  # PAC bits in the top byte
+    result = Unwinder(ABI.AARCH64_ENDIAN_LITTLE).unwind(
+        Registers(0x1004, sp, 0x8010, lr=0x2011), StackMemory(sp, bytes(stack)), space)
+    assert [f.pc for f in result.frames] == [0x1004, 0x2011, 0x3006]
+    assert result.stop is Stop.OUTERMOST
+
+
+def test_s390x_rules_on_a_synthetic_stack() -> None:
+    """s390x: CFA words are (offset - 160) / 8, caller SP = CFA - 160, RA in r14 when unsaved."""
+    from pysframe.format import FDE, FRE, BaseReg, Section
+
+    section = Section(version=3, abi=ABI.S390X_ENDIAN_BIG, fdes=[
+        FDE(0x1000, 0x20, [FRE(0, (0,))]),                                  # CFA = r15+160
+        FDE(0x2000, 0x40, [FRE(0, ((320 - 160) // 8, -48, -72), BaseReg.SP)]),  # CFA = r15+320
+    ])
+    space = _space_with(section, 0x1000, 0x3000)
+    sp = 0x9000
+    stack = bytearray(512)
+    # leaf (topmost): RA in r14 = 0x2010; CFA = sp + 160, caller sp = CFA - 160 = sp.
+    # caller at 0x2010: CFA = sp + 320; RA at CFA-48, FP at CFA-72 (big-endian).
+    stack[320 - 48:320 - 40] = (0x2FFF + 1).to_bytes(8, "big")
+    stack[320 - 72:320 - 64] = (0x9500).to_bytes(8, "big")
+    result = Unwinder(ABI.S390X_ENDIAN_BIG, max_depth=3).unwind(
+        Registers(0x1008, sp, 0x9400, lr=0x2010), StackMemory(sp, bytes(stack), True), space)
+    assert [f.pc for f in result.frames][:3] == [0x1008, 0x2010, 0x3000]
