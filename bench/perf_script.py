@@ -4,13 +4,17 @@ perf must find the recorded binary: the bench adds it to perf's build-id cache
 (`perf buildid-cache --add`, which writes under ~/.debug) before timing. Prints
 wall time, frames per second of each, their ratio, and our peak RSS.
 
-    python3 bench/perf_script.py [--recording DIR] [--runs N]
+    python3 bench/perf_script.py [--recording DIR] [--runs N] [--large]
+
+--large also records (once, with perf, into bench/out/) a recording of at least
+500 MB of the same Lua benchmark run repeatedly, and reports both tools' time and
+our peak RSS on it (peak memory must not grow with the number of samples).
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
+import os
 import shutil
 import statistics
 import subprocess
@@ -24,23 +28,42 @@ from common import FIXTURES, OUT, sframe_command
 
 
 def timed(argv: list[str], output: Path) -> tuple[float, int]:
-    """(wall seconds, peak RSS KiB of the child) of one run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """(wall seconds, peak RSS KiB of this very child) of one run."""
     with open(output, "wb") as out:
         start = time.perf_counter()
-        subprocess.run(argv, stdout=out, stderr=subprocess.DEVNULL, check=True)
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(child.pid, 0)
         elapsed = time.perf_counter() - start
-    return elapsed, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        sys.exit(f"bench: {argv[0]} failed ({child.returncode})")
+    return elapsed, usage.ru_maxrss
 
 
 def frames(path: Path) -> int:
     return sum(1 for line in path.open() if line.startswith("\t"))
 
 
+def large_recording(perf: str, recording: Path, minimum: int = 500 * 2**20) -> Path:
+    """A >= 500 MB `--call-graph dwarf` recording of the Lua benchmark, made once."""
+    target = OUT / "large.perf.data"
+    if target.exists() and target.stat().st_size >= minimum:
+        return target
+    runs = 20
+    script = f"for i in $(seq {runs}); do ./lua bench.lua >/dev/null; done"
+    print(f"recording {target} ({runs} runs of the Lua benchmark, about a minute) ...",
+          file=sys.stderr)
+    subprocess.run([perf, "record", "-q", "-N", "-e", "cpu-clock", "-F", "999", "--call-graph",
+                    "dwarf", "-o", str(target), "sh", "-c", script], cwd=recording, check=True,
+                   stderr=subprocess.DEVNULL)
+    return target
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recording", default=str(FIXTURES / "real" / "lua-2.46-x86_64"))
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--large", action="store_true")
     args = parser.parse_args()
     perf = shutil.which("perf")
     if perf is None:
@@ -66,6 +89,14 @@ def main() -> int:
           f"perf script --no-inline {theirs:.3f} s ({their_frames / theirs:,.0f} frames/s); "
           f"speed ratio sframe/perf = {(our_frames / ours) / (their_frames / theirs):.2f} "
           f"(>= 1.0 means faster than perf); peak RSS of sframe script {rss / 1024:.0f} MiB")
+    if args.large:
+        big = large_recording(perf, recording)
+        took, peak = timed([*sframe_command(), "script", str(big), "--binaries",
+                            str(recording)], ours_out)
+        theirs_took = timed([perf, "script", "--no-inline", "-i", str(big)], theirs_out)[0]
+        print(f"{big} ({big.stat().st_size / 2**20:.0f} MiB, {frames(ours_out):,} frames): "
+              f"sframe script {took:.1f} s, perf script --no-inline {theirs_took:.1f} s; "
+              f"peak RSS of sframe script {peak / 1024:.0f} MiB")
     return 0
 
 

@@ -123,7 +123,7 @@ def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, 
         if return_register is not None and return_register != regs.ra:
             raise Skip(f"non-default RA register {return_register}")
         _replay(context, instructions, start)
-        rows = _close(context, size)
+        rows = context.rows
         fres = [_fre(context, offset, row) for offset, row in rows]
         if v3 and len(fres) > 0xFFFF:
             raise Skip("too many FREs")
@@ -178,10 +178,6 @@ def _advance(context: _Context, location: int, new_location: int) -> None:
         context.row = context.row.copy()
         context.changed = False
     # else: the row continues (merged)
-
-
-def _close(context: _Context, size: int) -> list[tuple[int, Row]]:
-    return context.rows
 
 
 def _is_sp_or_fp(context: _Context, reg: int) -> bool:
