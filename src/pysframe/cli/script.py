@@ -8,23 +8,30 @@ from typing import Any
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
 
 
-def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
-               report: Any) -> int:
-    from ..report.perf_script import perf_script_text
+def open_recording(path: str, binaries: list[str]) -> tuple[Any, Any]:
+    """The opened perf.data file and its unwinder, or a one-line CommandError."""
     from ..sources.perf_data import PerfDataError, open_perf_data
     from ..unwind.perf_session import PerfUnwinder
-    from .generate import write_atomically
 
     try:
         data = open_perf_data(path)
     except PerfDataError as error:
         raise CommandError(str(error), EXIT_UNREADABLE if "cannot read" in str(error)
                            else EXIT_INVALID) from None
+    try:
+        return data, PerfUnwinder(data, binaries)
+    except ValueError as error:
+        data.close()
+        raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
+
+
+def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
+               report: Any) -> int:
+    from ..report.perf_script import perf_script_text
+    from .generate import write_atomically
+
+    data, unwinder = open_recording(path, binaries)
     with data:
-        try:
-            unwinder = PerfUnwinder(data, binaries)
-        except ValueError as error:
-            raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
         samples = unwinder.samples()
         if show_stops:
             samples = _with_stops(samples)
@@ -65,20 +72,10 @@ def _progress(samples: Any, data: Any) -> Any:
 
 def run_report(path: str, *, binaries: list[str], output: str, form: str, report: Any) -> int:
     from ..report.profiles import flame_graph_svg, folded, speedscope, stack_counts
-    from ..sources.perf_data import PerfDataError, open_perf_data
-    from ..unwind.perf_session import PerfUnwinder
     from .generate import write_atomically
 
-    try:
-        data = open_perf_data(path)
-    except PerfDataError as error:
-        raise CommandError(str(error), EXIT_UNREADABLE if "cannot read" in str(error)
-                           else EXIT_INVALID) from None
+    data, unwinder = open_recording(path, binaries)
     with data:
-        try:
-            unwinder = PerfUnwinder(data, binaries)
-        except ValueError as error:
-            raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
         counts = stack_counts(_progress(unwinder.samples(), data))
         title = " ".join(data.cmdline[-3:]) or path
         if form == "folded":
