@@ -81,3 +81,32 @@ def test_not_perf_data(tmp_path: Path) -> None:
         open_perf_data(str(path))
     with pytest.raises(PerfDataError):
         open_perf_data(str(tmp_path / "absent"))
+
+
+@needs_recording
+def test_mutated_recordings_never_raise_past_the_reader(tmp_path: Path) -> None:
+    """Flipped bytes in the header, attributes and records of a (cut) recording: either a
+    PerfDataError on open, or records with what was skipped listed; unwinding never crashes."""
+    import random
+
+    from pysframe.unwind.perf_session import PerfUnwinder
+
+    original = PERF_DATA.read_bytes()[:400_000]
+    rng = random.Random(5)
+    for case in range(60):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 8)):
+            at = rng.choice((rng.randrange(0, 300), rng.randrange(len(data))))
+            data[at] = rng.randrange(256)
+        path = tmp_path / f"m{case}.data"
+        path.write_bytes(bytes(data))
+        try:
+            recording = open_perf_data(str(path))
+        except PerfDataError:
+            continue
+        with recording:
+            try:
+                for _ in PerfUnwinder(recording, [str(LUA)]).samples():
+                    pass
+            except ValueError as error:  # unsupported architecture named by a mutated header
+                assert "architecture" in str(error)
