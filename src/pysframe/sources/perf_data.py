@@ -60,6 +60,10 @@ FEATURE_ARCH = 6
 FEATURE_NRCPUS = 7
 FEATURE_CMDLINE = 11
 
+#: Mapped pages further than this behind the reader are dropped (see _release_behind).
+RELEASE_MARGIN = 32 * 2**20
+RELEASE_STEP = 16 * 2**20
+
 _U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<8sQQQQQQQQ32s")
 _RECORD = struct.Struct("<IHH")
@@ -190,6 +194,7 @@ class PerfData:
     skipped: list[tuple[int, str]] = field(default_factory=list)
     _map: mmap.mmap | None = None
     _by_id: dict[int, EventAttr] = field(default_factory=dict)
+    _released: int = 0
 
     def __enter__(self) -> PerfData:
         return self
@@ -288,10 +293,34 @@ class PerfData:
         yield from self._records(self.buffer, self.data_offset, self.data_offset + self.data_size,
                                  0)
 
+    def _release_behind(self, offset: int) -> None:
+        """Drop the mapped pages well behind the read position from our resident set.
+
+        The file is mapped, so every page read stays resident and the peak RSS would
+        grow with the file; records more than ``RELEASE_MARGIN`` behind are done with
+        (time ordering holds two rounds, far less). Touching such a page again is still
+        correct: it is read back from the file.
+        """
+        mapped = self._map
+        if mapped is None or not hasattr(mapped, "madvise"):
+            return
+        end = (offset - RELEASE_MARGIN) & ~(mmap.PAGESIZE - 1)
+        if end > self._released:
+            try:
+                mapped.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+            except (OSError, ValueError):
+                return
+            self._released = end
+
     def _records(self, buffer: memoryview, start: int, end: int, base: int) -> Iterator[Record]:
         offset = start
         size_limit = min(end, len(buffer))
+        top_level = buffer is self.buffer
+        next_release = offset + RELEASE_STEP
         while offset + 8 <= size_limit:
+            if top_level and offset >= next_release:
+                self._release_behind(offset)
+                next_release = offset + RELEASE_STEP
             kind, misc, size = _RECORD.unpack_from(buffer, offset)
             if size < 8 or offset + size > size_limit:
                 self.skipped.append((base + offset, f"record of type {kind} with size {size} "
