@@ -1,20 +1,31 @@
 """Finding SFrame sections in ELF files.
 
 pyelftools parses the ELF container (headers, sections, segments, symbols,
-notes). Two things are hand-written: the search through ``PT_GNU_SFRAME`` when
-section headers are stripped (the segment's length is taken from the SFrame
-header, since ld makes ``p_filesz`` too long), and applying ``.rela.sframe``
-relocations, because pyelftools' RelocationHandler has no recipe for the
-64-bit PC-relative types SFrame V3 uses (R_X86_64_PC64, R_AARCH64_PREL64,
-R_390_PC64).
+notes). The layout of the file (ELF header, program and section header tables,
+section-name table) is checked by hand first, so that bad input is reported as
+one line naming the file and the byte offset instead of whatever pyelftools
+raises; anything pyelftools still rejects later becomes an :class:`ElfError`.
+
+Two things are hand-written:
+
+* the search through ``PT_GNU_SFRAME`` when section headers are absent: the
+  segment's length is taken from the SFrame header, because GNU ld makes
+  ``p_filesz`` longer than the section (zero padding);
+* applying the relocations against ``.sframe`` in relocatable objects, because
+  pyelftools' ``RelocationHandler`` (0.33) has no recipe for the 64-bit
+  PC-relative types SFrame V3 uses (``R_X86_64_PC64``, ``R_AARCH64_PREL64``,
+  ``R_390_PC64``) nor for ``R_390_PC32`` and the ``*_NONE`` types of AArch64 and
+  s390x. The value is computed as BFD does for objdump's dump of a relocatable
+  file (every section at its ``sh_addr``, i.e. 0): ``S + A`` or ``S + A - P``.
 """
 
 from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from elftools.common.exceptions import ELFError as PyElfError
 from elftools.elf.elffile import ELFFile
@@ -29,18 +40,27 @@ SHT_REL = 9
 SHF_EXECINSTR = 0x4
 PF_X = 0x1
 NT_GNU_BUILD_ID = 3
+SHN_XINDEX = 0xFFFF
+PN_XNUM = 0xFFFF
 
 EXIT_INVALID = 1
 EXIT_UNREADABLE = 2
 
+SFRAME_HEADER_SIZE = 28
+
+_T = TypeVar("_T")
+
 
 class ElfError(Exception):
-    """Bad or unreadable ELF input, as one line naming the file (and offset when known)."""
+    """Bad or unreadable ELF input, as one line naming the file (and offset when known).
+
+    ``exit_code`` is 1 for invalid data and 2 when the file cannot be read.
+    """
 
     def __init__(self, path: str, message: str, offset: int | None = None,
                  exit_code: int = EXIT_INVALID) -> None:
         self.path = path
-        self.message = message
+        self.message = " ".join(message.split())  # always one line
         self.offset = offset
         self.exit_code = exit_code
         super().__init__(str(self))
@@ -52,7 +72,12 @@ class ElfError(Exception):
 
 @dataclass(slots=True, frozen=True)
 class SFrameSectionData:
-    """The bytes of one SFrame section and where they come from."""
+    """The bytes of one SFrame section and where they come from.
+
+    ``found_by`` is ``"section-type"`` (SHT_GNU_SFRAME), ``"section-name"``
+    (SHT_PROGBITS called ``.sframe``, binutils 2.40-2.44) or ``"segment"``
+    (PT_GNU_SFRAME of a file without section headers).
+    """
 
     name: str
     address: int
@@ -64,23 +89,48 @@ class SFrameSectionData:
     big_endian: bool
 
 
-#: (width in bytes, PC-relative) per relocation type, per e_machine.
-_RELOCATIONS: dict[str, dict[int, tuple[int, bool]]] = {
-    "EM_X86_64": {0: (0, False), 1: (8, False), 2: (4, True), 10: (4, False), 11: (4, False),
-                  24: (8, True)},
-    "EM_AARCH64": {0: (0, False), 256: (0, False), 257: (8, False), 258: (4, False),
-                   260: (8, True), 261: (4, True)},
-    "EM_S390": {0: (0, False), 4: (4, False), 5: (4, True), 22: (8, False), 23: (8, True)},
+#: (width in bytes, PC-relative) per relocation type, per (e_machine, ELF class).
+#: Width 0 marks the no-op types.
+_RELOCATIONS: dict[tuple[str, int], dict[int, tuple[int, bool]]] = {
+    ("EM_X86_64", 64): {0: (0, False), 1: (8, False), 2: (4, True), 10: (4, False),
+                        11: (4, False), 24: (8, True)},
+    ("EM_AARCH64", 64): {0: (0, False), 256: (0, False), 257: (8, False), 258: (4, False),
+                         260: (8, True), 261: (4, True)},
+    ("EM_S390", 64): {0: (0, False), 4: (4, False), 5: (4, True), 22: (8, False),
+                      23: (8, True)},
 }
-
+_RELOCATIONS[("EM_X86_64", 32)] = _RELOCATIONS[("EM_X86_64", 64)]  # x32
+_RELOCATIONS[("EM_S390", 32)] = {0: (0, False), 4: (4, False), 5: (4, True)}
 
 
 def is_elf(data: bytes) -> bool:
+    """Whether ``data`` starts with the ELF magic."""
     return data[:4] == b"\x7fELF"
 
 
+def sframe_length(data: bytes) -> int | None:
+    """Length of the SFrame section at the start of ``data``, from its header:
+    ``28 + auxhdr_len + freoff + fre_len`` (or the end of the FDE table if that is
+    later). ``None`` if ``data`` does not start with an SFrame header."""
+    if len(data) < SFRAME_HEADER_SIZE or data[:2] not in (b"\xe2\xde", b"\xde\xe2"):
+        return None
+    order = "<" if data[:2] == b"\xe2\xde" else ">"
+    num_fdes, _, fre_len, fdeoff, freoff = struct.unpack_from(order + "5I", data, 8)
+    header_end = SFRAME_HEADER_SIZE + data[7]
+    length: int = header_end + freoff + fre_len
+    fde_size = {1: 17, 2: 20, 3: 16}.get(data[2])
+    if fde_size is not None:
+        length = max(length, header_end + fdeoff + num_fdes * fde_size)
+    return length
+
+
 class ElfImage:
-    """An ELF file parsed lazily with pyelftools, with the SFrame-specific lookups."""
+    """An ELF file parsed with pyelftools, with the SFrame-specific lookups.
+
+    The whole file is read once into ``data`` (or taken from ``data``); the ELF
+    header and header tables are checked on construction, sections are parsed
+    by pyelftools on demand.
+    """
 
     def __init__(self, path: str, data: bytes | None = None) -> None:
         self.path = path
@@ -89,20 +139,84 @@ class ElfImage:
                 with open(path, "rb") as handle:
                     data = handle.read()
             except OSError as error:
-                raise ElfError(path, f"cannot read: {error.strerror or error}",
+                raise ElfError(path, f"cannot read file: {error.strerror or error}",
                                exit_code=EXIT_UNREADABLE) from None
-        self.data = data
-        if not is_elf(data):
-            raise ElfError(path, "file format not recognized (not an ELF file)", 0)
-        if len(data) < 52:
-            raise ElfError(path, f"truncated ELF header ({len(data)} bytes)", 0)
+        self.data: bytes = data
+        self._check_layout()
         self.elf: Any = self._guard(lambda: ELFFile(io.BytesIO(data)))
-        self.big_endian = not self.elf.little_endian
-        self.elf_class: int = self.elf.elfclass
-        self.machine: str = self.elf["e_machine"]
-        self.elf_type: str = str(self.elf["e_type"]).replace("ET_", "")
+        self.big_endian: bool = not self.elf.little_endian
+        self.elf_class: int = self.elf.elfclass  # 32 or 64
+        self.machine: str = str(self.elf["e_machine"])
+        self.elf_type: str = str(self.elf["e_type"]).removeprefix("ET_")
 
-    def _guard(self, action: Any) -> Any:
+    # --- checking ----------------------------------------------------------------------
+
+    def _fail(self, message: str, offset: int | None) -> ElfError:
+        return ElfError(self.path, message, offset)
+
+    def _check_layout(self) -> None:
+        """Check the ELF header and the bounds of the header tables by hand, so that
+        these errors name the offset (pyelftools' messages do not)."""
+        data = self.data
+        size = len(data)
+        if not is_elf(data):
+            raise self._fail("file format not recognized (not an ELF file)", 0)
+        if size < 16:
+            raise self._fail(f"truncated ELF identification ({size} of 16 bytes)", 0)
+        if data[4] not in (1, 2):
+            raise self._fail(f"invalid ELF class {data[4]}", 4)
+        if data[5] not in (1, 2):
+            raise self._fail(f"invalid ELF data encoding {data[5]}", 5)
+        wide = data[4] == 2
+        order = ">" if data[5] == 2 else "<"
+        header_size = 64 if wide else 52
+        if size < header_size:
+            raise self._fail(f"truncated ELF header ({size} of {header_size} bytes)", 0)
+        if wide:
+            phoff, shoff = struct.unpack_from(order + "QQ", data, 0x20)
+            fields_at = 0x36
+        else:
+            phoff, shoff = struct.unpack_from(order + "II", data, 0x1C)
+            fields_at = 0x2A
+        phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from(
+            order + "5H", data, fields_at)
+        ph_size, sh_size = (56, 64) if wide else (32, 40)
+
+        if shoff:
+            if shentsize != sh_size:
+                raise self._fail(f"bad section header entry size {shentsize} "
+                                 f"(expected {sh_size})", fields_at + 4)
+            if shoff + sh_size > size:
+                raise self._fail("truncated ELF section header table", shoff)
+            section0 = (struct.unpack_from(order + "IIQQQQIIQQ", data, shoff) if wide
+                        else struct.unpack_from(order + "10I", data, shoff))
+            if shnum == 0:
+                shnum = section0[5]  # extended numbering: the count is in sh_size of entry 0
+            if shstrndx == SHN_XINDEX:
+                shstrndx = section0[6]  # ... and the name-table index in its sh_link
+            if phnum == PN_XNUM:
+                phnum = section0[7]  # ... and the program header count in its sh_info
+            if shoff + shnum * sh_size > size:
+                raise self._fail(f"truncated ELF section header table ({shnum} entries)", shoff)
+            if shnum and shstrndx >= shnum:
+                raise self._fail(f"bad section name string table index {shstrndx}",
+                                 fields_at + 8)
+            if shnum:
+                entry = shoff + shstrndx * sh_size
+                names = (struct.unpack_from(order + "IIQQQQ", data, entry) if wide
+                         else struct.unpack_from(order + "6I", data, entry))
+                names_offset, names_size = names[4], names[5]
+                if names_offset + names_size > size:
+                    raise self._fail(f"section name string table (section {shstrndx}) runs "
+                                     f"past the end of the file ({size:#x} bytes)", names_offset)
+        if phoff and phnum:
+            if phentsize != ph_size:
+                raise self._fail(f"bad program header entry size {phentsize} "
+                                 f"(expected {ph_size})", fields_at)
+            if phoff + phnum * ph_size > size:
+                raise self._fail(f"truncated ELF program header table ({phnum} entries)", phoff)
+
+    def _guard(self, action: Callable[[], _T]) -> _T:
         """Run a pyelftools call, turning its failures on bad input into one-line errors."""
         try:
             return action()
@@ -110,9 +224,11 @@ class ElfImage:
             raise
         except (PyElfError, struct.error, ValueError, KeyError, IndexError, TypeError,
                 AssertionError, OverflowError, UnicodeDecodeError, AttributeError,
-                ZeroDivisionError, RecursionError, EOFError) as error:
+                ZeroDivisionError, RecursionError, EOFError, MemoryError) as error:
             text = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise ElfError(self.path, f"malformed ELF file: {text}") from None
+
+    # --- identity ----------------------------------------------------------------------
 
     @property
     def target_name(self) -> str:
@@ -123,52 +239,58 @@ class ElfImage:
     # --- sections ----------------------------------------------------------------------
 
     def _section_bytes(self, index: int, section: Any) -> tuple[bytes, int]:
-        offset = section["sh_offset"]
-        size = section["sh_size"]
+        offset: int = section["sh_offset"]
+        size: int = section["sh_size"]
         if offset + size > len(self.data):
-            raise ElfError(self.path, f"section {section.name or index} (size {size:#x}) runs past "
-                           f"the end of the file ({len(self.data):#x} bytes)", offset)
+            raise self._fail(f"section {section.name or index} (size {size:#x}) runs past the "
+                             f"end of the file ({len(self.data):#x} bytes)", offset)
         return self.data[offset:offset + size], offset
 
     def sframe_sections(self, name: str = ".sframe") -> list[SFrameSectionData]:
-        """The SFrame sections called ``name`` (via PT_GNU_SFRAME if there are no sections)."""
-        return self._guard(lambda: self._sframe_sections(name))  # type: ignore[no-any-return]
+        """The SFrame sections called ``name``: of type SHT_GNU_SFRAME, or SHT_PROGBITS
+        literally called ``.sframe``; in a file without section headers, the
+        PT_GNU_SFRAME segment (for ``.sframe`` only). Empty if there is none."""
+        return self._guard(lambda: self._sframe_sections(name))
 
     def _sframe_sections(self, name: str) -> list[SFrameSectionData]:
         elf = self.elf
         if elf.num_sections() == 0:
-            return self._from_segment()
+            return self._from_segment() if name == ".sframe" else []
         found = []
         for index, section in enumerate(elf.iter_sections()):
             if section.name != name:
                 continue
             kind = section["sh_type"]
-            if kind == "SHT_GNU_SFRAME" or kind == SHT_GNU_SFRAME:
+            if kind in ("SHT_GNU_SFRAME", SHT_GNU_SFRAME):
                 found_by = "section-type"
             elif kind in ("SHT_PROGBITS", SHT_PROGBITS) and name == ".sframe":
                 found_by = "section-name"
             else:
                 continue
             raw, offset = self._section_bytes(index, section)
-            relocated, has_relocations = self._relocate(index, raw)
+            relocated, has_relocations = raw, False
+            if self.elf_type == "REL":
+                relocated, has_relocations = self._relocate(index, raw)
             found.append(SFrameSectionData(name, section["sh_addr"], offset, raw, relocated,
                                            has_relocations, found_by, self.big_endian))
         return found
 
     def _from_segment(self) -> list[SFrameSectionData]:
         for segment in self.elf.iter_segments():
-            kind = segment["p_type"]
-            if kind not in ("PT_GNU_SFRAME", PT_GNU_SFRAME):
+            if segment["p_type"] not in ("PT_GNU_SFRAME", PT_GNU_SFRAME):
                 continue
-            offset = segment["p_offset"]
-            filesz = segment["p_filesz"]
+            offset: int = segment["p_offset"]
+            filesz: int = segment["p_filesz"]
             if offset + filesz > len(self.data):
-                raise ElfError(self.path, "PT_GNU_SFRAME segment runs past the end of the file",
-                               offset)
-            length = _sframe_length(self.data[offset:offset + filesz])
-            if length is None or length > filesz:
-                raise ElfError(self.path, "PT_GNU_SFRAME segment does not hold a whole SFrame "
-                               "section", offset)
+                raise self._fail(f"PT_GNU_SFRAME segment (size {filesz:#x}) runs past the end "
+                                 f"of the file ({len(self.data):#x} bytes)", offset)
+            length = sframe_length(self.data[offset:offset + filesz])
+            if length is None:
+                raise self._fail("PT_GNU_SFRAME segment does not start with an SFrame header",
+                                 offset)
+            if length > filesz:
+                raise self._fail(f"SFrame section in PT_GNU_SFRAME needs {length:#x} bytes, "
+                                 f"the segment has {filesz:#x}", offset)
             raw = self.data[offset:offset + length]
             return [SFrameSectionData(".sframe", segment["p_vaddr"], offset, raw, raw, False,
                                       "segment", self.big_endian)]
@@ -177,40 +299,59 @@ class ElfImage:
     # --- relocations -------------------------------------------------------------------
 
     def _relocate(self, target_index: int, raw: bytes) -> tuple[bytes, bool]:
-        """``raw`` with the relocations against section ``target_index`` applied, as a
-        relocatable dump sees them: every section at address 0."""
+        """``raw`` (the contents of section ``target_index``) with the REL/RELA
+        relocations against it applied the way objdump sees a relocatable file:
+        S = st_value, A = r_addend (RELA) or the stored value (REL), P = sh_addr +
+        r_offset; the result is truncated to the field's width."""
         elf = self.elf
-        relocations = [s for s in elf.iter_sections()
-                       if s["sh_type"] in ("SHT_RELA", "SHT_REL", SHT_RELA, SHT_REL)
-                       and s["sh_info"] == target_index]
-        if not relocations:
+        relocation_sections = [
+            (index, s) for index, s in enumerate(elf.iter_sections())
+            if s["sh_type"] in ("SHT_RELA", "SHT_REL", SHT_RELA, SHT_REL)
+            and s["sh_info"] == target_index]
+        if not relocation_sections:
             return raw, False
-        table = _RELOCATIONS.get(self.machine)
+        table = _RELOCATIONS.get((self.machine, self.elf_class))
         out = bytearray(raw)
         order = ">" if self.big_endian else "<"
-        target_address = elf.get_section(target_index)["sh_addr"]
-        for section in relocations:
+        target = elf.get_section(target_index)
+        target_address: int = target["sh_addr"]
+        for rel_index, section in relocation_sections:
+            rel_name = section.name or f"section {rel_index}"
+            self._section_bytes(rel_index, section)  # checks that the table is in the file
             is_rela = section["sh_type"] in ("SHT_RELA", SHT_RELA)
+            entry_size: int = section["sh_entsize"] or (
+                (24 if is_rela else 16) if self.elf_class == 64 else (12 if is_rela else 8))
             symbols = elf.get_section(section["sh_link"])
-            for relocation in section.iter_relocations():
-                kind = relocation["r_info_type"]
-                at = relocation["r_offset"]
+            if not hasattr(symbols, "get_symbol"):
+                raise self._fail(f"{rel_name} links to section {section['sh_link']}, "
+                                 "which is not a symbol table", section["sh_offset"])
+            num_symbols: int = symbols.num_symbols()
+            for number, relocation in enumerate(section.iter_relocations()):
+                entry_at = section["sh_offset"] + number * entry_size
+                kind: int = relocation["r_info_type"]
+                at: int = relocation["r_offset"]
                 if table is None or kind not in table:
-                    raise ElfError(self.path, f"unsupported relocation type {kind} in "
-                                   f"{section.name}", section["sh_offset"])
+                    raise self._fail(f"unsupported relocation type {kind} for {self.machine} "
+                                     f"in {rel_name} (entry {number}, r_offset {at:#x})",
+                                     entry_at)
                 width, pc_relative = table[kind]
                 if width == 0:
                     continue
                 if at + width > len(out):
-                    raise ElfError(self.path, f"relocation in {section.name} at {at:#x} is "
-                                   "outside the section", section["sh_offset"])
-                fmt = order + ("q" if width == 8 else "i")
-                addend = relocation["r_addend"] if is_rela else struct.unpack_from(fmt, raw, at)[0]
-                symbol_index = relocation["r_info_sym"]
-                value = symbols.get_symbol(symbol_index)["st_value"] if symbol_index else 0
+                    raise self._fail(f"relocation in {rel_name} (entry {number}) at {at:#x} "
+                                     f"(+{width} bytes) is outside {target.name} "
+                                     f"(size {len(out):#x})", entry_at)
+                symbol_index: int = relocation["r_info_sym"]
+                if symbol_index >= num_symbols:
+                    raise self._fail(f"relocation in {rel_name} (entry {number}) names symbol "
+                                     f"{symbol_index} of {num_symbols}", entry_at)
+                signed = order + ("q" if width == 8 else "i")
+                addend: int = (relocation["r_addend"] if is_rela
+                               else struct.unpack_from(signed, raw, at)[0])
+                value: int = symbols.get_symbol(symbol_index)["st_value"] if symbol_index else 0
                 result = value + addend - ((target_address + at) if pc_relative else 0)
-                mask = (1 << (8 * width)) - 1
-                struct.pack_into(order + ("Q" if width == 8 else "I"), out, at, result & mask)
+                struct.pack_into(order + ("Q" if width == 8 else "I"), out, at,
+                                 result & ((1 << (8 * width)) - 1))
         return bytes(out), True
 
     def section(self, name: str, relocated: bool = False) -> tuple[bytes, int, int] | None:
@@ -224,24 +365,25 @@ class ElfImage:
                         data = self._relocate(index, data)[0]
                     return data, section["sh_addr"], offset
             return None
-        return self._guard(find)  # type: ignore[no-any-return]
+        return self._guard(find)
 
     def section_ranges(self, *names: str) -> dict[str, tuple[int, int]]:
         """[start, end) addresses of the named sections that exist."""
         def find() -> dict[str, tuple[int, int]]:
             return {s.name: (s["sh_addr"], s["sh_addr"] + s["sh_size"])
                     for s in self.elf.iter_sections() if s.name in names}
-        return self._guard(find)  # type: ignore[no-any-return]
+        return self._guard(find)
 
     def is_pie(self) -> bool:
         """An ET_DYN file with a program interpreter (a PIE executable, not a library)."""
-        return self.elf_type == "DYN" and bool(self._guard(
-            lambda: any(s["p_type"] == "PT_INTERP" for s in self.elf.iter_segments())))
+        return self.elf_type == "DYN" and self._guard(
+            lambda: any(s["p_type"] == "PT_INTERP" for s in self.elf.iter_segments()))
 
     # --- other facts -------------------------------------------------------------------
 
     def executable_ranges(self) -> list[tuple[int, int]]:
-        """``[start, end)`` of executable code: PF_X segments, else SHF_EXECINSTR sections."""
+        """``[start, end)`` of executable code: PT_LOAD segments with PF_X, or (for
+        relocatable objects, which have none) SHF_EXECINSTR sections."""
         def ranges() -> list[tuple[int, int]]:
             found = [(s["p_vaddr"], s["p_vaddr"] + s["p_memsz"]) for s in self.elf.iter_segments()
                      if s["p_type"] == "PT_LOAD" and s["p_flags"] & PF_X]
@@ -249,32 +391,20 @@ class ElfImage:
                 return found
             return [(s["sh_addr"], s["sh_addr"] + s["sh_size"]) for s in self.elf.iter_sections()
                     if s["sh_flags"] & SHF_EXECINSTR]
-        return self._guard(ranges)  # type: ignore[no-any-return]
+        return self._guard(ranges)
 
     def build_id(self) -> bytes | None:
-        """The GNU build id (NT_GNU_BUILD_ID), or ``None``."""
+        """The GNU build id (the NT_GNU_BUILD_ID note's descriptor), or ``None``. Notes
+        are read from SHT_NOTE sections, or from PT_NOTE segments if there are no
+        section headers."""
         def find() -> bytes | None:
-            for section in self.elf.iter_sections():
-                if section["sh_type"] != "SHT_NOTE":
-                    continue
-                for note in section.iter_notes():
-                    if note["n_type"] == "NT_GNU_BUILD_ID":
+            if self.elf.num_sections():
+                holders = [s for s in self.elf.iter_sections() if s["sh_type"] == "SHT_NOTE"]
+            else:
+                holders = [s for s in self.elf.iter_segments() if s["p_type"] == "PT_NOTE"]
+            for holder in holders:
+                for note in holder.iter_notes():
+                    if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
                         return bytes.fromhex(note["n_desc"])
             return None
-        return self._guard(find)  # type: ignore[no-any-return]
-
-
-def _sframe_length(data: bytes) -> int | None:
-    """Length of an SFrame section from its header (28 + aux + max(FDE end, FRE end))."""
-    if len(data) < 28 or data[:2] not in (b"\xe2\xde", b"\xde\xe2"):
-        return None
-    order = "<" if data[:2] == b"\xe2\xde" else ">"
-    auxhdr_len = data[7]
-    fields: tuple[int, ...] = struct.unpack_from(order + "5I", data, 8)
-    num_fdes, _, fre_len, fdeoff, freoff = fields
-    version = data[2]
-    fde_size = {1: 17, 2: 20, 3: 16}.get(version)
-    if fde_size is None:
-        return None
-    header_end = 28 + auxhdr_len
-    return max(header_end + freoff + fre_len, header_end + fdeoff + num_fdes * fde_size)
+        return self._guard(find)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import tempfile
+from bisect import bisect_right
+from dataclasses import replace
 from pathlib import Path
 
 from ..elf import ElfImage
-from ..format.decode import SFrameReader
-from ..format.encode import encode
+from ..format.decode import SFrameReader, decode
+from ..format.encode import convert, encode
 from ..format.errors import SFrameError
-from .section import generate
+from ..format.model import Section
+from .section import GenerateError, generate
 
 #: Bumped whenever the generator's output changes, so old entries are not reused.
 GENERATOR_VERSION = 1
@@ -27,31 +30,76 @@ def cache_directory() -> Path:
     return Path(base) / "pysframe" / "sframe"
 
 
-def cache_path(build_id: bytes, version: int = 3) -> Path:
+def cache_path(build_id: bytes, version: int = 3, kind: str = "generated") -> Path:
     name = build_id.hex()
-    return cache_directory() / name[:2] / f"{name[2:]}.g{GENERATOR_VERSION}.v{version}.sframe"
+    return cache_directory() / name[:2] / (
+        f"{name[2:]}.{kind}.g{GENERATOR_VERSION}.v{version}.sframe")
 
 
-def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True) -> tuple[bytes, int]:
-    """(section bytes, section address) for ``image``: its own .sframe if it has one,
-    else a generated one (from the cache when possible). Generated sections sit at
-    address 0, so their function starts are the file's link-time addresses."""
+def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
+               merge_cfi: bool = True) -> tuple[bytes, int]:
+    """(section bytes, section address) of the SFrame table to unwind ``image`` with.
+
+    A file without .sframe gets one generated from its CFI. A file with .sframe
+    gets, with ``merge_cfi``, the functions its table lacks (the C run-time's
+    ``_start`` and friends were not assembled with --gsframe) added from its CFI,
+    so chains end at ``_start``'s "RA undefined" row instead of running out of
+    rules. Generated and merged tables sit at address 0 (link-time starts) and are
+    cached by build id.
+    """
     own = image.sframe_sections()
-    if own:
+    if own and not merge_cfi:
         return own[0].raw, own[0].address
     build_id = image.build_id() if use_cache else None
-    path = cache_path(build_id, version) if build_id else None
+    kind = "merged" if own else "generated"
+    path = cache_path(build_id, version, kind) if build_id else None
     if path is not None and path.exists():
         data = path.read_bytes()
         try:
             SFrameReader(data, 0)
             return data, 0
         except SFrameError:
-            pass  # corrupt entry: regenerate it
-    data = encode(generate(image, version=version, address=0).section)
+            pass  # corrupt entry: rebuild it
+    try:
+        generated = generate(image, version=version, address=0).section
+    except GenerateError:
+        if own:
+            return own[0].raw, own[0].address
+        raise
+    if own:
+        try:
+            merged = _merge(own[0].raw, own[0].address, generated, version)
+        except SFrameError:
+            return own[0].raw, own[0].address
+        data = encode(merged)
+    else:
+        data = encode(generated)
     if path is not None:
         _store(path, data)
     return data, 0
+
+
+def _merge(raw: bytes, address: int, generated: Section, version: int) -> Section:
+    """The file's own section plus the generated FDEs of functions it does not cover."""
+    section = decode(raw, address)
+    if section.version != version:
+        section = convert(section, version)
+    ranges = sorted((fde.start, fde.end) for fde in section.fdes)
+    starts = [start for start, _ in ranges]
+    extra = []
+    for fde in generated.fdes:
+        index = bisect_right(starts, fde.start) - 1
+        overlaps = index >= 0 and fde.start < ranges[index][1]
+        overlaps = overlaps or (index + 1 < len(ranges) and ranges[index + 1][0] < fde.end)
+        if not overlaps:
+            extra.append(fde)
+    for fde in section.fdes:
+        fde.fre_off = None
+    section.fdes += [replace(fde, fre_off=None) for fde in extra]
+    section.address = 0
+    section.flags = generated.flags
+    section.sort_fdes()
+    return section
 
 
 def _store(path: Path, data: bytes) -> None:
