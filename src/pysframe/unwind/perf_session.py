@@ -47,27 +47,40 @@ class UnwoundSample:
     mappings: list[Mapping | None]
 
 
+_positions_cache: dict[tuple[str, int], tuple[int, int, int, int, dict[int, int]]] = {}
+
+
+def _positions(arch: str, mask: int) -> tuple[int, int, int, int, dict[int, int]]:
+    """Where ip, sp, fp, lr and each DWARF register sit in a sample's register array
+    (-1: not recorded), for one register mask (computed once per mask)."""
+    key = (arch, mask)
+    found = _positions_cache.get(key)
+    if found is None:
+        layout = PERF_REGS[arch]
+        position: dict[int, int] = {}
+        for bit in range(64):
+            if mask >> bit & 1:
+                position[bit] = len(position)
+
+        def at(perf_index: int | None) -> int:
+            return -1 if perf_index is None else position.get(perf_index, -1)
+
+        dwarf = {number: position[perf] for number, perf in layout.dwarf.items()
+                 if perf in position}
+        found = (at(layout.ip), at(layout.sp), at(layout.fp), at(layout.lr), dwarf)
+        _positions_cache[key] = found
+    return found
+
+
 def sample_registers(sample: Sample, arch: str) -> Registers | None:
     """The sample's user registers in tracer form (``None`` without REGS_USER)."""
-    if not sample.regs or sample.attr is None:
+    regs = sample.regs
+    if not regs or sample.attr is None:
         return None
-    layout = PERF_REGS[arch]
-    mask = sample.attr.sample_regs_user
-    position = {}
-    index = 0
-    for bit in range(64):
-        if mask >> bit & 1:
-            position[bit] = index
-            index += 1
-
-    def value(perf_index: int | None) -> int:
-        if perf_index is None or perf_index not in position:
-            return 0
-        return sample.regs[position[perf_index]]
-
-    others = {number: value(perf) for number, perf in layout.dwarf.items() if perf in position}
-    return Registers(value(layout.ip), value(layout.sp), value(layout.fp), value(layout.lr),
-                     others)
+    ip, sp, fp, lr, dwarf = _positions(arch, sample.attr.sample_regs_user)
+    return Registers(regs[ip] if ip >= 0 else 0, regs[sp] if sp >= 0 else 0,
+                     regs[fp] if fp >= 0 else 0, regs[lr] if lr >= 0 else 0,
+                     {number: regs[index] for number, index in dwarf.items()})
 
 
 class PerfUnwinder:
@@ -121,5 +134,4 @@ class PerfUnwinder:
             return None
         memory = StackMemory(registers.sp, sample.stack, self.arch == "s390x")
         unwind = self.unwinder.unwind(registers, memory, space)
-        return UnwoundSample(sample, comm, unwind, [space.find(f.pc if i == 0 else f.pc - 1)
-                                                    for i, f in enumerate(unwind.frames)])
+        return UnwoundSample(sample, comm, unwind, unwind.mappings)

@@ -15,7 +15,7 @@ from enum import Enum
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, Rule, RuleKind
-from .modules import AddressSpace
+from .modules import AddressSpace, Mapping
 
 _U64 = struct.Struct("<Q")
 _U64_BE = struct.Struct(">Q")
@@ -64,6 +64,8 @@ class Frame:
 class Unwind:
     frames: list[Frame] = field(default_factory=list)
     stop: Stop = Stop.DEPTH
+    #: The mapping holding each frame's (lookup) pc; None: unmapped.
+    mappings: list[Mapping | None] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -84,7 +86,7 @@ _NO_RULE = object()
 class Unwinder:
     def __init__(self, abi: ABI, max_depth: int = 127) -> None:
         #: Per (address space, caller PC) plan, reused across samples (the rule cache).
-        self._plans: dict[tuple[int, int, int], object] = {}
+        self._plans: dict[tuple[int, int, int], tuple[Mapping | None, object]] = {}
         self.abi = abi
         regs = DWARF_REGS[abi]
         self.sp_reg, self.fp_reg, self.ra_reg = regs.sp, regs.fp, regs.ra
@@ -94,17 +96,20 @@ class Unwinder:
     def unwind(self, registers: Registers, memory: StackMemory, space: AddressSpace) -> Unwind:
         result = Unwind([Frame(registers.pc, "ip")])
         frames = result.frames
+        mappings = result.mappings
         pc, sp, fp, lr = registers.pc, registers.sp, registers.fp, registers.lr
         topmost = True
         plans = self._plans
         read = memory.read
         while len(frames) < self.max_depth:
             lookup_pc = pc if topmost else pc - 1
-            plan = plans.get((id(space), space.version, lookup_pc)) if not topmost else None
-            if plan is None:
-                plan = self._plan(space, lookup_pc)
+            planned = plans.get((id(space), space.version, lookup_pc)) if not topmost else None
+            if planned is None:
+                planned = self._plan(space, lookup_pc)
                 if not topmost:
-                    plans[(id(space), space.version, lookup_pc)] = plan
+                    plans[(id(space), space.version, lookup_pc)] = planned
+            mapping, plan = planned
+            mappings.append(mapping)
             if plan.__class__ is tuple:
                 # The common default rule (CFA = SP/FP + offset, RA and FP on the stack),
                 # precomputed per PC: a few additions and at most two loads.
@@ -151,13 +156,17 @@ class Unwinder:
             pc, sp, fp = new_pc, new_sp, new_fp
             topmost = False
             frames.append(Frame(pc, method))
+        mappings.append(space.find(pc if topmost else pc - 1))
         result.stop = Stop.DEPTH
         return result
 
-    def _plan(self, space: AddressSpace, pc: int) -> object:
+    def _plan(self, space: AddressSpace, pc: int) -> tuple[Mapping | None, object]:
+        mapping = space.find(pc)
+        return mapping, self._plan_in(mapping, pc)
+
+    def _plan_in(self, mapping: Mapping | None, pc: int) -> object:
         """What to do at ``pc``: a (sp_based, cfa_offset, ra_offset, fp_offset) tuple for the
         common default rule, the :class:`FrameRow` otherwise, or a marker for "no rule"."""
-        mapping = space.find(pc)
         if mapping is None:
             return _NO_MODULE
         row = mapping.module.find_fre(pc) if mapping.module else None
