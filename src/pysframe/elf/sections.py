@@ -14,8 +14,8 @@ Two things are hand-written:
 * applying the relocations against ``.sframe`` in relocatable objects, because
   pyelftools' ``RelocationHandler`` (0.33) has no recipe for the 64-bit
   PC-relative types SFrame V3 uses (``R_X86_64_PC64``, ``R_AARCH64_PREL64``,
-  ``R_390_PC64``) nor for ``R_390_PC32`` and the ``*_NONE`` types of AArch64 and
-  s390x. The value is computed as BFD does for objdump's dump of a relocatable
+  ``R_390_PC64``) nor for ``R_AARCH64_NONE``/``R_390_NONE`` (it does have the
+  32-bit PC-relative and absolute ones). The value is computed as BFD does for objdump's dump of a relocatable
   file (every section at its ``sh_addr``, i.e. 0): ``S + A`` or ``S + A - P``.
 """
 
