@@ -170,6 +170,26 @@ def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, 
 
 
 @cli.command()
+@click.argument("pid", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--build-id", "show_build_id", is_flag=True, help="Show each module's build id.")
+@click.option("--max-depth", default=256, show_default=True, help="Frames per thread at most.")
+def stack(pid: int, as_json: bool, show_build_id: bool, max_depth: int) -> None:
+    """Print every thread's stack of a running process (x86-64; SFrame, own or generated,
+    with frame-pointer fallback). The process is stopped only while it is read."""
+    from .errors import CommandError
+    from .stack import run_stack
+
+    try:
+        status = run_stack(pid, as_json=as_json, show_build_id=show_build_id,
+                           max_depth=max_depth, report=report)
+    except CommandError as error:
+        report(error.message)
+        status = error.exit_code
+    sys.exit(status)
+
+
+@cli.command()
 def demo() -> None:
     """Dump the built-in demo section (a small x86-64 V3 table made by our encoder)."""
     from ..demo import DEMO_ADDRESS, demo_bytes
