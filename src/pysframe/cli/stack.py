@@ -64,9 +64,9 @@ def run_stack(pid: int, *, as_json: bool, show_build_id: bool, max_depth: int,
         sys.stdout.write("\n")
         return EXIT_OK
     out = []
-    for entry in threads_out:
-        out.append(f"Thread {entry['tid']} ({entry['name']}):")
-        for number, frame in enumerate(entry["frames"]):
+    for listed in threads_out:
+        out.append(f"Thread {listed['tid']} ({listed['name']}):")
+        for number, frame in enumerate(listed["frames"]):
             where = (f"{frame['path']}+{frame['file_offset']:#x}" if frame["path"]
                      else "[unknown]")
             if show_build_id and frame["build_id"]:
