@@ -4,6 +4,7 @@ keeps running afterwards."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
@@ -26,7 +27,8 @@ def test_stack_of_a_sleeping_process_matches_gdb(tmp_path: object) -> None:
     try:
         time.sleep(0.3)
         result = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json",
-                                 str(sleeper.pid)], capture_output=True, text=True, timeout=120)
+                                 str(sleeper.pid)], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
         if result.returncode == 2 and "Operation not permitted" in result.stderr:
             pytest.skip("ptrace is not permitted here")
         assert result.returncode == 0, result.stderr
