@@ -191,3 +191,23 @@ def test_s390x_rules_on_a_synthetic_stack() -> None:
     result = Unwinder(ABI.S390X_ENDIAN_BIG, max_depth=3).unwind(
         Registers(0x1008, sp, 0x9400, lr=0x2010), StackMemory(sp, bytes(stack), True), space)
     assert [f.pc for f in result.frames][:3] == [0x1008, 0x2010, 0x3000]
+
+
+@needs_recording
+def test_kernel_frames_named_when_the_recorded_kernel_runs() -> None:
+    """With the recording's kernel running, kallsyms names the kernel frames like perf."""
+    from pysframe.symbolize.kernel import kernel_symbols_for
+
+    with open_perf_data(str(LUA / "perf.data")) as data:
+        kernel_id = next(e.build_id for e in data.build_ids() if e.filename == "[kernel.kallsyms]")
+    table = kernel_symbols_for(kernel_id)
+    if table is None:
+        pytest.skip("the recorded kernel is not the running one (or kallsyms is hidden)")
+    checked = 0
+    for line in (LUA / "perf-script.no-inline.txt").read_text().splitlines():
+        if "[kernel.kallsyms]" in line:
+            address, expected = line.split()[:2]
+            found = table.lookup(int(address, 16))
+            assert found is not None and f"{found[0]}+{found[1]:#x}" == expected
+            checked += 1
+    assert checked == 162

@@ -28,14 +28,18 @@ def open_recording(path: str, binaries: list[str]) -> tuple[Any, Any]:
 def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
                report: Any) -> int:
     from ..report.perf_script import perf_script_text
+    from ..symbolize.kernel import kernel_symbols_for
     from .generate import write_atomically
 
     data, unwinder = open_recording(path, binaries)
     with data:
+        kernel_ids = [entry.build_id for entry in data.build_ids() if entry.kernel
+                      and entry.filename == "[kernel.kallsyms]"]
+        kernel = kernel_symbols_for(kernel_ids[0] if kernel_ids else None)
         samples = unwinder.samples()
         if show_stops:
             samples = _with_stops(samples)
-        chunks = perf_script_text(samples)
+        chunks = perf_script_text(samples, kernel)
         if output is None:
             write = sys.stdout.write
             for chunk in chunks:

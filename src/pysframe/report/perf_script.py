@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator
 
 from ..sources.perf_data import EventAttr
 from ..symbolize.symbolizer import Symbolizer
+from ..symbolize.symbols import SymbolTable
 from ..unwind.perf_session import UnwoundSample
 
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
@@ -23,7 +24,8 @@ def event_name(attr: EventAttr | None) -> str:
 
 
 def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
-                  lines_cache: dict[tuple[int, int], str] | None = None) -> str:
+                  lines_cache: dict[tuple[int, int], str] | None = None,
+                  kernel: SymbolTable | None = None) -> str:
     sample = unwound.sample
     seconds, nanoseconds = divmod(sample.time, 10**9)
     lines = [f"{unwound.comm} {sample.tid:5d} {seconds:5d}.{nanoseconds // 1000:06d}: "
@@ -31,8 +33,10 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
     for address in sample.callchain:
         if address >= CONTEXT_MARKER_MIN:
             continue
-        if address >= 1 << 63:  # kernel addresses: no kallsyms of the recording machine here
-            lines.append(f"\t{address:16x} [unknown] ([kernel.kallsyms])")
+        if address >= 1 << 63:
+            found = kernel.lookup(address) if kernel is not None else None
+            name = f"{found[0]}+{found[1]:#x}" if found else "[unknown]"
+            lines.append(f"\t{address:16x} {name} ([kernel.kallsyms])")
     for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
                                                  strict=True)):
         pc = frame.pc if index == 0 else frame.pc - 1  # callers print as return address - 1
@@ -50,10 +54,12 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
     return "\n".join(lines) + "\n\n"
 
 
-def perf_script_text(samples: Iterable[UnwoundSample]) -> Iterator[str]:
+def perf_script_text(samples: Iterable[UnwoundSample],
+                     kernel: SymbolTable | None = None) -> Iterator[str]:
+    """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available."""
     symbolizer = Symbolizer()
     # Frames repeat across samples: one formatted line per (mapping, address). Mappings
     # live as long as the run, so their ids are stable keys.
     lines: dict[tuple[int, int], str] = {}
     for unwound in samples:
-        yield format_sample(unwound, symbolizer, lines)
+        yield format_sample(unwound, symbolizer, lines, kernel)
