@@ -110,3 +110,24 @@ def test_mutated_recordings_never_raise_past_the_reader(tmp_path: Path) -> None:
                     pass
             except ValueError as error:  # unsupported architecture named by a mutated header
                 assert "architecture" in str(error)
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_compressed_recording() -> None:
+    """`perf record -z` writes one zstd stream across PERF_RECORD_COMPRESSED records
+    (tests/data: a shell loop recorded on this project's machine, with perf's own output)."""
+    path = DATA / "sh-loop.zstd.perf.data"
+    expected = (DATA / "sh-loop.zstd.perf-script.txt").read_text()
+    headers = [line for line in expected.splitlines() if line.endswith("cpu-clock: ")]
+    with open_perf_data(str(path)) as data:
+        for _ in range(2):  # a second pass decodes the stream from its start again
+            samples = [r for r in in_time_order(data.records()) if isinstance(r, Sample)]
+            assert data.skipped == []
+            assert len(samples) == len(headers) == 34
+        ours = [(s.tid, f"{s.time // 10**9}.{s.time % 10**9 // 1000:06d}", s.period)
+                for s in samples]
+        pattern = re.compile(r"^\S+\s+(\d+)\s+(\d+\.\d{6}):\s+(\d+) cpu-clock: $")
+        theirs = [(int(m[1]), m[2], int(m[3])) for m in map(pattern.match, headers) if m]
+        assert ours == theirs

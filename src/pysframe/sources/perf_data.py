@@ -18,6 +18,7 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 MAGIC = b"PERFILE2"
 
@@ -195,6 +196,7 @@ class PerfData:
     _map: mmap.mmap | None = None
     _by_id: dict[int, EventAttr] = field(default_factory=dict)
     _released: int = 0
+    _zstd: Any = None
 
     def __enter__(self) -> PerfData:
         return self
@@ -290,6 +292,7 @@ class PerfData:
 
     def records(self) -> Iterator[Record]:
         """Records in file order (compressed records are expanded)."""
+        self._zstd = None  # a new pass decodes the compressed stream from its start
         yield from self._records(self.buffer, self.data_offset, self.data_offset + self.data_size,
                                  0)
 
@@ -500,8 +503,12 @@ class PerfData:
                                  "package (pip install zstandard)"))
             return
         payload = bytes(buffer[offset + 8:offset + size])
+        # perf compresses one zstd stream across all its compressed records: decode them
+        # with one streaming decompressor, in file order.
+        if self._zstd is None:
+            self._zstd = zstandard.ZstdDecompressor().decompressobj()
         try:
-            data = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
+            data = self._zstd.decompress(payload)
         except zstandard.ZstdError as error:
             self.skipped.append((base + offset, f"undecodable compressed record: {error}"))
             return
