@@ -131,3 +131,31 @@ def test_compressed_recording() -> None:
         pattern = re.compile(r"^\S+\s+(\d+)\s+(\d+\.\d{6}):\s+(\d+) cpu-clock: $")
         theirs = [(int(m[1]), m[2], int(m[3])) for m in map(pattern.match, headers) if m]
         assert ours == theirs
+
+
+def test_compressed_recording_script_text_when_binaries_match(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from pysframe.elf import ElfError, ElfImage
+    from pysframe.report.perf_script import perf_script_text
+    from pysframe.unwind.perf_session import PerfUnwinder
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = DATA / "sh-loop.zstd.perf.data"
+    with open_perf_data(str(path)) as data:
+        for entry in data.build_ids():
+            if entry.kernel or entry.filename.startswith("["):
+                continue
+            try:
+                same = ElfImage(entry.filename).build_id() == entry.build_id
+            except ElfError:
+                same = False
+            if not same:
+                pytest.skip(f"{entry.filename} is not the recorded binary here")
+        ours = "".join(perf_script_text(PerfUnwinder(data).samples()))
+    theirs = (DATA / "sh-loop.zstd.perf-script.txt").read_text()
+
+    def user_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if "[kernel.kallsyms]" not in line]
+
+    assert user_lines(ours) == user_lines(theirs)
