@@ -51,3 +51,64 @@ def test_stack_of_a_missing_process() -> None:
     result = subprocess.run([sys.executable, "-m", "pysframe", "stack", "999999999"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+
+
+SIGNAL_PROGRAM = r"""
+#include <signal.h>
+#include <unistd.h>
+#include <stdio.h>
+static void handler(int sig, siginfo_t *info, void *context) {
+    (void)sig; (void)info; (void)context;
+    fputs("in handler\n", stdout); fflush(stdout);
+    for (;;) pause();
+}
+__attribute__((noinline)) static void interrupted(void) {
+    struct sigaction action = {0};
+    action.sa_sigaction = handler;
+    action.sa_flags = SA_SIGINFO;
+    sigaction(SIGUSR1, &action, 0);
+    raise(SIGUSR1);
+}
+int main(void) { interrupted(); return 0; }
+"""
+
+
+def test_stack_through_a_signal_frame(tmp_path: object) -> None:
+    """The chain crosses the sigreturn trampoline into the interrupted code, like gdb."""
+    import os as _os
+
+    if shutil.which("gcc") is None or shutil.which("gdb") is None:
+        pytest.skip("needs gcc and gdb")
+    source = _os.path.join(str(tmp_path), "sig.c")
+    program = _os.path.join(str(tmp_path), "sig")
+    with open(source, "w") as handle:
+        handle.write(SIGNAL_PROGRAM)
+    subprocess.run(["gcc", "-O1", "-o", program, source], check=True, timeout=120)
+    child = subprocess.Popen([program], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "in handler\n"
+        time.sleep(0.2)
+        result = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json",
+                                 str(child.pid)], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+        if result.returncode == 2 and "Operation not permitted" in result.stderr:
+            pytest.skip("ptrace is not permitted here")
+        assert result.returncode == 0, result.stderr
+        frames = json.loads(result.stdout)["threads"][0]["frames"]
+        methods = [frame["method"] for frame in frames]
+        assert "sigreturn" in methods and "signal" in methods
+        names = [frame["function"].split("+")[0] for frame in frames]
+        assert "interrupted" in " ".join(names) or any("raise" in name for name in names)
+        text = subprocess.run(["gdb", "-batch", "-ex", "bt", "-p", str(child.pid)],
+                              capture_output=True, text=True, timeout=120).stdout
+        # The program's own frames on both sides of the signal frame, with gdb's addresses
+        # (gdb adds inlined libc frames from DWARF and shows the trampoline without one).
+        theirs = {m[2]: int(m[1], 16) for m in re.finditer(
+            r"^#\d+\s+(0x[0-9a-f]+) in (handler|interrupted|main) ", text, re.MULTILINE)}
+        ours = {frame["function"].split("+")[0]: frame["pc"] for frame in frames}
+        assert set(theirs) == {"handler", "interrupted", "main"}
+        assert all(ours.get(name) == address for name, address in theirs.items())
+        assert names.index("handler") < methods.index("sigreturn") < names.index("interrupted")
+    finally:
+        child.kill()
+        child.wait()

@@ -16,7 +16,7 @@ def run_stack(pid: int, *, as_json: bool, show_build_id: bool, max_depth: int,
     from ..sources.live import Attached, LiveError, dwarf_registers, read_maps
     from ..symbolize.symbolizer import Symbolizer
     from ..unwind.modules import AddressSpace, BinaryFinder, Mapping
-    from ..unwind.unwinder import Registers, Unwinder
+    from ..unwind.unwinder import EXACT_PC, Registers, Unwinder
 
     if platform.machine() != "x86_64":
         raise CommandError(f"sframe stack supports x86-64 only (this is {platform.machine()})",
@@ -45,7 +45,8 @@ def run_stack(pid: int, *, as_json: bool, show_build_id: bool, max_depth: int,
                 frames: list[dict[str, Any]] = []
                 for index, (frame, mapping) in enumerate(zip(result.frames, result.mappings,
                                                              strict=True)):
-                    lookup = frame.pc if index == 0 else frame.pc - 1
+                    lookup = (frame.pc if index == 0 or frame.method in EXACT_PC
+                              else frame.pc - 1)
                     image = mapping.module.image if mapping and mapping.module else None
                     build_id = image.build_id() if image is not None else None
                     frames.append({

@@ -8,6 +8,7 @@ from ..sources.perf_data import EventAttr
 from ..symbolize.symbolizer import Symbolizer
 from ..symbolize.symbols import SymbolTable
 from ..unwind.perf_session import UnwoundSample
+from ..unwind.unwinder import EXACT_PC
 
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
 SOFTWARE_EVENTS = {0: "cpu-clock", 1: "task-clock", 2: "page-faults", 3: "context-switches",
@@ -39,7 +40,8 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
             lines.append(f"\t{address:16x} {name} ([kernel.kallsyms])")
     for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
                                                  strict=True)):
-        pc = frame.pc if index == 0 else frame.pc - 1  # callers print as return address - 1
+        # callers print as return address - 1; signal-interrupted frames as they are
+        pc = frame.pc if index == 0 or frame.method in EXACT_PC else frame.pc - 1
         key = (id(mapping), pc)
         line = lines_cache.get(key) if lines_cache is not None else None
         if line is None:

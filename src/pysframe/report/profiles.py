@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from ..symbolize.symbolizer import Symbolizer
 from ..unwind.perf_session import UnwoundSample
+from ..unwind.unwinder import EXACT_PC
 
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
 
@@ -26,7 +27,7 @@ def stack_counts(samples: Iterable[UnwoundSample]) -> Counter[tuple[str, ...]]:
         stack = []
         for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
                                                      strict=True)):
-            pc = frame.pc if index == 0 else frame.pc - 1
+            pc = frame.pc if index == 0 or frame.method in EXACT_PC else frame.pc - 1
             key = (id(mapping), pc)
             name = names.get(key)
             if name is None:

@@ -46,6 +46,16 @@ class Mapping:
     build_id: bytes | None
     module: Module | None = None
 
+    def code(self, address: int, size: int) -> bytes | None:
+        """``size`` bytes of the file as mapped at ``address`` (``None`` if not available)."""
+        if self.module is None or self.module.image is None:
+            return None
+        offset = address - self.start + self.pgoff
+        data = self.module.image.data
+        if not 0 <= offset <= len(data) - size:
+            return None
+        return data[offset:offset + size]
+
 
 class BinaryFinder:
     """Locates the file for a (path, build id): recorded path, ~/.debug, user directories."""

@@ -79,8 +79,23 @@ class Registers:
     others: dict[int, int] = field(default_factory=dict)
 
 
+#: Frame methods whose pc is exact rather than a return address (printed as is).
+EXACT_PC = frozenset({"sigreturn", "signal"})
+
 _NO_MODULE = object()
 _NO_RULE = object()
+_SIGRETURN = object()
+
+#: x86-64 rt_sigreturn trampoline (glibc's __restore_rt): mov $15,%rax; syscall.
+X86_64_SIGRETURN = bytes.fromhex("48c7c00f0000000f05")
+#: Offsets in the x86-64 signal frame, from the stack pointer in __restore_rt: the
+#: ucontext's mcontext gregs start at 40 (uc_flags, uc_link, uc_stack before them).
+_X86_64_GREGS = 40
+_X86_64_GREG = {"r8": 0, "r9": 1, "r10": 2, "r11": 3, "r12": 4, "r13": 5, "r14": 6, "r15": 7,
+                "rdi": 8, "rsi": 9, "rbp": 10, "rbx": 11, "rdx": 12, "rax": 13, "rcx": 14,
+                "rsp": 15, "rip": 16}
+_X86_64_DWARF = {"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rbp": 6,
+                 "rsp": 7, **{f"r{n}": n for n in range(8, 16)}}
 
 
 class Unwinder:
@@ -105,11 +120,24 @@ class Unwinder:
             lookup_pc = pc if topmost else pc - 1
             planned = plans.get((id(space), space.version, lookup_pc)) if not topmost else None
             if planned is None:
-                planned = self._plan(space, lookup_pc)
+                planned = self._plan(space, pc, lookup_pc)
                 if not topmost:
                     plans[(id(space), space.version, lookup_pc)] = planned
             mapping, plan = planned
             mappings.append(mapping)
+            if plan is _SIGRETURN:
+                # A signal frame: the interrupted context is saved on the stack. Its pc is
+                # exact (not a return address), and all its registers are known again.
+                frames[-1].method = "sigreturn"
+                restored = self._step_sigreturn(sp, memory)
+                if restored is None:
+                    result.stop = Stop.MEMORY
+                    return result
+                pc, sp, fp, others = restored
+                registers = Registers(pc, sp, fp, 0, others)
+                topmost = True
+                frames.append(Frame(pc, "signal"))
+                continue
             if plan.__class__ is tuple:
                 # The common default rule (CFA = SP/FP + offset, RA and FP on the stack),
                 # precomputed per PC: a few additions and at most two loads.
@@ -160,9 +188,28 @@ class Unwinder:
         result.stop = Stop.DEPTH
         return result
 
-    def _plan(self, space: AddressSpace, pc: int) -> tuple[Mapping | None, object]:
-        mapping = space.find(pc)
-        return mapping, self._plan_in(mapping, pc)
+    def _plan(self, space: AddressSpace, pc: int, lookup_pc: int
+              ) -> tuple[Mapping | None, object]:
+        """The mapping and plan for a frame at ``pc`` (rules looked up at ``lookup_pc``: pc - 1
+        for return addresses). A return into the sigreturn trampoline is a signal frame."""
+        if self.abi is ABI.AMD64_ENDIAN_LITTLE:
+            mapping = space.find(pc)
+            if (mapping is not None
+                    and mapping.code(pc, len(X86_64_SIGRETURN)) == X86_64_SIGRETURN):
+                return mapping, _SIGRETURN
+        mapping = space.find(lookup_pc)
+        return mapping, self._plan_in(mapping, lookup_pc)
+
+    def _step_sigreturn(self, sp: int, memory: StackMemory
+                        ) -> tuple[int, int, int, dict[int, int]] | None:
+        values = {}
+        for name, index in _X86_64_GREG.items():
+            value = memory.read(sp + _X86_64_GREGS + 8 * index)
+            if value is None:
+                return None
+            values[name] = value
+        others = {number: values[name] for name, number in _X86_64_DWARF.items()}
+        return values["rip"], values["rsp"], values["rbp"], others
 
     def _plan_in(self, mapping: Mapping | None, pc: int) -> object:
         """What to do at ``pc``: a (sp_based, cfa_offset, ra_offset, fp_offset) tuple for the
