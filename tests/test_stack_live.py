@@ -112,3 +112,40 @@ def test_stack_through_a_signal_frame(tmp_path: object) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_core_dump_gives_the_same_stack(tmp_path: object) -> None:
+    """`sframe stack --core` on a gcore of the blocked program: the same frames as live."""
+    import os as _os
+
+    if shutil.which("gcc") is None or shutil.which("gcore") is None:
+        pytest.skip("needs gcc and gcore")
+    source = _os.path.join(str(tmp_path), "sig.c")
+    program = _os.path.join(str(tmp_path), "sig")
+    with open(source, "w") as handle:
+        handle.write(SIGNAL_PROGRAM)
+    subprocess.run(["gcc", "-O1", "-o", program, source], check=True, timeout=120)
+    child = subprocess.Popen([program], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "in handler\n"
+        time.sleep(0.2)
+        live = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json",
+                               str(child.pid)], capture_output=True, text=True, timeout=120,
+                              env=env)
+        if live.returncode == 2 and "Operation not permitted" in live.stderr:
+            pytest.skip("ptrace is not permitted here")
+        core_prefix = _os.path.join(str(tmp_path), "core")
+        subprocess.run(["gcore", "-o", core_prefix, str(child.pid)], capture_output=True,
+                       timeout=120, check=True)
+    finally:
+        child.kill()
+        child.wait()
+    from_core = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json", "--core",
+                                f"{core_prefix}.{child.pid}"], capture_output=True, text=True,
+                               timeout=120, env=env)
+    assert from_core.returncode == 0, from_core.stderr
+    frames_live = json.loads(live.stdout)["threads"][0]["frames"]
+    frames_core = json.loads(from_core.stdout)["threads"][0]["frames"]
+    assert [(f["pc"], f["function"]) for f in frames_core] == [
+        (f["pc"], f["function"]) for f in frames_live]

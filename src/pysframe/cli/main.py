@@ -170,19 +170,24 @@ def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, 
 
 
 @cli.command()
-@click.argument("pid", type=int)
+@click.argument("pid", type=int, required=False)
+@click.option("--core", type=click.Path(dir_okay=False), help="Read a core dump instead.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--build-id", "show_build_id", is_flag=True, help="Show each module's build id.")
 @click.option("--max-depth", default=256, show_default=True, help="Frames per thread at most.")
-def stack(pid: int, as_json: bool, show_build_id: bool, max_depth: int) -> None:
-    """Print every thread's stack of a running process (x86-64; SFrame, own or generated,
-    with frame-pointer fallback). The process is stopped only while it is read."""
+def stack(pid: int | None, core: str | None, as_json: bool, show_build_id: bool,
+          max_depth: int) -> None:
+    """Print every thread's stack of a running process, or of a core dump with --core
+    (x86-64; SFrame, own or generated, with frame-pointer fallback). A live process is
+    stopped only while it is read."""
     from .errors import CommandError
     from .stack import run_stack
 
+    if (pid is None) == (core is None):
+        raise click.UsageError("give a PID or --core CORE")
     try:
         status = run_stack(pid, as_json=as_json, show_build_id=show_build_id,
-                           max_depth=max_depth, report=report)
+                           max_depth=max_depth, report=report, core=core)
     except CommandError as error:
         report(error.message)
         status = error.exit_code
