@@ -148,6 +148,7 @@ class ElfImage:
         self.elf_class: int = self.elf.elfclass  # 32 or 64
         self.machine: str = str(self.elf["e_machine"])
         self.elf_type: str = str(self.elf["e_type"]).removeprefix("ET_")
+        self._build_id: bytes | None | bool = False  # False: not looked up yet
 
     # --- checking ----------------------------------------------------------------------
 
@@ -396,7 +397,10 @@ class ElfImage:
     def build_id(self) -> bytes | None:
         """The GNU build id (the NT_GNU_BUILD_ID note's descriptor), or ``None``. Notes
         are read from SHT_NOTE sections, or from PT_NOTE segments if there are no
-        section headers."""
+        section headers. Looked up once (callers ask per frame)."""
+        if self._build_id is not False:
+            return self._build_id  # type: ignore[return-value]
+
         def find() -> bytes | None:
             if self.elf.num_sections():
                 holders = [s for s in self.elf.iter_sections() if s["sh_type"] == "SHT_NOTE"]
@@ -407,4 +411,6 @@ class ElfImage:
                     if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
                         return bytes.fromhex(note["n_desc"])
             return None
-        return self._guard(find)
+        found = self._guard(find)
+        self._build_id = found
+        return found
