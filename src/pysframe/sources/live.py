@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import signal
 import struct
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ PTRACE_DETACH = 17
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 WALL = 0x40000000
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGALRM, signal.SIGTERM, signal.SIGHUP}
 
 # x86-64 struct user_regs_struct: 27 unsigned longs in this order.
 _USER_REGS = ("r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs "
@@ -168,15 +170,21 @@ class Attached:
         return ProcessMemory(self.memory_fd)
 
     def __exit__(self, *_: object) -> None:
-        if self.memory_fd >= 0:
-            os.close(self.memory_fd)
-            self.memory_fd = -1
-        for tid in self.stopped:
-            try:
-                _ptrace(PTRACE_DETACH, tid)
-            except LiveError:
-                pass  # gone, or not stopped: nothing left to undo
-        self.stopped = []
+        # Ctrl-C or an alarm during the loop would leave the remaining threads stopped:
+        # hold those signals until every thread is detached (their handlers run after).
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+        try:
+            if self.memory_fd >= 0:
+                os.close(self.memory_fd)
+                self.memory_fd = -1
+            for tid in self.stopped:
+                try:
+                    _ptrace(PTRACE_DETACH, tid)
+                except LiveError:
+                    pass  # gone, or not stopped: nothing left to undo
+            self.stopped = []
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def dwarf_registers(registers: dict[str, int]) -> dict[int, int]:
