@@ -148,7 +148,19 @@ class ElfImage:
         self.elf_class: int = self.elf.elfclass  # 32 or 64
         self.machine: str = str(self.elf["e_machine"])
         self.elf_type: str = str(self.elf["e_type"]).removeprefix("ET_")
-        self._build_id: bytes | None | bool = False  # False: not looked up yet
+        self._build_id: bytes | bool | None = False  # False: not looked up yet
+        self._sections: list[Any] | None = None
+
+    def all_sections(self) -> list[Any]:
+        """pyelftools' section objects, parsed once (pyelftools parses every header again
+        on each iteration: 640 header parses made a third of a `sframe stack` run)."""
+        if self._sections is None:
+            self._sections = self._guard(lambda: list(self.elf.iter_sections()))
+        return self._sections
+
+    def section_by_name(self, name: str) -> Any | None:
+        """The first section called ``name`` (a pyelftools section), or ``None``."""
+        return next((s for s in self.all_sections() if s.name == name), None)
 
     # --- checking ----------------------------------------------------------------------
 
@@ -258,7 +270,7 @@ class ElfImage:
         if elf.num_sections() == 0:
             return self._from_segment() if name == ".sframe" else []
         found = []
-        for index, section in enumerate(elf.iter_sections()):
+        for index, section in enumerate(self.all_sections()):
             if section.name != name:
                 continue
             kind = section["sh_type"]
@@ -306,7 +318,7 @@ class ElfImage:
         r_offset; the result is truncated to the field's width."""
         elf = self.elf
         relocation_sections = [
-            (index, s) for index, s in enumerate(elf.iter_sections())
+            (index, s) for index, s in enumerate(self.all_sections())
             if s["sh_type"] in ("SHT_RELA", "SHT_REL", SHT_RELA, SHT_REL)
             and s["sh_info"] == target_index]
         if not relocation_sections:
@@ -359,7 +371,7 @@ class ElfImage:
         """(bytes, sh_addr, file offset) of the first section called ``name``, or ``None``;
         with ``relocated``, a relocatable object's relocations against it applied."""
         def find() -> tuple[bytes, int, int] | None:
-            for index, section in enumerate(self.elf.iter_sections()):
+            for index, section in enumerate(self.all_sections()):
                 if section.name == name and section["sh_type"] not in ("SHT_NOBITS", 8):
                     data, offset = self._section_bytes(index, section)
                     if relocated and self.elf_type == "REL":
@@ -372,7 +384,7 @@ class ElfImage:
         """[start, end) addresses of the named sections that exist."""
         def find() -> dict[str, tuple[int, int]]:
             return {s.name: (s["sh_addr"], s["sh_addr"] + s["sh_size"])
-                    for s in self.elf.iter_sections() if s.name in names}
+                    for s in self.all_sections() if s.name in names}
         return self._guard(find)
 
     def is_pie(self) -> bool:
@@ -390,7 +402,7 @@ class ElfImage:
                      if s["p_type"] == "PT_LOAD" and s["p_flags"] & PF_X]
             if found:
                 return found
-            return [(s["sh_addr"], s["sh_addr"] + s["sh_size"]) for s in self.elf.iter_sections()
+            return [(s["sh_addr"], s["sh_addr"] + s["sh_size"]) for s in self.all_sections()
                     if s["sh_flags"] & SHF_EXECINSTR]
         return self._guard(ranges)
 
@@ -403,7 +415,7 @@ class ElfImage:
 
         def find() -> bytes | None:
             if self.elf.num_sections():
-                holders = [s for s in self.elf.iter_sections() if s["sh_type"] == "SHT_NOTE"]
+                holders = [s for s in self.all_sections() if s["sh_type"] == "SHT_NOTE"]
             else:
                 holders = [s for s in self.elf.iter_segments() if s["p_type"] == "PT_NOTE"]
             for holder in holders:
