@@ -1,0 +1,1387 @@
+"""Function names and inline frames for a code address, from DWARF, named as gdb names them.
+
+Why by hand on top of pyelftools: pyelftools parses DIEs, attributes, forms, strings and
+supplementary (dwz) files, but it has no query "which inlined subroutines and which
+function contain this address", gdb's naming rules are not DWARF's ``DW_AT_name``, and
+its convenience paths are slow for this use (``get_dwarf_info`` decompresses every debug
+section and searches relocations; reference lookups parse unit headers one by one;
+``ARanges`` and every DIE go through ``construct``). So this module reads the section
+headers itself, inflates only the sections a lookup needs and ``.debug_info`` only as far
+as it is read, builds pyelftools' ``DWARFInfo`` from them, reads ``.debug_aranges``,
+range lists and the top level of a unit with ``struct`` (pyelftools parses only the
+DIEs of the function that contains the address, and siblings are skipped through
+``DW_AT_sibling``).
+
+The names follow gdb 13, because the point is to print what ``bt`` prints:
+
+* gdb makes ``DW_AT_linkage_name`` (else ``DW_AT_MIPS_linkage_name``) a function symbol's
+  linkage name when there is one, and for C (and every language without a demangled
+  form) the name it prints is that linkage name: an asm-renamed C declaration such as
+  glibc's ``__libc_write`` prints as ``__GI___libc_write``. Without one it is
+  ``DW_AT_name``.
+* Attributes are looked up the way gdb's ``dwarf2_attr`` does: on the DIE, else through
+  its ``DW_AT_specification`` / ``DW_AT_abstract_origin`` (across units and into the
+  supplementary file).
+* C++: gdb prints the linkage name demangled (with the return type of templates dropped)
+  and then without its parameters, or the whole name when its C++ name parser rejects it.
+  This uses the C++ runtime's demangler and the same removals (see
+  :func:`_cplus_function_name`). Without a linkage name (and for Rust and Fortran) gdb
+  qualifies ``DW_AT_name`` with the enclosing namespaces, classes and modules.
+* Every ``DW_TAG_inlined_subroutine`` that has a name and valid ranges containing the
+  address is one frame, innermost first, up to the innermost non-inlined
+  ``DW_TAG_subprogram``. Functions without a name or valid bounds (``low_pc`` 0,
+  ``high_pc <= low_pc``) are ignored with their children, as gdb ignores them; lexical,
+  try and catch blocks are transparent. gdb hides the inline frames whose block starts at
+  the pc of frame 0 only when it stops at a breakpoint or after a step, not when it
+  attaches, so they are kept here.
+
+Nothing is read until the first :meth:`DwarfNames.frames_at` except the ELF section
+headers that decide where the DWARF is. Bad or missing DWARF gives ``None``, never an
+exception.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import struct
+import zlib
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any, ClassVar, cast
+
+from elftools.common.exceptions import DWARFError, ELFError
+
+if TYPE_CHECKING:
+    from elftools.dwarf.compileunit import CompileUnit
+    from elftools.dwarf.die import DIE
+    from elftools.dwarf.dwarfinfo import DWARFInfo
+    from elftools.dwarf.typeunit import TypeUnit
+
+# What a bad or truncated file makes pyelftools (or this module) raise. pyelftools also
+# raises NotImplementedError for forms it does not handle (DW_AT_sibling in an odd form,
+# references into a missing supplementary file), AssertionError from its internal
+# checks, and deep garbage nesting can exhaust the recursion limit.
+_DWARF_ERRORS: tuple[type[BaseException], ...] = (
+    ELFError, DWARFError, KeyError, ValueError, IndexError, struct.error, OSError,
+    NotImplementedError, AssertionError, RecursionError)
+
+SHT_NOBITS = 8
+SHF_COMPRESSED = 0x800
+ELFCOMPRESS_ZLIB = 1
+ELFCOMPRESS_ZSTD = 2
+_MAX_SECTION = 1 << 31          # refuse to decompress (or read) more than 2 GiB
+_MAX_HOPS = 16                  # DW_AT_specification / abstract_origin chain length
+
+# Sections a name lookup reads (compressed .zdebug_* spellings are tried too).
+_WANTED = (".debug_info", ".debug_abbrev", ".debug_str", ".debug_line_str",
+           ".debug_str_offsets", ".debug_addr", ".debug_ranges", ".debug_rnglists",
+           ".debug_aranges")
+
+_FUNCTION_TAGS = frozenset(("DW_TAG_subprogram", "DW_TAG_inlined_subroutine"))
+_BLOCK_TAGS = frozenset(("DW_TAG_lexical_block", "DW_TAG_try_block", "DW_TAG_catch_block"))
+_LOCAL_REFS = frozenset(("DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8",
+                         "DW_FORM_ref_udata", "DW_FORM_ref"))
+_SUPPLEMENTARY_REFS = frozenset(("DW_FORM_GNU_ref_alt", "DW_FORM_ref_sup4",
+                                 "DW_FORM_ref_sup8"))
+_CONSTANT_FORMS = frozenset(("DW_FORM_data1", "DW_FORM_data2", "DW_FORM_data4",
+                             "DW_FORM_data8", "DW_FORM_udata", "DW_FORM_sdata",
+                             "DW_FORM_implicit_const"))
+# DW_AT_language values gdb treats as C++ (C++ variants, Objective C++), Fortran and Rust:
+# their frames print scope-qualified names.
+_CPLUS_LANGUAGES = frozenset((0x04, 0x11, 0x19, 0x1A, 0x21, 0x2A, 0x2B))
+_QUALIFIED_LANGUAGES = _CPLUS_LANGUAGES | {0x07, 0x08, 0x0E, 0x22, 0x23, 0x2D, 0x1C}
+_QUALIFYING_PARENTS = frozenset(("DW_TAG_namespace", "DW_TAG_module", "DW_TAG_class_type",
+                                 "DW_TAG_structure_type", "DW_TAG_union_type",
+                                 "DW_TAG_interface_type"))
+
+
+# ----------------------------------------------------------------------------- ELF sections
+
+
+@dataclass(slots=True, frozen=True)
+class _Section:
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+
+
+@dataclass(slots=True)
+class _SectionTable:
+    """The section headers of one ELF file (nothing else is read)."""
+
+    path: str
+    little: bool
+    wide: bool
+    sections: dict[str, _Section]
+
+    def has_dwarf(self) -> bool:
+        for name in (".debug_info", ".zdebug_info"):
+            section = self.sections.get(name)
+            if section is not None and section.type != SHT_NOBITS and section.size > 0:
+                return True
+        return False
+
+    def read(self, name: str) -> bytes | None:
+        """The contents of section ``name`` (decompressed), or None when absent."""
+        stream = self.stream(name)
+        return stream.contents() if stream is not None else None
+
+    def stream(self, name: str) -> _Stream | None:
+        """Section ``name`` as a stream (a compressed one is inflated as far as it is
+        read), or None when absent."""
+        section = self.sections.get(name)
+        compressed_name = False
+        if section is None and name.startswith(".debug_"):
+            section = self.sections.get(".zdebug_" + name[len(".debug_"):])
+            compressed_name = True
+        if section is None or section.type == SHT_NOBITS:
+            return None
+        if section.size > _MAX_SECTION:
+            raise ValueError(f"{name}: section too large")
+        with open(self.path, "rb") as handle:
+            handle.seek(section.offset)
+            data = handle.read(section.size)
+        if len(data) != section.size:
+            raise ValueError(f"{name}: truncated section")
+        if section.flags & SHF_COMPRESSED:
+            order = "<" if self.little else ">"
+            if self.wide:
+                kind, _, size, _ = struct.unpack_from(order + "IIQQ", data, 0)
+                start = 24
+            else:
+                kind, size, _ = struct.unpack_from(order + "III", data, 0)
+                start = 12
+            if kind == ELFCOMPRESS_ZLIB:
+                return _Stream(name, data, start, size)
+            if kind == ELFCOMPRESS_ZSTD:
+                return _Stream(name, _unzstd(name, data[start:], size))
+            raise ValueError(f"{name}: unknown compression type {kind}")
+        if compressed_name and data[:4] == b"ZLIB":
+            if len(data) < 12:
+                raise ValueError(f"{name}: truncated compression header")
+            return _Stream(name, data, 12, int.from_bytes(data[4:12], "big"))
+        return _Stream(name, data)
+
+    def note_build_id(self) -> bytes | None:
+        """The NT_GNU_BUILD_ID descriptor of ``.note.gnu.build-id``, if any."""
+        data = self.read(".note.gnu.build-id")
+        if data is None or len(data) < 12:
+            return None
+        order = "<" if self.little else ">"
+        namesz, descsz, kind = struct.unpack_from(order + "III", data, 0)
+        start = 12 + ((namesz + 3) & ~3)
+        if kind != 3 or start + descsz > len(data) or descsz == 0:
+            return None
+        return data[start:start + descsz]
+
+    def debuglink(self) -> str | None:
+        data = self.read(".gnu_debuglink")
+        if not data:
+            return None
+        name = data.split(b"\0", 1)[0]
+        return os.fsdecode(name) if name and b"/" not in name else None
+
+
+def _unzstd(name: str, data: bytes, size: int) -> bytes:
+    if size > _MAX_SECTION:
+        raise ValueError(f"{name}: section too large")
+    import zstandard
+
+    try:
+        out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+    except zstandard.ZstdError as error:
+        raise ValueError(f"{name}: {error}") from None
+    if len(out) != size:
+        raise ValueError(f"{name}: bad decompressed size")
+    return out
+
+
+class _Stream:
+    """A section's contents as the binary stream pyelftools reads (``read``, ``seek``,
+    ``tell``, served by a ``BytesIO``). A zlib-compressed section is inflated only as far
+    as it is read: the CU of an address near the start of a 6 MB ``.debug_info`` does not
+    pay for the rest."""
+
+    _CHUNK = 1 << 16
+
+    def __init__(self, name: str, data: bytes, start: int | None = None,
+                 size: int | None = None) -> None:
+        self.name = name
+        self._inflater: Any = None
+        self._input = memoryview(b"")
+        if start is None or size is None:
+            self._io = io.BytesIO(data)
+            self.size = self._available = len(data)
+        else:
+            if size > _MAX_SECTION:
+                raise ValueError(f"{name}: section too large")
+            self._io = io.BytesIO()
+            self.size = size
+            self._available = 0
+            self._input = memoryview(data)[start:]
+            self._inflater = zlib.decompressobj()
+        self.seek: Callable[..., int] = self._io.seek
+        self.tell: Callable[[], int] = self._io.tell
+        self.read: Callable[..., bytes] = (
+            self._io.read if self._available == self.size else self._read)
+
+    def _read(self, count: int | None = -1) -> bytes:
+        """``read`` until the section is inflated (then BytesIO's own)."""
+        position = self._io.tell()
+        end = self.size if count is None or count < 0 else position + count
+        if end > self._available:
+            self._fill(end)
+        return self._io.read(count)
+
+    def _fill(self, end: int) -> None:
+        end = min(end, self.size)
+        position = self._io.tell()
+        self._io.seek(self._available)
+        try:
+            while self._available < end and self._inflater is not None:
+                inflater = self._inflater
+                if inflater.unconsumed_tail:
+                    chunk = inflater.unconsumed_tail
+                elif self._input:
+                    chunk, self._input = self._input[:self._CHUNK], self._input[self._CHUNK:]
+                else:
+                    break
+                try:
+                    out = inflater.decompress(chunk, max(end - self._available,
+                                                         4 * self._CHUNK))
+                except zlib.error as error:
+                    raise ValueError(f"{self.name}: {error}") from None
+                self._available += len(out)
+                if self._available > self.size:
+                    raise ValueError(f"{self.name}: bad decompressed size")
+                self._io.write(out)
+                if inflater.eof:
+                    self._inflater = None
+        finally:
+            self._io.seek(position)
+        if self._available < end:
+            raise ValueError(f"{self.name}: truncated compressed section")
+        if self._available == self.size:
+            self.read = self._io.read
+
+    def contents(self) -> bytes:
+        self._fill(self.size)
+        return self._io.getvalue()
+
+    def piece(self, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (the stream position is kept)."""
+        if start + length > self._available:
+            self._fill(start + length)
+        position = self._io.tell()
+        self._io.seek(start)
+        data = self._io.read(length)
+        self._io.seek(position)
+        if len(data) != length:
+            raise ValueError(f"{self.name}: read past the end")
+        return data
+
+
+def _read_section_table(path: str) -> _SectionTable | None:
+    """The section headers of ``path``, or None when it is not a readable ELF file."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(64)
+            if len(header) < 52 or header[:4] != b"\x7fELF" or header[4] not in (1, 2) \
+                    or header[5] not in (1, 2):
+                return None
+            wide = header[4] == 2
+            order = "<" if header[5] == 1 else ">"
+            if wide:
+                if len(header) < 64:
+                    return None
+                shoff = struct.unpack_from(order + "Q", header, 0x28)[0]
+                entsize, count, strndx = struct.unpack_from(order + "HHH", header, 0x3A)
+                layout, need = order + "IIQQQQII", 64
+            else:
+                shoff = struct.unpack_from(order + "I", header, 0x20)[0]
+                entsize, count, strndx = struct.unpack_from(order + "HHH", header, 0x2E)
+                layout, need = order + "IIIIIIII", 40
+            if shoff == 0 or entsize < need:
+                return None
+            file_size = os.fstat(handle.fileno()).st_size
+
+            def entry(index: int) -> tuple[int, ...]:
+                offset = shoff + index * entsize
+                if offset + need > file_size:
+                    raise ValueError("section header out of the file")
+                handle.seek(offset)
+                return struct.unpack(layout, handle.read(need))
+
+            if count == 0 or strndx == 0xFFFF:
+                first = entry(0)
+                count = count or first[5]
+                strndx = first[6] if strndx == 0xFFFF else strndx
+            if count == 0 or count > 1 << 20 or shoff + count * entsize > file_size:
+                return None
+            handle.seek(shoff)
+            raw = handle.read(count * entsize)
+            rows = [struct.unpack_from(layout, raw, index * entsize) for index in range(count)]
+            if strndx >= count:
+                return None
+            names_row = rows[strndx]
+            if names_row[4] + names_row[5] > file_size or names_row[5] > _MAX_SECTION:
+                return None
+            handle.seek(names_row[4])
+            names = handle.read(names_row[5])
+    except (OSError, ValueError, struct.error):
+        return None
+    sections: dict[str, _Section] = {}
+    for row in rows:
+        name_offset, kind, flags, addr, offset, size = row[:6]
+        end = names.find(b"\0", name_offset)
+        if name_offset >= len(names) or end < 0:
+            continue
+        name = names[name_offset:end].decode("latin-1")
+        sections.setdefault(name, _Section(kind, flags, addr, offset, size))
+    return _SectionTable(path, order == "<", wide, sections)
+
+
+# ----------------------------------------------------------------------------- intervals
+
+
+class _Intervals:
+    """Half-open ``[low, high)`` intervals with a payload; the first containing one wins."""
+
+    __slots__ = ("_highs", "_lows", "_max_high", "_payloads")
+
+    def __init__(self, items: list[tuple[int, int, Any]]) -> None:
+        items = sorted((item for item in items if item[0] < item[1]), key=lambda i: i[0])
+        self._lows = [item[0] for item in items]
+        self._highs = [item[1] for item in items]
+        self._payloads = [item[2] for item in items]
+        self._max_high: list[int] = []
+        top = 0
+        for high in self._highs:
+            top = max(top, high)
+            self._max_high.append(top)
+
+    def payloads(self) -> list[Any]:
+        return list(self._payloads)
+
+    def containing(self, address: int) -> Iterator[Any]:
+        index = bisect_right(self._lows, address) - 1
+        while index >= 0 and self._max_high[index] > address:
+            if self._highs[index] > address:
+                yield self._payloads[index]
+            index -= 1
+
+
+# ----------------------------------------------------------------------------- DWARF
+
+
+def _uleb(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _unit_offsets(info: bytes, little: bool) -> list[int]:
+    """Offsets of every unit header in ``.debug_info`` (no DIE is parsed)."""
+    order = "<" if little else ">"
+    offsets: list[int] = []
+    pos = 0
+    while pos + 4 <= len(info):
+        length = struct.unpack_from(order + "I", info, pos)[0]
+        if length == 0xFFFFFFFF:
+            length = struct.unpack_from(order + "Q", info, pos + 4)[0] + 12
+        elif length >= 0xFFFFFFF0:
+            break
+        else:
+            length += 4
+        offsets.append(pos)
+        pos += length
+    return offsets
+
+
+def _aranges(data: bytes, little: bool) -> list[tuple[int, int, int]]:
+    """``(low, high, CU offset)`` for every entry of ``.debug_aranges``."""
+    order = "<" if little else ">"
+    entries: list[tuple[int, int, int]] = []
+    start = 0
+    while start + 4 <= len(data):
+        length = struct.unpack_from(order + "I", data, start)[0]
+        if length == 0xFFFFFFFF:
+            length = struct.unpack_from(order + "Q", data, start + 4)[0]
+            head, offset_format, offset_size = start + 12, order + "Q", 8
+        else:
+            head, offset_format, offset_size = start + 4, order + "I", 4
+        end = head + length
+        if end > len(data) or length < 4 + offset_size:
+            break
+        cu_offset = struct.unpack_from(offset_format, data, head + 2)[0]
+        address_size = data[head + 2 + offset_size]
+        segment_size = data[head + 3 + offset_size]
+        header_end = head + 4 + offset_size
+        unit_start, start = start, end
+        if address_size not in (4, 8) or segment_size != 0:
+            continue
+        pair = 2 * address_size
+        cursor = unit_start + (header_end - unit_start + pair - 1) // pair * pair
+        tuple_format = order + ("QQ" if address_size == 8 else "II")
+        stop = cursor + (end - cursor) // pair * pair
+        for low, size in struct.iter_unpack(tuple_format, data[cursor:stop]):
+            if low == 0 and size == 0:
+                break
+            if size:
+                entries.append((low, low + size, cu_offset))
+    return entries
+
+
+def _children(die: DIE) -> Iterator[DIE]:
+    """The children of ``die``, like pyelftools' ``iter_DIE_children`` (siblings skipped
+    through ``DW_AT_sibling``), but every step must move forward inside the unit: garbage
+    sibling references make pyelftools loop forever."""
+    if not die.has_children:
+        return
+    cu = die.cu
+    end = cu.cu_offset + cu.size
+    offset = die.offset + die.size
+    while offset < end:
+        child = cu.get_DIE_from_refaddr(offset)
+        if child.is_null():
+            return
+        child.set_parent(die)
+        yield child
+        offset = _after(child, end)
+    raise DWARFError("DIE children run past the end of their unit")
+
+
+def _after(die: DIE, end: int) -> int:
+    """The offset just past ``die`` and its subtree (``end``: the end of its unit)."""
+    if not die.has_children:
+        following = die.offset + die.size
+    else:
+        sibling = die.attributes.get("DW_AT_sibling")
+        if sibling is not None and sibling.form in _LOCAL_REFS:
+            following = die.cu.cu_offset + sibling.raw_value
+        elif sibling is not None and sibling.form == "DW_FORM_ref_addr":
+            following = sibling.raw_value
+        else:
+            offset = die.offset + die.size
+            while True:
+                if offset >= end:
+                    raise DWARFError("DIE children run past the end of their unit")
+                child = die.cu.get_DIE_from_refaddr(offset)
+                if child.is_null():
+                    following = offset + child.size
+                    break
+                offset = _after(child, end)
+    if not die.offset < following <= end:
+        raise DWARFError("bad DW_AT_sibling")
+    return following
+
+
+@dataclass(slots=True)
+class _Info:
+    """One file's DWARF: pyelftools' DWARFInfo plus what this module adds."""
+
+    info: DWARFInfo
+    info_stream: _Stream
+    little: bool
+    ranges: bytes | None
+    rnglists: bytes | None
+    aranges: bytes | None
+    abbrev_stream: _Stream | None
+    _units: list[int] | None = None
+    _abbrev_data: bytes | None = None
+    _abbrev_tables: dict[int, Any] = field(default_factory=dict)
+
+    def abbreviations(self, offset: int) -> dict[int, tuple[int, bool,
+                                                            tuple[tuple[int, int, int], ...]]]:
+        table = self._abbrev_tables.get(offset)
+        if table is None:
+            if self._abbrev_data is None:
+                if self.abbrev_stream is None:
+                    raise DWARFError("no .debug_abbrev")
+                self._abbrev_data = self.abbrev_stream.contents()
+            table = self._abbrev_tables[offset] = _abbreviations(self._abbrev_data, offset)
+        return table
+
+    def unit_offsets(self) -> list[int]:
+        """Offsets of all unit headers (inflates all of a compressed .debug_info)."""
+        if self._units is None:
+            self._units = _unit_offsets(self.info_stream.contents(), self.little)
+        return self._units
+
+
+def _load_info(table: _SectionTable) -> _Info:
+    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
+
+    streams = {name: table.stream(name) for name in _WANTED}
+    info = streams[".debug_info"]
+    if info is None:
+        raise DWARFError("no .debug_info")
+
+    def descriptor(name: str) -> DebugSectionDescriptor | None:
+        stream = streams[name]
+        if stream is None:
+            return None
+        section = table.sections.get(name) or table.sections.get(".z" + name[1:])
+        offset = section.offset if section is not None else 0
+        address = section.addr if section is not None else 0
+        return DebugSectionDescriptor(cast("IO[bytes]", stream), name, offset, stream.size,
+                                      address)
+
+    def contents(name: str) -> bytes | None:
+        stream = streams[name]
+        return stream.contents() if stream is not None else None
+
+    dwarfinfo = DWARFInfo(
+        config=DwarfConfig(little_endian=table.little, machine_arch="",
+                           default_address_size=8 if table.wide else 4),
+        debug_info_sec=descriptor(".debug_info"),
+        debug_aranges_sec=None,
+        debug_abbrev_sec=descriptor(".debug_abbrev"),
+        debug_frame_sec=None,
+        eh_frame_sec=None,
+        debug_str_sec=descriptor(".debug_str"),
+        debug_loc_sec=None,
+        debug_ranges_sec=descriptor(".debug_ranges"),
+        debug_line_sec=None,
+        debug_pubtypes_sec=None,
+        debug_pubnames_sec=None,
+        debug_addr_sec=descriptor(".debug_addr"),
+        debug_str_offsets_sec=descriptor(".debug_str_offsets"),
+        debug_line_str_sec=descriptor(".debug_line_str"),
+        debug_loclists_sec=None,
+        debug_rnglists_sec=descriptor(".debug_rnglists"),
+        debug_sup_sec=None,
+        gnu_debugaltlink_sec=None,
+        debug_types_sec=None)
+    return _Info(dwarfinfo, info, table.little, contents(".debug_ranges"),
+                 contents(".debug_rnglists"), contents(".debug_aranges"),
+                 streams[".debug_abbrev"])
+
+
+def _supplementary_table(table: _SectionTable, debug_root: str) -> _SectionTable | None:
+    """The dwz supplementary file named by ``.gnu_debugaltlink`` or ``.debug_sup``."""
+    name: bytes | None = None
+    build_id = b""
+    link = table.read(".gnu_debugaltlink")
+    if link:
+        name, _, build_id = link.partition(b"\0")
+    else:
+        sup = table.read(".debug_sup")
+        if sup and len(sup) > 3 and sup[2] == 0:
+            end = sup.find(b"\0", 3)
+            if end > 3:
+                name = sup[3:end]
+                length, pos = _uleb(sup, end + 1)
+                build_id = sup[pos:pos + length]
+    if not name:
+        return None
+    path = os.fsdecode(name)
+    candidates = [path if os.path.isabs(path)
+                  else os.path.join(os.path.dirname(table.path), path)]
+    if build_id:
+        text = build_id.hex()
+        candidates.append(os.path.join(debug_root, ".build-id", text[:2], text[2:] + ".debug"))
+    for candidate in candidates:
+        found = _read_section_table(candidate)
+        if found is not None and found.has_dwarf():
+            return found
+    return None
+
+
+class _TopScanner:
+    """The top-level functions of a unit (namespaces and modules included) with their
+    ranges, read straight from the bytes with the unit's abbreviations: the units of a big
+    library have hundreds of top-level DIEs (types, declarations) that pyelftools would
+    turn into objects one by one; this only decodes what it needs and skips the rest
+    through DW_AT_sibling or by sizes."""
+
+    def __init__(self, dwarf: _Dwarf, info: _Info, cu: CompileUnit) -> None:
+        self.dwarf = dwarf
+        self.info = info
+        self.cu = cu
+        self.offset_size = 8 if cu.structs.dwarf_format == 64 else 4
+        self.address_size = cu["address_size"]
+        self.version = cu["version"]
+        self.abbreviations = info.abbreviations(cu["debug_abbrev_offset"])
+        self.data = info.info_stream.piece(cu.cu_offset, cu.size)
+        self.order = "<" if info.little else ">"
+        self.items: list[tuple[int, int, Any]] = []
+
+    def functions(self) -> list[tuple[int, int, Any]]:
+        start = self.cu.cu_die_offset - self.cu.cu_offset
+        code, pos = _uleb(self.data, start)
+        _tag, children, specs = self.abbreviations[code]
+        pos = self._attributes(pos, specs, None)
+        if children:
+            self._children(pos, True)
+        return self.items
+
+    def _children(self, pos: int, collect: bool) -> int:
+        """Walk the children starting at ``pos``; the offset after their terminator."""
+        data = self.data
+        abbreviations = self.abbreviations
+        while True:
+            die_start = pos
+            code, pos = _uleb(data, pos)
+            if code == 0:
+                return pos
+            tag, children, specs = abbreviations[code]
+            wanted: dict[int, tuple[int, int]] | None = {} if collect else None
+            pos = self._attributes(pos, specs, wanted)
+            if wanted is not None and tag == 0x2E:              # DW_TAG_subprogram
+                for low, high in self._ranges(wanted):
+                    self.items.append((low, high, self.cu.cu_offset + die_start))
+            if not children:
+                continue
+            descend = collect and tag in (0x39, 0x1E)          # namespace, module
+            sibling = wanted.get(0x01) if wanted is not None else None
+            if not descend and sibling is not None and sibling[0] in _REF_FORMS_LOCAL:
+                following = sibling[1]
+                if following <= die_start or following > len(data):
+                    raise DWARFError("bad DW_AT_sibling")
+                pos = following
+            else:
+                pos = self._children(pos, descend)
+
+    def _ranges(self, wanted: dict[int, tuple[int, int]]) -> list[tuple[int, int]]:
+        low = wanted.get(0x11)
+        high = wanted.get(0x12)
+        if low is not None and high is not None:
+            low_value = self._address(*low)
+            high_value = high[1] if high[0] not in _CONSTANT_FORM_CODES \
+                else low_value + high[1]
+            return [(low_value, high_value)] if low_value != 0 and low_value < high_value \
+                else []
+        ranges = wanted.get(0x55)
+        if ranges is None:
+            return []
+        form, value = ranges
+        if form == 0x23:                                        # DW_FORM_rnglistx
+            top = self.cu.get_top_DIE()
+            base = top.attributes.get("DW_AT_rnglists_base")
+            base_value = base.value if base is not None else 12
+            data = self.info.rnglists or b""
+            size = self.offset_size
+            entry = struct.unpack_from(self.order + ("Q" if size == 8 else "I"), data,
+                                       base_value + value * size)[0]
+            value = base_value + entry
+        return [(start, stop)
+                for start, stop in self.dwarf.range_list(self.info, self.cu, value)
+                if start != 0 and start < stop]
+
+    def _address(self, form: int, value: int) -> int:
+        if form in _ADDRX_FORMS:
+            address: int = self.info.info.get_addr(self.cu, value)
+            return address
+        return value
+
+    def _attributes(self, pos: int, specs: tuple[tuple[int, int, int], ...],
+                    wanted: dict[int, tuple[int, int]] | None) -> int:
+        """Skip (or, for the attributes this needs, decode) one DIE's attributes."""
+        data = self.data
+        order = self.order
+        for attribute, form, constant in specs:
+            if form == 0x16:                                    # DW_FORM_indirect
+                form, pos = _uleb(data, pos)
+            size = _FIXED_FORM_SIZES.get(form)
+            if size is None:
+                if form == 0x01:                                # addr
+                    size = self.address_size
+                elif form in _OFFSET_FORMS or (form == 0x10 and self.version > 2):
+                    size = self.offset_size
+                elif form == 0x10:                              # ref_addr, DWARF 2
+                    size = self.address_size
+            if wanted is not None and attribute in (0x01, 0x11, 0x12, 0x55):
+                if form == 0x21:                                # implicit_const
+                    value = constant
+                elif size is not None:
+                    value = int.from_bytes(data[pos:pos + size],
+                                           "little" if order == "<" else "big")
+                elif form in (0x0F, 0x15, 0x1A, 0x1B, 0x22, 0x23, 0x1F01, 0x1F02):
+                    value, _ = _uleb(data, pos)
+                elif form == 0x0D:
+                    value, _ = _sleb(data, pos)
+                else:
+                    value = 0
+                wanted[attribute] = (form, value)
+            if size is not None:
+                pos += size
+            elif form in _LEB_FORMS:
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            elif form == 0x08:                                  # string
+                end = data.index(b"\0", pos)
+                pos = end + 1
+            elif form in (0x09, 0x18):                          # block, exprloc
+                length, pos = _uleb(data, pos)
+                pos += length
+            elif form == 0x0A:                                  # block1
+                pos += 1 + data[pos]
+            elif form == 0x03:                                  # block2
+                pos += 2 + int.from_bytes(data[pos:pos + 2], "little" if order == "<" else "big")
+            elif form == 0x04:                                  # block4
+                pos += 4 + int.from_bytes(data[pos:pos + 4], "little" if order == "<" else "big")
+            else:
+                raise DWARFError(f"unknown attribute form {form:#x}")
+            if pos > len(data):
+                raise DWARFError("DIE runs past the end of its unit")
+        return pos
+
+
+_REF_FORMS_LOCAL = frozenset((0x11, 0x12, 0x13, 0x14, 0x15))
+_CONSTANT_FORM_CODES = frozenset((0x0B, 0x05, 0x06, 0x07, 0x0F, 0x0D, 0x21))
+_ADDRX_FORMS = frozenset((0x1B, 0x29, 0x2A, 0x2B, 0x2C, 0x1F01))
+_FIXED_FORM_SIZES = {0x05: 2, 0x06: 4, 0x07: 8, 0x0B: 1, 0x0C: 1, 0x11: 1, 0x12: 2,
+                     0x13: 4, 0x14: 8, 0x19: 0, 0x1C: 4, 0x1E: 16, 0x20: 8, 0x21: 0,
+                     0x24: 8, 0x25: 1, 0x26: 2, 0x27: 3, 0x28: 4, 0x29: 1, 0x2A: 2,
+                     0x2B: 3, 0x2C: 4}
+_OFFSET_FORMS = frozenset((0x0E, 0x17, 0x1D, 0x1F, 0x1F20, 0x1F21))
+_LEB_FORMS = frozenset((0x0D, 0x0F, 0x15, 0x1A, 0x1B, 0x22, 0x23, 0x1F01, 0x1F02))
+
+
+def _sleb(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            if byte & 0x40:
+                result -= 1 << shift
+            return result, pos
+
+
+def _abbreviations(data: bytes, offset: int) -> dict[int, tuple[int, bool,
+                                                               tuple[tuple[int, int, int], ...]]]:
+    """The abbreviation table at ``offset`` of ``.debug_abbrev``: code -> (tag, has
+    children, ((attribute, form, implicit constant), ...))."""
+    table: dict[int, tuple[int, bool, tuple[tuple[int, int, int], ...]]] = {}
+    pos = offset
+    while True:
+        code, pos = _uleb(data, pos)
+        if code == 0:
+            return table
+        tag, pos = _uleb(data, pos)
+        children = data[pos] != 0
+        pos += 1
+        specs: list[tuple[int, int, int]] = []
+        while True:
+            attribute, pos = _uleb(data, pos)
+            form, pos = _uleb(data, pos)
+            constant = 0
+            if form == 0x21:
+                constant, pos = _sleb(data, pos)
+            if attribute == 0 and form == 0:
+                break
+            specs.append((attribute, form, constant))
+        table[code] = (tag, children, tuple(specs))
+
+
+@dataclass(slots=True)
+class _Unit:
+    """A compilation unit: its language and its top-level functions by address."""
+
+    cu: CompileUnit
+    language: int
+    functions: _Intervals
+    nested: _Intervals | None = None
+
+
+class _Dwarf:
+    """The parsed DWARF of one file and the address lookups on it."""
+
+    def __init__(self, table: _SectionTable, debug_root: str) -> None:
+        self.main = _load_info(table)
+        self.supplementary: _Info | None = None
+        supplementary = _supplementary_table(table, debug_root)
+        if supplementary is not None:
+            try:
+                self.supplementary = _load_info(supplementary)
+                self.main.info.supplementary_dwarfinfo = self.supplementary.info
+            except _DWARF_ERRORS:
+                self.supplementary = None
+        self._infos = {id(self.main.info): self.main}
+        if self.supplementary is not None:
+            self._infos[id(self.supplementary.info)] = self.supplementary
+        arange_entries = (_aranges(self.main.aranges, self.main.little)
+                          if self.main.aranges else [])
+        self._aranges = _Intervals(arange_entries)
+        self._arange_units = {entry[2] for entry in arange_entries}
+        self._other_units: _Intervals | None = None
+        self._units: dict[int, _Unit | None] = {}
+        self._ranges: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
+        self._parents: dict[tuple[int, int], DIE | None] = {}
+
+    # -- lookups
+
+    def frames_at(self, address: int) -> list[str] | None:
+        for unit_offset in self._unit_offsets_at(address):
+            unit = self._unit(unit_offset)
+            if unit is None:
+                continue
+            for function_offset in unit.functions.containing(address):
+                function = unit.cu.get_DIE_from_refaddr(function_offset)
+                names = self._names(unit, function, address)
+                if names:
+                    return names
+            # Nested functions (GNU C, Pascal, Fortran) may lie outside their parent's
+            # ranges: index them the first time an address misses the top-level ones.
+            if unit.nested is None:
+                unit.nested = self._nested_functions(unit)
+            for function in unit.nested.containing(address):
+                names = self._names(unit, function, address)
+                if names:
+                    return names
+        return None
+
+    def _names(self, unit: _Unit, function: DIE, address: int) -> list[str] | None:
+        """Names of the frames at ``address`` inside ``function``, innermost first."""
+        path = [function, *self._descend(function, address)]
+        names: list[str] = []
+        for die in reversed(path):
+            name = self._print_name(die, unit.language)
+            if name is None:
+                return None
+            names.append(name)
+            if die.tag == "DW_TAG_subprogram":
+                return names
+        return None
+
+    def _nested_functions(self, unit: _Unit) -> _Intervals:
+        items: list[tuple[int, int, Any]] = []
+        seen = set(unit.functions.payloads())
+        pending = [unit.cu.get_DIE_from_refaddr(offset) for offset in seen]
+        while pending:
+            parent = pending.pop()
+            for child in _children(parent):
+                tag = child.tag
+                if tag == "DW_TAG_subprogram" and child.offset not in seen:
+                    seen.add(child.offset)
+                    for low, high in self._die_ranges(child) or ():
+                        items.append((low, high, child))
+                    pending.append(child)
+                elif tag in _BLOCK_TAGS or tag == "DW_TAG_inlined_subroutine":
+                    pending.append(child)
+        return _Intervals(items)
+
+    def _unit_offsets_at(self, address: int) -> Iterator[int]:
+        """The units whose ranges contain ``address``: from ``.debug_aranges``, else (no
+        entry there) from the top DIEs of the units it does not list."""
+        listed = list(dict.fromkeys(self._aranges.containing(address)))
+        if listed:
+            yield from listed
+            return
+        if self._other_units is None:
+            self._other_units = self._scan_units()
+        yield from dict.fromkeys(self._other_units.containing(address))
+
+    def _scan_units(self) -> _Intervals:
+        """Top-DIE ranges of the units ``.debug_aranges`` does not list."""
+        items: list[tuple[int, int, Any]] = []
+        info = self.main.info
+        for offset in self.main.unit_offsets():
+            if offset in self._arange_units:
+                continue
+            try:
+                cu = info.get_CU_at(offset)
+                top = cu.get_top_DIE()
+                if top.tag != "DW_TAG_compile_unit":
+                    continue
+                for low, high in self._die_ranges(top) or ():
+                    items.append((low, high, offset))
+            except _DWARF_ERRORS:
+                continue
+        return _Intervals(items)
+
+    def _unit(self, offset: int) -> _Unit | None:
+        if offset in self._units:
+            return self._units[offset]
+        unit: _Unit | None = None
+        try:
+            cu = self.main.info.get_CU_at(offset)
+            top = cu.get_top_DIE()
+            language = top.attributes.get("DW_AT_language")
+            items = _TopScanner(self, self.main, cu).functions()
+            unit = _Unit(cu, language.value if language is not None else 0, _Intervals(items))
+        finally:
+            self._units[offset] = unit
+        return unit
+
+    def _descend(self, die: DIE, address: int) -> list[DIE]:
+        """The named function DIEs below ``die`` that contain ``address``, outermost first."""
+        for child in _children(die):
+            tag = child.tag
+            if tag in _FUNCTION_TAGS:
+                ranges = self._die_ranges(child)
+                if not ranges or not any(low <= address < high for low, high in ranges):
+                    continue
+                if self._has_name(child):
+                    return [child, *self._descend(child, address)]
+                # gdb drops an unnamed function with its children: the enclosing block
+                # keeps the address.
+            elif tag in _BLOCK_TAGS:
+                ranges = self._die_ranges(child)
+                if ranges is None:
+                    inner = self._descend(child, address)
+                    if inner:
+                        return inner
+                elif any(low <= address < high for low, high in ranges):
+                    return self._descend(child, address)
+        return []
+
+    # -- ranges
+
+    def _die_ranges(self, die: DIE) -> list[tuple[int, int]] | None:
+        """The valid address ranges of ``die``; None when it has no pc attributes (an empty
+        list when it has only invalid ones, which gdb ignores)."""
+        key = (id(die.dwarfinfo), die.offset)
+        if key in self._ranges:
+            return self._ranges[key]
+        attributes = die.attributes
+        result: list[tuple[int, int]] | None
+        if "DW_AT_low_pc" in attributes and "DW_AT_high_pc" in attributes:
+            # gdb prefers low_pc/high_pc over DW_AT_ranges when a DIE has both.
+            low = attributes["DW_AT_low_pc"].value
+            high_attribute = attributes["DW_AT_high_pc"]
+            high = high_attribute.value
+            if high_attribute.form in _CONSTANT_FORMS:
+                high += low
+            if not isinstance(low, int) or not isinstance(high, int):
+                raise DWARFError("bad pc attributes")
+            result = [(low, high)] if low != 0 and low < high else []
+        elif "DW_AT_ranges" in attributes:
+            result = [(low, high) for low, high in self._range_list(die)
+                      if low != 0 and low < high]
+        else:
+            result = None
+        self._ranges[key] = result
+        return result
+
+    def _range_list(self, die: DIE) -> list[tuple[int, int]]:
+        offset = die.attributes["DW_AT_ranges"].value
+        if not isinstance(offset, int):
+            raise DWARFError("bad DW_AT_ranges")
+        return self.range_list(self._infos[id(die.dwarfinfo)], die.cu, offset)
+
+    def range_list(self, info: _Info, cu: CompileUnit | TypeUnit, offset: int
+                   ) -> list[tuple[int, int]]:
+        """The ranges of the range list at ``offset`` (.debug_ranges before DWARF 5,
+        .debug_rnglists from 5), for a DIE of unit ``cu``."""
+        top = cu.get_top_DIE()
+        base_attribute = top.attributes.get("DW_AT_low_pc")
+        base = base_attribute.value if base_attribute is not None else 0
+        if not isinstance(base, int):
+            raise DWARFError("bad DW_AT_low_pc")
+        order = "<" if info.little else ">"
+        size = cu["address_size"]
+        address = order + ("Q" if size == 8 else "I")
+        result: list[tuple[int, int]] = []
+        if cu["version"] < 5:
+            data = info.ranges
+            if data is None:
+                raise DWARFError("no .debug_ranges")
+            pair = order + ("QQ" if size == 8 else "II")
+            largest = (1 << (8 * size)) - 1
+            for begin, end in struct.iter_unpack(pair, data[offset:offset + 2 * size * 4096]):
+                if begin == 0 and end == 0:
+                    return result
+                if begin == largest:
+                    base = end
+                else:
+                    result.append((base + begin, base + end))
+            raise DWARFError("unterminated range list")
+        data = info.rnglists
+        if data is None:
+            raise DWARFError("no .debug_rnglists")
+        pos = offset
+        while True:
+            kind = data[pos]
+            pos += 1
+            if kind == 0:                                   # DW_RLE_end_of_list
+                return result
+            if kind == 1:                                   # DW_RLE_base_addressx
+                index, pos = _uleb(data, pos)
+                base = info.info.get_addr(cu, index)
+            elif kind in (2, 3):                            # startx_endx, startx_length
+                first, pos = _uleb(data, pos)
+                second, pos = _uleb(data, pos)
+                start = info.info.get_addr(cu, first)
+                stop = info.info.get_addr(cu, second) if kind == 2 else start + second
+                result.append((start, stop))
+            elif kind == 4:                                 # DW_RLE_offset_pair
+                first, pos = _uleb(data, pos)
+                second, pos = _uleb(data, pos)
+                result.append((base + first, base + second))
+            elif kind == 5:                                 # DW_RLE_base_address
+                base = struct.unpack_from(address, data, pos)[0]
+                pos += size
+            elif kind == 6:                                 # DW_RLE_start_end
+                start = struct.unpack_from(address, data, pos)[0]
+                stop = struct.unpack_from(address, data, pos + size)[0]
+                pos += 2 * size
+                result.append((start, stop))
+            elif kind == 7:                                 # DW_RLE_start_length
+                start = struct.unpack_from(address, data, pos)[0]
+                length, pos = _uleb(data, pos + size)
+                result.append((start, start + length))
+            else:
+                raise DWARFError(f"unknown range list entry kind {kind}")
+
+    # -- names
+
+    def _reference(self, die: DIE, name: str) -> DIE | None:
+        """The DIE that attribute ``name`` of ``die`` refers to, or None."""
+        attribute = die.attributes[name]
+        form = attribute.form
+        value = attribute.raw_value
+        if not isinstance(value, int):
+            return None
+        if form in _LOCAL_REFS:
+            return die.cu.get_DIE_from_refaddr(die.cu.cu_offset + value)
+        if form == "DW_FORM_ref_addr":
+            return self._die_at(self._infos[id(die.dwarfinfo)], value)
+        if form in _SUPPLEMENTARY_REFS and self.supplementary is not None:
+            return self._die_at(self.supplementary, value)
+        return None
+
+    @staticmethod
+    def _die_at(info: _Info, offset: int) -> DIE | None:
+        units = info.unit_offsets()
+        index = bisect_right(units, offset) - 1
+        if index < 0:
+            return None
+        cu = info.info.get_CU_at(units[index])
+        return cu.get_DIE_from_refaddr(offset)
+
+    def _origin(self, die: DIE) -> DIE | None:
+        """Where gdb's ``dwarf2_attr`` looks next: the DIE named by the DIE's (last)
+        DW_AT_specification or DW_AT_abstract_origin attribute."""
+        link = None
+        for name in die.attributes:
+            if name in ("DW_AT_specification", "DW_AT_abstract_origin"):
+                link = name
+        return self._reference(die, link) if link is not None else None
+
+    def _attribute(self, die: DIE, name: str) -> Any:
+        """The value of attribute ``name`` on ``die`` or along its origin chain."""
+        current: DIE | None = die
+        for _ in range(_MAX_HOPS):
+            if current is None:
+                return None
+            attribute = current.attributes.get(name)
+            if attribute is not None:
+                return attribute.value
+            current = self._origin(current)
+        return None
+
+    def _string(self, die: DIE, name: str) -> str | None:
+        value = self._attribute(die, name)
+        if isinstance(value, bytes) and value:
+            return value.decode("utf-8", "replace")
+        if isinstance(value, str) and value:
+            return value
+        return None
+
+    def _has_name(self, die: DIE) -> bool:
+        return (self._string(die, "DW_AT_name") is not None
+                or self._linkage_name(die) is not None)
+
+    def _linkage_name(self, die: DIE) -> str | None:
+        return (self._string(die, "DW_AT_linkage_name")
+                or self._string(die, "DW_AT_MIPS_linkage_name"))
+
+    def _print_name(self, die: DIE, language: int) -> str | None:
+        """The name gdb prints for the function DIE ``die``."""
+        name = self._string(die, "DW_AT_name")
+        if language in _CPLUS_LANGUAGES:
+            linkage = self._linkage_name(die)
+            demangled = _demangle(linkage) if linkage is not None else None
+            if demangled is not None:
+                return _cplus_function_name(demangled)
+        if language in _QUALIFIED_LANGUAGES:
+            if name is None:
+                return self._linkage_name(die)
+            return "::".join([*self._scopes(die), name])
+        return self._linkage_name(die) or name
+
+    def _scopes(self, die: DIE) -> list[str]:
+        """Names of the namespaces, classes and modules enclosing the declaration of
+        ``die``, outermost first."""
+        declaration = die
+        for _ in range(_MAX_HOPS):
+            following = self._origin(declaration)
+            if following is None:
+                break
+            declaration = following
+        scopes: list[str] = []
+        parent = self._parent(declaration)
+        while parent is not None and parent.tag in _QUALIFYING_PARENTS:
+            value = parent.attributes.get("DW_AT_name")
+            text = value.value if value is not None else None
+            if isinstance(text, bytes) and text:
+                scopes.append(text.decode("utf-8", "replace"))
+            elif parent.tag == "DW_TAG_namespace":
+                scopes.append("(anonymous namespace)")
+            else:
+                break
+            parent = self._parent(parent)
+        scopes.reverse()
+        return scopes
+
+    def _parent(self, die: DIE) -> DIE | None:
+        """The parent of ``die`` (found from the top of its unit, forward steps only)."""
+        key = (id(die.dwarfinfo), die.offset)
+        if key in self._parents:
+            return self._parents[key]
+        found: DIE | None = None
+        search = die.cu.get_top_DIE()
+        while found is None and search.offset < die.offset:
+            closest: DIE | None = None
+            for child in _children(search):
+                self._parents[(key[0], child.offset)] = search
+                if child.offset == die.offset:
+                    found = search
+                    break
+                if child.offset > die.offset:
+                    break
+                closest = child
+            if found is None:
+                if closest is None:
+                    break
+                search = closest
+        self._parents[key] = found
+        return found
+
+
+# ----------------------------------------------------------------------------- C++ names
+
+_OPEN = "(<[{"
+_CLOSE = ")>]}"
+_QUALIFIERS = (" const", " volatile", " restrict", " &&", " &")
+# gdb's demangler prints the standard substitutions Ss, Si, So and Sd in full (as with
+# DMGL_VERBOSE); the C++ runtime's prints the typedef names. Those names can come from
+# nothing else (typedefs are never mangled), so they are expanded textually.
+_VERBOSE_SUBSTITUTIONS = {
+    "string": "std::basic_string<char, std::char_traits<char>, std::allocator<char> >",
+    "istream": "std::basic_istream<char, std::char_traits<char> >",
+    "ostream": "std::basic_ostream<char, std::char_traits<char> >",
+    "iostream": "std::basic_iostream<char, std::char_traits<char> >",
+}
+_SUBSTITUTION = re.compile(r"(?<![\w:])std::(string|istream|ostream|iostream)(?!\w)")
+_demangler: Any = None
+
+
+def _demangle(mangled: str) -> str | None:
+    """``mangled`` demangled by the C++ runtime's ``__cxa_demangle`` (the demangler gdb
+    also uses, from libiberty), or None when it is not a C++ name or there is no runtime."""
+    global _demangler
+    if not mangled.startswith("_Z"):
+        return None
+    if _demangler is None:
+        _demangler = False
+        try:
+            import ctypes
+
+            runtime = ctypes.CDLL("libstdc++.so.6")
+            function = runtime.__cxa_demangle
+            function.restype = ctypes.c_void_p
+            function.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.POINTER(ctypes.c_int)]
+            free = ctypes.CDLL(None).free
+            free.argtypes = [ctypes.c_void_p]
+            _demangler = (function, free, ctypes)
+        except (OSError, AttributeError):
+            pass
+    if _demangler is False:
+        return None
+    function, free, ctypes = _demangler
+    status = ctypes.c_int(0)
+    pointer = function(mangled.encode(), None, None, ctypes.byref(status))
+    if not pointer:
+        return None
+    try:
+        text: bytes = ctypes.string_at(pointer)
+    finally:
+        free(pointer)
+    if status.value != 0:
+        return None
+    return _SUBSTITUTION.sub(lambda match: _VERBOSE_SUBSTITUTIONS[match.group(1)],
+                             text.decode("utf-8", "replace"))
+
+
+def _gdb_parses(name: str) -> bool:
+    """False for the names gdb's C++ name parser rejects, which ``bt`` then prints whole,
+    parameters included. Observed with gdb 13: a bare function type as a template argument
+    in the demangler's spelling, ``H<int (int)>::run(int)`` or ``std::function<void ()>``
+    (``H<int (*)(int)>``, arrays, and GCC's ``H<int(int)>`` parse)."""
+    depth = 0
+    index = 0
+    while index < len(name):
+        if name.startswith("operator", index) and (index == 0 or name[index - 1] in ": "):
+            index += len("operator")
+            while index < len(name) and name[index] in "<>=-+*/%^&|~!,()[]":
+                index += 1
+            continue
+        char = name[index]
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth -= 1
+        elif (char == "(" and depth > 0 and index >= 2 and name[index - 1] == " "
+              and (name[index - 2].isalnum() or name[index - 2] in "_>]")
+              and name[index + 1:index + 2] not in ("*", "&")):
+            return False
+        index += 1
+    return True
+
+
+def _cplus_function_name(demangled: str) -> str:
+    """What gdb prints for a C++ function whose demangled name is ``demangled``: the
+    name without its parameter list and qualifiers (gdb's ``cp_remove_params``) and
+    without the return type of a template function (gdb demangles with DMGL_RET_DROP)."""
+    if not _gdb_parses(demangled):
+        return demangled
+    text = demangled
+    stripped = True
+    while stripped:
+        stripped = False
+        for qualifier in _QUALIFIERS:
+            if text.endswith(qualifier):
+                text = text[:-len(qualifier)]
+                stripped = True
+    if not text.endswith(")"):
+        return demangled
+    depth = 0
+    start = -1
+    for index in range(len(text) - 1, -1, -1):
+        char = text[index]
+        if char in _CLOSE:
+            depth += 1
+        elif char in _OPEN:
+            depth -= 1
+            if depth == 0:
+                start = index
+                break
+    if start <= 0 or text[start] != "(":
+        return demangled
+    name = text[:start]
+    # A return type ends at the last space outside brackets, before any "operator".
+    depth = 0
+    split = -1
+    index = 0
+    while index < len(name):
+        char = name[index]
+        if name.startswith("operator", index) and (index == 0 or name[index - 1] in ": "):
+            break
+        if char in _OPEN:
+            depth += 1
+        elif char in _CLOSE:
+            depth -= 1
+        elif char == " " and depth == 0:
+            split = index
+        index += 1
+    return name[split + 1:] if split >= 0 else name
+
+
+# ----------------------------------------------------------------------------- public
+
+
+class DwarfNames:
+    """gdb's frame names (inline frames included) for addresses of one ELF file."""
+
+    debug_root: ClassVar[str] = "/usr/lib/debug"
+
+    def __init__(self, table: _SectionTable) -> None:
+        self._table = table
+        self._dwarf: _Dwarf | None = None
+        self._failed = False
+        self._cache: dict[int, list[str] | None] = {}
+
+    @property
+    def debug_file(self) -> str:
+        """The file the DWARF is read from."""
+        return self._table.path
+
+    @classmethod
+    def open(cls, path: str, build_id: bytes | None) -> DwarfNames | None:
+        """DWARF for the ELF file `path`: the file itself when it has .debug_info, else its
+        separate debug file /usr/lib/debug/.build-id/<xx>/<rest>.debug (build id), else
+        /usr/lib/debug/<path>.debug or the .gnu_debuglink name beside it / under /usr/lib/debug;
+        None when there is none or it cannot be parsed (never raise on bad DWARF)."""
+        try:
+            return cls._open(path, build_id)
+        except _DWARF_ERRORS:
+            return None
+
+    @classmethod
+    def _open(cls, path: str, build_id: bytes | None) -> DwarfNames | None:
+        table = _read_section_table(path)
+        if table is not None and table.has_dwarf():
+            return cls(table)
+        if build_id is None and table is not None:
+            build_id = table.note_build_id()
+        root = cls.debug_root
+        candidates: list[str] = []
+        if build_id:
+            text = build_id.hex()
+            candidates.append(os.path.join(root, ".build-id", text[:2], text[2:] + ".debug"))
+        absolute = os.path.abspath(path)
+        spellings = list(dict.fromkeys((absolute, os.path.realpath(absolute))))
+        for spelling in spellings:
+            candidates.append(root + spelling + ".debug")
+        link = table.debuglink() if table is not None else None
+        if link is not None:
+            for directory in dict.fromkeys(os.path.dirname(s) for s in spellings):
+                candidates += [os.path.join(directory, link),
+                               os.path.join(directory, ".debug", link),
+                               root + os.path.join(directory, link)]
+        for candidate in dict.fromkeys(candidates):
+            if candidate == absolute or not os.path.isfile(candidate):
+                continue
+            found = _read_section_table(candidate)
+            if found is None or not found.has_dwarf():
+                continue
+            if build_id:
+                found_id = found.note_build_id()
+                if found_id is not None and found_id != build_id:
+                    continue
+            return cls(found)
+        return None
+
+    def frames_at(self, address: int) -> list[str] | None:
+        """Names for the link-time (ELF virtual) `address`: innermost first — one name per
+        inlined subroutine whose ranges contain the address, then the containing subprogram's
+        name — exactly the names gdb prints for that pc (the caller frames' pc is already
+        return address - 1 when we call this). None when no DWARF subprogram covers it."""
+        if address in self._cache:
+            cached = self._cache[address]
+            return list(cached) if cached is not None else None
+        dwarf = self._load()
+        names: list[str] | None = None
+        if dwarf is not None:
+            try:
+                names = dwarf.frames_at(address)
+            except _DWARF_ERRORS:
+                names = None
+        self._cache[address] = names
+        return list(names) if names is not None else None
+
+    def _load(self) -> _Dwarf | None:
+        if self._dwarf is None and not self._failed:
+            try:
+                self._dwarf = _Dwarf(self._table, self.debug_root)
+            except _DWARF_ERRORS:
+                self._failed = True
+        return self._dwarf
