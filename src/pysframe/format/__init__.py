@@ -1,20 +1,36 @@
 """The SFrame format: object model, decoder, encoder, lookup and the objdump-style dump.
 
-Hand-written because no Python library reads or writes SFrame.
+Hand-written because no Python library reads or writes SFrame. The names below are
+loaded on first use (PEP 562), so a tool that needs only the reader never imports
+the encoder.
 """
 
-from .constants import ABI, BaseReg, FDEType, FREType, PCType
-from .decode import FDEEntry, Header, SFrameReader, decode, read_header, sframe_extent
-from .encode import convert, encode
-from .errors import (
-    BadMagicError,
-    CorruptError,
-    EncodeError,
-    SFrameError,
-    TruncatedError,
-    UnsupportedVersionError,
-)
-from .model import FDE, FRE, Section, default_section
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .constants import ABI, BaseReg, FDEType, FREType, PCType
+    from .decode import FDEEntry, Header, SFrameReader, decode, read_header, sframe_extent
+    from .encode import convert, encode
+    from .errors import (
+        BadMagicError,
+        CorruptError,
+        EncodeError,
+        SFrameError,
+        TruncatedError,
+        UnsupportedVersionError,
+    )
+    from .model import FDE, FRE, Section, default_section
+
+_HOMES = {
+    **dict.fromkeys(("ABI", "BaseReg", "FDEType", "FREType", "PCType"), ".constants"),
+    **dict.fromkeys(("FDEEntry", "Header", "SFrameReader", "decode", "read_header",
+                     "sframe_extent"), ".decode"),
+    **dict.fromkeys(("convert", "encode"), ".encode"),
+    **dict.fromkeys(("BadMagicError", "CorruptError", "EncodeError", "SFrameError",
+                     "TruncatedError", "UnsupportedVersionError"), ".errors"),
+    **dict.fromkeys(("FDE", "FRE", "Section", "default_section"), ".model"),
+}
 
 __all__ = [
     "ABI",
@@ -41,3 +57,10 @@ __all__ = [
     "read_header",
     "sframe_extent",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(home, __name__), name)

@@ -13,13 +13,18 @@ import tempfile
 from bisect import bisect_right
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..elf import ElfImage
 from ..format.decode import SFrameReader, decode
-from ..format.encode import convert, encode
 from ..format.errors import SFrameError
-from ..format.model import Section
-from .section import GenerateError, generate
+from .errors import GenerateError
+
+if TYPE_CHECKING:
+    from ..elf import ElfImage
+    from ..format.model import Section
+
+# The generator (CFI parser, gas rules, encoder) is imported only on a cache miss: a warm
+# `sframe stack` never needs it.
 
 #: Bumped whenever the generator's output changes, so old entries are not reused.
 GENERATOR_VERSION = 1
@@ -60,6 +65,9 @@ def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
             return data, 0
         except SFrameError:
             pass  # corrupt entry: rebuild it
+    from ..format.encode import encode
+    from .section import generate
+
     try:
         generated = generate(image, version=version, address=0).section
     except GenerateError:
@@ -81,6 +89,8 @@ def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
 
 def _merge(raw: bytes, address: int, generated: Section, version: int) -> Section:
     """The file's own section plus the generated FDEs of functions it does not cover."""
+    from ..format.encode import convert
+
     section = decode(raw, address)
     if section.version != version:
         section = convert(section, version)

@@ -16,15 +16,13 @@ from ..cfi.leb128 import DecodeError
 from ..elf import ElfImage
 from ..format.constants import ABI, F_FDE_FUNC_START_PCREL, VERSION_2, VERSION_3
 from ..format.model import FDE, Section
+from .errors import GenerateError
 from .gas import Skip, strip_padding, translate
 from .plt import plt_fdes
 
 _ABI_OF_MACHINE = {"EM_X86_64": ABI.AMD64_ENDIAN_LITTLE, "EM_S390": ABI.S390X_ENDIAN_BIG}
 PLT_SECTIONS = (".plt", ".plt.got", ".plt.sec")
-
-
-class GenerateError(Exception):
-    """The file cannot get an SFrame section (no CFI, unsupported machine)."""
+__all__ = ["PLT_SECTIONS", "GenerateError", "Generated", "abi_of", "generate"]
 
 
 @dataclass(slots=True)

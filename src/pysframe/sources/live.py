@@ -11,7 +11,6 @@ guard page would hide from process_vm_readv.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import signal
@@ -33,7 +32,9 @@ _USER_REGS = ("r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_ra
 _DWARF = {"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rbp": 6, "rsp": 7,
           **{f"r{n}": n for n in range(8, 16)}}
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# The C library already loaded into this process (dlopen(NULL)): ctypes.util.find_library
+# would run `ldconfig -p` at every start.
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.restype = ctypes.c_long
 _libc.ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
 

@@ -17,7 +17,7 @@ from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, SFrameLookup
 from ..generate.cache import sframe_for
-from ..generate.section import GenerateError
+from ..generate.errors import GenerateError
 
 
 @dataclass(slots=True)

@@ -1,0 +1,8 @@
+"""The generator's error, importable without loading the generator (the unwinder's start-up
+path reads cached tables and needs only this)."""
+
+from __future__ import annotations
+
+
+class GenerateError(Exception):
+    """The file cannot get an SFrame section (no CFI, unsupported machine)."""
