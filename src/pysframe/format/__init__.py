@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .constants import ABI, BaseReg, FDEType, FREType, PCType
-    from .decode import FDEEntry, Header, SFrameReader, decode, read_header, sframe_extent
-    from .encode import convert, encode
+    from .decode import FDEEntry, Header, SFrameReader, read_header, sframe_extent
+    from .encode import convert
     from .errors import (
         BadMagicError,
         CorruptError,
@@ -22,11 +22,16 @@ if TYPE_CHECKING:
     )
     from .model import FDE, FRE, Section, default_section
 
+# ``decode`` and ``encode`` are also submodule names: importing the submodule would bind
+# the module to the package attribute, so these two functions are bound eagerly.
+from .decode import decode
+from .encode import encode
+
 _HOMES = {
     **dict.fromkeys(("ABI", "BaseReg", "FDEType", "FREType", "PCType"), ".constants"),
-    **dict.fromkeys(("FDEEntry", "Header", "SFrameReader", "decode", "read_header",
-                     "sframe_extent"), ".decode"),
-    **dict.fromkeys(("convert", "encode"), ".encode"),
+    **dict.fromkeys(("FDEEntry", "Header", "SFrameReader", "read_header", "sframe_extent"),
+                    ".decode"),
+    "convert": ".encode",
     **dict.fromkeys(("BadMagicError", "CorruptError", "EncodeError", "SFrameError",
                      "TruncatedError", "UnsupportedVersionError"), ".errors"),
     **dict.fromkeys(("FDE", "FRE", "Section", "default_section"), ".model"),
