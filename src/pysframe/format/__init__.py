@@ -1,8 +1,7 @@
 """The SFrame format: object model, decoder, encoder, lookup and the objdump-style dump.
 
-Hand-written because no Python library reads or writes SFrame. The names below are
-loaded on first use (PEP 562), so a tool that needs only the reader never imports
-the encoder.
+Hand-written because no Python library reads or writes SFrame. Apart from
+``decode`` and ``encode``, the names below are loaded on first use (PEP 562).
 """
 
 from importlib import import_module
