@@ -1,7 +1,10 @@
 """Finding SFrame sections in ELF files.
 
-pyelftools parses the ELF container (headers, sections, segments, symbols,
-notes). The layout of the file (ELF header, program and section header tables,
+pyelftools parses the ELF container (sections, segments, symbols, notes,
+relocations), on first use only: the facts the unwinder needs at start-up (the
+header, section and program headers, the build id, a linked file's .sframe) are
+read by hand with ``struct``, which spares a warm ``sframe stack`` importing and
+running pyelftools (about a fifth of its time). The layout of the file (ELF header, program and section header tables,
 section-name table) is checked by hand first, so that bad input is reported as
 one line naming the file and the byte offset instead of whatever pyelftools
 raises; anything pyelftools still rejects later becomes an :class:`ElfError`.
@@ -28,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from elftools.common.exceptions import ELFError as PyElfError
-from elftools.elf.elffile import ELFFile
 
 from .quick import target_name
 
@@ -38,6 +40,11 @@ SHT_PROGBITS = 1
 SHT_RELA = 4
 SHT_REL = 9
 SHF_EXECINSTR = 0x4
+SHF_COMPRESSED = 0x800
+SHT_NOTE = 7
+PT_NOTE = 4
+PT_LOAD = 1
+PT_INTERP = 3
 PF_X = 0x1
 NT_GNU_BUILD_ID = 3
 SHN_XINDEX = 0xFFFF
@@ -49,6 +56,20 @@ EXIT_UNREADABLE = 2
 SFRAME_HEADER_SIZE = 28
 
 _T = TypeVar("_T")
+
+_MACHINE_NAMES = {62: "EM_X86_64", 183: "EM_AARCH64", 22: "EM_S390", 3: "EM_386",
+                  40: "EM_ARM", 243: "EM_RISCV", 21: "EM_PPC64", 20: "EM_PPC"}
+_TYPE_NAMES = {1: "REL", 2: "EXEC", 3: "DYN", 4: "CORE"}
+
+
+@dataclass(slots=True, frozen=True)
+class _SectionHeader:
+    name: str
+    type: int
+    flags: int
+    address: int
+    offset: int
+    size: int
 
 
 class ElfError(Exception):
@@ -143,13 +164,76 @@ class ElfImage:
                                exit_code=EXIT_UNREADABLE) from None
         self.data: bytes = data
         self._check_layout()
-        self.elf: Any = self._guard(lambda: ELFFile(io.BytesIO(data)))
-        self.big_endian: bool = not self.elf.little_endian
-        self.elf_class: int = self.elf.elfclass  # 32 or 64
-        self.machine: str = str(self.elf["e_machine"])
-        self.elf_type: str = str(self.elf["e_type"]).removeprefix("ET_")
+        self._elf: Any = None
+        self.big_endian: bool = data[5] == 2
+        self.elf_class: int = 64 if data[4] == 2 else 32
+        order = ">" if self.big_endian else "<"
+        e_type, e_machine = struct.unpack_from(order + "HH", data, 16)
+        self.machine: str = _MACHINE_NAMES.get(e_machine) or self._pyelftools_field("e_machine")
+        self.elf_type: str = _TYPE_NAMES.get(e_type) or self._pyelftools_field(
+            "e_type").removeprefix("ET_")
         self._build_id: bytes | bool | None = False  # False: not looked up yet
         self._sections: list[Any] | None = None
+        self._headers: list[_SectionHeader] | None = None
+
+    @property
+    def elf(self) -> Any:
+        """The pyelftools ``ELFFile`` (imported and built on first use)."""
+        if self._elf is None:
+            from elftools.elf.elffile import ELFFile
+
+            self._elf = self._guard(lambda: ELFFile(io.BytesIO(self.data)))
+        return self._elf
+
+    def _pyelftools_field(self, name: str) -> str:
+        return str(self.elf[name])
+
+    def _section_headers(self) -> list[_SectionHeader]:
+        """(name, type, flags, addr, offset, size) of every section, read by hand (the
+        layout was checked in the constructor)."""
+        if self._headers is not None:
+            return self._headers
+        data, order = self.data, ">" if self.big_endian else "<"
+        wide = self.elf_class == 64
+        shoff = struct.unpack_from(order + ("Q" if wide else "I"), data, 0x28 if wide else 0x20)[0]
+        shnum, shstrndx = struct.unpack_from(order + "HH", data, 0x3C if wide else 0x30)
+        layout = struct.Struct(order + ("IIQQQQ" if wide else "6I"))
+        size = 64 if wide else 40
+        headers: list[_SectionHeader] = []
+        if shoff and shnum and shstrndx < shnum and shnum != SHN_XINDEX:
+            entries = [layout.unpack_from(data, shoff + i * size) for i in range(shnum)]
+            names_at, names_size = entries[shstrndx][4], entries[shstrndx][5]
+            for sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size in entries:
+                end = data.find(b"\0", names_at + sh_name, names_at + names_size)
+                name = (data[names_at + sh_name:end].decode("utf-8", "replace")
+                        if sh_name < names_size and end >= 0 else "")
+                headers.append(_SectionHeader(name, sh_type, sh_flags, sh_addr, sh_offset,
+                                              sh_size))
+        self._headers = headers
+        return headers
+
+    def program_headers(self) -> list[tuple[int, int, int, int, int, int]]:
+        """(p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz) of every segment."""
+        data, order = self.data, ">" if self.big_endian else "<"
+        if self.elf_class == 64:
+            phoff = struct.unpack_from(order + "Q", data, 0x20)[0]
+            phnum = struct.unpack_from(order + "H", data, 0x38)[0]
+            layout = struct.Struct(order + "IIQQQQQ")
+            out = []
+            for index in range(phnum if phoff else 0):
+                p_type, p_flags, p_offset, p_vaddr, _, p_filesz, p_memsz = layout.unpack_from(
+                    data, phoff + index * 56)
+                out.append((p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz))
+            return out
+        phoff = struct.unpack_from(order + "I", data, 0x1C)[0]
+        phnum = struct.unpack_from(order + "H", data, 0x2C)[0]
+        layout = struct.Struct(order + "8I")
+        out = []
+        for index in range(phnum if phoff else 0):
+            p_type, p_offset, p_vaddr, _, p_filesz, p_memsz, p_flags, _ = layout.unpack_from(
+                data, phoff + index * 32)
+            out.append((p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz))
+        return out
 
     def all_sections(self) -> list[Any]:
         """pyelftools' section objects, parsed once (pyelftools parses every header again
@@ -266,6 +350,10 @@ class ElfImage:
         return self._guard(lambda: self._sframe_sections(name))
 
     def _sframe_sections(self, name: str) -> list[SFrameSectionData]:
+        if self.elf_type != "REL":
+            fast = self._linked_sframe_sections(name)
+            if fast is not None:
+                return fast
         elf = self.elf
         if elf.num_sections() == 0:
             return self._from_segment() if name == ".sframe" else []
@@ -286,6 +374,32 @@ class ElfImage:
                 relocated, has_relocations = self._relocate(index, raw)
             found.append(SFrameSectionData(name, section["sh_addr"], offset, raw, relocated,
                                            has_relocations, found_by, self.big_endian))
+        return found
+
+    def _linked_sframe_sections(self, name: str) -> list[SFrameSectionData] | None:
+        """The SFrame sections of a linked file from the hand-read headers; ``None`` when
+        there are no section headers or one is compressed (pyelftools handles those)."""
+        headers = self._section_headers()
+        if not headers:
+            return None
+        found = []
+        for header in headers:
+            if header.name != name:
+                continue
+            if header.type == SHT_GNU_SFRAME:
+                found_by = "section-type"
+            elif header.type == SHT_PROGBITS and name == ".sframe":
+                found_by = "section-name"
+            else:
+                continue
+            if header.flags & SHF_COMPRESSED:
+                return None
+            if header.offset + header.size > len(self.data):
+                raise self._fail(f"section {name} (size {header.size:#x}) runs past the end "
+                                 f"of the file ({len(self.data):#x} bytes)", header.offset)
+            raw = self.data[header.offset:header.offset + header.size]
+            found.append(SFrameSectionData(name, header.address, header.offset, raw, raw, False,
+                                           found_by, self.big_endian))
         return found
 
     def _from_segment(self) -> list[SFrameSectionData]:
@@ -389,8 +503,8 @@ class ElfImage:
 
     def is_pie(self) -> bool:
         """An ET_DYN file with a program interpreter (a PIE executable, not a library)."""
-        return self.elf_type == "DYN" and self._guard(
-            lambda: any(s["p_type"] == "PT_INTERP" for s in self.elf.iter_segments()))
+        return self.elf_type == "DYN" and any(
+            kind == PT_INTERP for kind, *_ in self.program_headers())
 
     # --- other facts -------------------------------------------------------------------
 
@@ -398,8 +512,9 @@ class ElfImage:
         """``[start, end)`` of executable code: PT_LOAD segments with PF_X, or (for
         relocatable objects, which have none) SHF_EXECINSTR sections."""
         def ranges() -> list[tuple[int, int]]:
-            found = [(s["p_vaddr"], s["p_vaddr"] + s["p_memsz"]) for s in self.elf.iter_segments()
-                     if s["p_type"] == "PT_LOAD" and s["p_flags"] & PF_X]
+            found = [(vaddr, vaddr + memsz)
+                     for kind, flags, _, vaddr, _, memsz in self.program_headers()
+                     if kind == PT_LOAD and flags & PF_X]
             if found:
                 return found
             return [(s["sh_addr"], s["sh_addr"] + s["sh_size"]) for s in self.all_sections()
@@ -410,19 +525,28 @@ class ElfImage:
         """The GNU build id (the NT_GNU_BUILD_ID note's descriptor), or ``None``. Notes
         are read from SHT_NOTE sections, or from PT_NOTE segments if there are no
         section headers. Looked up once (callers ask per frame)."""
-        if self._build_id is not False:
-            return self._build_id  # type: ignore[return-value]
+        if self._build_id is False:
+            self._build_id = self._find_build_id()
+        return self._build_id  # type: ignore[return-value]
 
-        def find() -> bytes | None:
-            if self.elf.num_sections():
-                holders = [s for s in self.all_sections() if s["sh_type"] == "SHT_NOTE"]
-            else:
-                holders = [s for s in self.elf.iter_segments() if s["p_type"] == "PT_NOTE"]
-            for holder in holders:
-                for note in holder.iter_notes():
-                    if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
-                        return bytes.fromhex(note["n_desc"])
-            return None
-        found = self._guard(find)
-        self._build_id = found
-        return found
+    def _find_build_id(self) -> bytes | None:
+        headers = self._section_headers()
+        if headers:
+            areas = [(h.offset, h.size) for h in headers if h.type == SHT_NOTE]
+        else:
+            areas = [(offset, filesz) for kind, _, offset, _, filesz, _ in self.program_headers()
+                     if kind == PT_NOTE]
+        data, order = self.data, ">" if self.big_endian else "<"
+        for start, size in areas:
+            position, end = start, min(start + size, len(data))
+            while position + 12 <= end:
+                name_size, desc_size, kind = struct.unpack_from(order + "III", data, position)
+                name_at = position + 12
+                desc_at = name_at + ((name_size + 3) & ~3)
+                following = desc_at + ((desc_size + 3) & ~3)
+                if following > end or following <= position:
+                    break
+                if kind == NT_GNU_BUILD_ID and data[name_at:name_at + name_size] == b"GNU\0":
+                    return bytes(data[desc_at:desc_at + desc_size])
+                position = following
+        return None

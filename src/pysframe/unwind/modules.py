@@ -19,6 +19,8 @@ from ..format.lookup import FrameRow, SFrameLookup
 from ..generate.cache import sframe_for
 from ..generate.errors import GenerateError
 
+PT_LOAD = 1
+
 
 @dataclass(slots=True)
 class Module:
@@ -122,12 +124,12 @@ class BinaryFinder:
         image = module.image
         if image is None:
             return start - pgoff
-        for segment in image.elf.iter_segments():
-            if segment["p_type"] != "PT_LOAD":
+        for kind, _, p_offset, p_vaddr, p_filesz, _ in image.program_headers():
+            if kind != PT_LOAD:
                 continue
-            offset = segment["p_offset"] & ~0xFFF
-            if offset <= pgoff < segment["p_offset"] + max(segment["p_filesz"], 1):
-                return int(start - ((segment["p_vaddr"] & ~0xFFF) + (pgoff - offset)))
+            offset = p_offset & ~0xFFF
+            if offset <= pgoff < p_offset + max(p_filesz, 1):
+                return int(start - ((p_vaddr & ~0xFFF) + (pgoff - offset)))
         return start - pgoff
 
 
