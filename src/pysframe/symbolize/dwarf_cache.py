@@ -1,0 +1,112 @@
+"""A memo of DWARF answers per build id, kept under the XDG cache directory.
+
+Reading DWARF (pyelftools' import alone is ~30 ms, libc's first names ~60 ms) would be
+most of a ``sframe stack`` run; the questions a run asks (names at a pc, call-site
+targets, tail-call chains) are few and the same from one run to the next on the same
+binaries. So every answer is remembered by build id, and the DWARF is opened only for
+a question not seen before. Entries are written through a temporary file and a rename;
+a damaged entry is ignored and rewritten.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import tempfile
+from typing import Any
+
+#: Bumped whenever the answers of DwarfNames change, so old memos are not reused.
+MEMO_FORMAT = 2
+
+
+def _memo_path(build_id: bytes, debug_file: str | None) -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    name = build_id.hex()
+    # A debug file installed later (apt install ...-dbg) changes the answers: key on it.
+    suffix = "d" if debug_file else "n"
+    return os.path.join(base, "pysframe", "dwarf", name[:2], f"{name[2:]}.{suffix}.m{MEMO_FORMAT}")
+
+
+def _debug_file(build_id: bytes) -> str | None:
+    text = build_id.hex()
+    path = os.path.join("/usr/lib/debug/.build-id", text[:2], text[2:] + ".debug")
+    return path if os.path.isfile(path) else None
+
+
+class CachedDwarfNames:
+    """The questions of :class:`~pysframe.symbolize.dwarf_names.DwarfNames`, answered from
+    the memo when possible; the DWARF is opened on the first new question."""
+
+    def __init__(self, path: str, build_id: bytes | None, *, use_cache: bool = True) -> None:
+        self.path = path
+        self.build_id = build_id
+        self._real: Any = None
+        self._opened = False
+        self._dirty = False
+        self._memo: dict[tuple[Any, ...], Any] = {}
+        self._memo_path = (_memo_path(build_id, _debug_file(build_id))
+                           if build_id and use_cache else None)
+        if self._memo_path is not None:
+            self._memo = _load(self._memo_path)
+
+    def _ask(self, *question: Any) -> Any:
+        if question in self._memo:
+            return self._memo[question]
+        if not self._opened:
+            from .dwarf_names import DwarfNames
+
+            self._real = DwarfNames.open(self.path, self.build_id)
+            self._opened = True
+        answer = None
+        if self._real is not None:
+            answer = getattr(self._real, question[0])(*question[1:])
+        self._memo[question] = answer
+        self._dirty = True
+        return answer
+
+    def frames_at(self, address: int) -> list[str] | None:
+        answer = self._ask("frames_at", address)
+        return list(answer) if answer is not None else None
+
+    def function_entry(self, address: int) -> int | None:
+        answer = self._ask("function_entry", address)
+        return int(answer) if answer is not None else None
+
+    def call_site_target(self, return_address: int) -> int | str | None:
+        answer = self._ask("call_site_target", return_address)
+        return answer if isinstance(answer, int | str) else None
+
+    def tail_call_chain(self, target_entry: int, callee_entry: int
+                        ) -> list[tuple[str, int]] | None:
+        answer = self._ask("tail_call_chain", target_entry, callee_entry)
+        return [(str(name), int(pc)) for name, pc in answer] if answer is not None else None
+
+    def save(self) -> None:
+        """Write the memo if it learned something (silently skipped when it cannot)."""
+        if not self._dirty or self._memo_path is None:
+            return
+        directory = os.path.dirname(self._memo_path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
+            try:
+                with os.fdopen(handle, "wb") as out:
+                    marshal.dump(self._memo, out)
+                os.replace(temporary, self._memo_path)
+            except BaseException:
+                os.unlink(temporary)
+                raise
+        except OSError:
+            return
+        self._dirty = False
+
+
+def _load(path: str) -> dict[tuple[Any, ...], Any]:
+    try:
+        with open(path, "rb") as handle:
+            memo = marshal.load(handle)
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    if not isinstance(memo, dict) or not all(isinstance(key, tuple) for key in memo):
+        return {}
+    return memo
