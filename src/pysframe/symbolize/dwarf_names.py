@@ -35,9 +35,21 @@ The names follow gdb 13, because the point is to print what ``bt`` prints:
   the pc of frame 0 only when it stops at a breakpoint or after a step, not when it
   attaches, so they are kept here.
 
-Nothing is read until the first :meth:`DwarfNames.frames_at` except the ELF section
-headers that decide where the DWARF is. Bad or missing DWARF gives ``None``, never an
-exception.
+Tail calls: gdb also prints frames for functions that tail-called (jumped to) the next
+frame's function, which no unwinder can see. It builds them from the DWARF call sites
+(gdb 13: ``read_call_site_scope`` in dwarf2/read.c, ``call_site_find_chain`` in
+dwarf2/loc.c, ``dwarf2_tailcall_sniffer_first`` and ``pretend_pc`` in
+dwarf2/frame-tailcall.c): the caller's call site at the return address names a callee;
+when that is not the function of the frame below, gdb searches the tail-call sites of the
+functions from there for paths to it, and shows the frames every path agrees on.
+:meth:`DwarfNames.call_site_target`, :meth:`DwarfNames.function_entry` and
+:meth:`DwarfNames.tail_call_chain` reproduce that (the rules are in their docstrings); the
+call sites of a unit are indexed, straight from the bytes, only when an address in it is
+asked for.
+
+Nothing is read until the first :meth:`DwarfNames.frames_at` (or call-site lookup) except
+the ELF section headers that decide where the DWARF is. Bad or missing DWARF gives
+``None``, never an exception.
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ import re
 import struct
 import zlib
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, ClassVar, cast
 
@@ -616,6 +628,7 @@ class _TopScanner:
         self.data = info.info_stream.piece(cu.cu_offset, cu.size)
         self.order = "<" if info.little else ">"
         self.items: list[tuple[int, int, Any]] = []
+        self.codes = _TOP_ATTRIBUTES
 
     def functions(self) -> list[tuple[int, int, Any]]:
         start = self.cu.cu_die_offset - self.cu.cu_offset
@@ -701,7 +714,7 @@ class _TopScanner:
                     size = self.offset_size
                 elif form == 0x10:                              # ref_addr, DWARF 2
                     size = self.address_size
-            if wanted is not None and attribute in (0x01, 0x11, 0x12, 0x55):
+            if wanted is not None and attribute in self.codes:
                 if form == 0x21:                                # implicit_const
                     value = constant
                 elif size is not None:
@@ -739,6 +752,8 @@ class _TopScanner:
         return pos
 
 
+# Attributes the scanners decode: DW_AT_sibling, low_pc, high_pc, ranges.
+_TOP_ATTRIBUTES = frozenset((0x01, 0x11, 0x12, 0x55))
 _REF_FORMS_LOCAL = frozenset((0x11, 0x12, 0x13, 0x14, 0x15))
 _CONSTANT_FORM_CODES = frozenset((0x0B, 0x05, 0x06, 0x07, 0x0F, 0x0D, 0x21))
 _ADDRX_FORMS = frozenset((0x1B, 0x29, 0x2A, 0x2B, 0x2C, 0x1F01))
@@ -789,6 +804,276 @@ def _abbreviations(data: bytes, offset: int) -> dict[int, tuple[int, bool,
         table[code] = (tag, children, tuple(specs))
 
 
+# ----------------------------------------------------------------------------- call sites
+
+# DW_AT_sibling, low_pc, call_return_pc, call_tail_call, GNU_tail_call.
+_CALL_SITE_ATTRIBUTES = frozenset((0x01, 0x11, 0x7D, 0x82, 0x2115))
+_CALL_SITE_TAG_CODES = frozenset((0x48, 0x4109))    # DW_TAG_call_site, DW_TAG_GNU_call_site
+# The DIEs whose children can hold call sites, which the scanner enters: subprogram,
+# inlined subroutine, lexical, try and catch blocks, namespace, module. Any other DIE
+# with children (types above all) is skipped, through DW_AT_sibling when it has one.
+_CODE_SCOPES = frozenset((0x2E, 0x1D, 0x0B, 0x32, 0x25, 0x39, 0x1E))
+# gdb's function marks that the DW_TAG_call_site list is complete (DW_AT_call_all_calls,
+# DW_AT_GNU_all_call_sites, DW_AT_call_all_tail_calls, DW_AT_GNU_all_tail_call_sites).
+_ALL_CALLS_FLAGS = ("DW_AT_call_all_calls", "DW_AT_GNU_all_call_sites",
+                    "DW_AT_call_all_tail_calls", "DW_AT_GNU_all_tail_call_sites")
+# Where gdb's read_call_site_scope looks for the callee, in this order.
+_TARGET_ATTRIBUTES = ("DW_AT_call_target", "DW_AT_GNU_call_site_target", "DW_AT_call_origin",
+                      "DW_AT_abstract_origin")
+_REFERENCE_FORMS = _LOCAL_REFS | _SUPPLEMENTARY_REFS | {"DW_FORM_ref_addr", "DW_FORM_ref_sig8"}
+_RANGES_OFFSET_FORMS = frozenset(("DW_FORM_sec_offset", "DW_FORM_data4", "DW_FORM_data8",
+                                  "DW_FORM_udata", "DW_FORM_data2", "DW_FORM_data1"))
+_MAX_TAIL_STEPS = 100_000       # call sites entered by one tail-call search (gdb: no limit)
+
+
+@dataclass(slots=True, frozen=True)
+class _RawCallSite:
+    """A DW_TAG_call_site as the scanner read it."""
+
+    offset: int                         # of the DIE in .debug_info
+    pc: int                             # return pc (DW_AT_call_return_pc or DW_AT_low_pc)
+    tail: bool                          # DW_AT_call_tail_call / DW_AT_GNU_tail_call
+    scopes: tuple[tuple[int, int], ...]  # enclosing DIEs (tag, offset), outermost first
+
+    def owner(self) -> int | None:
+        """The DIE whose tail-call list gdb puts this site in: the nearest enclosing
+        DW_TAG_subprogram (or DW_TAG_subroutine_type), through inlined subroutines."""
+        for tag, offset in reversed(self.scopes):
+            if tag in (0x2E, 0x15):
+                return offset
+        return None
+
+
+@dataclass(slots=True)
+class _CallSiteIndex:
+    """The call sites of one unit: by return pc (DIE order) and, for the tail calls, by
+    the function that makes them (DIE order)."""
+
+    by_pc: dict[int, list[_RawCallSite]]
+    tails: dict[int, list[_RawCallSite]]
+    valid: bool = True
+
+
+@dataclass(slots=True, frozen=True)
+class _Target:
+    """A call site's callee as gdb 13 records it (``call_site_target``): ``addresses``
+    (PHYSADDR, or ADDRESSES: one per range of the callee), ``name`` (PHYSNAME: a minimal
+    symbol to look up), ``none`` (a DWARF expression, or nothing usable: gdb's
+    NO_ENTRY_VALUE_ERROR whenever it needs the target) or ``unknown`` (a name gdb would
+    compute and this module does not: C++ without a linkage name)."""
+
+    kind: str
+    addresses: tuple[int, ...] = ()
+    name: str | None = None
+
+
+_NO_TARGET = _Target("none")
+_UNKNOWN_TARGET = _Target("unknown")
+
+
+class _NoEntryValue(Exception):
+    """gdb's NO_ENTRY_VALUE_ERROR: ``call_site_find_chain`` gives up, no tail-call frame."""
+
+
+class _Unknown(Exception):
+    """What gdb would do depends on what this module does not know (another file's
+    symbols, names it does not compute, a search past the work limit)."""
+
+
+_CHAIN_ERRORS: tuple[type[BaseException], ...] = (*_DWARF_ERRORS, _Unknown)
+
+
+class _CallSiteScanner(_TopScanner):
+    """Every DW_TAG_call_site / DW_TAG_GNU_call_site of a unit with its return pc, its
+    tail-call flag and the DIEs that enclose it, read from the bytes like
+    :class:`_TopScanner`: subtrees that cannot hold code are skipped through
+    DW_AT_sibling, and a DIE whose attributes all have fixed sizes in one step."""
+
+    def __init__(self, dwarf: _Dwarf, info: _Info, cu: CompileUnit) -> None:
+        super().__init__(dwarf, info, cu)
+        self.codes = _CALL_SITE_ATTRIBUTES
+        self._fixed: dict[int, int | None] = {}
+
+    def call_sites(self) -> list[_RawCallSite]:
+        data = self.data
+        abbreviations = self.abbreviations
+        base = self.cu.cu_offset
+        code, pos = _uleb(data, self.cu.cu_die_offset - base)
+        _tag, children, specs = abbreviations[code]
+        pos = self._attributes(pos, specs, None)
+        sites: list[_RawCallSite] = []
+        if not children:
+            return sites
+        scopes: list[tuple[int, int]] = []
+        fixed = self._fixed
+        while True:
+            die_start = pos
+            code, pos = _uleb(data, pos)
+            if code == 0:
+                if not scopes:
+                    return sites
+                scopes.pop()
+                continue
+            tag, has_children, specs = abbreviations[code]
+            if tag in _CALL_SITE_TAG_CODES:
+                wanted: dict[int, tuple[int, int]] = {}
+                pos = self._attributes(pos, specs, wanted)
+                site = self._site(base + die_start, wanted, scopes)
+                if site is not None:
+                    sites.append(site)
+            elif has_children and tag not in _CODE_SCOPES:
+                wanted = {}
+                pos = self._attributes(pos, specs, wanted)
+                sibling = wanted.get(0x01)
+                if sibling is not None and sibling[0] in _REF_FORMS_LOCAL:
+                    if not die_start < sibling[1] <= len(data):
+                        raise DWARFError("bad DW_AT_sibling")
+                    pos = sibling[1]
+                    continue
+            else:
+                size = fixed.get(code, -1)
+                if size == -1:
+                    size = fixed[code] = self._fixed_size(specs)
+                if size is None:
+                    pos = self._attributes(pos, specs, None)
+                else:
+                    pos += size
+            if has_children:
+                scopes.append((tag, base + die_start))
+
+    def _site(self, offset: int, wanted: dict[int, tuple[int, int]],
+              scopes: list[tuple[int, int]]) -> _RawCallSite | None:
+        # gdb: DW_AT_call_return_pc, else (GNU call sites) DW_AT_low_pc; none: ignored.
+        pc = wanted.get(0x7D) or wanted.get(0x11)
+        if pc is None:
+            return None
+        tail = False
+        for code in (0x82, 0x2115):
+            flag = wanted.get(code)
+            if flag is not None and (flag[0] == 0x19 or flag[1] != 0):   # flag_present
+                tail = True
+        return _RawCallSite(offset, self._address(*pc), tail, tuple(scopes))
+
+    def _fixed_size(self, specs: tuple[tuple[int, int, int], ...]) -> int | None:
+        """The size of a DIE's attributes when no form has a variable size."""
+        total = 0
+        for _attribute, form, _constant in specs:
+            size = _FIXED_FORM_SIZES.get(form)
+            if size is None:
+                if form == 0x01:                                # addr
+                    size = self.address_size
+                elif form in _OFFSET_FORMS or (form == 0x10 and self.version > 2):
+                    size = self.offset_size
+                elif form == 0x10:
+                    size = self.address_size
+                else:
+                    return None
+            total += size
+        return total
+
+
+@dataclass(slots=True)
+class _Chain:
+    """gdb's ``call_site_chain``: the call sites (return pcs) of the first path found,
+    outermost first, and how many of its first (``callers``) and last (``callees``) sites
+    every path found has in common (``chain_candidate``)."""
+
+    sites: list[int]
+    pcs: list[int]
+    callers: int
+    callees: int
+
+    def intersect(self, sites: list[int]) -> bool:
+        """Keep only what ``sites`` (another path) shares; False when nothing is left."""
+        length = len(sites)
+        # gdb only lowers a count at the first difference within the shorter length.
+        for index in range(min(self.callers, length)):
+            if self.sites[index] != sites[index]:
+                self.callers = index
+                break
+        for index in range(min(self.callees, length)):
+            if self.sites[-1 - index] != sites[-1 - index]:
+                self.callees = index
+                break
+        return self.callers != 0 or self.callees != 0
+
+    def frames(self) -> list[int]:
+        """The pcs of gdb's virtual tail-call frames, innermost first (gdb's
+        ``pretended_chain_levels`` and ``pretend_pc``): the common callees from the last,
+        then the common callers from the last; all of them when every path agrees."""
+        length = len(self.sites)
+        if self.callers == length and self.callees == length:
+            levels = length
+        else:
+            levels = min(self.callers + self.callees, length)
+        frames: list[int] = []
+        for level in range(levels):
+            if level < self.callees:
+                frames.append(self.pcs[length - level - 1])
+            elif self.callees != length and level - self.callees < self.callers:
+                frames.append(self.pcs[self.callers - (level - self.callees) - 1])
+            else:
+                break
+        return frames
+
+
+class _Symbols:
+    """Defined symbols of ``.symtab`` (else ``.dynsym``), looked up by name without
+    reading the whole table: the name's offsets in the string table (suffixes of longer
+    names included), then the entries that point there. A default-versioned
+    ``name@@VERSION`` also answers to ``name``, as gdb installs it; ``name@VERSION`` does
+    not."""
+
+    def __init__(self, table: _SectionTable) -> None:
+        self.data = b""
+        self.strings = b""
+        self.little = table.little
+        self.wide = table.wide
+        self.size = 24 if table.wide else 16
+        self.cache: dict[str, tuple[int, bool] | None] = {}
+        for section, strings_section in ((".symtab", ".strtab"), (".dynsym", ".dynstr")):
+            data = table.read(section)
+            strings = table.read(strings_section)
+            if data and strings:
+                self.data, self.strings = data, strings
+                break
+
+    def lookup(self, name: str) -> tuple[int, bool] | None:
+        """(value, external): of several external symbols gdb's ``lookup_minimal_symbol``
+        meets the highest address first, of several file-local ones it keeps the lowest;
+        an external one wins."""
+        if name in self.cache:
+            return self.cache[name]
+        encoded = name.encode("utf-8", "replace")
+        order = "<" if self.little else ">"
+        layout = order + ("IBBHQQ" if self.wide else "IIIBBH")
+        found: tuple[int, bool] | None = None
+        for suffix in (b"\0", b"@@"):
+            needle = encoded + suffix
+            position = self.strings.find(needle, 1) if encoded else -1
+            while position > 0:
+                key = struct.pack(order + "I", position)
+                index = self.data.find(key)
+                while index >= 0:
+                    if index % self.size == 0 and index + self.size <= len(self.data):
+                        row = struct.unpack_from(layout, self.data, index)
+                        if self.wide:
+                            _name, info, _other, shndx, value, _size = row
+                        else:
+                            _name, value, _size, info, _other, shndx = row
+                        # Defined, not a section or file symbol.
+                        if shndx != 0 and (info & 0xF) not in (3, 4):
+                            external = (info >> 4) in (1, 2, 10)    # global, weak, unique
+                            if found is None or (external and not found[1]) or (
+                                    external == found[1]
+                                    and (value > found[0] if external else value < found[0])):
+                                found = (value, external)
+                    index = self.data.find(key, index + 1)
+                position = self.strings.find(needle, position + 1)
+        self.cache[name] = found
+        return found
+
+
 @dataclass(slots=True)
 class _Unit:
     """A compilation unit: its language and its top-level functions by address."""
@@ -797,6 +1082,7 @@ class _Unit:
     language: int
     functions: _Intervals
     nested: _Intervals | None = None
+    call_sites: _CallSiteIndex | None = None
 
 
 class _Dwarf:
@@ -823,40 +1109,54 @@ class _Dwarf:
         self._units: dict[int, _Unit | None] = {}
         self._ranges: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
         self._parents: dict[tuple[int, int], DIE | None] = {}
+        self._table = table
+        self._symbols: _Symbols | None = None
+        self._scopes_processed: dict[int, bool] = {}
+        self._targets: dict[int, _Target] = {}
+        self._tail_lists: dict[int, list[tuple[_Unit, _RawCallSite]] | None] = {}
 
     # -- lookups
 
     def frames_at(self, address: int) -> list[str] | None:
+        found = self._frames(address)
+        return found[2] if found is not None else None
+
+    def _frames(self, address: int) -> tuple[_Unit, list[DIE], list[str]] | None:
+        """The unit, the function DIEs and their names at ``address``, innermost first down
+        to the innermost non-inlined subprogram (gdb's ``block_linkage_function``)."""
         for unit_offset in self._unit_offsets_at(address):
             unit = self._unit(unit_offset)
             if unit is None:
                 continue
             for function_offset in unit.functions.containing(address):
                 function = unit.cu.get_DIE_from_refaddr(function_offset)
-                names = self._names(unit, function, address)
-                if names:
-                    return names
+                found = self._names(unit, function, address)
+                if found is not None:
+                    return unit, *found
             # Nested functions (GNU C, Pascal, Fortran) may lie outside their parent's
             # ranges: index them the first time an address misses the top-level ones.
             if unit.nested is None:
                 unit.nested = self._nested_functions(unit)
             for function in unit.nested.containing(address):
-                names = self._names(unit, function, address)
-                if names:
-                    return names
+                found = self._names(unit, function, address)
+                if found is not None:
+                    return unit, *found
         return None
 
-    def _names(self, unit: _Unit, function: DIE, address: int) -> list[str] | None:
-        """Names of the frames at ``address`` inside ``function``, innermost first."""
+    def _names(self, unit: _Unit, function: DIE, address: int
+               ) -> tuple[list[DIE], list[str]] | None:
+        """The frames at ``address`` inside ``function`` (DIEs and names), innermost first."""
         path = [function, *self._descend(function, address)]
+        dies: list[DIE] = []
         names: list[str] = []
         for die in reversed(path):
             name = self._print_name(die, unit.language)
             if name is None:
                 return None
+            dies.append(die)
             names.append(name)
             if die.tag == "DW_TAG_subprogram":
-                return names
+                return dies, names
         return None
 
     def _nested_functions(self, unit: _Unit) -> _Intervals:
@@ -940,6 +1240,235 @@ class _Dwarf:
                 elif any(low <= address < high for low, high in ranges):
                     return self._descend(child, address)
         return []
+
+    # -- call sites and tail calls (gdb 13: dwarf2/read.c read_call_site_scope,
+    #    dwarf2/loc.c call_site_find_chain, dwarf2/frame-tailcall.c)
+
+    def function_entry(self, address: int) -> int | None:
+        found = self._frames(address)
+        return self._entry(found[1][-1]) if found is not None else None
+
+    def _entry(self, die: DIE) -> int | None:
+        """gdb's ``block::entry_pc``: the start of a contiguous function, else of the first
+        of its ranges in DW_AT_ranges order (gdb 13 ignores DW_AT_entry_pc)."""
+        ranges = self._die_ranges(die)
+        return ranges[0][0] if ranges else None
+
+    def call_site_targets(self, return_address: int) -> list[int] | str | None:
+        """The callee of the call site gdb's ``call_site_for_pc`` finds for
+        ``return_address``: addresses, a minimal-symbol name, or None (no call site, or
+        one whose target gdb cannot use without a frame)."""
+        for unit_offset in self._unit_offsets_at(return_address - 1):
+            unit = self._unit(unit_offset)
+            if unit is None:
+                continue
+            # gdb looks only in the unit of return_address - 1.
+            index = self._call_site_index(unit)
+            site = self._winner(unit, index, return_address)
+            if site is None:
+                return None
+            target = self._site_target(unit, site)
+            if target.kind == "addresses":
+                return list(target.addresses) or None
+            if target.kind == "name":
+                return target.name
+            return None
+        return None
+
+    def tail_call_pcs(self, targets: list[int], callee: int) -> list[int]:
+        """The pcs of gdb's tail-call frames, innermost first (see
+        :meth:`DwarfNames.tail_call_chain`); raises _Unknown when this cannot tell."""
+        if callee in targets:
+            return []
+        try:
+            chain = self._find_chain(targets, callee)
+        except _NoEntryValue:
+            return []
+        return chain.frames() if chain is not None else []
+
+    def _find_chain(self, targets: list[int], callee: int) -> _Chain | None:
+        """gdb's ``call_site_find_chain_1`` / ``call_site_find_chain_2``, without recursion:
+        a depth-first search from the functions at ``targets`` through their tail-call
+        sites, in gdb's order, never entering a call site (by return pc) twice on one path;
+        each path whose last site calls ``callee`` is intersected into the result (None
+        once nothing is common to all paths: gdb stops there)."""
+        result: _Chain | None = None
+        chain: list[_RawCallSite] = []
+        on_chain: set[int] = set()
+        pending: list[Iterator[tuple[_Unit, _RawCallSite]]] = [self._candidates(targets)]
+        steps = 0
+        while pending:
+            step = next(pending[-1], None)
+            if step is None:
+                pending.pop()
+                if chain:
+                    on_chain.discard(chain.pop().pc)
+                continue
+            unit, site = step
+            if site.pc in on_chain:
+                continue
+            steps += 1
+            if steps > _MAX_TAIL_STEPS:
+                raise _Unknown("tail-call search too long")
+            on_chain.add(site.pc)
+            chain.append(site)
+            addresses = self._site_addresses(unit, site)
+            if callee in addresses:
+                offsets = [item.offset for item in chain]
+                if result is None:
+                    result = _Chain(offsets, [item.pc for item in chain], len(chain),
+                                    len(chain))
+                elif not result.intersect(offsets):
+                    return None
+                on_chain.discard(chain.pop().pc)
+            else:
+                pending.append(self._candidates(addresses))
+        return result
+
+    def _candidates(self, addresses: Iterable[int]) -> Iterator[tuple[_Unit, _RawCallSite]]:
+        for address in addresses:
+            yield from self._tail_list(address)
+
+    def _tail_list(self, address: int) -> list[tuple[_Unit, _RawCallSite]]:
+        """gdb's ``func_addr_to_tail_call_list`` and ``TYPE_TAIL_CALL_LIST``: the tail-call
+        sites of the function whose entry is ``address``, last in DIE order first (gdb
+        prepends them as it reads them). Only functions marked as listing all their calls
+        have the list; a site whose return pc an earlier site of the unit already has is
+        dropped, as are sites in functions or blocks gdb ignores (no name, bad ranges).
+        _NoEntryValue when no function starts exactly at ``address``."""
+        if address in self._tail_lists:
+            cached = self._tail_lists[address]
+            if cached is None:
+                raise _NoEntryValue(hex(address))
+            return cached
+        found = self._frames(address)
+        if found is None or self._entry(found[1][-1]) != address:
+            self._tail_lists[address] = None
+            raise _NoEntryValue(hex(address))
+        unit, dies, _names = found
+        function = dies[-1]
+        sites: list[tuple[_Unit, _RawCallSite]] = []
+        if any(self._flag(function, flag) for flag in _ALL_CALLS_FLAGS):
+            index = self._call_site_index(unit)
+            for site in index.tails.get(function.offset, ()):
+                if self._winner(unit, index, site.pc) is site:
+                    sites.append((unit, site))
+            sites.reverse()
+        self._tail_lists[address] = sites
+        return sites
+
+    def _site_addresses(self, unit: _Unit, site: _RawCallSite) -> tuple[int, ...]:
+        """gdb's ``call_site_target::iterate_over_addresses`` without a caller frame."""
+        target = self._site_target(unit, site)
+        if target.kind == "addresses":
+            return target.addresses
+        if target.kind == "name" and target.name is not None:
+            symbol = self.symbol(target.name)
+            if symbol is None:
+                # gdb looks the name up in every object file: maybe another one has it.
+                raise _Unknown(target.name)
+            return (symbol[0],)
+        if target.kind == "unknown":
+            raise _Unknown("call site target")
+        raise _NoEntryValue("call site target")
+
+    def symbol(self, name: str) -> tuple[int, bool] | None:
+        if self._symbols is None:
+            self._symbols = _Symbols(self._table)
+        return self._symbols.lookup(name)
+
+    def _call_site_index(self, unit: _Unit) -> _CallSiteIndex:
+        index = unit.call_sites
+        if index is None:
+            index = unit.call_sites = _CallSiteIndex({}, {}, valid=False)
+            sites = _CallSiteScanner(self, self.main, unit.cu).call_sites()
+            for site in sites:
+                index.by_pc.setdefault(site.pc, []).append(site)
+                if site.tail:
+                    owner = site.owner()
+                    if owner is not None:
+                        index.tails.setdefault(owner, []).append(site)
+            index.valid = True
+        if not index.valid:
+            raise DWARFError("unreadable call sites")
+        return index
+
+    def _winner(self, unit: _Unit, index: _CallSiteIndex, pc: int) -> _RawCallSite | None:
+        """The call site gdb keeps for return pc ``pc``: the first in DIE order that gdb
+        reads (it ignores later ones with a complaint)."""
+        for site in index.by_pc.get(pc, ()):
+            if all(self._scope_processed(unit, tag, offset) for tag, offset in site.scopes):
+                return site
+        return None
+
+    def _scope_processed(self, unit: _Unit, tag: int, offset: int) -> bool:
+        """Whether gdb's ``process_die`` reads the children of the enclosing DIE: a function
+        (``read_func_scope``) needs a name and valid pc bounds; a block
+        (``read_lexical_block_scope``, also an inlined subroutine without DW_AT_call_line
+        or DW_AT_call_file) must not have invalid ones."""
+        if tag not in (0x2E, 0x1D, 0x0B, 0x32, 0x25):
+            return True
+        known = self._scopes_processed.get(offset)
+        if known is None:
+            die = unit.cu.get_DIE_from_refaddr(offset)
+            if tag == 0x1D and (self._attribute(die, "DW_AT_call_line") is None
+                                or self._attribute(die, "DW_AT_call_file") is None):
+                tag = 0x0B
+            ranges = self._die_ranges(die)
+            if tag in (0x2E, 0x1D):
+                known = bool(ranges) and self._has_name(die)
+            else:
+                known = ranges is None or bool(ranges)
+            self._scopes_processed[offset] = known
+        return known
+
+    def _site_target(self, unit: _Unit, site: _RawCallSite) -> _Target:
+        target = self._targets.get(site.offset)
+        if target is None:
+            target = self._read_target(unit.cu.get_DIE_from_refaddr(site.offset))
+            self._targets[site.offset] = target
+        return target
+
+    def _read_target(self, die: DIE) -> _Target:
+        """The callee of call site ``die`` as gdb 13's ``read_call_site_scope`` records it."""
+        holder: DIE | None = None
+        name = ""
+        for name in _TARGET_ATTRIBUTES:
+            holder = self._holder(die, name)
+            if holder is not None:
+                break
+        if holder is None:
+            return _NO_TARGET
+        form = holder.attributes[name].form
+        if form not in _REFERENCE_FORMS:
+            # A DWARF expression (even a constant DW_OP_addr): gdb evaluates it only with
+            # the caller's frame, which the tail-call search never has.
+            return _NO_TARGET
+        target = self._reference(holder, name)
+        if target is None:
+            return _UNKNOWN_TARGET
+        if self._flag(target, "DW_AT_declaration") \
+                and self._holder(target, "DW_AT_specification") is None:
+            physname = self._linkage_name(target)
+            if physname is None:
+                if self._language(target) in _QUALIFIED_LANGUAGES:
+                    return _UNKNOWN_TARGET          # gdb computes a qualified physname
+                physname = self._string(target, "DW_AT_name")
+            return _Target("name", name=physname) if physname else _NO_TARGET
+        ranges_holder = self._holder(target, "DW_AT_ranges")
+        if ranges_holder is not None \
+                and ranges_holder.attributes["DW_AT_ranges"].form in _RANGES_OFFSET_FORMS:
+            # One address per range: the cold part of a split function too.
+            return _Target("addresses", tuple(low for low, high in self._range_list(ranges_holder)
+                                              if low != 0 and low < high))
+        entry = self._entry(target)
+        return _Target("addresses", (entry,)) if entry is not None else _NO_TARGET
+
+    @staticmethod
+    def _language(die: DIE) -> int:
+        language = die.cu.get_top_DIE().attributes.get("DW_AT_language")
+        value = language.value if language is not None else 0
+        return value if isinstance(value, int) else 0
 
     # -- ranges
 
@@ -1074,17 +1603,27 @@ class _Dwarf:
                 link = name
         return self._reference(die, link) if link is not None else None
 
-    def _attribute(self, die: DIE, name: str) -> Any:
-        """The value of attribute ``name`` on ``die`` or along its origin chain."""
+    def _holder(self, die: DIE, name: str) -> DIE | None:
+        """The DIE that holds attribute ``name`` for ``die``: itself or one along its origin
+        chain (gdb's ``dwarf2_attr``)."""
         current: DIE | None = die
         for _ in range(_MAX_HOPS):
             if current is None:
                 return None
-            attribute = current.attributes.get(name)
-            if attribute is not None:
-                return attribute.value
+            if name in current.attributes:
+                return current
             current = self._origin(current)
         return None
+
+    def _attribute(self, die: DIE, name: str) -> Any:
+        """The value of attribute ``name`` on ``die`` or along its origin chain."""
+        holder = self._holder(die, name)
+        return holder.attributes[name].value if holder is not None else None
+
+    def _flag(self, die: DIE, name: str) -> bool:
+        """gdb's ``dwarf2_flag_true_p``."""
+        value = self._attribute(die, name)
+        return isinstance(value, int) and value != 0
 
     def _string(self, die: DIE, name: str) -> str | None:
         value = self._attribute(die, name)
@@ -1377,6 +1916,138 @@ class DwarfNames:
                 names = None
         self._cache[address] = names
         return list(names) if names is not None else None
+
+    def function_entry(self, address: int) -> int | None:
+        """Entry of the non-inlined subprogram containing the link-time ``address`` (gdb's
+        ``get_pc_function_start``: ``block_linkage_function`` then ``block::entry_pc``):
+        its DW_AT_low_pc, or with DW_AT_ranges the start of the first range in list order
+        (a single range: its start). gdb 13 ignores DW_AT_entry_pc. Look up the frame's pc
+        as for :meth:`frames_at` (pc - 1 for callers). None when no DWARF function covers
+        it; gdb then takes the ELF symbol's start, which the caller can do."""
+        dwarf = self._load()
+        if dwarf is None:
+            return None
+        try:
+            return dwarf.function_entry(address)
+        except _DWARF_ERRORS:
+            return None
+
+    def call_site_target(self, return_address: int) -> int | str | None:
+        """The target of the DW_TAG_call_site (DWARF 5) / DW_TAG_GNU_call_site (DWARF 4)
+        whose return pc (DW_AT_call_return_pc; DW_AT_low_pc for GNU call sites) equals the
+        link-time ``return_address``, as gdb 13 records it (``read_call_site_scope``) and
+        finds it (``call_site_for_pc``: only in the unit of return_address - 1, the first
+        such site in DIE order that gdb reads). The first of :meth:`call_site_targets`."""
+        targets = self.call_site_targets(return_address)
+        if isinstance(targets, list):
+            return targets[0]
+        return targets
+
+    def call_site_targets(self, return_address: int) -> list[int] | str | None:
+        """Like :meth:`call_site_target`, with every address gdb tries.
+
+        The callee is DW_AT_call_target, DW_AT_GNU_call_site_target, DW_AT_call_origin or
+        DW_AT_abstract_origin, the first present (each looked up through the site's own
+        origin chain, as gdb's ``dwarf2_attr``):
+
+        * a reference to a declaration (DW_AT_declaration without DW_AT_specification):
+          the name gdb looks up as a minimal symbol in every object file, in load order,
+          global symbols first (``lookup_minimal_symbol``): its DW_AT_linkage_name, else
+          (C) its DW_AT_name; a ``str``. :meth:`symbol_address` looks it up in this file.
+        * a reference to a function with DW_AT_ranges: the start of each range, in list
+          order (gdb's ADDRESSES: the cold part of a split function is one, and since no
+          function starts there the tail-call search fails unless the first is the callee).
+        * a reference to a function with DW_AT_low_pc: ``[low_pc]``. One without valid pc
+          bounds (an abstract instance, as GCC's DW_AT_call_origin is for a function also
+          inlined elsewhere) gives None.
+        * a DWARF expression, even a constant DW_OP_addr: None. gdb 13 evaluates it only
+          with the caller's frame, which ``call_site_find_chain`` never passes: no
+          tail-call frames come from such a site (nor from indirect calls).
+
+        None also when there is no such call site (gdb shows no tail-call frame then)."""
+        dwarf = self._load()
+        if dwarf is None:
+            return None
+        try:
+            return dwarf.call_site_targets(return_address)
+        except _DWARF_ERRORS:
+            return None
+
+    def tail_call_chain(self, target_entry: int | Sequence[int], callee_entry: int
+                        ) -> list[tuple[str, int]] | None:
+        """gdb's synthesized tail-call frames between a caller whose call site called
+        ``target_entry`` (an int, or every address of :meth:`call_site_targets`) and a
+        callee frame whose function starts at ``callee_entry`` (:meth:`function_entry`),
+        both in this file: innermost (closest to the callee) first, each (name, link-time
+        pc) where pc is the return pc of the tail-call site (the address after the jmp).
+
+        gdb 13's rules (``dwarf2_tailcall_sniffer_first`` calls ``call_site_find_chain``
+        for every frame the DWARF unwinder makes, with the caller's return address and the
+        entry of the frame's function):
+
+        * Tail-call sites are the call sites with DW_AT_call_tail_call / DW_AT_GNU_tail_call
+          inside a function (through inlined subroutines and blocks) that has
+          DW_AT_call_all_calls, DW_AT_call_all_tail_calls, DW_AT_GNU_all_call_sites or
+          DW_AT_GNU_all_tail_call_sites (``read_call_site_scope``): other functions have
+          no tail-call list and end every path through them.
+        * The search (``call_site_find_chain_2``) is depth first: when one of a site's
+          target addresses is the callee's entry the current path is a candidate (its
+          other targets are not followed); else for each target address the function that
+          starts exactly there (``func_addr_to_tail_call_list``) and each of its tail-call
+          sites, the last in DIE order first, not entering a site already on the path
+          (cycles and recursion end there; there is no depth limit).
+        * Each candidate path is intersected with the first one (``chain_candidate``):
+          only the sites all paths share at the start (callers) and at the end (callees)
+          stay. Once none is shared gdb gives up: no frame. A first path of length 0 (the
+          caller called the callee itself) also gives no frame.
+        * Any target gdb cannot resolve without a frame on the way (a DWARF expression,
+          no target, a name no object file defines, an address where no function
+          starts, e.g. the cold part of a split function) throws NO_ENTRY_VALUE_ERROR,
+          which gdb catches: no tail-call frame at all (``call_site_find_chain``).
+        * The frames (``pretended_chain_levels``, ``pretend_pc``): the common callees,
+          innermost first, then the common callers, innermost first (all sites when every
+          path agreed). Each shows the pc after its jmp; its name is looked up at pc - 1
+          (``get_frame_address_in_block`` treats tail-call frames as callers) and is the
+          innermost function there, an inlined one included (``get_frame_function``:
+          no inline frame is made for tail-call frames, the tail-call unwinder comes
+          before the inline one).
+
+        [] when ``target_entry`` is ``callee_entry`` or gdb shows no tail-call frame
+        (ambiguous paths, a failed search). None when unknown: bad DWARF, a tail call to
+        a name this file does not define (gdb would follow it into another object file),
+        C++ targets without a linkage name, or more than 100000 sites entered."""
+        targets = [target_entry] if isinstance(target_entry, int) else list(target_entry)
+        if callee_entry in targets:
+            return []
+        dwarf = self._load()
+        if dwarf is None:
+            return None
+        try:
+            pcs = dwarf.tail_call_pcs(targets, callee_entry)
+        except _CHAIN_ERRORS:
+            return None
+        frames: list[tuple[str, int]] = []
+        for pc in pcs:
+            names = self.frames_at(pc - 1)
+            if not names:
+                return None
+            frames.append((names[0], pc))
+        return frames
+
+    def symbol_address(self, name: str) -> tuple[int, bool] | None:
+        """(link-time address, external) of the ELF symbol ``name`` defined in the debug
+        file's .symtab (else .dynsym), as gdb's minimal symbols: a default-versioned
+        ``name@@VERSION`` answers to ``name``; a global (or weak) symbol wins over a local
+        one. None when this file does not define it. gdb's ``lookup_minimal_symbol``
+        searches every object file in load order and takes the first global symbol, else
+        a local one: resolve :meth:`call_site_target` names that way."""
+        dwarf = self._load()
+        if dwarf is None:
+            return None
+        try:
+            return dwarf.symbol(name)
+        except _DWARF_ERRORS:
+            return None
 
     def _load(self) -> _Dwarf | None:
         if self._dwarf is None and not self._failed:
