@@ -13,10 +13,11 @@ from __future__ import annotations
 import marshal
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 #: Bumped whenever the answers of DwarfNames change, so old memos are not reused.
-MEMO_FORMAT = 2
+MEMO_FORMAT = 3
 
 
 def _memo_path(build_id: bytes, debug_file: str | None) -> str:
@@ -76,10 +77,25 @@ class CachedDwarfNames:
         answer = self._ask("call_site_target", return_address)
         return answer if isinstance(answer, int | str) else None
 
-    def tail_call_chain(self, target_entry: int, callee_entry: int
+    def call_site_targets(self, return_address: int) -> list[int] | str | None:
+        answer = self._ask("call_site_targets", return_address)
+        if isinstance(answer, str):
+            return answer
+        return [int(address) for address in answer] if answer is not None else None
+
+    def tail_call_chain(self, target_entry: int | list[int], callee_entry: int
                         ) -> list[tuple[str, int]] | None:
-        answer = self._ask("tail_call_chain", target_entry, callee_entry)
+        key = tuple(target_entry) if isinstance(target_entry, list) else target_entry
+        answer = self._ask("tail_call_chain", key, callee_entry)
         return [(str(name), int(pc)) for name, pc in answer] if answer is not None else None
+
+    def remember(self, question: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        """A caller's own derived answer (e.g. tail-call frames found with the help of
+        other files' symbols), kept in this file's memo under ``question``."""
+        if question not in self._memo:
+            self._memo[question] = compute()
+            self._dirty = True
+        return self._memo[question]
 
     def save(self) -> None:
         """Write the memo if it learned something (silently skipped when it cannot)."""

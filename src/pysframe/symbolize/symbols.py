@@ -124,6 +124,34 @@ def _function_symbols(image: ElfImage, section_name: str) -> list[Symbol]:
     return out
 
 
+def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]:
+    """(global, local) name -> address of the function symbols of ``image`` (its debug
+    file's .symtab, else its own .symtab, else .dynsym), for gdb's minimal-symbol lookup
+    by name. A versioned definition ("name@@VERSION", "name@VERSION") is also found as
+    "name", the default version first."""
+    symbols: list[Symbol] = []
+    debug = debug_file(image.build_id())
+    if debug is not None:
+        try:
+            debug_image = ElfImage(debug)
+            if debug_image.build_id() == image.build_id():
+                symbols = _function_symbols(debug_image, ".symtab")
+        except ElfError:
+            symbols = []
+    if not symbols:
+        symbols = _function_symbols(image, ".symtab") or _function_symbols(image, ".dynsym")
+    global_names: dict[str, int] = {}
+    local_names: dict[str, int] = {}
+    for symbol in symbols:
+        table = local_names if symbol.binding == "STB_LOCAL" else global_names
+        table.setdefault(symbol.name, symbol.start)
+    for table in (global_names, local_names):
+        for name in sorted(table, key=lambda text: "@@" not in text):
+            if "@" in name:
+                table.setdefault(name.split("@", 1)[0], table[name])
+    return global_names, local_names
+
+
 def _plt_symbols(image: ElfImage) -> list[Symbol]:
     """``name@plt`` for every lazy-binding PLT entry (x86-64 layout: 16-byte entries after
     a 16-byte PLT0, or the .plt.sec entries when there is a second PLT)."""
