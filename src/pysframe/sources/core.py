@@ -17,7 +17,9 @@ from dataclasses import dataclass
 PT_LOAD = 1
 PT_NOTE = 4
 NT_PRSTATUS = 1
+NT_AUXV = 6
 NT_FILE = 0x46494C45
+AT_ENTRY = 9
 _PRSTATUS_PID = 32
 _PRSTATUS_REGS = 112
 _USER_REGS = ("r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs "
@@ -82,6 +84,8 @@ class CoreFile:
             raise CoreError(f"{path}: program headers out of bounds at offset {phoff:#x}")
         self.threads: list[CoreThread] = []
         self.mappings: list[CoreMapping] = []
+        #: The program's entry point (AT_ENTRY of the saved auxiliary vector), if recorded.
+        self.entry: int | None = None
         loads = []
         for index in range(phnum):
             kind, _, offset, vaddr, _, filesz, _, _ = struct.unpack_from(
@@ -106,9 +110,21 @@ class CoreFile:
                 tid = struct.unpack_from("<i", data, desc + _PRSTATUS_PID)[0]
                 values = struct.unpack_from(f"<{len(_USER_REGS)}Q", data, desc + _PRSTATUS_REGS)
                 self.threads.append(CoreThread(tid, dict(zip(_USER_REGS, values, strict=True))))
+            elif kind == NT_AUXV:
+                for position in range(desc, desc + desc_size - 15, 16):
+                    key, value = struct.unpack_from("<QQ", data, position)
+                    if key == AT_ENTRY:
+                        self.entry = value
             elif kind == NT_FILE and desc_size >= 16:
                 self._file_note(desc, desc + desc_size)
             offset = following
+
+    @property
+    def executable(self) -> str | None:
+        """The path of the main program: the file mapped at the entry point."""
+        if self.entry is None:
+            return None
+        return next((m.path for m in self.mappings if m.start <= self.entry < m.end), None)
 
     def _file_note(self, start: int, end: int) -> None:
         data = self.data
