@@ -42,11 +42,35 @@ def sframe_section_offset(data: bytes) -> int:
     raise AssertionError("no .sframe")
 
 
-def test_demo_prints_the_builtin_section() -> None:
-    result = sframe("demo")
+def test_demo_section_prints_the_builtin_section() -> None:
+    result = sframe("demo", "--section")
     assert result.returncode == 0, result.stderr
     assert "Contents of the SFrame section .sframe:" in result.stdout
     assert 'attr = "F"' in result.stdout and "RA undefined" in result.stdout
+
+
+def test_demo_prints_a_child_process_stack_and_ends_it(tmp_path: Path) -> None:
+    import os
+    import platform
+
+    result = subprocess.run([sys.executable, "-m", "pysframe", "demo"], capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "XDG_CACHE_HOME":
+                                                         str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    if platform.machine() != "x86_64" or "showing the built-in section" in result.stdout:
+        assert "Contents of the SFrame section .sframe:" in result.stdout
+        pytest.skip("no traceable child here: " + result.stdout.splitlines()[0])
+    pid = int(result.stdout.split("PID ", 1)[1].split(":", 1)[0])
+    assert not os.path.exists(f"/proc/{pid}")  # the child was ended and reaped
+    frames = [line.split()[2] for line in result.stdout.splitlines() if line.startswith("#")]
+    names = [frame.split("+0x")[0] for frame in frames]
+    chain = ["wait_for_parent", "inner", "middle", "outer", "main"]
+    start = names.index("wait_for_parent")
+    assert names[start:start + 5] == chain
+    assert names[-1] == "_start" and "__libc_start_call_main" in names
+    assert "read" in names[0]
+    assert "its own .sframe section" in result.stdout
+    assert "generated from its .eh_frame" in result.stdout
 
 
 def test_not_elf_is_invalid_data(tmp_path: Path) -> None:

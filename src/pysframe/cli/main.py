@@ -172,11 +172,22 @@ def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, 
 @cli.command()
 @click.argument("pid", type=int, required=False)
 @click.option("--core", type=click.Path(dir_okay=False), help="Read a core dump instead.")
+@click.option("--exe", type=click.Path(dir_okay=False, exists=True),
+              help="With --core: the program's binary, when it is no longer at the path the "
+                   "core recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--build-id", "show_build_id", is_flag=True, help="Show each module's build id.")
 @click.option("--max-depth", default=256, show_default=True, help="Frames per thread at most.")
-def stack(pid: int | None, core: str | None, as_json: bool, show_build_id: bool,
-          max_depth: int) -> None:
+@click.option("--timeout", default=10.0, show_default=True, metavar="SECONDS",
+              help="Longest time the process may stay stopped; then it is released and the "
+                   "command fails (0: no limit).")
+@click.option("--modules", is_flag=True, help="After the stacks, list each module with its "
+              "build id and the SFrame table it was unwound with.")
+@click.option("--debuginfo/--no-debuginfo", default=True, show_default=True,
+              help="Name frames from DWARF (own or /usr/lib/debug) as gdb does, with inlined "
+                   "calls as frames of their own; without it, ELF symbols only.")
+def stack(pid: int | None, core: str | None, exe: str | None, as_json: bool,
+          show_build_id: bool, max_depth: int, timeout: float, modules: bool, debuginfo: bool) -> None:
     """Print every thread's stack of a running process, or of a core dump with --core
     (x86-64; SFrame, own or generated, with frame-pointer fallback). A live process is
     stopped only while it is read."""
@@ -185,9 +196,12 @@ def stack(pid: int | None, core: str | None, as_json: bool, show_build_id: bool,
 
     if (pid is None) == (core is None):
         raise click.UsageError("give a PID or --core CORE")
+    if exe is not None and core is None:
+        raise click.UsageError("--exe goes with --core")
     try:
         status = run_stack(pid, as_json=as_json, show_build_id=show_build_id,
-                           max_depth=max_depth, report=report, core=core)
+                           max_depth=max_depth, report=report, core=core, timeout=timeout,
+                           debuginfo=debuginfo, modules=modules, exe=exe)
     except CommandError as error:
         report(error.message)
         status = error.exit_code
@@ -195,14 +209,16 @@ def stack(pid: int | None, core: str | None, as_json: bool, show_build_id: bool,
 
 
 @cli.command()
-def demo() -> None:
-    """Dump the built-in demo section (a small x86-64 V3 table made by our encoder)."""
-    from ..demo import DEMO_ADDRESS, demo_bytes
-    from ..format.decode import SFrameReader
-    from ..format.dump import dump_text
+@click.option("--section", "section_only", is_flag=True,
+              help="Only dump the built-in demo SFrame section (no child process).")
+def demo(section_only: bool) -> None:
+    """Start a small child process, print its stack with `sframe stack`, and end it
+    (or, with --section, dump the built-in demo SFrame section)."""
+    from .demo import _dump_demo, run_demo
 
-    click.echo(f"Built-in demo: an SFrame V3 section for x86-64 at {DEMO_ADDRESS:#x}\n")
-    sys.stdout.write(dump_text(SFrameReader(demo_bytes(), DEMO_ADDRESS)))
+    if section_only:
+        sys.exit(_dump_demo(None))
+    sys.exit(run_demo(report))
 
 
 def main() -> None:
