@@ -48,6 +48,23 @@ def median_time(argv: list[str], runs: int) -> float:
     return statistics.median(times)
 
 
+def in_process_time(pid: int, runs: int) -> float:
+    """Median time of the stack command's work inside one Python process (imports done, no
+    interpreter start-up): what a profiler using the library pays per stack."""
+    import contextlib
+    import io
+
+    from pysframe.cli.stack import run_stack
+
+    times = []
+    for _ in range(runs):
+        with contextlib.redirect_stdout(io.StringIO()):
+            start = time.perf_counter()
+            run_stack(pid, as_json=False, show_build_id=False, max_depth=256, report=print)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=8)
@@ -69,8 +86,10 @@ def main() -> int:
         ours = median_time(ours_cmd, args.runs)
         bare = median_time([*ours_cmd[:-1], "--no-debuginfo", str(child.pid)], args.runs)
         python = median_time([sys.executable, "-c", "pass"], args.runs)
+        inside = in_process_time(child.pid, args.runs)
         results = [f"sframe stack {ours * 1000:.0f} ms (--no-debuginfo {bare * 1000:.0f} ms; "
-                   f"bare python3 start-up here {python * 1000:.0f} ms)"]
+                   f"bare python3 start-up here {python * 1000:.0f} ms; one `stack` in a process "
+                   f"that has imported pysframe {inside * 1000:.1f} ms)"]
         if shutil.which("eu-stack"):
             eu = median_time(["eu-stack", "-p", str(child.pid)], args.runs)
             results.append(f"eu-stack {eu * 1000:.0f} ms (sframe/eu-stack {ours / eu:.2f}x, "
