@@ -149,3 +149,36 @@ def test_core_dump_gives_the_same_stack(tmp_path: object) -> None:
     frames_core = json.loads(from_core.stdout)["threads"][0]["frames"]
     assert [(f["pc"], f["function"]) for f in frames_core] == [
         (f["pc"], f["function"]) for f in frames_live]
+
+
+def test_stack_of_a_program_deleted_while_it_runs(tmp_path: object) -> None:
+    """A binary removed (or upgraded) under a running process: read through map_files."""
+    import os as _os
+
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    source = _os.path.join(str(tmp_path), "gone.c")
+    program = _os.path.join(str(tmp_path), "gone")
+    with open(source, "w") as handle:
+        handle.write("#include <unistd.h>\n#include <stdio.h>\n"
+                     "__attribute__((noinline)) static void nap(void) { puts(\"ready\");"
+                     " fflush(stdout); for (;;) pause(); }\n"
+                     "int main(void) { nap(); return 0; }\n")
+    subprocess.run(["gcc", "-O1", "-o", program, source], check=True, timeout=120)
+    child = subprocess.Popen([program], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        _os.unlink(program)
+        result = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json",
+                                 str(child.pid)], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+        if result.returncode == 2 and "not permitted" in result.stderr:
+            pytest.skip("ptrace is not permitted here")
+        assert result.returncode == 0, result.stderr
+        frames = json.loads(result.stdout)["threads"][0]["frames"]
+        names = [name for frame in frames for name in frame["names"]]
+        assert "nap" in names and "main" in names and names[-1] == "_start"
+        assert any(frame["path"] == f"{program} (deleted)" for frame in frames)
+    finally:
+        child.kill()
+        child.wait()

@@ -114,7 +114,12 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any,
     # Open every module (and generate missing SFrame) before the target is stopped.
     for entry in maps:
         if "x" in entry.perms and entry.path.startswith("/"):
-            module = finder.module(entry.path, None, entry.start, entry.pgoff)
+            source = entry.path
+            if source.endswith(" (deleted)"):
+                # Replaced or removed since it was mapped (a library upgraded under a running
+                # process): the kernel still serves the mapped file itself.
+                source = f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}"
+            module = finder.module(source, None, entry.start, entry.pgoff)
             space.add(Mapping(entry.start, entry.end, entry.pgoff, entry.path, None, module))
     walked: list[_Walked] = []
     try:
