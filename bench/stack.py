@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import OUT, sframe_command
+from common import OUT, compile_bytecode, sframe_command
 
 PROGRAM = r"""
 #include <pthread.h>
@@ -74,6 +74,7 @@ def main() -> int:
         subprocess.run(["apt-get", "install", "-y", "-qq", "elfutils"], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     OUT.mkdir(parents=True, exist_ok=True)
+    compile_bytecode()
     source, binary = OUT / "threads.c", OUT / "threads"
     source.write_text(PROGRAM.replace("#include <stdio.h>", "#include <stdio.h>\n#include <stdlib.h>"))
     subprocess.run(["gcc", "-O1", "-pthread", "-o", str(binary), str(source)], check=True)
