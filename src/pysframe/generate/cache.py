@@ -2,19 +2,18 @@
 
 Binaries without .sframe get their table generated once; the unwinder then
 reads it from ``$XDG_CACHE_HOME/pysframe/sframe/`` (default ``~/.cache``).
-Entries are written through a temporary file and a rename, so concurrent
-workers never see a partial file; a corrupt entry is regenerated.
+Entries are written with :func:`pysframe.cachedir.store` (temporary file and rename);
+a corrupt entry is regenerated.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from bisect import bisect_right
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..cachedir import entry_path, store
 from ..format.decode import SFrameReader, decode
 from ..format.errors import SFrameError
 from .errors import GenerateError
@@ -30,15 +29,9 @@ if TYPE_CHECKING:
 GENERATOR_VERSION = 1
 
 
-def cache_directory() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pysframe" / "sframe"
-
-
 def cache_path(build_id: bytes, version: int = 3, kind: str = "generated") -> Path:
-    name = build_id.hex()
-    return cache_directory() / name[:2] / (
-        f"{name[2:]}.{kind}.g{GENERATOR_VERSION}.v{version}.sframe")
+    return Path(entry_path("sframe", build_id,
+                           f".{kind}.g{GENERATOR_VERSION}.v{version}.sframe"))
 
 
 def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
@@ -83,7 +76,7 @@ def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
     else:
         data = encode(generated)
     if path is not None:
-        _store(path, data)
+        store(str(path), data)
     return data, 0
 
 
@@ -110,14 +103,3 @@ def _merge(raw: bytes, address: int, generated: Section, version: int) -> Sectio
     section.flags = generated.flags
     section.sort_fdes()
     return section
-
-
-def _store(path: Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a cache that cannot be written is only slower

@@ -4,34 +4,21 @@ Reading DWARF (pyelftools' import alone is ~30 ms, libc's first names ~60 ms) wo
 most of a ``sframe stack`` run; the questions a run asks (names at a pc, call-site
 targets, tail-call chains) are few and the same from one run to the next on the same
 binaries. So every answer is remembered by build id, and the DWARF is opened only for
-a question not seen before. Entries are written through a temporary file and a rename;
+a question not seen before. Entries are written with :func:`pysframe.cachedir.store`;
 a damaged entry is ignored and rewritten.
 """
 
 from __future__ import annotations
 
 import marshal
-import os
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from ..cachedir import store
+from .symbols import cache_entry
+
 #: Bumped whenever the answers of DwarfNames change, so old memos are not reused.
 MEMO_FORMAT = 3
-
-
-def _memo_path(build_id: bytes, debug_file: str | None) -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    name = build_id.hex()
-    # A debug file installed later (apt install ...-dbg) changes the answers: key on it.
-    suffix = "d" if debug_file else "n"
-    return os.path.join(base, "pysframe", "dwarf", name[:2], f"{name[2:]}.{suffix}.m{MEMO_FORMAT}")
-
-
-def _debug_file(build_id: bytes) -> str | None:
-    text = build_id.hex()
-    path = os.path.join("/usr/lib/debug/.build-id", text[:2], text[2:] + ".debug")
-    return path if os.path.isfile(path) else None
 
 
 class CachedDwarfNames:
@@ -45,7 +32,7 @@ class CachedDwarfNames:
         self._opened = False
         self._dirty = False
         self._memo: dict[tuple[Any, ...], Any] = {}
-        self._memo_path = (_memo_path(build_id, _debug_file(build_id))
+        self._memo_path = (cache_entry("dwarf", build_id, f".m{MEMO_FORMAT}")
                            if build_id and use_cache else None)
         if self._memo_path is not None:
             self._memo = _load(self._memo_path)
@@ -101,19 +88,7 @@ class CachedDwarfNames:
         """Write the memo if it learned something (silently skipped when it cannot)."""
         if not self._dirty or self._memo_path is None:
             return
-        directory = os.path.dirname(self._memo_path)
-        try:
-            os.makedirs(directory, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
-            try:
-                with os.fdopen(handle, "wb") as out:
-                    marshal.dump(self._memo, out)
-                os.replace(temporary, self._memo_path)
-            except BaseException:
-                os.unlink(temporary)
-                raise
-        except OSError:
-            return
+        store(self._memo_path, marshal.dumps(self._memo))
         self._dirty = False
 
 

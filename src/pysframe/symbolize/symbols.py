@@ -15,10 +15,10 @@ import itertools
 import marshal
 import os
 import struct
-import tempfile
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from ..cachedir import entry_path, store
 from ..elf import ElfError, ElfImage
 
 DEBUG_ROOT = "/usr/lib/debug/.build-id"
@@ -124,22 +124,28 @@ def _function_symbols(image: ElfImage, section_name: str) -> list[Symbol]:
     return out
 
 
-def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]:
-    """(global, local) name -> address of the function symbols of ``image`` (its debug
-    file's .symtab, else its own .symtab, else .dynsym), for gdb's minimal-symbol lookup
-    by name. A versioned definition ("name@@VERSION", "name@VERSION") is also found as
-    "name", the default version first."""
-    symbols: list[Symbol] = []
+def _best_function_symbols(image: ElfImage) -> list[Symbol]:
+    """Function symbols from the best source: the separate debug file's .symtab (same
+    build id), else the file's own .symtab, else its .dynsym."""
     debug = debug_file(image.build_id())
     if debug is not None:
         try:
             debug_image = ElfImage(debug)
             if debug_image.build_id() == image.build_id():
-                symbols = _function_symbols(debug_image, ".symtab")
+                found = _function_symbols(debug_image, ".symtab")
+                if found:
+                    return found
         except ElfError:
-            symbols = []
-    if not symbols:
-        symbols = _function_symbols(image, ".symtab") or _function_symbols(image, ".dynsym")
+            pass
+    return _function_symbols(image, ".symtab") or _function_symbols(image, ".dynsym")
+
+
+def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]:
+    """(global, local) name -> address of the function symbols of ``image`` (its debug
+    file's .symtab, else its own .symtab, else .dynsym), for gdb's minimal-symbol lookup
+    by name. A versioned definition ("name@@VERSION", "name@VERSION") is also found as
+    "name", the default version first."""
+    symbols = _best_function_symbols(image)
     global_names: dict[str, int] = {}
     local_names: dict[str, int] = {}
     for symbol in symbols:
@@ -195,31 +201,22 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True) -> SymbolTable:
 
 
 def _load_symbols(image: ElfImage) -> SymbolTable:
-    symbols: list[Symbol] = []
-    debug = debug_file(image.build_id())
-    if debug is not None:
-        try:
-            debug_image = ElfImage(debug)
-            if debug_image.build_id() == image.build_id():
-                symbols = _function_symbols(debug_image, ".symtab")
-        except ElfError:
-            symbols = []
-    if not symbols:
-        symbols = _function_symbols(image, ".symtab") or _function_symbols(image, ".dynsym")
-    symbols += _plt_symbols(image)
+    symbols = _best_function_symbols(image) + _plt_symbols(image)
     return SymbolTable(symbols)
 
 
 _CACHE_FORMAT = 1
 
 
+def cache_entry(kind: str, build_id: bytes, suffix: str) -> str:
+    """A cache file for what is derived from ``build_id``'s symbols or DWARF. It is keyed
+    also on whether the separate debug file exists: installing one (apt install
+    libc6-dbg) after a first run changes the answers."""
+    return entry_path(kind, build_id, f".{'d' if debug_file(build_id) else 'n'}{suffix}")
+
+
 def _cache_path(build_id: bytes) -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    name = build_id.hex()
-    # The debug file can appear after the first run (apt install libc6-dbg): key on it too.
-    debug = "d" if debug_file(build_id) else "n"
-    return os.path.join(base, "pysframe", "symbols", name[:2],
-                        f"{name[2:]}.{debug}.s{_CACHE_FORMAT}.marshal")
+    return cache_entry("symbols", build_id, f".s{_CACHE_FORMAT}.marshal")
 
 
 def _read_cached(path: str) -> SymbolTable | None:
@@ -235,17 +232,4 @@ def _read_cached(path: str) -> SymbolTable | None:
 
 
 def _write_cached(path: str, table: SymbolTable) -> None:
-    """Write through a temporary file and a rename; a cache that cannot be written is
-    skipped silently (read-only home, full disk)."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                marshal.dump((table.starts, table.ends, table.names), out)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
-    except OSError:
-        pass
+    store(path, marshal.dumps((table.starts, table.ends, table.names)))
