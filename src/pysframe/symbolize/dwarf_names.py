@@ -66,6 +66,8 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, cast
 
 from elftools.common.exceptions import DWARFError, ELFError
 
+from ..cfi.leb128 import read_sleb128, read_uleb128
+
 if TYPE_CHECKING:
     from elftools.dwarf.compileunit import CompileUnit
     from elftools.dwarf.die import DIE
@@ -392,14 +394,7 @@ class _Intervals:
 
 
 def _uleb(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
+    return read_uleb128(data, pos, len(data))
 
 
 def _unit_offsets(info: bytes, little: bool) -> list[int]:
@@ -657,14 +652,9 @@ class _TopScanner:
             if not children:
                 continue
             descend = collect and tag in (0x39, 0x1E)          # namespace, module
-            sibling = wanted.get(0x01) if wanted is not None else None
-            if not descend and sibling is not None and sibling[0] in _REF_FORMS_LOCAL:
-                following = sibling[1]
-                if following <= die_start or following > len(data):
-                    raise DWARFError("bad DW_AT_sibling")
-                pos = following
-            else:
-                pos = self._children(pos, descend)
+            following = (self._sibling(die_start, wanted.get(0x01))
+                         if wanted is not None and not descend else None)
+            pos = following if following is not None else self._children(pos, descend)
 
     def _ranges(self, wanted: dict[int, tuple[int, int]]) -> list[tuple[int, int]]:
         low = wanted.get(0x11)
@@ -698,6 +688,28 @@ class _TopScanner:
             return address
         return value
 
+    def _form_size(self, form: int) -> int | None:
+        """The size of an attribute of ``form`` when it is fixed in this unit, else None."""
+        size = _FIXED_FORM_SIZES.get(form)
+        if size is not None:
+            return size
+        if form == 0x01:                                        # addr
+            return int(self.address_size)
+        if form in _OFFSET_FORMS or (form == 0x10 and self.version > 2):
+            return int(self.offset_size)
+        if form == 0x10:                                        # ref_addr, DWARF 2
+            return int(self.address_size)
+        return None
+
+    def _sibling(self, die_start: int, sibling: tuple[int, int] | None) -> int | None:
+        """Where a DIE's DW_AT_sibling (a unit-local reference) points: strictly after the
+        DIE and inside the data, else DWARFError; None without a usable one."""
+        if sibling is None or sibling[0] not in _REF_FORMS_LOCAL:
+            return None
+        if not die_start < sibling[1] <= len(self.data):
+            raise DWARFError("bad DW_AT_sibling")
+        return sibling[1]
+
     def _attributes(self, pos: int, specs: tuple[tuple[int, int, int], ...],
                     wanted: dict[int, tuple[int, int]] | None) -> int:
         """Skip (or, for the attributes this needs, decode) one DIE's attributes."""
@@ -706,14 +718,7 @@ class _TopScanner:
         for attribute, form, constant in specs:
             if form == 0x16:                                    # DW_FORM_indirect
                 form, pos = _uleb(data, pos)
-            size = _FIXED_FORM_SIZES.get(form)
-            if size is None:
-                if form == 0x01:                                # addr
-                    size = self.address_size
-                elif form in _OFFSET_FORMS or (form == 0x10 and self.version > 2):
-                    size = self.offset_size
-                elif form == 0x10:                              # ref_addr, DWARF 2
-                    size = self.address_size
+            size = self._form_size(form)
             if wanted is not None and attribute in self.codes:
                 if form == 0x21:                                # implicit_const
                     value = constant
@@ -766,16 +771,7 @@ _LEB_FORMS = frozenset((0x0D, 0x0F, 0x15, 0x1A, 0x1B, 0x22, 0x23, 0x1F01, 0x1F02
 
 
 def _sleb(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            if byte & 0x40:
-                result -= 1 << shift
-            return result, pos
+    return read_sleb128(data, pos, len(data))
 
 
 def _abbreviations(data: bytes, offset: int) -> dict[int, tuple[int, bool,
@@ -924,11 +920,9 @@ class _CallSiteScanner(_TopScanner):
             elif has_children and tag not in _CODE_SCOPES:
                 wanted = {}
                 pos = self._attributes(pos, specs, wanted)
-                sibling = wanted.get(0x01)
-                if sibling is not None and sibling[0] in _REF_FORMS_LOCAL:
-                    if not die_start < sibling[1] <= len(data):
-                        raise DWARFError("bad DW_AT_sibling")
-                    pos = sibling[1]
+                following = self._sibling(die_start, wanted.get(0x01))
+                if following is not None:
+                    pos = following
                     continue
             else:
                 size = fixed.get(code, -1)
@@ -958,16 +952,9 @@ class _CallSiteScanner(_TopScanner):
         """The size of a DIE's attributes when no form has a variable size."""
         total = 0
         for _attribute, form, _constant in specs:
-            size = _FIXED_FORM_SIZES.get(form)
+            size = self._form_size(form)
             if size is None:
-                if form == 0x01:                                # addr
-                    size = self.address_size
-                elif form in _OFFSET_FORMS or (form == 0x10 and self.version > 2):
-                    size = self.offset_size
-                elif form == 0x10:
-                    size = self.address_size
-                else:
-                    return None
+                return None
             total += size
         return total
 
