@@ -40,7 +40,6 @@ SHT_PROGBITS = 1
 SHT_RELA = 4
 SHT_REL = 9
 SHF_EXECINSTR = 0x4
-SHF_COMPRESSED = 0x800
 SHT_NOTE = 7
 PT_NOTE = 4
 PT_LOAD = 1
@@ -190,20 +189,26 @@ class ElfImage:
 
     def _section_headers(self) -> list[_SectionHeader]:
         """(name, type, flags, addr, offset, size) of every section, read by hand (the
-        layout was checked in the constructor)."""
+        layout, extended numbering included, was checked in the constructor)."""
         if self._headers is not None:
             return self._headers
         data, order = self.data, ">" if self.big_endian else "<"
         wide = self.elf_class == 64
         shoff = struct.unpack_from(order + ("Q" if wide else "I"), data, 0x28 if wide else 0x20)[0]
         shnum, shstrndx = struct.unpack_from(order + "HH", data, 0x3C if wide else 0x30)
-        layout = struct.Struct(order + ("IIQQQQ" if wide else "6I"))
+        # sh_name sh_type sh_flags sh_addr sh_offset sh_size sh_link
+        layout = struct.Struct(order + ("IIQQQQI" if wide else "7I"))
         size = 64 if wide else 40
         headers: list[_SectionHeader] = []
-        if shoff and shnum and shstrndx < shnum and shnum != SHN_XINDEX:
+        if shoff:
+            section0 = layout.unpack_from(data, shoff)
+            shnum = shnum or section0[5]  # extended numbering: the count is in entry 0
+            if shstrndx == SHN_XINDEX:
+                shstrndx = section0[6]
+        if shoff and shnum and shstrndx < shnum:
             entries = [layout.unpack_from(data, shoff + i * size) for i in range(shnum)]
             names_at, names_size = entries[shstrndx][4], entries[shstrndx][5]
-            for sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size in entries:
+            for sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, _ in entries:
                 end = data.find(b"\0", names_at + sh_name, names_at + names_size)
                 name = (data[names_at + sh_name:end].decode("utf-8", "replace")
                         if sh_name < names_size and end >= 0 else "")
@@ -218,21 +223,18 @@ class ElfImage:
         if self.elf_class == 64:
             phoff = struct.unpack_from(order + "Q", data, 0x20)[0]
             phnum = struct.unpack_from(order + "H", data, 0x38)[0]
-            layout = struct.Struct(order + "IIQQQQQ")
-            out = []
-            for index in range(phnum if phoff else 0):
-                p_type, p_flags, p_offset, p_vaddr, _, p_filesz, p_memsz = layout.unpack_from(
-                    data, phoff + index * 56)
-                out.append((p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz))
-            return out
-        phoff = struct.unpack_from(order + "I", data, 0x1C)[0]
-        phnum = struct.unpack_from(order + "H", data, 0x2C)[0]
-        layout = struct.Struct(order + "8I")
+            # p_type p_flags p_offset p_vaddr p_paddr p_filesz p_memsz p_align
+            layout, size, fields = struct.Struct(order + "IIQQQQQQ"), 56, (0, 1, 2, 3, 5, 6)
+        else:
+            phoff = struct.unpack_from(order + "I", data, 0x1C)[0]
+            phnum = struct.unpack_from(order + "H", data, 0x2C)[0]
+            # p_type p_offset p_vaddr p_paddr p_filesz p_memsz p_flags p_align
+            layout, size, fields = struct.Struct(order + "8I"), 32, (0, 6, 1, 2, 4, 5)
         out = []
         for index in range(phnum if phoff else 0):
-            p_type, p_offset, p_vaddr, _, p_filesz, p_memsz, p_flags, _ = layout.unpack_from(
-                data, phoff + index * 32)
-            out.append((p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz))
+            entry = layout.unpack_from(data, phoff + index * size)
+            kind, flags, offset, vaddr, filesz, memsz = (entry[i] for i in fields)
+            out.append((kind, flags, offset, vaddr, filesz, memsz))
         return out
 
     def all_sections(self) -> list[Any]:
@@ -350,40 +352,11 @@ class ElfImage:
         return self._guard(lambda: self._sframe_sections(name))
 
     def _sframe_sections(self, name: str) -> list[SFrameSectionData]:
-        if self.elf_type != "REL":
-            fast = self._linked_sframe_sections(name)
-            if fast is not None:
-                return fast
-        elf = self.elf
-        if elf.num_sections() == 0:
-            return self._from_segment() if name == ".sframe" else []
-        found = []
-        for index, section in enumerate(self.all_sections()):
-            if section.name != name:
-                continue
-            kind = section["sh_type"]
-            if kind in ("SHT_GNU_SFRAME", SHT_GNU_SFRAME):
-                found_by = "section-type"
-            elif kind in ("SHT_PROGBITS", SHT_PROGBITS) and name == ".sframe":
-                found_by = "section-name"
-            else:
-                continue
-            raw, offset = self._section_bytes(index, section)
-            relocated, has_relocations = raw, False
-            if self.elf_type == "REL":
-                relocated, has_relocations = self._relocate(index, raw)
-            found.append(SFrameSectionData(name, section["sh_addr"], offset, raw, relocated,
-                                           has_relocations, found_by, self.big_endian))
-        return found
-
-    def _linked_sframe_sections(self, name: str) -> list[SFrameSectionData] | None:
-        """The SFrame sections of a linked file from the hand-read headers; ``None`` when
-        there are no section headers or one is compressed (pyelftools handles those)."""
         headers = self._section_headers()
         if not headers:
-            return None
+            return self._from_segment() if name == ".sframe" else []
         found = []
-        for header in headers:
+        for index, header in enumerate(headers):
             if header.name != name:
                 continue
             if header.type == SHT_GNU_SFRAME:
@@ -392,14 +365,15 @@ class ElfImage:
                 found_by = "section-name"
             else:
                 continue
-            if header.flags & SHF_COMPRESSED:
-                return None
             if header.offset + header.size > len(self.data):
                 raise self._fail(f"section {name} (size {header.size:#x}) runs past the end "
                                  f"of the file ({len(self.data):#x} bytes)", header.offset)
             raw = self.data[header.offset:header.offset + header.size]
-            found.append(SFrameSectionData(name, header.address, header.offset, raw, raw, False,
-                                           found_by, self.big_endian))
+            relocated, has_relocations = raw, False
+            if self.elf_type == "REL":
+                relocated, has_relocations = self._relocate(index, raw)
+            found.append(SFrameSectionData(name, header.address, header.offset, raw, relocated,
+                                           has_relocations, found_by, self.big_endian))
         return found
 
     def _from_segment(self) -> list[SFrameSectionData]:
