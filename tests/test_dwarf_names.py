@@ -717,6 +717,26 @@ def _section(path: Path, name: str) -> tuple[int, int]:
         return int(section["sh_offset"]), int(section["sh_size"])
 
 
+def _corrupted_copies(program: Path, directory: Path, generator: random.Random, variants: int,
+                      sections: tuple[str, ...]) -> Iterator[tuple[str, int, Path]]:
+    """(section, variant, file): copies of ``program`` with one section zeroed (variant 0)
+    or with a run of up to 63 random bytes written into it (the other variants)."""
+    original = program.read_bytes()
+    for name in sections:
+        offset, size = _section(program, name)
+        for variant in range(variants):
+            data = bytearray(original)
+            if variant == 0:
+                data[offset:offset + size] = bytes(size)
+            else:
+                start = offset + generator.randrange(size)
+                length = min(generator.randrange(1, 64), offset + size - start)
+                data[start:start + length] = generator.randbytes(length)
+            broken = directory / f"broken{name}{variant}"
+            broken.write_bytes(bytes(data))
+            yield name, variant, broken
+
+
 def test_bad_dwarf_gives_none_not_exceptions(inline_program: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     address = _function_address(inline_program, "renamed_impl")
@@ -728,27 +748,17 @@ def test_bad_dwarf_gives_none_not_exceptions(inline_program: Path, tmp_path: Pat
     assert DwarfNames.open(str(truncated), None) is None
 
     # .debug_info (or another section) zeroed or filled with garbage.
-    generator = random.Random(1234)
-    for name in (".debug_info", ".debug_abbrev", ".debug_str", ".debug_rnglists",
-                 ".debug_aranges", ".debug_line_str"):
-        offset, size = _section(inline_program, name)
-        for variant in range(4):
-            data = bytearray(original)
-            if variant == 0:
-                data[offset:offset + size] = bytes(size)
-            else:
-                start = offset + generator.randrange(size)
-                length = min(generator.randrange(1, 64), offset + size - start)
-                data[start:start + length] = generator.randbytes(length)
-            broken = tmp_path / f"broken{name}{variant}"
-            broken.write_bytes(bytes(data))
-            names = DwarfNames.open(str(broken), None)
-            assert names is not None
-            for probe in (address, address + 1, 0, 0x7FFF_FFFF_0000):
-                result = names.frames_at(probe)
-                assert result is None or all(isinstance(item, str) for item in result)
-            if variant == 0 and name in (".debug_info", ".debug_abbrev"):
-                assert names.frames_at(address) is None
+    for name, variant, broken in _corrupted_copies(
+            inline_program, tmp_path, random.Random(1234), 4,
+            (".debug_info", ".debug_abbrev", ".debug_str", ".debug_rnglists",
+             ".debug_aranges", ".debug_line_str")):
+        names = DwarfNames.open(str(broken), None)
+        assert names is not None
+        for probe in (address, address + 1, 0, 0x7FFF_FFFF_0000):
+            result = names.frames_at(probe)
+            assert result is None or all(isinstance(item, str) for item in result)
+        if variant == 0 and name in (".debug_info", ".debug_abbrev"):
+            assert names.frames_at(address) is None
 
     # A garbage separate debug file found by build id.
     monkeypatch.setattr(DwarfNames, "debug_root", str(tmp_path / "root"))
@@ -907,36 +917,25 @@ def test_tail_calls_on_bad_dwarf(tmp_path: Path) -> None:
     transfers = _transfers(program)
     entries = [_function_address(program, name) for name in ("a", "b", "e", "b2", "even",
                                                              "b3", "c", "b4", "s", "b6")]
-    original = program.read_bytes()
-    generator = random.Random(4321)
     started = time.monotonic()
-    for name in (".debug_info", ".debug_abbrev", ".debug_rnglists", ".debug_str",
-                 ".debug_aranges", ".symtab", ".strtab"):
-        offset, size = _section(program, name)
-        for variant in range(5):
-            data = bytearray(original)
-            if variant == 0:
-                data[offset:offset + size] = bytes(size)
-            else:
-                start = offset + generator.randrange(size)
-                length = min(generator.randrange(1, 64), offset + size - start)
-                data[start:start + length] = generator.randbytes(length)
-            broken = tmp_path / f"broken{name}{variant}"
-            broken.write_bytes(bytes(data))
-            names = DwarfNames.open(str(broken), None)
-            if names is None:
-                continue
-            for transfer in transfers:
-                target = names.call_site_targets(transfer.return_address)
-                assert target is None or isinstance(target, str) or (
-                    isinstance(target, list) and all(isinstance(t, int) for t in target))
-                entry = names.function_entry(transfer.return_address - 1)
-                assert entry is None or isinstance(entry, int)
-            for first in entries:
-                for second in entries:
-                    chain = names.tail_call_chain(first, second)
-                    assert chain is None or all(
-                        isinstance(name, str) and isinstance(pc, int) for name, pc in chain)
-            assert names.symbol_address("a") is None or \
-                isinstance(names.symbol_address("a"), tuple)
+    for _name, _variant, broken in _corrupted_copies(
+            program, tmp_path, random.Random(4321), 5,
+            (".debug_info", ".debug_abbrev", ".debug_rnglists", ".debug_str",
+             ".debug_aranges", ".symtab", ".strtab")):
+        names = DwarfNames.open(str(broken), None)
+        if names is None:
+            continue
+        for transfer in transfers:
+            target = names.call_site_targets(transfer.return_address)
+            assert target is None or isinstance(target, str) or (
+                isinstance(target, list) and all(isinstance(t, int) for t in target))
+            entry = names.function_entry(transfer.return_address - 1)
+            assert entry is None or isinstance(entry, int)
+        for first in entries:
+            for second in entries:
+                chain = names.tail_call_chain(first, second)
+                assert chain is None or all(
+                    isinstance(name, str) and isinstance(pc, int) for name, pc in chain)
+        assert names.symbol_address("a") is None or \
+            isinstance(names.symbol_address("a"), tuple)
     assert time.monotonic() - started < 15

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, stack_json
 
 
 def _libc_has_debug_info() -> bool:
@@ -69,14 +69,8 @@ def gdb_stacks(*target: str) -> dict[int, list[str]]:
 
 
 def sframe_stacks(*arguments: str, cache: Path) -> dict[int, list[str]]:
-    result = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json", *arguments],
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "XDG_CACHE_HOME": str(cache)})
-    if result.returncode == 2 and "not permitted" in result.stderr:
-        pytest.skip("ptrace is not permitted here")
-    assert result.returncode == 0, result.stderr
     return {thread["tid"]: [name for frame in thread["frames"] for name in frame["names"]]
-            for thread in json.loads(result.stdout)["threads"]}
+            for thread in stack_json(*arguments, cache=cache)["threads"]}
 
 
 def assert_same_names(ours: dict[int, list[str]], theirs: dict[int, list[str]]) -> None:

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from conftest import stack_json
+
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 only")
 
 
@@ -26,13 +28,7 @@ def test_stack_of_a_sleeping_process_matches_gdb(tmp_path: object) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         time.sleep(0.3)
-        result = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json",
-                                 str(sleeper.pid)], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
-        if result.returncode == 2 and "Operation not permitted" in result.stderr:
-            pytest.skip("ptrace is not permitted here")
-        assert result.returncode == 0, result.stderr
-        document = json.loads(result.stdout)
+        document = stack_json(str(sleeper.pid), cache=tmp_path)
         ours = [frame["pc"] for frame in document["threads"][0]["frames"]]
         assert "clock_nanosleep" in document["threads"][0]["frames"][0]["function"]
         assert state(sleeper.pid) in ("S", "R")  # detached: not left in tracing stop
@@ -88,13 +84,7 @@ def test_stack_through_a_signal_frame(tmp_path: object) -> None:
     try:
         assert child.stdout is not None and child.stdout.readline() == "in handler\n"
         time.sleep(0.2)
-        result = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json",
-                                 str(child.pid)], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
-        if result.returncode == 2 and "Operation not permitted" in result.stderr:
-            pytest.skip("ptrace is not permitted here")
-        assert result.returncode == 0, result.stderr
-        frames = json.loads(result.stdout)["threads"][0]["frames"]
+        frames = stack_json(str(child.pid), cache=tmp_path)["threads"][0]["frames"]
         methods = [frame["method"] for frame in frames]
         assert "sigreturn" in methods and "signal" in methods
         names = [frame["function"].split("+")[0] for frame in frames]
@@ -169,13 +159,7 @@ def test_stack_of_a_program_deleted_while_it_runs(tmp_path: object) -> None:
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         _os.unlink(program)
-        result = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json",
-                                 str(child.pid)], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
-        if result.returncode == 2 and "not permitted" in result.stderr:
-            pytest.skip("ptrace is not permitted here")
-        assert result.returncode == 0, result.stderr
-        frames = json.loads(result.stdout)["threads"][0]["frames"]
+        frames = stack_json(str(child.pid), cache=tmp_path)["threads"][0]["frames"]
         names = [name for frame in frames for name in frame["names"]]
         assert "nap" in names and "main" in names and names[-1] == "_start"
         assert any(frame["path"] == f"{program} (deleted)" for frame in frames)
