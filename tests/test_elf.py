@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pysframe.cli.errors import exit_code_for
 from pysframe.elf import ElfError, ElfImage, SFrameSectionData, is_elf
 
 FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
@@ -157,7 +158,7 @@ def test_pt_gnu_sframe_longer_than_segment(tmp_path: Path) -> None:
     bad.write_bytes(bytes(data))
     with pytest.raises(ElfError) as info:
         ElfImage(str(bad)).sframe_sections()
-    assert info.value.exit_code == 1 and info.value.offset == offset
+    assert exit_code_for(info.value) == 1 and info.value.offset == offset
     assert "\n" not in str(info.value)
 
 
@@ -189,7 +190,7 @@ def test_relocation_errors(tmp_path: Path, arch: str) -> None:
     path.write_bytes(bytes(unknown))
     with pytest.raises(ElfError) as info:
         ElfImage(str(path)).sframe_sections()
-    assert info.value.exit_code == 1 and info.value.offset == entry
+    assert exit_code_for(info.value) == 1 and info.value.offset == entry
     assert ".rela.sframe" in str(info.value) and "\n" not in str(info.value)
 
     outside = bytearray(data)
@@ -197,7 +198,7 @@ def test_relocation_errors(tmp_path: Path, arch: str) -> None:
     path.write_bytes(bytes(outside))
     with pytest.raises(ElfError) as info:
         ElfImage(str(path)).sframe_sections()
-    assert info.value.exit_code == 1 and info.value.offset == entry
+    assert exit_code_for(info.value) == 1 and info.value.offset == entry
     assert ".rela.sframe" in str(info.value) and "0x100000" in str(info.value)
 
 
@@ -207,7 +208,7 @@ def test_not_elf(tmp_path: Path) -> None:
     assert not is_elf(text.read_bytes())
     with pytest.raises(ElfError) as info:
         ElfImage(str(text))
-    assert info.value.exit_code == 1
+    assert exit_code_for(info.value) == 1
     assert str(info.value).startswith(str(text) + ": ") and "\n" not in str(info.value)
     assert info.value.offset == 0 and info.value.path == str(text)
 
@@ -216,7 +217,7 @@ def test_unreadable(tmp_path: Path) -> None:
     for path in (tmp_path / "absent", tmp_path):  # missing, and a directory
         with pytest.raises(ElfError) as info:
             ElfImage(str(path))
-        assert info.value.exit_code == 2
+        assert exit_code_for(info.value) == 2
         assert str(info.value).startswith(str(path) + ": ") and "\n" not in str(info.value)
 
 
@@ -230,7 +231,7 @@ def test_truncated(tmp_path: Path, relative: str) -> None:
         with pytest.raises(ElfError) as info:
             ElfImage(str(cut)).sframe_sections()
         message = str(info.value)
-        assert info.value.exit_code == 1 and "\n" not in message
+        assert exit_code_for(info.value) == 1 and "\n" not in message
         assert message.startswith(f"{cut}: ") and info.value.offset is not None
         assert message.endswith(f" at offset {info.value.offset:#x}")
 
@@ -253,7 +254,7 @@ def test_section_past_end_of_file(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(ElfError) as info:
         ElfImage(str(path)).sframe_sections()
-    assert info.value.exit_code == 1 and info.value.offset == section.file_offset
+    assert exit_code_for(info.value) == 1 and info.value.offset == section.file_offset
     assert "past the end" in str(info.value) and "\n" not in str(info.value)
 
 
@@ -265,7 +266,7 @@ def test_bad_section_header_table(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(ElfError) as info:
         ElfImage(str(path))
-    assert info.value.exit_code == 1 and info.value.offset == 0x3A
+    assert exit_code_for(info.value) == 1 and info.value.offset == 0x3A
 
 
 @needs_fixtures

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conftest import FIXTURES, manifest_entries, needs_fixtures
+from pysframe.cli.errors import exit_code_for
 from pysframe.elf import ElfError, ElfImage
 from pysframe.format.decode import SFrameReader
 
@@ -71,10 +72,10 @@ def test_not_elf_and_truncated(tmp_path: Path) -> None:
     text.write_text("not an elf file\n")
     with pytest.raises(ElfError) as info:
         ElfImage(str(text))
-    assert info.value.exit_code == 1 and "\n" not in str(info.value)
+    assert exit_code_for(info.value) == 1 and "\n" not in str(info.value)
     with pytest.raises(ElfError) as info:
         ElfImage(str(tmp_path / "absent"))
-    assert info.value.exit_code == 2
+    assert exit_code_for(info.value) == 2
 
 
 @needs_fixtures
@@ -84,7 +85,7 @@ def test_truncated_section_names_offset(tmp_path: Path) -> None:
     cut.write_bytes(data[:-2000])  # section headers at the end are cut off
     with pytest.raises(ElfError) as info:
         ElfImage(str(cut)).sframe_sections()
-    assert info.value.exit_code == 1 and "\n" not in str(info.value)
+    assert exit_code_for(info.value) == 1 and "\n" not in str(info.value)
 
 
 @needs_fixtures

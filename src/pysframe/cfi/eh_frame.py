@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from ..errors import PysframeError
 from .instructions import Instruction, decode_instructions
 from .leb128 import (
     DecodeError,
@@ -21,12 +22,8 @@ from .leb128 import (
 )
 
 
-class CFIError(ValueError):
+class CFIError(PysframeError, ValueError):
     """Invalid call-frame information (with the section offset where it was found)."""
-
-    def __init__(self, message: str, offset: int | None = None) -> None:
-        super().__init__(message if offset is None else f"{message} at offset {offset:#x}")
-        self.offset = offset
 
 
 @dataclass(slots=True)

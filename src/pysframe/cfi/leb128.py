@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import PysframeError
+
 DW_EH_PE_omit = 0xFF
 DW_EH_PE_absptr = 0x00
 DW_EH_PE_uleb128 = 0x01
@@ -22,12 +24,11 @@ DW_EH_PE_aligned = 0x50
 DW_EH_PE_indirect = 0x80
 
 
-class DecodeError(ValueError):
+class DecodeError(PysframeError, ValueError):
     """A read ran past the end of its area or met an unknown encoding."""
 
     def __init__(self, message: str, offset: int) -> None:
-        super().__init__(f"{message} at offset {offset:#x}")
-        self.offset = offset
+        super().__init__(message, offset)
 
 
 def read_uleb128(data: bytes | memoryview, offset: int, end: int) -> tuple[int, int]:

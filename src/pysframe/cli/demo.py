@@ -30,7 +30,7 @@ CHILD_CHAIN = "main -> outer -> middle -> inner -> wait_for_parent -> read(2)"
 
 def run_demo(report: Any) -> int:
     if platform.machine() != "x86_64" or not sys.platform.startswith("linux"):
-        return _dump_demo(f"`sframe stack` needs x86-64 Linux (this is {platform.machine()})")
+        return dump_demo(f"`sframe stack` needs x86-64 Linux (this is {platform.machine()})")
     with tempfile.TemporaryDirectory(prefix="sframe-demo-") as directory:
         program = os.path.join(directory, CHILD)
         with resources.as_file(resources.files("pysframe").joinpath("data", CHILD)) as source:
@@ -39,7 +39,7 @@ def run_demo(report: Any) -> int:
         child = subprocess.Popen([program], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         try:
             if not _wait_until_blocked(child):
-                return _dump_demo("the demo child did not start")
+                return dump_demo("the demo child did not start")
             print(f"Started the demo child, PID {child.pid}: {CHILD_CHAIN}, blocked until "
                   "we close its stdin.\n")
             print(f"$ sframe stack --modules {child.pid}\n", flush=True)
@@ -49,7 +49,7 @@ def run_demo(report: Any) -> int:
                 return run_stack(child.pid, as_json=False, show_build_id=False, max_depth=64,
                                  report=report, modules=True)
             except CommandError as error:
-                return _dump_demo(f"could not read the child's stack: {error.message}")
+                return dump_demo(f"could not read the child's stack: {error.message}")
         finally:
             _end(child)
 
@@ -86,7 +86,7 @@ def _end(child: subprocess.Popen[bytes]) -> None:
             child.stdout.close()
 
 
-def _dump_demo(why: str | None) -> int:
+def dump_demo(why: str | None) -> int:
     from ..demo import DEMO_ADDRESS, demo_bytes
     from ..format.decode import SFrameReader
     from ..format.dump import dump_text

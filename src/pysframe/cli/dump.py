@@ -8,11 +8,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import PysframeError
 from ..format.constants import F_FDE_FUNC_START_PCREL
 from ..format.decode import SFrameReader, read_header
 from ..format.dump import dump_bytes
 from ..format.errors import SFrameError
-from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
+from .errors import EXIT_INVALID, EXIT_OK, CommandError, exit_code_for
+from .files import read_file
 
 
 @dataclass(slots=True)
@@ -32,14 +34,6 @@ def sframe_error(path: str, error: SFrameError, file_offset: int, name: str) -> 
     else:
         where = f"at file offset {file_offset + error.offset:#x} ({name}+{error.offset:#x})"
     return CommandError(f"{path}: invalid SFrame data: {error.message} {where}", EXIT_INVALID)
-
-
-def read_file(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as error:
-        raise CommandError(f"{path}: cannot read: {error.strerror or error}", EXIT_UNREADABLE) from None
 
 
 def load_raw(path: str, address: int) -> LoadedSection:
@@ -83,14 +77,11 @@ def load_elf(path: str, section_name: str) -> tuple[str, list[LoadedSection]]:
             loaded.append(LoadedSection(path, quick_section.name, reader,
                                         quick_section.file_offset))
         return target, loaded
-    from ..elf import ElfError, ElfImage
+    from ..elf import ElfImage
 
-    try:
-        image = ElfImage(path, data)
-        target = image.target_name
-        found = image.sframe_sections(section_name)
-    except ElfError as error:
-        raise CommandError(str(error), error.exit_code) from None
+    image = ElfImage(path, data)
+    target = image.target_name
+    found = image.sframe_sections(section_name)
     sections = []
     for section in found:
         contents = section.relocated if relocation_applies(section.raw) else section.raw
@@ -137,9 +128,9 @@ def run_dump(paths: Iterable[str], *, as_json: bool, raw: bool, address: int,
                                   "sections": [section_data(s) for s in sections]})
                 continue
             texts = [section_text(s) for s in sections]
-        except CommandError as error:
-            report(error.message)
-            status = max(status, error.exit_code)
+        except PysframeError as error:
+            report(str(error))
+            status = max(status, exit_code_for(error))
             continue
         if not raw:
             out.write(f"\n{path}:     file format {target}\n\n")

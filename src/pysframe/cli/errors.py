@@ -1,8 +1,15 @@
-"""Exit codes and the one-line error reporting shared by every command."""
+"""Exit codes and the one-line error reporting shared by every command.
+
+Exit codes are decided here and nowhere else: an error from any stage is a
+:class:`~pysframe.errors.PysframeError`, and :func:`exit_code_for` maps it (unreadable
+input 2, invalid data 1).
+"""
 
 from __future__ import annotations
 
 import sys
+
+from ..errors import PysframeError
 
 #: Everything went well (``validate``: no problem found).
 EXIT_OK = 0
@@ -12,13 +19,28 @@ EXIT_INVALID = 1
 EXIT_UNREADABLE = 2
 
 
-class CommandError(Exception):
-    """A failure to report as one line on stderr, with the exit code to use."""
+class CommandError(PysframeError):
+    """A failure of a command itself (not of one input), with the exit code to use."""
 
     def __init__(self, message: str, exit_code: int = EXIT_INVALID) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(message, unreadable=exit_code == EXIT_UNREADABLE)
         self.exit_code = exit_code
+
+
+def exit_code_for(error: PysframeError) -> int:
+    """The exit status for ``error``: its own for a :class:`CommandError`, else 2 when the
+    input could not be read and 1 when it was read and found invalid."""
+    if isinstance(error, CommandError):
+        return error.exit_code
+    return EXIT_UNREADABLE if error.unreadable else EXIT_INVALID
+
+
+def naming(path: str, error: PysframeError) -> PysframeError:
+    """``error`` about the input ``path``: a stage's error that names no file is given it
+    (so the line says which input), then re-raised by the caller."""
+    if error.path is None and not isinstance(error, CommandError):
+        error.path = path
+    return error
 
 
 def report(message: str) -> None:

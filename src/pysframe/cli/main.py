@@ -1,4 +1,4 @@
-"""The ``sframe`` command: dump, demo (more commands join as the stages grow)."""
+"""The ``sframe`` command: its options, and the one place where errors become exit codes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from .errors import EXIT_INVALID, EXIT_UNREADABLE, report
+from ..errors import PysframeError
+from .errors import EXIT_INVALID, EXIT_UNREADABLE, exit_code_for, report
 
 
 def _parse_address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
@@ -93,16 +94,10 @@ def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, s
               help="Say which functions gas would have skipped, and why.")
 def generate(file: str, output: str, version: str, address: int | None, verbose: bool) -> None:
     """Build FILE's SFrame section from its .eh_frame/.debug_frame, as GNU as and ld would."""
-    from .errors import CommandError
     from .generate import run_generate
 
-    try:
-        status = run_generate(file, output, version=int(version), address=address,
-                              verbose=verbose, report=report)
-    except CommandError as error:
-        report(error.message)
-        status = error.exit_code
-    sys.exit(status)
+    sys.exit(run_generate(file, output, version=int(version), address=address,
+                          verbose=verbose, report=report))
 
 
 @cli.command()
@@ -113,15 +108,9 @@ def generate(file: str, output: str, version: str, address: int | None, verbose:
               show_default=True)
 def inject(file: str, output: str, version: str) -> None:
     """Write a copy of FILE with a .sframe section generated from its CFI."""
-    from .errors import CommandError
     from .generate import run_inject
 
-    try:
-        status = run_inject(file, output, version=int(version), report=report)
-    except CommandError as error:
-        report(error.message)
-        status = error.exit_code
-    sys.exit(status)
+    sys.exit(run_inject(file, output, version=int(version), report=report))
 
 
 @cli.command()
@@ -136,16 +125,10 @@ def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
            show_stops: bool) -> None:
     """Unwind a `perf record --call-graph dwarf` file with SFrame; print like `perf script
     --no-inline`."""
-    from .errors import CommandError
     from .script import run_script
 
-    try:
-        status = run_script(perf_data, binaries=list(binaries), output=output,
-                            show_stops=show_stops, report=report)
-    except CommandError as error:
-        report(error.message)
-        status = error.exit_code
-    sys.exit(status)
+    sys.exit(run_script(perf_data, binaries=list(binaries), output=output,
+                        show_stops=show_stops, report=report))
 
 
 @cli.command(name="report")
@@ -157,16 +140,10 @@ def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
               help="Directory to search for the recorded binaries (by build id). Repeatable.")
 def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, ...]) -> None:
     """Aggregate unwound samples: folded stacks, speedscope JSON or an SVG flame graph."""
-    from .errors import CommandError
     from .script import run_report
 
-    try:
-        status = run_report(perf_data, binaries=list(binaries), output=output, form=form,
-                            report=report)
-    except CommandError as error:
-        report(error.message)
-        status = error.exit_code
-    sys.exit(status)
+    sys.exit(run_report(perf_data, binaries=list(binaries), output=output, form=form,
+                        report=report))
 
 
 @cli.command()
@@ -191,21 +168,15 @@ def stack(pid: int | None, core: str | None, exe: str | None, as_json: bool,
     """Print every thread's stack of a running process, or of a core dump with --core
     (x86-64; SFrame, own or generated, with frame-pointer fallback). A live process is
     stopped only while it is read."""
-    from .errors import CommandError
     from .stack import run_stack
 
     if (pid is None) == (core is None):
         raise click.UsageError("give a PID or --core CORE")
     if exe is not None and core is None:
         raise click.UsageError("--exe goes with --core")
-    try:
-        status = run_stack(pid, as_json=as_json, show_build_id=show_build_id,
-                           max_depth=max_depth, report=report, core=core, timeout=timeout,
-                           debuginfo=debuginfo, modules=modules, exe=exe)
-    except CommandError as error:
-        report(error.message)
-        status = error.exit_code
-    sys.exit(status)
+    sys.exit(run_stack(pid, as_json=as_json, show_build_id=show_build_id,
+                       max_depth=max_depth, report=report, core=core, timeout=timeout,
+                       debuginfo=debuginfo, modules=modules, exe=exe))
 
 
 @cli.command()
@@ -214,10 +185,10 @@ def stack(pid: int | None, core: str | None, exe: str | None, as_json: bool,
 def demo(section_only: bool) -> None:
     """Start a small child process, print its stack with `sframe stack`, and end it
     (or, with --section, dump the built-in demo SFrame section)."""
-    from .demo import _dump_demo, run_demo
+    from .demo import dump_demo, run_demo
 
     if section_only:
-        sys.exit(_dump_demo(None))
+        sys.exit(dump_demo(None))
     sys.exit(run_demo(report))
 
 
@@ -225,6 +196,9 @@ def main() -> None:
     """Entry point: run the command, turning stray failures into one-line errors."""
     try:
         cli.main(standalone_mode=False)
+    except PysframeError as error:
+        report(str(error))
+        sys.exit(exit_code_for(error))
     except click.exceptions.Abort:
         report("interrupted")
         sys.exit(130)

@@ -5,19 +5,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
+from .errors import EXIT_INVALID, EXIT_OK, CommandError
 
 
 def open_recording(path: str, binaries: list[str]) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder, or a one-line CommandError."""
-    from ..sources.perf_data import PerfDataError, open_perf_data
+    from ..sources.perf_data import open_perf_data
     from ..unwind.perf_session import PerfUnwinder
 
-    try:
-        data = open_perf_data(path)
-    except PerfDataError as error:
-        raise CommandError(str(error), EXIT_UNREADABLE if "cannot read" in str(error)
-                           else EXIT_INVALID) from None
+    data = open_perf_data(path)
     try:
         return data, PerfUnwinder(data, binaries)
     except ValueError as error:
@@ -29,7 +25,7 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
                report: Any) -> int:
     from ..report.perf_script import perf_script_text
     from ..symbolize.kernel import kernel_symbols_for
-    from .generate import write_atomically
+    from .files import write_output
 
     data, unwinder = open_recording(path, binaries)
     with data:
@@ -45,7 +41,7 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
             for chunk in chunks:
                 write(chunk)
         else:
-            write_atomically(output, "".join(chunks).encode())
+            write_output(output, "".join(chunks).encode())
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
     return EXIT_INVALID if data.skipped else EXIT_OK
@@ -76,7 +72,7 @@ def _progress(samples: Any, data: Any) -> Any:
 
 def run_report(path: str, *, binaries: list[str], output: str, form: str, report: Any) -> int:
     from ..report.profiles import flame_graph_svg, folded, speedscope, stack_counts
-    from .generate import write_atomically
+    from .files import write_output
 
     data, unwinder = open_recording(path, binaries)
     with data:
@@ -88,7 +84,7 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
             text = speedscope(counts, title)
         else:
             text = flame_graph_svg(counts, title)
-        write_atomically(output, text.encode())
+        write_output(output, text.encode())
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
     return EXIT_INVALID if data.skipped else EXIT_OK

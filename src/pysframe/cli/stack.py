@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import PysframeError
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
 
 
@@ -28,7 +29,7 @@ class _Walked:
     unwind: Any  # unwind.unwinder.Unwind
 
 
-class StackTimeout(Exception):
+class StackTimeout(PysframeError):
     """The walk of a stopped process outlived ``--timeout``."""
 
 
@@ -77,14 +78,10 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
 
 def _walk_core(core: str, finder: Any, space: Any, unwinder: Any,
                exe: str | None) -> tuple[int, list[_Walked]]:
-    from ..sources.core import CoreError, CoreFile
+    from ..sources.core import CoreFile
     from ..unwind.modules import Mapping
 
-    try:
-        core_file = CoreFile(core)
-    except (OSError, CoreError) as error:
-        raise CommandError(str(error), EXIT_UNREADABLE if isinstance(error, OSError)
-                           else EXIT_INVALID) from None
+    core_file = CoreFile(core)
     program = core_file.executable
     if exe is not None and program is None:
         raise CommandError(f"{core}: the core does not say which file is the program "
@@ -135,7 +132,7 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any,
         raise CommandError(f"process {pid}: {error}; the process was released",
                            EXIT_UNREADABLE) from None
     except LiveError as error:
-        message = str(error.strerror or error)
+        message = str(error)
         if error.errno == errno.EPERM:
             message += " (ptrace not permitted: see /proc/sys/kernel/yama/ptrace_scope)"
         raise CommandError(message, EXIT_UNREADABLE) from None

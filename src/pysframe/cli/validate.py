@@ -6,9 +6,10 @@ import json
 import sys
 from typing import Any
 
+from ..errors import PysframeError
 from ..format.validate import ERROR, WARNING, Finding, validate
-from .dump import read_file
-from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
+from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError, exit_code_for, naming
+from .files import read_file
 
 
 def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
@@ -17,15 +18,12 @@ def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
     if raw:
         data = read_file(path)
         return [(".sframe", 0, f) for f in validate(data, address, kernel=kernel)]
-    from ..elf import ElfError, ElfImage
+    from ..elf import ElfImage
 
-    try:
-        image = ElfImage(path, read_file(path))
-        sections = image.sframe_sections()
-        relocatable = image.elf_type == "REL"
-        text = None if relocatable else image.executable_ranges()
-    except ElfError as error:
-        raise CommandError(str(error), error.exit_code) from None
+    image = ElfImage(path, read_file(path))
+    sections = image.sframe_sections()
+    relocatable = image.elf_type == "REL"
+    text = None if relocatable else image.executable_ranges()
     if not sections:
         raise CommandError(f"{path}: no .sframe section", EXIT_INVALID)
     out = []
@@ -39,38 +37,32 @@ def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
 
 def _against_cfi(path: str) -> list[tuple[str, int, Finding]]:
     """Findings where the file's SFrame and its CFI disagree (see generate/compare.py)."""
-    from ..elf import ElfError, ElfImage
+    from ..elf import ElfImage
     from ..format.errors import SFrameError
     from ..generate.compare import compare_with_cfi, section_for_comparison
-    from ..generate.section import GenerateError
 
-    try:
-        image = ElfImage(path, read_file(path))
-        sections = image.sframe_sections()
-        if not sections:
-            raise CommandError(f"{path}: no .sframe section", EXIT_INVALID)
-        out = []
-        for section in sections:
-            data = section_for_comparison(image, section.raw, section.relocated)
-            try:
-                disagreements, notes = compare_with_cfi(image, data, section.address)
-            except SFrameError as error:
-                raise CommandError(
-                    f"{path}: cannot compare: {error} (a relocatable link made before binutils "
-                    "2.45 has start addresses that cannot be recovered, PR ld/32666)"
-                    if image.elf_type == "REL" else f"{path}: cannot compare: {error}",
-                    EXIT_INVALID) from None
-            for item in disagreements:
-                out.append((section.name, section.file_offset, Finding(
-                    "against-eh-frame", f"at {item.pc:#x}: {item.message}", None, item.fde)))
-            for note in notes:
-                out.append((section.name, section.file_offset,
-                            Finding("against-eh-frame", note, severity=WARNING)))
-        return out
-    except ElfError as error:
-        raise CommandError(str(error), error.exit_code) from None
-    except GenerateError as error:
-        raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
+    image = ElfImage(path, read_file(path))
+    sections = image.sframe_sections()
+    if not sections:
+        raise CommandError(f"{path}: no .sframe section", EXIT_INVALID)
+    out = []
+    for section in sections:
+        data = section_for_comparison(image, section.raw, section.relocated)
+        try:
+            disagreements, notes = compare_with_cfi(image, data, section.address)
+        except SFrameError as error:
+            raise CommandError(
+                f"{path}: cannot compare: {error} (a relocatable link made before binutils "
+                "2.45 has start addresses that cannot be recovered, PR ld/32666)"
+                if image.elf_type == "REL" else f"{path}: cannot compare: {error}",
+                EXIT_INVALID) from None
+        for item in disagreements:
+            out.append((section.name, section.file_offset, Finding(
+                "against-eh-frame", f"at {item.pc:#x}: {item.message}", None, item.fde)))
+        for note in notes:
+            out.append((section.name, section.file_offset,
+                        Finding("against-eh-frame", note, severity=WARNING)))
+    return out
 
 
 def format_finding(path: str, name: str, file_offset: int, finding: Finding) -> str:
@@ -87,10 +79,11 @@ def run_validate(paths: list[str], *, as_json: bool, quiet: bool, kernel: bool, 
         try:
             findings = (_against_cfi(path) if against_cfi else
                         _findings_for_file(path, raw=raw, address=address, kernel=kernel))
-        except CommandError as error:
-            report(error.message)
-            status = max(status, error.exit_code)
-            documents.append({"file": path, "error": error.message})
+        except PysframeError as error:
+            message = str(naming(path, error))
+            report(message)
+            status = max(status, exit_code_for(error))
+            documents.append({"file": path, "error": message})
             continue
         problems = [f for _, _, f in findings if strict or f.severity == ERROR]
         if problems:

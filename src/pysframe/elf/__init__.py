@@ -1,22 +1,26 @@
-"""ELF container: locating .sframe sections and applying their relocations.
+"""ELF container: the headers of any ELF file, its SFrame sections and their relocations.
 
-``ElfImage`` (pyelftools) is imported on first use, so the start-up-bound
-dump path can use :mod:`.quick` without paying for pyelftools.
+Names are loaded on first use (PEP 562), so the start-up-bound paths that need only the
+headers (:mod:`.headers`, :mod:`.quick`) do not import pyelftools with :class:`ElfImage`.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 __all__ = ["ElfError", "ElfImage", "SFrameSectionData", "is_elf"]
 
 if TYPE_CHECKING:
-    from .sections import ElfError, ElfImage, SFrameSectionData, is_elf
+    from .headers import ElfError, is_elf
+    from .sections import ElfImage, SFrameSectionData
+
+_HOMES = {"ElfError": ".headers", "is_elf": ".headers", "ElfImage": ".sections",
+          "SFrameSectionData": ".sections"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import sections
-
-        return getattr(sections, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(home, __name__), name)

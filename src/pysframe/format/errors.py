@@ -6,23 +6,15 @@ bytes, so callers (the CLI, the fuzz targets) can catch one type.
 
 from __future__ import annotations
 
+from ..errors import PysframeError
 
-class SFrameError(ValueError):
+
+class SFrameError(PysframeError, ValueError):
     """Invalid or unsupported SFrame data.
 
     ``offset`` is the byte offset in the section where the problem was found
     (``None`` when it is not about one place).
     """
-
-    def __init__(self, message: str, offset: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.offset = offset
-
-    def __str__(self) -> str:
-        if self.offset is None:
-            return self.message
-        return f"{self.message} at offset {self.offset:#x}"
 
 
 class TruncatedError(SFrameError):

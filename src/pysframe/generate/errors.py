@@ -3,6 +3,8 @@ path reads cached tables and needs only this)."""
 
 from __future__ import annotations
 
+from ..errors import PysframeError
 
-class GenerateError(Exception):
+
+class GenerateError(PysframeError):
     """The file cannot get an SFrame section (no CFI, unsupported machine)."""

@@ -2,9 +2,9 @@
 
 Registers come from the NT_PRSTATUS notes (one per thread), mappings from
 NT_FILE, memory from the PT_LOAD segments (text is usually not in the core:
-file-backed code is read from the binaries on disk). Hand-written: pyelftools
-does not decode ``elf_prstatus``; the segments are read with struct, every
-offset checked.
+file-backed code is read from the binaries on disk). The headers and notes come from
+:mod:`pysframe.elf.headers`; the notes' contents are decoded here by hand (pyelftools
+does not decode ``elf_prstatus``), every offset checked.
 """
 
 from __future__ import annotations
@@ -14,8 +14,17 @@ import struct
 from bisect import bisect_right
 from dataclasses import dataclass
 
-PT_LOAD = 1
-PT_NOTE = 4
+from ..elf.headers import (
+    ET_CORE,
+    PT_LOAD,
+    PT_NOTE,
+    iter_notes,
+    read_file_header,
+    read_program_headers,
+)
+from ..errors import PysframeError
+
+EM_X86_64 = 62
 NT_PRSTATUS = 1
 NT_AUXV = 6
 NT_FILE = 0x46494C45
@@ -26,7 +35,7 @@ _USER_REGS = ("r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_ra
               "eflags rsp ss fs_base gs_base ds es fs gs").split()
 
 
-class CoreError(ValueError):
+class CoreError(PysframeError, ValueError):
     """Not a usable core file (with the byte offset)."""
 
 
@@ -68,56 +77,56 @@ class CoreMemory:
 
 class CoreFile:
     def __init__(self, path: str) -> None:
-        with open(path, "rb") as handle:
-            self.data: bytes | mmap.mmap = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            with open(path, "rb") as handle:
+                self.data: bytes | mmap.mmap = mmap.mmap(handle.fileno(), 0,
+                                                          access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as error:
+            text = error.strerror if isinstance(error, OSError) else None
+            raise CoreError(f"cannot read: {text or error}", path=path,
+                            unreadable=True) from None
         data = self.data
-        if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-            raise CoreError(f"{path}: not a 64-bit little-endian ELF file")
-        e_type, machine = struct.unpack_from("<HH", data, 16)
-        if e_type != 4:
-            raise CoreError(f"{path}: not a core file (ELF type {e_type})")
-        if machine != 62:
-            raise CoreError(f"{path}: only x86-64 cores are supported (machine {machine})")
-        phoff = struct.unpack_from("<Q", data, 0x20)[0]
-        phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-        if phoff + phnum * phentsize > len(data) or phentsize < 56:
-            raise CoreError(f"{path}: program headers out of bounds at offset {phoff:#x}")
+        header = read_file_header(data, path)
+        if header.elf_class != 64 or header.big_endian:
+            raise CoreError("not a 64-bit little-endian ELF file", path=path)
+        if header.type != ET_CORE:
+            raise CoreError(f"not a core file (ELF type {header.type})", path=path)
+        if header.machine != EM_X86_64:
+            raise CoreError(f"only x86-64 cores are supported (machine {header.machine})",
+                            path=path)
         self.threads: list[CoreThread] = []
         self.mappings: list[CoreMapping] = []
         #: The program's entry point (AT_ENTRY of the saved auxiliary vector), if recorded.
         self.entry: int | None = None
         loads = []
-        for index in range(phnum):
-            kind, _, offset, vaddr, _, filesz, _, _ = struct.unpack_from(
-                "<IIQQQQQQ", data, phoff + index * phentsize)
-            if kind == PT_LOAD and filesz:
-                loads.append((vaddr, filesz, offset))
-            elif kind == PT_NOTE:
-                if offset + filesz > len(data):
-                    raise CoreError(f"{path}: note segment out of bounds at offset {offset:#x}")
-                self._notes(path, offset, offset + filesz)
+        for segment in read_program_headers(data, header):
+            if segment.type == PT_LOAD and segment.filesz:
+                loads.append((segment.vaddr, segment.filesz, segment.offset))
+            elif segment.type == PT_NOTE:
+                if segment.offset + segment.filesz > len(data):
+                    raise CoreError("note segment out of bounds", segment.offset, path=path)
+                self._notes(path, segment.offset, segment.offset + segment.filesz)
         self.memory = CoreMemory(data, loads)
 
     def _notes(self, path: str, offset: int, end: int) -> None:
         data = self.data
-        while offset + 12 <= end:
-            name_size, desc_size, kind = struct.unpack_from("<III", data, offset)
-            desc = offset + 12 + ((name_size + 3) & ~3)
-            following = desc + ((desc_size + 3) & ~3)
-            if following > end:
-                raise CoreError(f"{path}: truncated note at offset {offset:#x}")
-            if kind == NT_PRSTATUS and desc_size >= _PRSTATUS_REGS + 8 * len(_USER_REGS):
+        position = offset
+        for note in iter_notes(data, offset, end - offset, big_endian=False):
+            desc, desc_size = note.desc_offset, note.desc_size
+            position = desc + ((desc_size + 3) & ~3)
+            if note.type == NT_PRSTATUS and desc_size >= _PRSTATUS_REGS + 8 * len(_USER_REGS):
                 tid = struct.unpack_from("<i", data, desc + _PRSTATUS_PID)[0]
                 values = struct.unpack_from(f"<{len(_USER_REGS)}Q", data, desc + _PRSTATUS_REGS)
                 self.threads.append(CoreThread(tid, dict(zip(_USER_REGS, values, strict=True))))
-            elif kind == NT_AUXV:
-                for position in range(desc, desc + desc_size - 15, 16):
-                    key, value = struct.unpack_from("<QQ", data, position)
+            elif note.type == NT_AUXV:
+                for at in range(desc, desc + desc_size - 15, 16):
+                    key, value = struct.unpack_from("<QQ", data, at)
                     if key == AT_ENTRY:
                         self.entry = value
-            elif kind == NT_FILE and desc_size >= 16:
+            elif note.type == NT_FILE and desc_size >= 16:
                 self._file_note(desc, desc + desc_size)
-            offset = following
+        if position + 12 <= end:
+            raise CoreError("truncated note", position, path=path)
 
     @property
     def executable(self) -> str | None:

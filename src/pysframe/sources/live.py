@@ -18,6 +18,8 @@ import struct
 import time
 from dataclasses import dataclass
 
+from ..errors import PysframeError
+
 PTRACE_GETREGS = 12
 PTRACE_DETACH = 17
 PTRACE_SEIZE = 0x4206
@@ -39,8 +41,12 @@ _libc.ptrace.restype = ctypes.c_long
 _libc.ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
 
 
-class LiveError(OSError):
+class LiveError(PysframeError):
     """A process or thread could not be read (one line, with the errno text)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message, unreadable=True)
+        self.errno = code
 
 
 def _ptrace(request: int, tid: int, address: int = 0, data: object = None) -> int:

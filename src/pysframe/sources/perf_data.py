@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import PysframeError
+
 MAGIC = b"PERFILE2"
 
 # Record types.
@@ -70,12 +72,8 @@ _HEADER = struct.Struct("<8sQQQQQQQQ32s")
 _RECORD = struct.Struct("<IHH")
 
 
-class PerfDataError(ValueError):
+class PerfDataError(PysframeError, ValueError):
     """The file is not a perf.data file we can read (with the byte offset)."""
-
-    def __init__(self, message: str, offset: int | None = None) -> None:
-        super().__init__(message if offset is None else f"{message} at offset {offset:#x}")
-        self.offset = offset
 
 
 @dataclass(slots=True)
@@ -521,11 +519,12 @@ def open_perf_data(path: str) -> PerfData:
     try:
         handle = open(path, "rb")
     except OSError as error:
-        raise PerfDataError(f"{path}: cannot read: {error.strerror or error}") from None
+        raise PerfDataError(f"cannot read: {error.strerror or error}", path=path,
+                            unreadable=True) from None
     with handle:
         size = os.fstat(handle.fileno()).st_size
         if size < _HEADER.size:
-            raise PerfDataError(f"{path}: too short for a perf.data header ({size} bytes)", 0)
+            raise PerfDataError(f"too short for a perf.data header ({size} bytes)", 0, path=path)
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     buffer = memoryview(mapped)
     try:
@@ -540,10 +539,10 @@ def _parse(path: str, buffer: memoryview, mapped: mmap.mmap | None) -> PerfData:
     (magic, _, attr_size, attrs_offset, attrs_size, data_offset, data_size, _, _,
      feature_bits) = _HEADER.unpack_from(buffer, 0)
     if magic != MAGIC:
-        raise PerfDataError(f"{path}: not a perf.data file (magic {magic!r})", 0)
+        raise PerfDataError(f"not a perf.data file (magic {magic!r})", 0, path=path)
     size = len(buffer)
     if attr_size < 16 + 96 or attrs_offset + attrs_size > size:
-        raise PerfDataError(f"{path}: attribute section out of bounds", 24)
+        raise PerfDataError("attribute section out of bounds", 24, path=path)
     attrs = []
     for position in range(attrs_offset, attrs_offset + attrs_size - attr_size + 1, attr_size):
         kind, _, config, _, sample_type, read_format, flags = struct.unpack_from(
@@ -556,7 +555,7 @@ def _parse(path: str, buffer: memoryview, mapped: mmap.mmap | None) -> PerfData:
         attrs.append(EventAttr(kind, config, sample_type, read_format, flags, regs_user,
                                stack_user, ids))
     if not attrs:
-        raise PerfDataError(f"{path}: no event attributes", attrs_offset)
+        raise PerfDataError("no event attributes", attrs_offset, path=path)
     features: dict[int, tuple[int, int]] = {}
     bits = int.from_bytes(feature_bits, "little")
     table = data_offset + data_size

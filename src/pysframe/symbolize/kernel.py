@@ -7,8 +7,9 @@ frames stay ``[unknown]``, as perf prints them without symbols.
 
 from __future__ import annotations
 
-import struct
+import sys
 
+from ..elf.headers import find_build_id
 from .symbols import Symbol, SymbolTable
 
 _TEXT_TYPES = {"T": "STB_GLOBAL", "t": "STB_LOCAL", "W": "STB_WEAK", "w": "STB_WEAK"}
@@ -20,15 +21,7 @@ def running_kernel_build_id(path: str = "/sys/kernel/notes") -> bytes | None:
             data = handle.read()
     except OSError:
         return None
-    offset = 0
-    while offset + 12 <= len(data):
-        name_size, desc_size, kind = struct.unpack_from("<III", data, offset)
-        name_at = offset + 12
-        desc_at = name_at + ((name_size + 3) & ~3)
-        if kind == 3 and data[name_at:name_at + 3] == b"GNU":
-            return data[desc_at:desc_at + desc_size]
-        offset = desc_at + ((desc_size + 3) & ~3)
-    return None
+    return find_build_id(data, [(0, len(data))], big_endian=sys.byteorder == "big")
 
 
 def load_kallsyms(path: str = "/proc/kallsyms") -> SymbolTable | None:

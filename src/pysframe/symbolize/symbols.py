@@ -14,12 +14,12 @@ from __future__ import annotations
 import itertools
 import marshal
 import os
-import struct
 from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..cachedir import entry_path, store
 from ..elf import ElfError, ElfImage
+from ..elf.headers import SHT_DYNSYM, SHT_SYMTAB
 
 DEBUG_ROOT = "/usr/lib/debug/.build-id"
 
@@ -91,27 +91,24 @@ _STT_GNU_IFUNC = 10
 def _function_symbols(image: ElfImage, section_name: str) -> list[Symbol]:
     """FUNC and IFUNC symbols of a symbol table, read with ``struct`` (pyelftools' per-symbol
     parsing takes 0.2 s for libc's debug symbols, the bulk of a whole ``sframe script`` run)."""
-    section = image.section_by_name(section_name)
-    if section is None or section["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
+    section = image.section_header(section_name)
+    if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
         return []
-    sections = image.all_sections()
-    if section["sh_link"] >= len(sections):
+    sections = image.section_headers()
+    if section.link >= len(sections):
         return []
-    strtab = sections[section["sh_link"]]
+    strtab = sections[section.link]
     data = image.data
-    order = ">" if image.big_endian else "<"
-    if image.elf_class == 64:
-        entry = struct.Struct(order + "IBBHQQ")
-    else:
-        entry = struct.Struct(order + "IIIBBH")
-    start, size = section["sh_offset"], section["sh_size"]
-    names_at, names_size = strtab["sh_offset"], strtab["sh_size"]
+    entry = image.header.layout.symbol
+    wide = image.header.layout.wide
+    start, size = section.offset, section.size
+    names_at, names_size = strtab.offset, strtab.size
     if start + size > len(data) or names_at + names_size > len(data) or size % entry.size:
         return []
     names = data[names_at:names_at + names_size]
     out = []
     for fields in entry.iter_unpack(data[start:start + size]):
-        if image.elf_class == 64:
+        if wide:
             name_offset, info, _, shndx, value, length = fields
         else:
             name_offset, value, length, info, _, shndx = fields

@@ -13,13 +13,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..elf import ElfError, ElfImage
+from ..elf.headers import PT_LOAD
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, SFrameLookup
 from ..generate.cache import sframe_for
 from ..generate.errors import GenerateError
-
-PT_LOAD = 1
 
 
 @dataclass(slots=True)
@@ -124,12 +123,12 @@ class BinaryFinder:
         image = module.image
         if image is None:
             return start - pgoff
-        for kind, _, p_offset, p_vaddr, p_filesz, _ in image.program_headers():
-            if kind != PT_LOAD:
+        for segment in image.program_headers():
+            if segment.type != PT_LOAD:
                 continue
-            offset = p_offset & ~0xFFF
-            if offset <= pgoff < p_offset + max(p_filesz, 1):
-                return int(start - ((p_vaddr & ~0xFFF) + (pgoff - offset)))
+            offset = segment.offset & ~0xFFF
+            if offset <= pgoff < segment.offset + max(segment.filesz, 1):
+                return int(start - ((segment.vaddr & ~0xFFF) + (pgoff - offset)))
         return start - pgoff
 
 
