@@ -28,7 +28,7 @@ def _libc_has_debug_info() -> bool:
     machines); without it gdb falls back to its own choice among ELF aliases, which
     these name-for-name comparisons do not model."""
     from pysframe.elf import ElfImage
-    from pysframe.symbolize.symbols import debug_file
+    from pysframe.elf.debuginfo import debug_file
 
     libc = "/lib/x86_64-linux-gnu/libc.so.6"
     return os.path.exists(libc) and debug_file(ElfImage(libc).build_id()) is not None

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import itertools
 import marshal
-import os
 from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..cachedir import entry_path, store
 from ..elf import ElfError, ElfImage
+from ..elf.debuginfo import debug_file
 from ..elf.headers import SHT_DYNSYM, SHT_SYMTAB
-
-DEBUG_ROOT = "/usr/lib/debug/.build-id"
 
 
 @dataclass(slots=True)
@@ -172,14 +170,6 @@ def _plt_symbols(image: ElfImage) -> list[Symbol]:
         start = first + index * entry
         out.append(Symbol(start, start + entry, f"{name}@plt", "STB_GLOBAL", entry))
     return out
-
-
-def debug_file(build_id: bytes | None) -> str | None:
-    if not build_id:
-        return None
-    text = build_id.hex()
-    path = os.path.join(DEBUG_ROOT, text[:2], text[2:] + ".debug")
-    return path if os.path.isfile(path) else None
 
 
 def load_symbols(image: ElfImage, *, use_cache: bool = True) -> SymbolTable:
