@@ -25,7 +25,7 @@ The names follow gdb 13, because the point is to print what ``bt`` prints:
 * C++: gdb prints the linkage name demangled (with the return type of templates dropped)
   and then without its parameters, or the whole name when its C++ name parser rejects it.
   This uses the C++ runtime's demangler and the same removals (see
-  :func:`_cplus_function_name`). Without a linkage name (and for Rust and Fortran) gdb
+  :mod:`pysframe.symbolize.cplus`). Without a linkage name (and for Rust and Fortran) gdb
   qualifies ``DW_AT_name`` with the enclosing namespaces, classes and modules.
 * Every ``DW_TAG_inlined_subroutine`` that has a name and valid ranges containing the
   address is one frame, innermost first, up to the innermost non-inlined
@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import struct
 import zlib
 from bisect import bisect_right
@@ -67,6 +66,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, cast
 from elftools.common.exceptions import DWARFError, ELFError
 
 from ..cfi.leb128 import read_sleb128, read_uleb128
+from .cplus import cplus_function_name, demangle
 
 if TYPE_CHECKING:
     from elftools.dwarf.compileunit import CompileUnit
@@ -1633,9 +1633,9 @@ class _Dwarf:
         name = self._string(die, "DW_AT_name")
         if language in _CPLUS_LANGUAGES:
             linkage = self._linkage_name(die)
-            demangled = _demangle(linkage) if linkage is not None else None
+            demangled = demangle(linkage) if linkage is not None else None
             if demangled is not None:
-                return _cplus_function_name(demangled)
+                return cplus_function_name(demangled)
         if language in _QUALIFIED_LANGUAGES:
             if name is None:
                 return self._linkage_name(die)
@@ -1689,136 +1689,6 @@ class _Dwarf:
                 search = closest
         self._parents[key] = found
         return found
-
-
-# ----------------------------------------------------------------------------- C++ names
-
-_OPEN = "(<[{"
-_CLOSE = ")>]}"
-_QUALIFIERS = (" const", " volatile", " restrict", " &&", " &")
-# gdb's demangler prints the standard substitutions Ss, Si, So and Sd in full (as with
-# DMGL_VERBOSE); the C++ runtime's prints the typedef names. Those names can come from
-# nothing else (typedefs are never mangled), so they are expanded textually.
-_VERBOSE_SUBSTITUTIONS = {
-    "string": "std::basic_string<char, std::char_traits<char>, std::allocator<char> >",
-    "istream": "std::basic_istream<char, std::char_traits<char> >",
-    "ostream": "std::basic_ostream<char, std::char_traits<char> >",
-    "iostream": "std::basic_iostream<char, std::char_traits<char> >",
-}
-_SUBSTITUTION = re.compile(r"(?<![\w:])std::(string|istream|ostream|iostream)(?!\w)")
-_demangler: Any = None
-
-
-def _demangle(mangled: str) -> str | None:
-    """``mangled`` demangled by the C++ runtime's ``__cxa_demangle`` (the demangler gdb
-    also uses, from libiberty), or None when it is not a C++ name or there is no runtime."""
-    global _demangler
-    if not mangled.startswith("_Z"):
-        return None
-    if _demangler is None:
-        _demangler = False
-        try:
-            import ctypes
-
-            runtime = ctypes.CDLL("libstdc++.so.6")
-            function = runtime.__cxa_demangle
-            function.restype = ctypes.c_void_p
-            function.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.POINTER(ctypes.c_int)]
-            free = ctypes.CDLL(None).free
-            free.argtypes = [ctypes.c_void_p]
-            _demangler = (function, free, ctypes)
-        except (OSError, AttributeError):
-            pass
-    if _demangler is False:
-        return None
-    function, free, ctypes = _demangler
-    status = ctypes.c_int(0)
-    pointer = function(mangled.encode(), None, None, ctypes.byref(status))
-    if not pointer:
-        return None
-    try:
-        text: bytes = ctypes.string_at(pointer)
-    finally:
-        free(pointer)
-    if status.value != 0:
-        return None
-    return _SUBSTITUTION.sub(lambda match: _VERBOSE_SUBSTITUTIONS[match.group(1)],
-                             text.decode("utf-8", "replace"))
-
-
-def _gdb_parses(name: str) -> bool:
-    """False for the names gdb's C++ name parser rejects, which ``bt`` then prints whole,
-    parameters included. Observed with gdb 13: a bare function type as a template argument
-    in the demangler's spelling, ``H<int (int)>::run(int)`` or ``std::function<void ()>``
-    (``H<int (*)(int)>``, arrays, and GCC's ``H<int(int)>`` parse)."""
-    depth = 0
-    index = 0
-    while index < len(name):
-        if name.startswith("operator", index) and (index == 0 or name[index - 1] in ": "):
-            index += len("operator")
-            while index < len(name) and name[index] in "<>=-+*/%^&|~!,()[]":
-                index += 1
-            continue
-        char = name[index]
-        if char == "<":
-            depth += 1
-        elif char == ">":
-            depth -= 1
-        elif (char == "(" and depth > 0 and index >= 2 and name[index - 1] == " "
-              and (name[index - 2].isalnum() or name[index - 2] in "_>]")
-              and name[index + 1:index + 2] not in ("*", "&")):
-            return False
-        index += 1
-    return True
-
-
-def _cplus_function_name(demangled: str) -> str:
-    """What gdb prints for a C++ function whose demangled name is ``demangled``: the
-    name without its parameter list and qualifiers (gdb's ``cp_remove_params``) and
-    without the return type of a template function (gdb demangles with DMGL_RET_DROP)."""
-    if not _gdb_parses(demangled):
-        return demangled
-    text = demangled
-    stripped = True
-    while stripped:
-        stripped = False
-        for qualifier in _QUALIFIERS:
-            if text.endswith(qualifier):
-                text = text[:-len(qualifier)]
-                stripped = True
-    if not text.endswith(")"):
-        return demangled
-    depth = 0
-    start = -1
-    for index in range(len(text) - 1, -1, -1):
-        char = text[index]
-        if char in _CLOSE:
-            depth += 1
-        elif char in _OPEN:
-            depth -= 1
-            if depth == 0:
-                start = index
-                break
-    if start <= 0 or text[start] != "(":
-        return demangled
-    name = text[:start]
-    # A return type ends at the last space outside brackets, before any "operator".
-    depth = 0
-    split = -1
-    index = 0
-    while index < len(name):
-        char = name[index]
-        if name.startswith("operator", index) and (index == 0 or name[index - 1] in ": "):
-            break
-        if char in _OPEN:
-            depth += 1
-        elif char in _CLOSE:
-            depth -= 1
-        elif char == " " and depth == 0:
-            split = index
-        index += 1
-    return name[split + 1:] if split >= 0 else name
 
 
 # ----------------------------------------------------------------------------- public
