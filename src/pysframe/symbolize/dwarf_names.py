@@ -66,7 +66,9 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, cast
 from elftools.common.exceptions import DWARFError, ELFError
 
 from ..cfi.leb128 import read_sleb128, read_uleb128
+from ..elf.headers import ElfError
 from .cplus import cplus_function_name, demangle
+from .symbols import NamedSymbols, named_symbols
 
 if TYPE_CHECKING:
     from elftools.dwarf.compileunit import CompileUnit
@@ -80,7 +82,7 @@ if TYPE_CHECKING:
 # checks, and deep garbage nesting can exhaust the recursion limit.
 _DWARF_ERRORS: tuple[type[BaseException], ...] = (
     ELFError, DWARFError, KeyError, ValueError, IndexError, struct.error, OSError,
-    NotImplementedError, AssertionError, RecursionError)
+    NotImplementedError, AssertionError, RecursionError, ElfError)
 
 SHT_NOBITS = 8
 SHF_COMPRESSED = 0x800
@@ -1004,63 +1006,6 @@ class _Chain:
         return frames
 
 
-class _Symbols:
-    """Defined symbols of ``.symtab`` (else ``.dynsym``), looked up by name without
-    reading the whole table: the name's offsets in the string table (suffixes of longer
-    names included), then the entries that point there. A default-versioned
-    ``name@@VERSION`` also answers to ``name``, as gdb installs it; ``name@VERSION`` does
-    not."""
-
-    def __init__(self, table: _SectionTable) -> None:
-        self.data = b""
-        self.strings = b""
-        self.little = table.little
-        self.wide = table.wide
-        self.size = 24 if table.wide else 16
-        self.cache: dict[str, tuple[int, bool] | None] = {}
-        for section, strings_section in ((".symtab", ".strtab"), (".dynsym", ".dynstr")):
-            data = table.read(section)
-            strings = table.read(strings_section)
-            if data and strings:
-                self.data, self.strings = data, strings
-                break
-
-    def lookup(self, name: str) -> tuple[int, bool] | None:
-        """(value, external): of several external symbols gdb's ``lookup_minimal_symbol``
-        meets the highest address first, of several file-local ones it keeps the lowest;
-        an external one wins."""
-        if name in self.cache:
-            return self.cache[name]
-        encoded = name.encode("utf-8", "replace")
-        order = "<" if self.little else ">"
-        layout = order + ("IBBHQQ" if self.wide else "IIIBBH")
-        found: tuple[int, bool] | None = None
-        for suffix in (b"\0", b"@@"):
-            needle = encoded + suffix
-            position = self.strings.find(needle, 1) if encoded else -1
-            while position > 0:
-                key = struct.pack(order + "I", position)
-                index = self.data.find(key)
-                while index >= 0:
-                    if index % self.size == 0 and index + self.size <= len(self.data):
-                        row = struct.unpack_from(layout, self.data, index)
-                        if self.wide:
-                            _name, info, _other, shndx, value, _size = row
-                        else:
-                            _name, value, _size, info, _other, shndx = row
-                        # Defined, not a section or file symbol.
-                        if shndx != 0 and (info & 0xF) not in (3, 4):
-                            external = (info >> 4) in (1, 2, 10)    # global, weak, unique
-                            if found is None or (external and not found[1]) or (
-                                    external == found[1]
-                                    and (value > found[0] if external else value < found[0])):
-                                found = (value, external)
-                    index = self.data.find(key, index + 1)
-                position = self.strings.find(needle, position + 1)
-        self.cache[name] = found
-        return found
-
-
 @dataclass(slots=True)
 class _Unit:
     """A compilation unit: its language and its top-level functions by address."""
@@ -1097,7 +1042,7 @@ class _Dwarf:
         self._ranges: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
         self._parents: dict[tuple[int, int], DIE | None] = {}
         self._table = table
-        self._symbols: _Symbols | None = None
+        self._symbols: NamedSymbols | None = None
         self._scopes_processed: dict[int, bool] = {}
         self._targets: dict[int, _Target] = {}
         self._tail_lists: dict[int, list[tuple[_Unit, _RawCallSite]] | None] = {}
@@ -1361,7 +1306,7 @@ class _Dwarf:
 
     def symbol(self, name: str) -> tuple[int, bool] | None:
         if self._symbols is None:
-            self._symbols = _Symbols(self._table)
+            self._symbols = named_symbols(self._table.path)
         return self._symbols.lookup(name)
 
     def _call_site_index(self, unit: _Unit) -> _CallSiteIndex:

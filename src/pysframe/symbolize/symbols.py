@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import itertools
 import marshal
+import mmap
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..cachedir import entry_path, store
 from ..elf import ElfError, ElfImage
 from ..elf.debuginfo import debug_file
-from ..elf.headers import SHT_DYNSYM, SHT_SYMTAB
+from ..elf.headers import (
+    SHT_DYNSYM,
+    SHT_NOBITS,
+    SHT_SYMTAB,
+    Layout,
+    SectionHeader,
+    read_file_header,
+    read_section_headers,
+)
 
 
 @dataclass(slots=True)
@@ -220,3 +229,100 @@ def _read_cached(path: str) -> SymbolTable | None:
 
 def _write_cached(path: str, table: SymbolTable) -> None:
     store(path, marshal.dumps((table.starts, table.ends, table.names)))
+
+
+# ----------------------------------------------------------------------------- by name
+
+_STT_SECTION = 3
+_STT_FILE = 4
+_EXTERNAL_BINDINGS = (1, 2, 10)     # STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE
+
+
+@dataclass(slots=True)
+class NamedSymbols:
+    """The defined symbols of one symbol table, looked up by name the way gdb's
+    ``lookup_minimal_symbol`` finds a minimal symbol in one object file (see
+    :func:`named_symbols`). The table is searched, not indexed: the name's offsets in the
+    string table (suffixes of longer names included), then the entries that point there."""
+
+    layout: Layout
+    entries: bytes
+    strings: bytes
+    _cache: dict[str, tuple[int, bool] | None] = field(default_factory=dict)
+
+    def lookup(self, name: str) -> tuple[int, bool] | None:
+        """(value, external) of the symbol ``name``, or None when it is not defined here.
+
+        A default-versioned ``name@@VERSION`` also answers to ``name`` (gdb installs it
+        so); ``name@VERSION`` does not. Defined means in a section, and section and file
+        symbols do not count. Of several external (global, weak, unique) symbols gdb
+        meets the highest address first, of several file-local ones it keeps the lowest;
+        an external one wins over a local one."""
+        if name in self._cache:
+            return self._cache[name]
+        found: tuple[int, bool] | None = None
+        encoded = name.encode("utf-8", "replace")
+        for suffix in (b"\0", b"@@"):
+            needle = encoded + suffix
+            position = self.strings.find(needle, 1) if encoded else -1
+            while position > 0:
+                for value, external in self._defined_at(position):
+                    if found is None or (external and not found[1]) or (
+                            external == found[1]
+                            and (value > found[0] if external else value < found[0])):
+                        found = (value, external)
+                position = self.strings.find(needle, position + 1)
+        self._cache[name] = found
+        return found
+
+    def _defined_at(self, position: int) -> list[tuple[int, bool]]:
+        """(value, external) of the defined symbols whose name is at ``position`` of the
+        string table."""
+        entries = self.entries
+        layout = self.layout.symbol
+        size = layout.size
+        key = position.to_bytes(4, "little" if self.layout.order == "<" else "big")
+        out: list[tuple[int, bool]] = []
+        index = entries.find(key)
+        while index >= 0:
+            # st_name comes first in both classes: a match counts at an entry's start.
+            if index % size == 0 and index + size <= len(entries):
+                row = layout.unpack_from(entries, index)
+                if self.layout.wide:
+                    _name, info, _other, shndx, value, _size = row
+                else:
+                    _name, value, _size, info, _other, shndx = row
+                if shndx != 0 and (info & 0xF) not in (_STT_SECTION, _STT_FILE):
+                    out.append((value, (info >> 4) in _EXTERNAL_BINDINGS))
+            index = entries.find(key, index + 1)
+        return out
+
+
+def named_symbols(path: str) -> NamedSymbols:
+    """The symbols of ``path`` to look up by name: its ``.symtab``, else its ``.dynsym``
+    (an empty table when it has neither). Only the ELF headers and those two sections are
+    read (through an mmap). Raises :class:`ElfError` for a bad file, ``OSError`` for an
+    unreadable one and ``ValueError`` for an empty one."""
+    with open(path, "rb") as handle, \
+            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        header = read_file_header(data, path)
+        sections = read_section_headers(data, header)
+        by_name: dict[str, SectionHeader] = {}
+        for section in sections:
+            by_name.setdefault(section.name, section)
+        for name, kind in ((".symtab", SHT_SYMTAB), (".dynsym", SHT_DYNSYM)):
+            table = by_name.get(name)
+            if table is None or table.type != kind or not table.size \
+                    or table.link >= len(sections):
+                continue
+            strings = sections[table.link]
+            if strings.type == SHT_NOBITS or not strings.size:
+                continue
+            for section in (table, strings):
+                if section.offset + section.size > len(data):
+                    raise ElfError(path, f"section {section.name} runs past the end of "
+                                   f"the file", section.offset)
+            return NamedSymbols(
+                header.layout, bytes(data[table.offset:table.offset + table.size]),
+                bytes(data[strings.offset:strings.offset + strings.size]))
+    return NamedSymbols(header.layout, b"", b"")
