@@ -55,6 +55,7 @@ the ELF section headers that decide where the DWARF is. Bad or missing DWARF giv
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import struct
 import zlib
@@ -66,7 +67,16 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, cast
 from elftools.common.exceptions import DWARFError, ELFError
 
 from ..cfi.leb128 import read_sleb128, read_uleb128
-from ..elf.headers import ElfError
+from ..elf.debuginfo import build_id_path
+from ..elf.headers import (
+    SHF_COMPRESSED,
+    SHT_NOBITS,
+    ElfError,
+    SectionHeader,
+    find_build_id,
+    read_file_header,
+    read_section_headers,
+)
 from .cplus import cplus_function_name, demangle
 from .symbols import NamedSymbols, named_symbols
 
@@ -84,11 +94,10 @@ _DWARF_ERRORS: tuple[type[BaseException], ...] = (
     ELFError, DWARFError, KeyError, ValueError, IndexError, struct.error, OSError,
     NotImplementedError, AssertionError, RecursionError, ElfError)
 
-SHT_NOBITS = 8
-SHF_COMPRESSED = 0x800
 ELFCOMPRESS_ZLIB = 1
 ELFCOMPRESS_ZSTD = 2
 _MAX_SECTION = 1 << 31          # refuse to decompress (or read) more than 2 GiB
+_MAX_SECTIONS = 1 << 20         # a section count beyond this is taken for garbage
 _MAX_HOPS = 16                  # DW_AT_specification / abstract_origin chain length
 
 # Sections a name lookup reads (compressed .zdebug_* spellings are tried too).
@@ -117,15 +126,6 @@ _QUALIFYING_PARENTS = frozenset(("DW_TAG_namespace", "DW_TAG_module", "DW_TAG_cl
 # ----------------------------------------------------------------------------- ELF sections
 
 
-@dataclass(slots=True, frozen=True)
-class _Section:
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
-
-
 @dataclass(slots=True)
 class _SectionTable:
     """The section headers of one ELF file (nothing else is read)."""
@@ -133,7 +133,7 @@ class _SectionTable:
     path: str
     little: bool
     wide: bool
-    sections: dict[str, _Section]
+    sections: dict[str, SectionHeader]
 
     def has_dwarf(self) -> bool:
         for name in (".debug_info", ".zdebug_info"):
@@ -165,35 +165,34 @@ class _SectionTable:
         if len(data) != section.size:
             raise ValueError(f"{name}: truncated section")
         if section.flags & SHF_COMPRESSED:
-            order = "<" if self.little else ">"
-            if self.wide:
-                kind, _, size, _ = struct.unpack_from(order + "IIQQ", data, 0)
-                start = 24
-            else:
-                kind, size, _ = struct.unpack_from(order + "III", data, 0)
-                start = 12
-            if kind == ELFCOMPRESS_ZLIB:
-                return _Stream(name, data, start, size)
-            if kind == ELFCOMPRESS_ZSTD:
-                return _Stream(name, _unzstd(name, data[start:], size))
-            raise ValueError(f"{name}: unknown compression type {kind}")
+            return self._compressed(name, data)
         if compressed_name and data[:4] == b"ZLIB":
             if len(data) < 12:
                 raise ValueError(f"{name}: truncated compression header")
             return _Stream(name, data, 12, int.from_bytes(data[4:12], "big"))
         return _Stream(name, data)
 
-    def note_build_id(self) -> bytes | None:
-        """The NT_GNU_BUILD_ID descriptor of ``.note.gnu.build-id``, if any."""
-        data = self.read(".note.gnu.build-id")
-        if data is None or len(data) < 12:
-            return None
+    def _compressed(self, name: str, data: bytes) -> _Stream:
+        """An SHF_COMPRESSED section: its Elf32_Chdr / Elf64_Chdr, then the data."""
         order = "<" if self.little else ">"
-        namesz, descsz, kind = struct.unpack_from(order + "III", data, 0)
-        start = 12 + ((namesz + 3) & ~3)
-        if kind != 3 or start + descsz > len(data) or descsz == 0:
+        if self.wide:
+            kind, _, size, _ = struct.unpack_from(order + "IIQQ", data, 0)
+            start = 24
+        else:
+            kind, size, _ = struct.unpack_from(order + "III", data, 0)
+            start = 12
+        if kind == ELFCOMPRESS_ZLIB:
+            return _Stream(name, data, start, size)
+        if kind == ELFCOMPRESS_ZSTD:
+            return _Stream(name, _unzstd(name, data[start:], size))
+        raise ValueError(f"{name}: unknown compression type {kind}")
+
+    def note_build_id(self) -> bytes | None:
+        """The GNU build id note of ``.note.gnu.build-id``, if any."""
+        data = self.read(".note.gnu.build-id")
+        if not data:
             return None
-        return data[start:start + descsz]
+        return find_build_id(data, [(0, len(data))], not self.little) or None
 
     def debuglink(self) -> str | None:
         data = self.read(".gnu_debuglink")
@@ -201,6 +200,26 @@ class _SectionTable:
             return None
         name = data.split(b"\0", 1)[0]
         return os.fsdecode(name) if name and b"/" not in name else None
+
+
+def _read_section_table(path: str) -> _SectionTable | None:
+    """The section headers of ``path``, or None when it is not a readable ELF file with
+    section headers."""
+    try:
+        with open(path, "rb") as handle, \
+                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            header = read_file_header(data, path)
+            if not 0 < header.shnum <= _MAX_SECTIONS:
+                return None
+            rows = read_section_headers(data, header)
+    except (OSError, ValueError, struct.error, ElfError):
+        return None
+    if rows[header.shstrndx].size > _MAX_SECTION:
+        return None
+    sections: dict[str, SectionHeader] = {}
+    for row in rows:
+        sections.setdefault(row.name, row)
+    return _SectionTable(path, not header.big_endian, header.layout.wide, sections)
 
 
 def _unzstd(name: str, data: bytes, size: int) -> bytes:
@@ -300,66 +319,6 @@ class _Stream:
         if len(data) != length:
             raise ValueError(f"{self.name}: read past the end")
         return data
-
-
-def _read_section_table(path: str) -> _SectionTable | None:
-    """The section headers of ``path``, or None when it is not a readable ELF file."""
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(64)
-            if len(header) < 52 or header[:4] != b"\x7fELF" or header[4] not in (1, 2) \
-                    or header[5] not in (1, 2):
-                return None
-            wide = header[4] == 2
-            order = "<" if header[5] == 1 else ">"
-            if wide:
-                if len(header) < 64:
-                    return None
-                shoff = struct.unpack_from(order + "Q", header, 0x28)[0]
-                entsize, count, strndx = struct.unpack_from(order + "HHH", header, 0x3A)
-                layout, need = order + "IIQQQQII", 64
-            else:
-                shoff = struct.unpack_from(order + "I", header, 0x20)[0]
-                entsize, count, strndx = struct.unpack_from(order + "HHH", header, 0x2E)
-                layout, need = order + "IIIIIIII", 40
-            if shoff == 0 or entsize < need:
-                return None
-            file_size = os.fstat(handle.fileno()).st_size
-
-            def entry(index: int) -> tuple[int, ...]:
-                offset = shoff + index * entsize
-                if offset + need > file_size:
-                    raise ValueError("section header out of the file")
-                handle.seek(offset)
-                return struct.unpack(layout, handle.read(need))
-
-            if count == 0 or strndx == 0xFFFF:
-                first = entry(0)
-                count = count or first[5]
-                strndx = first[6] if strndx == 0xFFFF else strndx
-            if count == 0 or count > 1 << 20 or shoff + count * entsize > file_size:
-                return None
-            handle.seek(shoff)
-            raw = handle.read(count * entsize)
-            rows = [struct.unpack_from(layout, raw, index * entsize) for index in range(count)]
-            if strndx >= count:
-                return None
-            names_row = rows[strndx]
-            if names_row[4] + names_row[5] > file_size or names_row[5] > _MAX_SECTION:
-                return None
-            handle.seek(names_row[4])
-            names = handle.read(names_row[5])
-    except (OSError, ValueError, struct.error):
-        return None
-    sections: dict[str, _Section] = {}
-    for row in rows:
-        name_offset, kind, flags, addr, offset, size = row[:6]
-        end = names.find(b"\0", name_offset)
-        if name_offset >= len(names) or end < 0:
-            continue
-        name = names[name_offset:end].decode("latin-1")
-        sections.setdefault(name, _Section(kind, flags, addr, offset, size))
-    return _SectionTable(path, order == "<", wide, sections)
 
 
 # ----------------------------------------------------------------------------- intervals
@@ -542,7 +501,7 @@ def _load_info(table: _SectionTable) -> _Info:
             return None
         section = table.sections.get(name) or table.sections.get(".z" + name[1:])
         offset = section.offset if section is not None else 0
-        address = section.addr if section is not None else 0
+        address = section.address if section is not None else 0
         return DebugSectionDescriptor(cast("IO[bytes]", stream), name, offset, stream.size,
                                       address)
 
@@ -598,8 +557,7 @@ def _supplementary_table(table: _SectionTable, debug_root: str) -> _SectionTable
     candidates = [path if os.path.isabs(path)
                   else os.path.join(os.path.dirname(table.path), path)]
     if build_id:
-        text = build_id.hex()
-        candidates.append(os.path.join(debug_root, ".build-id", text[:2], text[2:] + ".debug"))
+        candidates.append(build_id_path(build_id, debug_root))
     for candidate in candidates:
         found = _read_section_table(candidate)
         if found is not None and found.has_dwarf():
@@ -1676,8 +1634,7 @@ class DwarfNames:
         root = cls.debug_root
         candidates: list[str] = []
         if build_id:
-            text = build_id.hex()
-            candidates.append(os.path.join(root, ".build-id", text[:2], text[2:] + ".debug"))
+            candidates.append(build_id_path(build_id, root))
         absolute = os.path.abspath(path)
         spellings = list(dict.fromkeys((absolute, os.path.realpath(absolute))))
         for spelling in spellings:
