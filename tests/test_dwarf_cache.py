@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pysframe.elf import ElfImage
+from pysframe.symbolize.dwarf import DwarfNames
 from pysframe.symbolize.dwarf_cache import CachedDwarfNames
-from pysframe.symbolize.dwarf_names import DwarfNames
 
 SOURCE = "static int __attribute__((noinline)) twice(int x) { return 2 * x; }\n" \
          "int main(int argc, char **argv) { (void)argv; return twice(argc); }\n"

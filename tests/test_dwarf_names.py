@@ -25,7 +25,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import NoteSection, SymbolTableSection
 
-from pysframe.symbolize.dwarf_names import DwarfNames
+from pysframe.symbolize.dwarf import DwarfNames
 
 GCC = shutil.which("gcc")
 GXX = shutil.which("g++")

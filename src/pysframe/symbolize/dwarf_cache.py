@@ -22,7 +22,7 @@ MEMO_FORMAT = 3
 
 
 class CachedDwarfNames:
-    """The questions of :class:`~pysframe.symbolize.dwarf_names.DwarfNames`, answered from
+    """The questions of :class:`~pysframe.symbolize.dwarf.DwarfNames`, answered from
     the memo when possible; the DWARF is opened on the first new question."""
 
     def __init__(self, path: str, build_id: bytes | None, *, use_cache: bool = True) -> None:
@@ -41,7 +41,7 @@ class CachedDwarfNames:
         if question in self._memo:
             return self._memo[question]
         if not self._opened:
-            from .dwarf_names import DwarfNames
+            from .dwarf import DwarfNames
 
             self._real = DwarfNames.open(self.path, self.build_id)
             self._opened = True
