@@ -45,11 +45,11 @@ _SKIPPABLE_SCOPES = (TAG_SUBPROGRAM, _TAG_INLINED_SUBROUTINE, _TAG_LEXICAL_BLOCK
 _MAX_TAIL_STEPS = 100_000       # call sites entered by one tail-call search (gdb: no limit)
 
 #: A symbol lookup by name: (address, external) or None.
-SymbolLookup = Callable[[str], "tuple[int, bool] | None"]
+SymbolLookup = Callable[[str], tuple[int, bool] | None]
 
 
 @dataclass(slots=True)
-class _CallSiteIndex:
+class CallSiteIndex:
     """The call sites of one unit: by return pc (DIE order) and, for the tail calls, by
     the function that makes them (DIE order)."""
 
@@ -59,7 +59,7 @@ class _CallSiteIndex:
 
 
 @dataclass(slots=True, frozen=True)
-class _Target:
+class Target:
     """A call site's callee as gdb 13 records it (``call_site_target``): ``addresses``
     (PHYSADDR, or ADDRESSES: one per range of the callee), ``name`` (PHYSNAME: a minimal
     symbol to look up), ``none`` (a DWARF expression, or nothing usable: gdb's
@@ -71,8 +71,8 @@ class _Target:
     name: str | None = None
 
 
-_NO_TARGET = _Target("none")
-_UNKNOWN_TARGET = _Target("unknown")
+_NO_TARGET = Target("none")
+_UNKNOWN_TARGET = Target("unknown")
 
 
 class NoEntryValue(Exception):
@@ -134,18 +134,15 @@ class Chain:
 
 
 class CallSites:
-    """The call sites of one file's DWARF, their targets and the tail-call search."""
+    """The call sites of one file's DWARF: the one gdb keeps for a return pc, and its
+    target as gdb records it."""
 
-    def __init__(self, units: Units, names: Names, frames: Frames,
-                 symbol: SymbolLookup) -> None:
+    def __init__(self, units: Units, names: Names) -> None:
         self._units = units
         self._names = names
-        self._frames = frames
-        self._symbol = symbol
-        self._indexes: dict[int, _CallSiteIndex] = {}
+        self._indexes: dict[int, CallSiteIndex] = {}
         self._scopes_processed: dict[int, bool] = {}
-        self._targets: dict[int, _Target] = {}
-        self._tail_lists: dict[int, list[tuple[Unit, RawCallSite]] | None] = {}
+        self._targets: dict[int, Target] = {}
 
     def targets(self, return_address: int) -> list[int] | str | None:
         """The callee of the call site gdb's ``call_site_for_pc`` finds for
@@ -156,17 +153,123 @@ class CallSites:
             if unit is None:
                 continue
             # gdb looks only in the unit of return_address - 1.
-            index = self._index(unit)
-            site = self._winner(unit, index, return_address)
+            index = self.index(unit)
+            site = self.winner(unit, index, return_address)
             if site is None:
                 return None
-            target = self._site_target(unit, site)
+            target = self.target(unit, site)
             if target.kind == "addresses":
                 return list(target.addresses) or None
             if target.kind == "name":
                 return target.name
             return None
         return None
+
+    def index(self, unit: Unit) -> CallSiteIndex:
+        """The call sites of ``unit``, scanned on first need (DWARFError, every time,
+        when that failed)."""
+        key = unit.cu.cu_offset
+        index = self._indexes.get(key)
+        if index is None:
+            index = self._indexes[key] = CallSiteIndex({}, {}, valid=False)
+            sites = CallSiteScanner(self._units.main, unit.cu).call_sites()
+            for site in sites:
+                index.by_pc.setdefault(site.pc, []).append(site)
+                if site.tail:
+                    owner = site.owner()
+                    if owner is not None:
+                        index.tails.setdefault(owner, []).append(site)
+            index.valid = True
+        if not index.valid:
+            raise DWARFError("unreadable call sites")
+        return index
+
+    def winner(self, unit: Unit, index: CallSiteIndex, pc: int) -> RawCallSite | None:
+        """The call site gdb keeps for return pc ``pc``: the first in DIE order that gdb
+        reads (it ignores later ones with a complaint)."""
+        for site in index.by_pc.get(pc, ()):
+            if all(self._scope_processed(unit, tag, offset) for tag, offset in site.scopes):
+                return site
+        return None
+
+    def _scope_processed(self, unit: Unit, tag: int, offset: int) -> bool:
+        """Whether gdb's ``process_die`` reads the children of the enclosing DIE: a function
+        (``read_func_scope``) needs a name and valid pc bounds; a block
+        (``read_lexical_block_scope``, also an inlined subroutine without DW_AT_call_line
+        or DW_AT_call_file) must not have invalid ones."""
+        if tag not in _SKIPPABLE_SCOPES:
+            return True
+        known = self._scopes_processed.get(offset)
+        if known is None:
+            die = unit.cu.get_DIE_from_refaddr(offset)
+            if tag == _TAG_INLINED_SUBROUTINE and (
+                    self._names.attribute(die, "DW_AT_call_line") is None
+                    or self._names.attribute(die, "DW_AT_call_file") is None):
+                tag = _TAG_LEXICAL_BLOCK
+            ranges = self._units.die_ranges(die)
+            if tag in (TAG_SUBPROGRAM, _TAG_INLINED_SUBROUTINE):
+                known = bool(ranges) and self._names.has_name(die)
+            else:
+                known = ranges is None or bool(ranges)
+            self._scopes_processed[offset] = known
+        return known
+
+    def target(self, unit: Unit, site: RawCallSite) -> Target:
+        target = self._targets.get(site.offset)
+        if target is None:
+            target = self._read_target(unit.cu.get_DIE_from_refaddr(site.offset))
+            self._targets[site.offset] = target
+        return target
+
+    def _read_target(self, die: DIE) -> Target:
+        """The callee of call site ``die`` as gdb 13's ``read_call_site_scope`` records it."""
+        names = self._names
+        holder: DIE | None = None
+        name = ""
+        for name in _TARGET_ATTRIBUTES:
+            holder = names.holder(die, name)
+            if holder is not None:
+                break
+        if holder is None:
+            return _NO_TARGET
+        if holder.attributes[name].form not in REFERENCE_NAMES:
+            # A DWARF expression (even a constant DW_OP_addr): gdb evaluates it only with
+            # the caller's frame, which the tail-call search never has.
+            return _NO_TARGET
+        target = names.reference(holder, name)
+        if target is None:
+            return _UNKNOWN_TARGET
+        if names.flag(target, "DW_AT_declaration") \
+                and names.holder(target, "DW_AT_specification") is None:
+            physname = names.linkage_name(target)
+            if physname is None:
+                if language(target) in QUALIFIED_LANGUAGES:
+                    return _UNKNOWN_TARGET          # gdb computes a qualified physname
+                physname = names.string(target, "DW_AT_name")
+            return Target("name", name=physname) if physname else _NO_TARGET
+        ranges_holder = names.holder(target, "DW_AT_ranges")
+        if ranges_holder is not None \
+                and ranges_holder.attributes["DW_AT_ranges"].form in RANGES_OFFSET_NAMES:
+            # One address per range: the cold part of a split function too.
+            return Target("addresses", tuple(
+                low for low, high in self._units.range_list(ranges_holder)
+                if low != 0 and low < high))
+        entry = self._units.entry(target)
+        return Target("addresses", (entry,)) if entry is not None else _NO_TARGET
+
+
+class TailCalls:
+    """gdb's search for tail-call paths between a call site's target and the function
+    of the frame below."""
+
+    def __init__(self, units: Units, names: Names, frames: Frames, call_sites: CallSites,
+                 symbol: SymbolLookup) -> None:
+        self._units = units
+        self._names = names
+        self._frames = frames
+        self._call_sites = call_sites
+        self._symbol = symbol
+        self._tail_lists: dict[int, list[tuple[Unit, RawCallSite]] | None] = {}
 
     def tail_call_pcs(self, targets: list[int], callee: int) -> list[int]:
         """The pcs of gdb's tail-call frames, innermost first (see
@@ -242,9 +345,9 @@ class CallSites:
         function = dies[-1]
         sites: list[tuple[Unit, RawCallSite]] = []
         if any(self._names.flag(function, flag) for flag in _ALL_CALLS_FLAGS):
-            index = self._index(unit)
+            index = self._call_sites.index(unit)
             for site in index.tails.get(function.offset, ()):
-                if self._winner(unit, index, site.pc) is site:
+                if self._call_sites.winner(unit, index, site.pc) is site:
                     sites.append((unit, site))
             sites.reverse()
         self._tail_lists[address] = sites
@@ -252,7 +355,7 @@ class CallSites:
 
     def _site_addresses(self, unit: Unit, site: RawCallSite) -> tuple[int, ...]:
         """gdb's ``call_site_target::iterate_over_addresses`` without a caller frame."""
-        target = self._site_target(unit, site)
+        target = self._call_sites.target(unit, site)
         if target.kind == "addresses":
             return target.addresses
         if target.kind == "name" and target.name is not None:
@@ -264,95 +367,3 @@ class CallSites:
         if target.kind == "unknown":
             raise Unknown("call site target")
         raise NoEntryValue("call site target")
-
-    def _index(self, unit: Unit) -> _CallSiteIndex:
-        """The call sites of ``unit``, scanned on first need (DWARFError, every time,
-        when that failed)."""
-        key = unit.cu.cu_offset
-        index = self._indexes.get(key)
-        if index is None:
-            index = self._indexes[key] = _CallSiteIndex({}, {}, valid=False)
-            sites = CallSiteScanner(self._units.main, unit.cu).call_sites()
-            for site in sites:
-                index.by_pc.setdefault(site.pc, []).append(site)
-                if site.tail:
-                    owner = site.owner()
-                    if owner is not None:
-                        index.tails.setdefault(owner, []).append(site)
-            index.valid = True
-        if not index.valid:
-            raise DWARFError("unreadable call sites")
-        return index
-
-    def _winner(self, unit: Unit, index: _CallSiteIndex, pc: int) -> RawCallSite | None:
-        """The call site gdb keeps for return pc ``pc``: the first in DIE order that gdb
-        reads (it ignores later ones with a complaint)."""
-        for site in index.by_pc.get(pc, ()):
-            if all(self._scope_processed(unit, tag, offset) for tag, offset in site.scopes):
-                return site
-        return None
-
-    def _scope_processed(self, unit: Unit, tag: int, offset: int) -> bool:
-        """Whether gdb's ``process_die`` reads the children of the enclosing DIE: a function
-        (``read_func_scope``) needs a name and valid pc bounds; a block
-        (``read_lexical_block_scope``, also an inlined subroutine without DW_AT_call_line
-        or DW_AT_call_file) must not have invalid ones."""
-        if tag not in _SKIPPABLE_SCOPES:
-            return True
-        known = self._scopes_processed.get(offset)
-        if known is None:
-            die = unit.cu.get_DIE_from_refaddr(offset)
-            if tag == _TAG_INLINED_SUBROUTINE and (
-                    self._names.attribute(die, "DW_AT_call_line") is None
-                    or self._names.attribute(die, "DW_AT_call_file") is None):
-                tag = _TAG_LEXICAL_BLOCK
-            ranges = self._units.die_ranges(die)
-            if tag in (TAG_SUBPROGRAM, _TAG_INLINED_SUBROUTINE):
-                known = bool(ranges) and self._names.has_name(die)
-            else:
-                known = ranges is None or bool(ranges)
-            self._scopes_processed[offset] = known
-        return known
-
-    def _site_target(self, unit: Unit, site: RawCallSite) -> _Target:
-        target = self._targets.get(site.offset)
-        if target is None:
-            target = self._read_target(unit.cu.get_DIE_from_refaddr(site.offset))
-            self._targets[site.offset] = target
-        return target
-
-    def _read_target(self, die: DIE) -> _Target:
-        """The callee of call site ``die`` as gdb 13's ``read_call_site_scope`` records it."""
-        names = self._names
-        holder: DIE | None = None
-        name = ""
-        for name in _TARGET_ATTRIBUTES:
-            holder = names.holder(die, name)
-            if holder is not None:
-                break
-        if holder is None:
-            return _NO_TARGET
-        if holder.attributes[name].form not in REFERENCE_NAMES:
-            # A DWARF expression (even a constant DW_OP_addr): gdb evaluates it only with
-            # the caller's frame, which the tail-call search never has.
-            return _NO_TARGET
-        target = names.reference(holder, name)
-        if target is None:
-            return _UNKNOWN_TARGET
-        if names.flag(target, "DW_AT_declaration") \
-                and names.holder(target, "DW_AT_specification") is None:
-            physname = names.linkage_name(target)
-            if physname is None:
-                if language(target) in QUALIFIED_LANGUAGES:
-                    return _UNKNOWN_TARGET          # gdb computes a qualified physname
-                physname = names.string(target, "DW_AT_name")
-            return _Target("name", name=physname) if physname else _NO_TARGET
-        ranges_holder = names.holder(target, "DW_AT_ranges")
-        if ranges_holder is not None \
-                and ranges_holder.attributes["DW_AT_ranges"].form in RANGES_OFFSET_NAMES:
-            # One address per range: the cold part of a split function too.
-            return _Target("addresses", tuple(
-                low for low, high in self._units.range_list(ranges_holder)
-                if low != 0 and low < high))
-        entry = self._units.entry(target)
-        return _Target("addresses", (entry,)) if entry is not None else _NO_TARGET

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from ...elf.debuginfo import build_id_path
 from ..symbols import NamedSymbols, named_symbols
-from .call_sites import CHAIN_ERRORS, CallSites
+from .call_sites import CHAIN_ERRORS, CallSites, TailCalls
 from .frames import Frames
 from .info import DWARF_ERRORS
 from .names import Names
@@ -186,7 +186,7 @@ class DwarfNames:
         if dwarf is None:
             return None
         try:
-            pcs = dwarf.call_sites.tail_call_pcs(targets, callee_entry)
+            pcs = dwarf.tail_calls.tail_call_pcs(targets, callee_entry)
         except CHAIN_ERRORS:
             return None
         frames: list[tuple[str, int]] = []
@@ -246,14 +246,15 @@ def _candidates(path: str, build_id: bytes | None, table: SectionTable | None,
 
 class _Dwarf:
     """The parsed DWARF of one file, its parts composed: units and ranges, names, frames,
-    call sites, and the debug file's symbols by name."""
+    call sites, tail calls, and the debug file's symbols by name."""
 
     def __init__(self, table: SectionTable, debug_root: str) -> None:
         self._path = table.path
         units = Units(table, debug_root)
         names = Names(units)
         self.frames = Frames(units, names)
-        self.call_sites = CallSites(units, names, self.frames, self.symbol)
+        self.call_sites = CallSites(units, names)
+        self.tail_calls = TailCalls(units, names, self.frames, self.call_sites, self.symbol)
         self._symbols: NamedSymbols | None = None
 
     def symbol(self, name: str) -> tuple[int, bool] | None:
