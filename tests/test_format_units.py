@@ -289,3 +289,18 @@ def test_dump_refuses_flags_objdump_refuses() -> None:
     data[3] |= 0x02  # FRAME_POINTER in V3
     with pytest.raises(CorruptError):
         dump_text(SFrameReader(bytes(data), 0x1000))
+
+
+def test_facade_exports_every_public_name_lazily() -> None:
+    """``pysframe.format`` is the API: every name of ``__all__`` resolves, and importing
+    the package loads neither numpy (the vector dumper) nor pyelftools."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pysframe.format as f\n"
+            "print(sorted(m for m in ('numpy', 'elftools') if m in sys.modules))\n"
+            "missing = [n for n in f.__all__ if getattr(f, n, None) is None]\n"
+            "print(missing, callable(f.validate), callable(f.decode), callable(f.encode))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.splitlines() == ["[]", "[] True True True"]
