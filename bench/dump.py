@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import FIXTURES, OUT, find_objdump, sframe_command, system_tool, wall_time
 from large_section import large_section
-from pysframe.format.decode import SFrameReader
-from pysframe.format.encode import encode
+from pysframe.format import SFrameLookup, SFrameReader, encode
 
 
 def build_elf(section_bytes: bytes, name: str) -> Path:
@@ -69,7 +68,7 @@ def compare(label: str, objdump: str, elf: Path, runs: int, startup: float) -> N
 
 def lookups(section_bytes: bytes, count: int) -> None:
     reader = SFrameReader(section_bytes, 0)
-    lookup = reader.lookup()
+    lookup = SFrameLookup(reader)
     starts = [reader.fde_start(i) for i in range(reader.num_fdes)]
     rng = random.Random(7)
     pcs = [rng.randrange(starts[0], starts[-1]) for _ in range(count)]

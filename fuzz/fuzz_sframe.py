@@ -1,8 +1,10 @@
 """Coverage-guided fuzz target (atheris) for decode, dump, validate and lookup.
 
     python3 -m pip install atheris
-    python3 fuzz/seed_corpus.py fuzz/corpus          # seed from ../shared/fixtures
-    python3 fuzz/fuzz_sframe.py fuzz/corpus -runs=200000 -max_len=4096 -timeout=5
+    python3 -m fuzz.seed_corpus fuzz/corpus          # seed from ../shared/fixtures
+    python3 -m fuzz.fuzz_sframe fuzz/corpus -runs=200000 -max_len=4096 -timeout=5
+
+(from the repository root, so that ``tests.support`` is importable).
 
 Any exception other than SFrameError, any hang (-timeout) and any run over
 -rss_limit_mb is a finding; libFuzzer writes the input to crash-*/timeout-*.
@@ -15,8 +17,9 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
+    from tests.support.exercise import exercise
+
     from pysframe.format.errors import SFrameError
-    from pysframe.format.exercise import exercise
 
 
 def test_one_input(data: bytes) -> None:

@@ -1,6 +1,7 @@
 """Run N mutated fixture sections through every reader (no atheris needed).
 
-    python3 fuzz/mutate.py 100000        # prints cases, unexpected exceptions, slowest case
+    python3 -m fuzz.mutate 100000        # from the repository root; prints cases,
+                                         # unexpected exceptions, slowest case
 
 Mutations: bit flips, byte stores, truncations, extensions, inflated header
 counts and FDE fields. Exit status 1 if any input raised something other than
@@ -17,12 +18,11 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from tests.support.exercise import exercise
+from tests.support.mutations import mutations
 
 from pysframe.elf import ElfImage
-from pysframe.format.errors import SFrameError
-from pysframe.format.exercise import exercise
-from test_robustness import mutations
+from pysframe.format import SFrameError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 

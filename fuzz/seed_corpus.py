@@ -1,6 +1,6 @@
 """Write the .sframe section of every fixture ELF file into a fuzz corpus directory.
 
-    python3 fuzz/seed_corpus.py fuzz/corpus
+    python3 -m fuzz.seed_corpus fuzz/corpus
 """
 
 from __future__ import annotations

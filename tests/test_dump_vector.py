@@ -6,14 +6,23 @@ import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from tests.support.strategies import sections
 
-from pysframe.format import ABI, FDE, FRE, BaseReg, FDEType, PCType, Section
-from pysframe.format.decode import SFrameReader
-from pysframe.format.dump import dump_lines, style_for
+from pysframe.format import (
+    ABI,
+    FDE,
+    FRE,
+    BaseReg,
+    FDEType,
+    PCType,
+    Section,
+    SFrameError,
+    SFrameReader,
+    dump_lines,
+    encode,
+    style_for,
+)
 from pysframe.format.dump_vector import dump_vectorized
-from pysframe.format.encode import encode
-from pysframe.format.errors import SFrameError
-from test_robustness import sections
 
 
 def both(data: bytes, address: int) -> tuple[bytes | None, bytes]:

@@ -17,17 +17,18 @@ from pysframe.format import (
     FDEType,
     FREType,
     PCType,
+    RuleKind,
     Section,
+    SFrameLookup,
     SFrameReader,
     TruncatedError,
     UnsupportedVersionError,
     convert,
     decode,
+    dump_text,
     encode,
 )
 from pysframe.format.constants import F_FDE_FUNC_START_PCREL, F_FDE_SORTED, F_FRAME_POINTER
-from pysframe.format.dump import dump_text
-from pysframe.format.lookup import RuleKind
 
 SP, FP = BaseReg.SP, BaseReg.FP
 
@@ -115,22 +116,24 @@ def test_fre_type_follows_function_size() -> None:
 
 def test_lookup_default_rules_amd64() -> None:
     reader = SFrameReader(encode(amd64()), 0x1000)
-    row = reader.find_fre(0x2005)
+    lookup = SFrameLookup(reader)
+    row = lookup.find_fre(0x2005)
     assert row is not None and row.fre_index == 2
     assert (row.cfa.kind, row.cfa.regnum, row.cfa.offset) == (RuleKind.REGISTER, 6, 16)
     assert (row.ra.kind, row.ra.offset, row.ra.deref) == (RuleKind.CFA, -8, True)
     assert (row.fp.kind, row.fp.offset, row.fp.deref) == (RuleKind.CFA, -16, True)
-    assert reader.find_fre(0x2019) is None  # gap between functions
-    assert reader.find_fre(0x1FFF) is None
-    assert reader.find_fde(0x2021) is not None
+    assert lookup.find_fre(0x2019) is None  # gap between functions
+    assert lookup.find_fre(0x1FFF) is None
+    assert lookup.find_fde(0x2021) is not None
 
 
 def test_lookup_correct_when_index_not_sorted() -> None:
     section = amd64()
     section.fdes.reverse()
     reader = SFrameReader(encode(section), 0x1000)
-    assert not reader.lookup().sorted_verified
-    row = reader.find_fre(0x2021)
+    lookup = SFrameLookup(reader)
+    assert not lookup.sorted_verified
+    row = lookup.find_fre(0x2021)
     assert row is not None and row.func_start == 0x2020
 
 
@@ -138,8 +141,9 @@ def test_lookup_pcmask_uses_rep_size() -> None:
     section = Section(version=3, abi=ABI.AMD64_ENDIAN_LITTLE, cfa_fixed_ra_offset=-8, fdes=[
         FDE(0x1030, 0x40, [FRE(0, (8,)), FRE(11, (16,))], pc_type=PCType.MASK, rep_size=16)])
     reader = SFrameReader(encode(section))
-    assert reader.find_fre(0x1030 + 16 * 2 + 12).cfa.offset == 16  # type: ignore[union-attr]
-    assert reader.find_fre(0x1030 + 16 * 3 + 3).cfa.offset == 8  # type: ignore[union-attr]
+    lookup = SFrameLookup(reader)
+    assert lookup.find_fre(0x1030 + 16 * 2 + 12).cfa.offset == 16  # type: ignore[union-attr]
+    assert lookup.find_fre(0x1030 + 16 * 3 + 3).cfa.offset == 8  # type: ignore[union-attr]
 
 
 def test_lookup_aarch64_ra_tracked_and_mangled() -> None:
@@ -147,9 +151,10 @@ def test_lookup_aarch64_ra_tracked_and_mangled() -> None:
         FDE(0x100, 12, [FRE(0, (0,)), FRE(4, (0,), mangled_ra=True),
                         FRE(8, (16, -8, -16), mangled_ra=True)], pauth_key_b=True)])
     reader = SFrameReader(encode(section))
-    top = reader.find_fre(0x100)
+    lookup = SFrameLookup(reader)
+    top = lookup.find_fre(0x100)
     assert top is not None and top.ra.kind == RuleKind.RETAIN and top.cfa.regnum == 31
-    row = reader.find_fre(0x109)
+    row = lookup.find_fre(0x109)
     assert row is not None and row.ra_mangled and row.pauth_key_b
     assert (row.ra.offset, row.fp.offset) == (-8, -16)
 
@@ -159,17 +164,18 @@ def test_lookup_s390x_encodings() -> None:
     section = Section(version=2, abi=ABI.S390X_ENDIAN_BIG, fdes=[
         FDE(0x100, 0x40, [FRE(0, (0,)), FRE(6, (21, 0, -72)), FRE(10, (0, (24 << 1) | 1))])])
     reader = SFrameReader(encode(section))
-    row = reader.find_fre(0x107)
+    lookup = SFrameLookup(reader)
+    row = lookup.find_fre(0x107)
     assert row is not None and row.cfa.offset == 21 * 8 + 160
     assert row.ra.kind == RuleKind.RETAIN and row.fp.offset == -72
-    row = reader.find_fre(0x10B)
+    row = lookup.find_fre(0x10B)
     assert row is not None and row.ra.kind == RuleKind.REGISTER and row.ra.regnum == 24
     text = dump_text(reader)
     assert "sp+328    c-72      U" in text and "sp+160    u         r24" in text
     # V2 -> V3 turns the register word into a flexible FDE.
     v3 = convert(decode(encode(section)), 3)
     assert v3.fdes[0].fde_type == FDEType.FLEX
-    row3 = SFrameReader(encode(v3)).find_fre(0x10B)
+    row3 = SFrameLookup(SFrameReader(encode(v3))).find_fre(0x10B)
     assert row3 is not None and row3.ra.kind == RuleKind.REGISTER and row3.ra.regnum == 24
 
 
@@ -178,12 +184,13 @@ def test_lookup_flex_drap_and_outermost() -> None:
         FDE(0x0, 0x20, [FRE(0, (0x51, 0), FP), FRE(8, (0x33, -8, 0, 0x33, 0), FP), FRE(16, ())],
             fde_type=FDEType.FLEX)])
     reader = SFrameReader(encode(section))
-    row = reader.find_fre(9)
+    lookup = SFrameLookup(reader)
+    row = lookup.find_fre(9)
     assert row is not None and row.flex
     assert (row.cfa.regnum, row.cfa.offset, row.cfa.deref) == (6, -8, True)
     assert (row.fp.kind, row.fp.regnum, row.fp.deref) == (RuleKind.REGISTER, 6, True)
     assert row.ra.offset == -8  # padding: the fixed RA offset applies
-    assert reader.find_fre(17).outermost  # type: ignore[union-attr]
+    assert lookup.find_fre(17).outermost  # type: ignore[union-attr]
 
 
 def test_convert_v3_to_v2_refuses_flex_and_signal() -> None:
@@ -219,7 +226,7 @@ def test_sort_fdes_keeps_fre_order_like_ld() -> None:
     assert section.flags & F_FDE_SORTED
     data = encode(section)
     reader = SFrameReader(data, 0x1000)
-    assert reader.lookup().sorted_verified
+    assert SFrameLookup(reader).sorted_verified
     # FRE data stays in the pre-sort order: FDE 0 (0x2000) now points past FDE 1's block.
     assert reader.fde(0).fre_off > reader.fde(1).fre_off
     assert len(data) == len(data_unsorted)
@@ -256,12 +263,12 @@ def test_corrupt_fre_rows_detected_on_lookup() -> None:
     section.fdes[0].fres[1].start = 0  # not ascending
     reader = SFrameReader(encode(section), 0x1000)
     with pytest.raises(CorruptError):
-        reader.find_fre(0x2000)
+        SFrameLookup(reader).find_fre(0x2000)
 
 
 def test_old_dumpers_quirks() -> None:
     """What objdump 2.40 and 2.44 print differently (checked against those releases)."""
-    from pysframe.format.dump import STYLE_2_40, STYLE_2_44
+    from pysframe.format import STYLE_2_40, STYLE_2_44
 
     v2 = Section(version=2, abi=ABI.AARCH64_ENDIAN_LITTLE, flags=F_FDE_SORTED | F_FRAME_POINTER,
                  fdes=[FDE(0x100, 16, [FRE(0, (16, 0, -16)), FRE(4, ())])])
@@ -282,3 +289,18 @@ def test_dump_refuses_flags_objdump_refuses() -> None:
     data[3] |= 0x02  # FRAME_POINTER in V3
     with pytest.raises(CorruptError):
         dump_text(SFrameReader(bytes(data), 0x1000))
+
+
+def test_facade_exports_every_public_name_lazily() -> None:
+    """``pysframe.format`` is the API: every name of ``__all__`` resolves, and importing
+    the package loads neither numpy (the vector dumper) nor pyelftools."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pysframe.format as f\n"
+            "print(sorted(m for m in ('numpy', 'elftools') if m in sys.modules))\n"
+            "missing = [n for n in f.__all__ if getattr(f, n, None) is None]\n"
+            "print(missing, callable(f.validate), callable(f.decode), callable(f.encode))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.splitlines() == ["[]", "[] True True True"]

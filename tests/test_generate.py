@@ -115,7 +115,7 @@ def test_v2_sframe_disagreements_are_gas_2_44_limits() -> None:
 def test_cache_by_build_id(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from pysframe.format.decode import SFrameReader
+    from pysframe.format import SFrameLookup, SFrameReader
     from pysframe.generate.cache import cache_path, sframe_for
 
     libc = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
@@ -133,7 +133,7 @@ def test_cache_by_build_id(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> No
     assert again == data and entry.read_bytes() == data  # a bad entry is regenerated
     reader = SFrameReader(data, address)
     symbol = image.elf.get_section_by_name(".dynsym").get_symbol_by_name("memcpy")[0]
-    assert reader.find_fde(symbol["st_value"] + 1) is not None
+    assert SFrameLookup(reader).find_fde(symbol["st_value"] + 1) is not None
 
 
 def test_inject_keeps_the_program_runnable(tmp_path: Any) -> None:
@@ -142,7 +142,7 @@ def test_inject_keeps_the_program_runnable(tmp_path: Any) -> None:
     import sys
 
     from pysframe.elf import ElfImage as Image
-    from pysframe.format.decode import SFrameReader
+    from pysframe.format import SFrameLookup, SFrameReader
 
     program = shutil.which("ls")
     if program is None:
@@ -157,7 +157,7 @@ def test_inject_keeps_the_program_runnable(tmp_path: Any) -> None:
     sections = Image(str(out)).sframe_sections()
     assert len(sections) == 1 and sections[0].found_by == "section-type"
     reader = SFrameReader(sections[0].raw, sections[0].address)
-    assert reader.num_fdes > 10 and reader.lookup().sorted_verified
+    assert reader.num_fdes > 10 and SFrameLookup(reader).sorted_verified
     again = subprocess.run([sys.executable, "-m", "pysframe", "inject", str(out), "-o",
                             str(tmp_path / "twice")], capture_output=True, text=True)
     assert again.returncode == 1 and "already has an SFrame section" in again.stderr

@@ -62,14 +62,14 @@ def test_lua_recording_frames_match_perf(tmp_path: object, monkeypatch: pytest.M
 
 
 def test_x86_64_step_and_failure_kinds() -> None:
-    from pysframe.format import FDE, FRE, BaseReg, Section, SFrameReader, encode
+    from pysframe.format import FDE, FRE, BaseReg, Section, SFrameLookup, SFrameReader, encode
     from pysframe.unwind.modules import Mapping, Module
 
     section = Section(version=3, abi=ABI.AMD64_ENDIAN_LITTLE, cfa_fixed_ra_offset=-8, fdes=[
         FDE(0x1000, 0x20, [FRE(0, (8,)), FRE(1, (16, -16)), FRE(4, (16, -16), BaseReg.FP)]),
         FDE(0x2000, 0x10, [FRE(0, (8,)), FRE(1, ())]),
     ])
-    module = Module("/bin/t", None, 0, SFrameReader(encode(section), 0).lookup(), "test")
+    module = Module("/bin/t", None, 0, SFrameLookup(SFrameReader(encode(section), 0)), "test")
     space = AddressSpace()
     space.add(Mapping(0x1000, 0x3000, 0, "/bin/t", None, module))
     sp = 0x7000
@@ -143,10 +143,10 @@ def test_reports_folded_speedscope_svg(tmp_path: object) -> None:
 
 
 def _space_with(section: object, start: int, end: int) -> AddressSpace:
-    from pysframe.format import SFrameReader, encode
+    from pysframe.format import SFrameLookup, SFrameReader, encode
     from pysframe.unwind.modules import Mapping, Module
 
-    module = Module("/bin/t", None, 0, SFrameReader(encode(section), 0).lookup(), "test")
+    module = Module("/bin/t", None, 0, SFrameLookup(SFrameReader(encode(section), 0)), "test")
     space = AddressSpace()
     space.add(Mapping(start, end, 0, "/bin/t", None, module))
     return space

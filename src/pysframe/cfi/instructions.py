@@ -6,6 +6,7 @@ advances by the code alignment factor, so consumers work in bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .leb128 import DecodeError, read_encoded, read_sleb128, read_uleb128
@@ -74,6 +75,155 @@ class Instruction(NamedTuple):
     block: bytes = b""
 
 
+class _Operands:
+    """The instruction bytes being decoded, the read position, and what scales operands."""
+
+    __slots__ = ("address_size", "big_endian", "code_align", "data", "data_align", "end",
+                 "offset", "pointer_encoding", "section_address")
+
+    def __init__(self, data: bytes | memoryview, offset: int, end: int, code_align: int,
+                 data_align: int, big_endian: bool, address_size: int, pointer_encoding: int,
+                 section_address: int) -> None:
+        self.data = data
+        self.offset = offset
+        self.end = end
+        self.code_align = code_align
+        self.data_align = data_align
+        self.big_endian = big_endian
+        self.address_size = address_size
+        self.pointer_encoding = pointer_encoding
+        self.section_address = section_address
+
+    def uleb(self) -> int:
+        value, self.offset = read_uleb128(self.data, self.offset, self.end)
+        return value
+
+    def sleb(self) -> int:
+        value, self.offset = read_sleb128(self.data, self.offset, self.end)
+        return value
+
+    def block(self, at: int) -> bytes:
+        """A ULEB128 length and that many bytes (a DWARF expression)."""
+        length = self.uleb()
+        if self.offset + length > self.end:
+            raise DecodeError("truncated expression", at)
+        block = bytes(self.data[self.offset:self.offset + length])
+        self.offset += length
+        return block
+
+
+# --- one handler per group of extended opcodes: (operands, opcode, its offset) -> Instruction
+
+
+def _no_operands(ops: _Operands, op: int, at: int) -> Instruction:
+    return Instruction(op)
+
+
+def _set_loc(ops: _Operands, op: int, at: int) -> Instruction:
+    value, ops.offset = read_encoded(ops.data, ops.offset, ops.end, ops.pointer_encoding,
+                                     ">" if ops.big_endian else "<", ops.address_size,
+                                     ops.section_address)
+    return Instruction(op, value)
+
+
+_ADVANCE_SIZE = {DW_CFA_advance_loc1: 1, DW_CFA_advance_loc2: 2, DW_CFA_advance_loc4: 4}
+
+
+def _advance_loc_n(ops: _Operands, op: int, at: int) -> Instruction:
+    """DW_CFA_advance_loc1/2/4, returned as DW_CFA_advance_loc."""
+    size = _ADVANCE_SIZE[op]
+    if ops.offset + size > ops.end:
+        raise DecodeError("truncated advance", at)
+    delta = int.from_bytes(bytes(ops.data[ops.offset:ops.offset + size]),
+                           "big" if ops.big_endian else "little")
+    ops.offset += size
+    return Instruction(DW_CFA_advance_loc, delta * ops.code_align)
+
+
+def _register_offset(ops: _Operands, op: int, at: int) -> Instruction:
+    register = ops.uleb()
+    return Instruction(op, register, ops.uleb() * ops.data_align)
+
+
+#: The signed-offset forms and the opcode they are returned as.
+_UNSIGNED_FORM = {DW_CFA_offset_extended_sf: DW_CFA_offset_extended,
+                  DW_CFA_val_offset_sf: DW_CFA_val_offset}
+
+
+def _register_offset_sf(ops: _Operands, op: int, at: int) -> Instruction:
+    register = ops.uleb()
+    return Instruction(_UNSIGNED_FORM[op], register, ops.sleb() * ops.data_align)
+
+
+def _negative_offset(ops: _Operands, op: int, at: int) -> Instruction:
+    """DW_CFA_GNU_negative_offset_extended, returned as DW_CFA_offset_extended."""
+    register = ops.uleb()
+    return Instruction(DW_CFA_offset_extended, register, -ops.uleb() * ops.data_align)
+
+
+def _one_uleb(ops: _Operands, op: int, at: int) -> Instruction:
+    """One ULEB128 operand: a register, or an unfactored CFA offset or args size."""
+    return Instruction(op, ops.uleb())
+
+
+def _two_unscaled(ops: _Operands, op: int, at: int) -> Instruction:
+    """DW_CFA_register (two registers) and DW_CFA_def_cfa (register, unfactored offset)."""
+    first = ops.uleb()
+    return Instruction(op, first, ops.uleb())
+
+
+def _def_cfa_sf(ops: _Operands, op: int, at: int) -> Instruction:
+    register = ops.uleb()
+    return Instruction(DW_CFA_def_cfa, register, ops.sleb() * ops.data_align)
+
+
+def _def_cfa_offset_sf(ops: _Operands, op: int, at: int) -> Instruction:
+    return Instruction(DW_CFA_def_cfa_offset, ops.sleb() * ops.data_align)
+
+
+def _cfa_expression(ops: _Operands, op: int, at: int) -> Instruction:
+    return Instruction(op, 0, 0, ops.block(at))
+
+
+def _register_expression(ops: _Operands, op: int, at: int) -> Instruction:
+    register = ops.uleb()
+    return Instruction(op, register, 0, ops.block(at))
+
+
+_Handler = Callable[[_Operands, int, int], Instruction]
+
+#: Decoder of each extended opcode (the three primary ones are decoded inline).
+_HANDLERS: dict[int, _Handler] = {
+    DW_CFA_nop: _no_operands,
+    DW_CFA_set_loc: _set_loc,
+    DW_CFA_advance_loc1: _advance_loc_n,
+    DW_CFA_advance_loc2: _advance_loc_n,
+    DW_CFA_advance_loc4: _advance_loc_n,
+    DW_CFA_offset_extended: _register_offset,
+    DW_CFA_val_offset: _register_offset,
+    DW_CFA_offset_extended_sf: _register_offset_sf,
+    DW_CFA_val_offset_sf: _register_offset_sf,
+    DW_CFA_GNU_negative_offset_extended: _negative_offset,
+    DW_CFA_restore_extended: _one_uleb,
+    DW_CFA_undefined: _one_uleb,
+    DW_CFA_same_value: _one_uleb,
+    DW_CFA_def_cfa_register: _one_uleb,
+    DW_CFA_register: _two_unscaled,
+    DW_CFA_remember_state: _no_operands,
+    DW_CFA_restore_state: _no_operands,
+    DW_CFA_GNU_window_save: _no_operands,
+    DW_CFA_AARCH64_negate_ra_state_with_pc: _no_operands,
+    DW_CFA_def_cfa: _two_unscaled,
+    DW_CFA_def_cfa_sf: _def_cfa_sf,
+    DW_CFA_def_cfa_offset: _one_uleb,
+    DW_CFA_def_cfa_offset_sf: _def_cfa_offset_sf,
+    DW_CFA_GNU_args_size: _one_uleb,
+    DW_CFA_def_cfa_expression: _cfa_expression,
+    DW_CFA_expression: _register_expression,
+    DW_CFA_val_expression: _register_expression,
+}
+
+
 def decode_instructions(data: bytes | memoryview, offset: int, end: int, *, code_align: int,
                         data_align: int, big_endian: bool, address_size: int = 8,
                         pointer_encoding: int = 0, section_address: int = 0
@@ -85,92 +235,24 @@ def decode_instructions(data: bytes | memoryview, offset: int, end: int, *, code
     """
     out: list[Instruction] = []
     append = out.append
-    order = ">" if big_endian else "<"
-    while offset < end:
-        at = offset
-        byte = data[offset]
-        offset += 1
+    ops = _Operands(data, offset, end, code_align, data_align, big_endian, address_size,
+                    pointer_encoding, section_address)
+    handlers = _HANDLERS
+    while ops.offset < end:
+        at = ops.offset
+        byte = data[at]
+        ops.offset = at + 1
         high = byte & 0xC0
+        # The primary opcodes (operand in the low 6 bits) are most of any CFI: decoded here.
         if high == DW_CFA_advance_loc:
             append(Instruction(DW_CFA_advance_loc, (byte & 0x3F) * code_align))
-            continue
-        if high == DW_CFA_offset:
-            value, offset = read_uleb128(data, offset, end)
-            append(Instruction(DW_CFA_offset, byte & 0x3F, value * data_align))
-            continue
-        if high == DW_CFA_restore:
+        elif high == DW_CFA_offset:
+            append(Instruction(DW_CFA_offset, byte & 0x3F, ops.uleb() * data_align))
+        elif high == DW_CFA_restore:
             append(Instruction(DW_CFA_restore, byte & 0x3F))
-            continue
-        op = byte
-        if op == DW_CFA_nop:
-            append(Instruction(op))
-        elif op == DW_CFA_set_loc:
-            value, offset = read_encoded(data, offset, end, pointer_encoding, order, address_size,
-                                         section_address)
-            append(Instruction(op, value))
-        elif op in (DW_CFA_advance_loc1, DW_CFA_advance_loc2, DW_CFA_advance_loc4):
-            size = {DW_CFA_advance_loc1: 1, DW_CFA_advance_loc2: 2, DW_CFA_advance_loc4: 4}[op]
-            if offset + size > end:
-                raise DecodeError("truncated advance", at)
-            delta = int.from_bytes(bytes(data[offset:offset + size]),
-                                   "big" if big_endian else "little")
-            offset += size
-            append(Instruction(DW_CFA_advance_loc, delta * code_align))
-        elif op in (DW_CFA_offset_extended, DW_CFA_val_offset):
-            register, offset = read_uleb128(data, offset, end)
-            value, offset = read_uleb128(data, offset, end)
-            append(Instruction(op, register, value * data_align))
-        elif op in (DW_CFA_offset_extended_sf, DW_CFA_val_offset_sf):
-            register, offset = read_uleb128(data, offset, end)
-            value, offset = read_sleb128(data, offset, end)
-            append(Instruction(DW_CFA_offset_extended if op == DW_CFA_offset_extended_sf
-                               else DW_CFA_val_offset, register, value * data_align))
-        elif op == DW_CFA_GNU_negative_offset_extended:
-            register, offset = read_uleb128(data, offset, end)
-            value, offset = read_uleb128(data, offset, end)
-            append(Instruction(DW_CFA_offset_extended, register, -value * data_align))
-        elif op in (DW_CFA_restore_extended, DW_CFA_undefined, DW_CFA_same_value,
-                    DW_CFA_def_cfa_register):
-            register, offset = read_uleb128(data, offset, end)
-            append(Instruction(op, register))
-        elif op == DW_CFA_register:
-            register, offset = read_uleb128(data, offset, end)
-            other, offset = read_uleb128(data, offset, end)
-            append(Instruction(op, register, other))
-        elif op in (DW_CFA_remember_state, DW_CFA_restore_state, DW_CFA_GNU_window_save,
-                    DW_CFA_AARCH64_negate_ra_state_with_pc):
-            append(Instruction(op))
-        elif op == DW_CFA_def_cfa:
-            register, offset = read_uleb128(data, offset, end)
-            value, offset = read_uleb128(data, offset, end)
-            append(Instruction(op, register, value))
-        elif op == DW_CFA_def_cfa_sf:
-            register, offset = read_uleb128(data, offset, end)
-            value, offset = read_sleb128(data, offset, end)
-            append(Instruction(DW_CFA_def_cfa, register, value * data_align))
-        elif op == DW_CFA_def_cfa_offset:
-            value, offset = read_uleb128(data, offset, end)
-            append(Instruction(op, value))
-        elif op == DW_CFA_def_cfa_offset_sf:
-            value, offset = read_sleb128(data, offset, end)
-            append(Instruction(DW_CFA_def_cfa_offset, value * data_align))
-        elif op == DW_CFA_GNU_args_size:
-            value, offset = read_uleb128(data, offset, end)
-            append(Instruction(op, value))
-        elif op == DW_CFA_def_cfa_expression:
-            length, offset = read_uleb128(data, offset, end)
-            if offset + length > end:
-                raise DecodeError("truncated expression", at)
-            append(Instruction(op, 0, 0, bytes(data[offset:offset + length])))
-            offset += length
-        elif op in (DW_CFA_expression, DW_CFA_val_expression):
-            register, offset = read_uleb128(data, offset, end)
-            length, offset = read_uleb128(data, offset, end)
-            if offset + length > end:
-                raise DecodeError("truncated expression", at)
-            append(Instruction(op, register, 0, bytes(data[offset:offset + length])))
-            offset += length
         else:
-            raise DecodeError(f"unknown CFA opcode {op:#04x}", at)
-
+            handler = handlers.get(byte)
+            if handler is None:
+                raise DecodeError(f"unknown CFA opcode {byte:#04x}", at)
+            append(handler(ops, byte, at))
     return out

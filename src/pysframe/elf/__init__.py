@@ -1,7 +1,10 @@
 """ELF container: the headers of any ELF file, its SFrame sections and their relocations.
 
-Names are loaded on first use (PEP 562), so the start-up-bound paths that need only the
-headers (:mod:`.headers`, :mod:`.quick`) do not import pyelftools with :class:`ElfImage`.
+The API is the names below (:class:`ElfImage` and its :class:`SFrameSectionData`,
+:func:`is_elf`, :class:`ElfError`), plus the header readers of :mod:`.headers`, the
+pyelftools-free section finder of :mod:`.quick` and the debug-file locator of
+:mod:`.debuginfo`. Names are loaded on first use (PEP 562), so the start-up-bound paths
+that need only the headers do not import pyelftools with :class:`ElfImage`.
 """
 
 from __future__ import annotations

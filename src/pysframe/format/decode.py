@@ -14,7 +14,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .constants import (
     ABI,
@@ -46,9 +45,6 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .model import FDE, FRE, Section
-
-if TYPE_CHECKING:
-    from .lookup import FrameRow, SFrameLookup
 
 # Header after the 4-byte preamble: abi, fixed fp, fixed ra, auxhdr_len, then 5 x u32.
 _HEADER = {False: struct.Struct("<HBBBbbBIIIII"), True: struct.Struct(">HBBBbbBIIIII")}
@@ -94,11 +90,6 @@ FLEX_CONTROL_POSITIONS: dict[int, tuple[int, ...]] = {
 }
 
 
-def flex_control_positions(words: tuple[int, ...]) -> tuple[int, ...]:
-    """Where the control words of a flexible FRE are (CFA, RA, FP pairs; a lone 0 is RA padding)."""
-    return FLEX_CONTROL_POSITIONS.get(len(words), tuple(range(0, len(words), 2)))
-
-
 @dataclass(slots=True, frozen=True)
 class Header:
     """The SFrame header, with the derived extents of the two sub-sections."""
@@ -125,10 +116,6 @@ class Header:
     @property
     def fde_size(self) -> int:
         return FDE_SIZE[self.version]
-
-    @property
-    def abi_known(self) -> bool:
-        return self.abi in ABI._value2member_map_
 
 
 def read_header(buf: bytes | memoryview) -> Header:
@@ -221,9 +208,11 @@ class SFrameReader:
 
     ``address`` is the address of the section's first byte (``sh_addr`` in an
     ELF file, or wherever a bare section sits); function starts are absolute.
+    Finding the rules for a PC is the business of :class:`~pysframe.format.lookup.SFrameLookup`,
+    built from a reader.
     """
 
-    __slots__ = ("_buf", "_fde_struct", "_lookup", "address", "data", "header")
+    __slots__ = ("_buf", "_fde_struct", "address", "data", "header")
 
     def __init__(self, data: bytes | bytearray | memoryview, address: int = 0) -> None:
         self.data = data
@@ -233,7 +222,6 @@ class SFrameReader:
         h = self.header
         self._fde_struct = {VERSION_1: _FDE_V1, VERSION_2: _FDE_V2, VERSION_3: _FDE_V3}[h.version][
             h.big_endian]
-        self._lookup: object | None = None  # built on first lookup (see lookup.py)
 
     # --- small steps -----------------------------------------------------------------
 
@@ -385,26 +373,6 @@ class SFrameReader:
         for _ in range(fde.num_fres):
             _, offset = self.read_fre(fde, offset)
         return offset
-
-    # --- lookup (see lookup.py) ------------------------------------------------------
-
-    def lookup(self) -> SFrameLookup:
-        """The lookup object of this section (built on first use, then cached)."""
-        lookup = self._lookup
-        if lookup is None:
-            from .lookup import SFrameLookup
-
-            lookup = SFrameLookup(self)
-            self._lookup = lookup
-        return lookup  # type: ignore[return-value]
-
-    def find_fde(self, pc: int) -> FDEEntry | None:
-        """The FDE whose function covers ``pc``, or ``None``."""
-        return self.lookup().find_fde(pc)
-
-    def find_fre(self, pc: int) -> FrameRow | None:
-        """The CFA/RA/FP recovery rules for ``pc``, or ``None`` when there are none."""
-        return self.lookup().find_fre(pc)
 
     # --- whole-section conversion ---------------------------------------------------
 

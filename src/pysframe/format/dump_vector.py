@@ -31,6 +31,7 @@ from .constants import (
     BaseReg,
 )
 from .decode import FLEX_CONTROL_POSITIONS, SFrameReader, word_struct
+from .dump_style import DumpStyle, RowFormatter, header_lines
 from .model import FRE
 
 U8 = npt.NDArray[np.uint8]
@@ -141,10 +142,8 @@ BATCH_FDES = 8192
 class _TextCache:
     """Column text (with newline) per distinct (flex, info byte, data words) key."""
 
-    def __init__(self, reader: SFrameReader, style: Any) -> None:
-        from .dump import _RowFormatter
-
-        self.formatter = _RowFormatter(reader, style)
+    def __init__(self, reader: SFrameReader, style: DumpStyle) -> None:
+        self.formatter = RowFormatter(reader, style)
         self.big_endian = reader.header.big_endian
         self.texts: dict[bytes, bytes] = {}
 
@@ -170,16 +169,14 @@ class _TextCache:
         return self.formatter.columns(fre, flex).encode("ascii") + b"\n"
 
 
-def dump_vectorized(reader: SFrameReader, name: str, style: Any) -> bytes | None:
+def dump_vectorized(reader: SFrameReader, name: str, style: DumpStyle) -> bytes | None:
     """The whole dump as bytes, or ``None`` when the section needs the careful path."""
     parts = dump_vectorized_parts(reader, name, style)
     return None if parts is None else b"".join(parts)
 
 
-def dump_vectorized_parts(reader: SFrameReader, name: str, style: Any) -> list[bytes] | None:
+def dump_vectorized_parts(reader: SFrameReader, name: str, style: DumpStyle) -> list[bytes] | None:
     """The dump as a list of byte strings (to write one after the other), or ``None``."""
-    from .dump import header_lines
-
     h = reader.header
     if h.num_fdes == 0:
         return None
@@ -365,7 +362,7 @@ class _Batch:
         return squeezed
 
 
-def _prefix_suffix(code: int, style: Any) -> bytes:
+def _prefix_suffix(code: int, style: DumpStyle) -> bytes:
     """End of a func idx line (attr, pauth) plus the column header, by a 4-bit code:
     1 signal, 2 flex, 4 pauth key B (AArch64), 8 PCMASK."""
     text = ""

@@ -40,7 +40,6 @@ from .errors import EncodeError
 from .model import FDE, FRE, Section
 
 _U8_FMT = {1: "B", 2: "H", 4: "I"}
-_S_FMT = {1: "b", 2: "h", 4: "i"}
 
 
 def _fits_signed(value: int, size: int) -> bool:

@@ -6,8 +6,8 @@ from typing import Any
 
 from .constants import ABI, FLAG_NAMES, INFO_SIGNAL_BIT, VERSION_3, FDEType, PCType
 from .decode import SFrameReader
-from .dump import _RowFormatter, style_for
-from .lookup import FrameRow, Rule, RuleKind
+from .dump_style import RowFormatter, style_for
+from .lookup import FrameRow, Rule, RuleKind, SFrameLookup
 
 _U64 = (1 << 64) - 1
 
@@ -43,8 +43,8 @@ def section_json(reader: SFrameReader, name: str = ".sframe") -> dict[str, Any]:
         "num_fdes": h.num_fdes, "num_fres": h.num_fres, "fre_len": h.fre_len,
         "fdeoff": h.fdeoff, "freoff": h.freoff,
     }
-    formatter = _RowFormatter(reader, style_for(h.version, h.flags))
-    lookup = reader.lookup() if h.abi in ABI._value2member_map_ else None
+    formatter = RowFormatter(reader, style_for(h.version, h.flags))
+    lookup = SFrameLookup(reader) if h.abi in ABI._value2member_map_ else None
     functions = []
     for entry in reader.fdes():
         mask = entry.pc_type == PCType.MASK

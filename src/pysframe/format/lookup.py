@@ -7,6 +7,9 @@ lookups cheap: the function start addresses as one sorted list (binary search
 with :func:`bisect.bisect_right`, built once per section, correct also when the
 section is not flagged sorted), and each function's decoded rows, built on
 first use. A looked-up row is a shared immutable :class:`FrameRow`.
+
+A lookup is built from a reader, ``SFrameLookup(SFrameReader(data, address))``,
+once per section: the reader knows nothing of lookups.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from .constants import (
     ABI,
     DWARF_REGS,
     F_FDE_FUNC_START_PCREL,
-    F_FDE_SORTED,
     FLEX_DEREF_P,
     FLEX_REG_P,
     FLEX_REGNUM_SHIFT,
@@ -185,8 +187,9 @@ class SFrameLookup:
         return [base + field for field in fields]
 
     @property
-    def declared_sorted(self) -> bool:
-        return bool(self._reader.header.flags & F_FDE_SORTED)
+    def reader(self) -> SFrameReader:
+        """The section this lookup reads."""
+        return self._reader
 
     # --- step 1: find the FDE ----------------------------------------------------------
 
@@ -431,17 +434,29 @@ class SFrameLookup:
     def make_row(self, entry: FDEEntry, k: int, fre: FRE) -> FrameRow:
         """The rules of FRE ``k`` of ``entry`` (raises CorruptError if its words do not form rules)."""
         flex = entry.fde_type == FDEType.FLEX
-        signal = bool(entry.info & INFO_SIGNAL_BIT) and self._reader.header.version == VERSION_3
-        if not fre.words:
-            return FrameRow(entry.index, k, entry.start, entry.size, fre.start, RETAIN, RETAIN,
-                            RETAIN, True, entry.start + entry.size, fre.mangled_ra,
-                            entry.pauth_key_b, signal, flex)
-        if flex:
+        outermost = not fre.words
+        if outermost:
+            cfa = ra = fp = RETAIN
+        elif flex:
             cfa, ra, fp = self._flex_rules(entry, fre)
         else:
             cfa, ra, fp = self._default_rules(entry, fre)
-        return FrameRow(entry.index, k, entry.start, entry.size, fre.start, cfa, ra, fp, False,
-                        entry.start + entry.size, fre.mangled_ra, entry.pauth_key_b, signal, flex)
+        return FrameRow(
+            fde_index=entry.index,
+            fre_index=k,
+            func_start=entry.start,
+            func_size=entry.size,
+            row_start=fre.start,
+            cfa=cfa,
+            ra=ra,
+            fp=fp,
+            outermost=outermost,
+            func_end=entry.start + entry.size,
+            ra_mangled=fre.mangled_ra,
+            pauth_key_b=entry.pauth_key_b,
+            signal=bool(entry.info & INFO_SIGNAL_BIT) and self._reader.header.version == VERSION_3,
+            flex=flex,
+        )
 
     def _fixed_or_retain(self, fixed: int) -> Rule:
         if fixed == self._fixed_ra:
@@ -516,9 +531,4 @@ class SFrameLookup:
         return cfa, ra, fp
 
 
-def reader_lookup(reader: SFrameReader) -> SFrameLookup:
-    """The (cached) lookup object of a reader."""
-    return reader.lookup()
-
-
-__all__ = ["RETAIN", "FrameRow", "Rule", "RuleKind", "SFrameLookup", "reader_lookup"]
+__all__ = ["RETAIN", "FrameRow", "Rule", "RuleKind", "SFrameLookup"]

@@ -28,7 +28,8 @@ class FRE:
     ``words`` are the data words ("stack offsets" in V1/V2) as integers:
     offsets are signed; in V3 flexible FDEs the control words are unsigned.
     ``word_size`` is 1, 2 or 4 bytes, or ``None`` to let the encoder pick the
-    smallest size, as gas does.
+    smallest size, as gas does. An FRE without data words marks an outermost
+    frame: RA undefined (V2 erratum 2, V3).
     """
 
     start: int
@@ -36,11 +37,6 @@ class FRE:
     base_reg: BaseReg = BaseReg.SP
     mangled_ra: bool = False
     word_size: int | None = None
-
-    @property
-    def ra_undefined(self) -> bool:
-        """An FRE without data words marks an outermost frame (V2 erratum 2, V3)."""
-        return not self.words
 
 
 @dataclass(slots=True)
@@ -89,14 +85,6 @@ class Section:
     @property
     def num_fres(self) -> int:
         return sum(len(fde.fres) for fde in self.fdes)
-
-    @property
-    def sorted_flag(self) -> bool:
-        return bool(self.flags & F_FDE_SORTED)
-
-    @property
-    def pcrel(self) -> bool:
-        return bool(self.flags & F_FDE_FUNC_START_PCREL)
 
     def sort_fdes(self) -> None:
         """Sort the function index by start address and set SFRAME_F_FDE_SORTED, as ld does.

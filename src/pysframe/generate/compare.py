@@ -18,7 +18,7 @@ from ..elf import ElfImage
 from ..format.constants import F_FDE_FUNC_START_PCREL, PCType
 from ..format.decode import FDEEntry, SFrameReader
 from ..format.encode import encode
-from ..format.lookup import FrameRow, RuleKind
+from ..format.lookup import FrameRow, RuleKind, SFrameLookup
 from .section import generate
 
 
@@ -29,8 +29,8 @@ class Disagreement:
     message: str
 
 
-def _rows(reader: SFrameReader, entry: FDEEntry) -> tuple[list[int], list[FrameRow]]:
-    lookup = reader.lookup()
+def _rows(lookup: SFrameLookup, entry: FDEEntry) -> tuple[list[int], list[FrameRow]]:
+    reader = lookup.reader
     starts: list[int] = []
     rows: list[FrameRow] = []
     for k, fre in enumerate(reader.fres(entry)):
@@ -84,6 +84,8 @@ def compare_with_cfi(image: ElfImage, sframe: bytes, address: int) -> tuple[list
     skipped = {(start, size): reason for start, size, reason in generated.skipped}
     disagreements: list[Disagreement] = []
     notes: list[str] = []
+    our_lookup: SFrameLookup | None = None  # built at the first matching function
+    their_lookup: SFrameLookup | None = None
     for entry in ours.fdes():
         candidates = by_range.get((entry.start, entry.size))
         if not candidates:
@@ -93,8 +95,10 @@ def compare_with_cfi(image: ElfImage, sframe: bytes, address: int) -> tuple[list
                             else "no CFI describes this function"))
             continue
         other = candidates.pop(0)
-        our_starts, our_rows = _rows(ours, entry)
-        their_starts, their_rows = _rows(theirs, other)
+        our_lookup = our_lookup or SFrameLookup(ours)
+        their_lookup = their_lookup or SFrameLookup(theirs)
+        our_starts, our_rows = _rows(our_lookup, entry)
+        their_starts, their_rows = _rows(their_lookup, other)
         base = 0 if entry.pc_type == PCType.MASK else entry.start
         for offset in sorted(set(our_starts) | set(their_starts)):
             mine = our_rows[i] if (i := bisect_right(our_starts, offset) - 1) >= 0 else None

@@ -14,6 +14,7 @@ in order; an advance closes the current row only if an instruction changed it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..cfi.instructions import (
@@ -185,93 +186,162 @@ def _is_sp_or_fp(context: _Context, reg: int) -> bool:
 
 
 def _apply(context: _Context, insn: Instruction) -> None:
-    op = insn.op
-    row = context.row
-    if op == DW_CFA_def_cfa:
-        _set_cfa_register(context, insn.a, "def_cfa")
-        row = _changed(context)
-        row.cfa_reg, row.cfa_offset, row.cfa_deref = insn.a, insn.b, False
-        _check_cfa_offset(context, insn.b, ".cfi_def_cfa")
-    elif op == DW_CFA_def_cfa_register:
-        _set_cfa_register(context, insn.a, "def_cfa_register")
-        row = _changed(context)
-        row.cfa_reg, row.cfa_deref = insn.a, False
-    elif op == DW_CFA_def_cfa_offset:
-        if not _is_sp_or_fp(context, row.cfa_reg) and not (context.flex_ok and row.cfa_reg >= 0):
-            raise Skip(".cfi_def_cfa_offset without CFA base register in effect")
-        row = _changed(context)
-        row.cfa_offset = insn.a
-        _check_cfa_offset(context, insn.a, ".cfi_def_cfa_offset")
-    elif op in (DW_CFA_offset, DW_CFA_offset_extended):
-        _saved_on_stack(context, insn.a, insn.b)
-    elif op == DW_CFA_val_offset:
-        reg = insn.a
-        sp_ok = 0 if not context.abi.is_s390x else -160
-        if reg == context.fp or (reg == context.ra and context.ra_tracked) or (
-                reg == context.sp and insn.b != sp_ok):
-            raise Skip(f"{NAMES[op]} for register {reg}")
-    elif op == DW_CFA_register:
-        _register(context, insn.a, insn.b)
-    elif op == DW_CFA_remember_state:
-        if context.v3:
-            if context.first_row is None and not context.rows and context.row.cfa_reg < 0:
-                raise Skip(".cfi_remember_state without prior SFrame FRE state")
-            context.remembered.append(context.row.copy())
-        else:
-            # gas 2.41-2.45 remembered the last completed row, not the one being built.
-            if not context.rows:
-                raise Skip(".cfi_remember_state without prior SFrame FRE state")
-            context.remembered.append(context.rows[-1][1].copy())
-    elif op == DW_CFA_restore_state:
-        if not context.remembered:
-            raise Skip(".cfi_restore_state without a remembered state")
-        saved = context.remembered.pop()
-        row = _changed(context)
-        mangled = row.mangled
-        row.cfa_reg, row.cfa_offset, row.cfa_deref = saved.cfa_reg, saved.cfa_offset, saved.cfa_deref
-        row.fp, row.ra, row.ra_undefined = saved.fp, saved.ra, saved.ra_undefined
-        row.mangled = saved.mangled if context.abi.is_aarch64 else mangled
-    elif op in (DW_CFA_restore, DW_CFA_restore_extended):
-        _restore(context, insn.a)
-    elif op == DW_CFA_undefined:
-        reg = insn.a
-        if reg == context.ra:
-            if not context.v3:
-                if context.ra_tracked:
-                    raise Skip("CFI insn DW_CFA_undefined for RA")
-                return  # 2.41-2.45 on x86-64: RA is not tracked, the directive is ignored
-            row = _changed(context)
-            row.ra_undefined = True
-        elif _is_sp_or_fp(context, reg):
-            raise Skip(f"DW_CFA_undefined for register {reg}")
-    elif op == DW_CFA_same_value:
-        reg = insn.a
-        if reg == context.ra and context.ra_tracked:
-            row = _changed(context)
-            row.ra = None
-        elif reg == context.fp:
-            row = _changed(context)
-            row.fp = None
-    elif op == DW_CFA_GNU_window_save:
-        if not context.abi.is_aarch64:
-            raise Skip("CFI insn DW_CFA_GNU_window_save")
-        row = _changed(context)
-        row.mangled = not row.mangled
-    elif op == DW_CFA_AARCH64_negate_ra_state_with_pc:
-        raise Skip("CFI insn DW_CFA_AARCH64_negate_ra_state_with_pc")
-    elif op == DW_CFA_GNU_args_size:
+    """Apply one instruction other than an advance or a nop to the row being built."""
+    handler = _HANDLERS.get(insn.op)
+    if handler is None:
+        raise Skip(f"CFI insn {NAMES.get(insn.op, hex(insn.op))}")
+    handler(context, insn)
+
+
+# --- the CFA ---
+
+def _def_cfa(context: _Context, insn: Instruction) -> None:
+    _set_cfa_register(context, insn.a, "def_cfa")
+    row = _changed(context)
+    row.cfa_reg, row.cfa_offset, row.cfa_deref = insn.a, insn.b, False
+    _check_cfa_offset(context, insn.b, ".cfi_def_cfa")
+
+
+def _def_cfa_register(context: _Context, insn: Instruction) -> None:
+    _set_cfa_register(context, insn.a, "def_cfa_register")
+    row = _changed(context)
+    row.cfa_reg, row.cfa_deref = insn.a, False
+
+
+def _def_cfa_offset(context: _Context, insn: Instruction) -> None:
+    cfa_reg = context.row.cfa_reg
+    if not _is_sp_or_fp(context, cfa_reg) and not (context.flex_ok and cfa_reg >= 0):
+        raise Skip(".cfi_def_cfa_offset without CFA base register in effect")
+    row = _changed(context)
+    row.cfa_offset = insn.a
+    _check_cfa_offset(context, insn.a, ".cfi_def_cfa_offset")
+
+
+def _def_cfa_expression(context: _Context, insn: Instruction) -> None:
+    _cfa_expression(context, insn.block)
+
+
+def _args_size(context: _Context, insn: Instruction) -> None:
+    if not context.v3:
+        raise Skip("CFI insn CFI_escape (0x103)")
+    if insn.a != 0 and context.row.cfa_reg != context.fp:
+        raise Skip(".cfi_escape with op (0x2e)")
+
+
+# --- saved registers ---
+
+def _offset(context: _Context, insn: Instruction) -> None:
+    _saved_on_stack(context, insn.a, insn.b)
+
+
+def _val_offset(context: _Context, insn: Instruction) -> None:
+    reg = insn.a
+    sp_ok = 0 if not context.abi.is_s390x else -160
+    if reg == context.fp or (reg == context.ra and context.ra_tracked) or (
+            reg == context.sp and insn.b != sp_ok):
+        raise Skip(f"{NAMES[insn.op]} for register {reg}")
+
+
+def _register_insn(context: _Context, insn: Instruction) -> None:
+    _register(context, insn.a, insn.b)
+
+
+def _restore_insn(context: _Context, insn: Instruction) -> None:
+    _restore(context, insn.a)
+
+
+def _undefined(context: _Context, insn: Instruction) -> None:
+    reg = insn.a
+    if reg == context.ra:
         if not context.v3:
-            raise Skip("CFI insn CFI_escape (0x103)")
-        if insn.a != 0 and row.cfa_reg != context.fp:
-            raise Skip(".cfi_escape with op (0x2e)")
-    elif op == DW_CFA_def_cfa_expression:
-        _cfa_expression(context, insn.block)
-    elif op == DW_CFA_expression:
-        _expression(context, insn.a, insn.block)
-    elif op == DW_CFA_val_expression:
-        raise Skip(".cfi_escape with op (0x16)" if context.v3 else "CFI insn CFI_escape (0x103)")
+            if context.ra_tracked:
+                raise Skip("CFI insn DW_CFA_undefined for RA")
+            return  # 2.41-2.45 on x86-64: RA is not tracked, the directive is ignored
+        row = _changed(context)
+        row.ra_undefined = True
+    elif _is_sp_or_fp(context, reg):
+        raise Skip(f"DW_CFA_undefined for register {reg}")
+
+
+def _same_value(context: _Context, insn: Instruction) -> None:
+    reg = insn.a
+    if reg == context.ra and context.ra_tracked:
+        row = _changed(context)
+        row.ra = None
+    elif reg == context.fp:
+        row = _changed(context)
+        row.fp = None
+
+
+def _expression_insn(context: _Context, insn: Instruction) -> None:
+    _expression(context, insn.a, insn.block)
+
+
+def _val_expression(context: _Context, insn: Instruction) -> None:
+    raise Skip(".cfi_escape with op (0x16)" if context.v3 else "CFI insn CFI_escape (0x103)")
+
+
+# --- remembered states ---
+
+def _remember_state(context: _Context, insn: Instruction) -> None:
+    if context.v3:
+        if context.first_row is None and not context.rows and context.row.cfa_reg < 0:
+            raise Skip(".cfi_remember_state without prior SFrame FRE state")
+        context.remembered.append(context.row.copy())
     else:
-        raise Skip(f"CFI insn {NAMES.get(op, hex(op))}")
+        # gas 2.41-2.45 remembered the last completed row, not the one being built.
+        if not context.rows:
+            raise Skip(".cfi_remember_state without prior SFrame FRE state")
+        context.remembered.append(context.rows[-1][1].copy())
+
+
+def _restore_state(context: _Context, insn: Instruction) -> None:
+    if not context.remembered:
+        raise Skip(".cfi_restore_state without a remembered state")
+    saved = context.remembered.pop()
+    row = _changed(context)
+    mangled = row.mangled
+    row.cfa_reg, row.cfa_offset, row.cfa_deref = saved.cfa_reg, saved.cfa_offset, saved.cfa_deref
+    row.fp, row.ra, row.ra_undefined = saved.fp, saved.ra, saved.ra_undefined
+    row.mangled = saved.mangled if context.abi.is_aarch64 else mangled
+
+
+# --- return-address signing (AArch64) ---
+
+def _window_save(context: _Context, insn: Instruction) -> None:
+    if not context.abi.is_aarch64:
+        raise Skip("CFI insn DW_CFA_GNU_window_save")
+    row = _changed(context)
+    row.mangled = not row.mangled
+
+
+def _negate_ra_state_with_pc(context: _Context, insn: Instruction) -> None:
+    raise Skip("CFI insn DW_CFA_AARCH64_negate_ra_state_with_pc")
+
+
+#: What each instruction does to the row (advances and nops are handled by _replay;
+#: anything else makes gas skip the function).
+_HANDLERS: dict[int, Callable[[_Context, Instruction], None]] = {
+    DW_CFA_def_cfa: _def_cfa,
+    DW_CFA_def_cfa_register: _def_cfa_register,
+    DW_CFA_def_cfa_offset: _def_cfa_offset,
+    DW_CFA_offset: _offset,
+    DW_CFA_offset_extended: _offset,
+    DW_CFA_val_offset: _val_offset,
+    DW_CFA_register: _register_insn,
+    DW_CFA_remember_state: _remember_state,
+    DW_CFA_restore_state: _restore_state,
+    DW_CFA_restore: _restore_insn,
+    DW_CFA_restore_extended: _restore_insn,
+    DW_CFA_undefined: _undefined,
+    DW_CFA_same_value: _same_value,
+    DW_CFA_GNU_window_save: _window_save,
+    DW_CFA_AARCH64_negate_ra_state_with_pc: _negate_ra_state_with_pc,
+    DW_CFA_GNU_args_size: _args_size,
+    DW_CFA_def_cfa_expression: _def_cfa_expression,
+    DW_CFA_expression: _expression_insn,
+    DW_CFA_val_expression: _val_expression,
+}
 
 
 def _check_cfa_offset(context: _Context, offset: int, what: str) -> None:

@@ -110,7 +110,7 @@ class BinaryFinder:
         try:
             data, address = sframe_for(image, use_cache=self.use_cache)
             reader = SFrameReader(data, address)
-            lookup: SFrameLookup | None = reader.lookup()
+            lookup: SFrameLookup | None = SFrameLookup(reader)
             origin = ".sframe" if image.sframe_sections() else "generated"
         except (ElfError, GenerateError, SFrameError) as error:
             lookup, origin = None, f"no SFrame: {error}"

@@ -1,0 +1,13 @@
+"""Test and fuzz support shared by ``tests/`` and ``fuzz/``; not part of the library.
+
+- :mod:`.exercise`: run every reader of the format over some bytes (the body of the
+  robustness tests and of the fuzz targets), with a count of the work it did.
+- :mod:`.strategies`: hypothesis strategies for valid SFrame sections.
+- :mod:`.mutations`: hostile variants of a section (bit flips, truncations, inflated counts).
+
+Imported as ``tests.support``: pytest puts the repository root on ``sys.path``
+(``pythonpath = ["."]`` in pyproject.toml) and the fuzz scripts run as modules from the
+repository root (``python3 -m fuzz.mutate``), so neither needs a ``sys.path`` edit.
+``tests`` itself stays a directory without ``__init__.py`` (a namespace package), so that
+pytest keeps importing the test files and ``conftest`` as top-level modules.
+"""
