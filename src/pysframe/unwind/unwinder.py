@@ -9,16 +9,13 @@ than SP/FP (and the link register) are known only in the topmost frame.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from enum import Enum
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, Rule, RuleKind
-from .modules import AddressSpace, Mapping
-
-_U64 = struct.Struct("<Q")
-_U64_BE = struct.Struct(">Q")
+from .address_space import AddressSpace, Mapping
+from .memory import StackReader
 
 
 class Stop(Enum):
@@ -32,24 +29,6 @@ class Stop(Enum):
     BACKWARDS = "stack pointer moved backwards"
     ZERO_PC = "return address 0"
     DEPTH = "depth limit"
-
-
-class StackMemory:
-    """The bytes of a thread's stack copied at ``base`` (e.g. perf's STACK_USER)."""
-
-    __slots__ = ("_reader", "base", "data", "end")
-
-    def __init__(self, base: int, data: memoryview | bytes, big_endian: bool = False) -> None:
-        self.base = base
-        self.data = data
-        self.end = base + len(data)
-        self._reader = _U64_BE if big_endian else _U64
-
-    def read(self, address: int) -> int | None:
-        offset = address - self.base
-        if offset < 0 or address + 8 > self.end:
-            return None
-        return int(self._reader.unpack_from(self.data, offset)[0])
 
 
 @dataclass(slots=True)
@@ -108,7 +87,7 @@ class Unwinder:
         self.max_depth = max_depth
         self.sp_offset = S390X_SP_VAL_OFFSET if abi.is_s390x else 0
 
-    def unwind(self, registers: Registers, memory: StackMemory, space: AddressSpace) -> Unwind:
+    def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace) -> Unwind:
         result = Unwind([Frame(registers.pc, "ip")])
         frames = result.frames
         mappings = result.mappings
@@ -200,7 +179,7 @@ class Unwinder:
         mapping = space.find(lookup_pc)
         return mapping, self._plan_in(mapping, lookup_pc)
 
-    def _step_sigreturn(self, sp: int, memory: StackMemory
+    def _step_sigreturn(self, sp: int, memory: StackReader
                         ) -> tuple[int, int, int, dict[int, int]] | None:
         values = {}
         for name, index in _X86_64_GREG.items():
@@ -241,7 +220,7 @@ class Unwinder:
         return None
 
     def _value(self, rule: Rule, cfa: int, sp: int, fp: int, topmost: bool,
-               registers: Registers, memory: StackMemory) -> int | None:
+               registers: Registers, memory: StackReader) -> int | None:
         if rule.kind == RuleKind.CFA:
             address = cfa + rule.offset
         else:
@@ -254,7 +233,7 @@ class Unwinder:
         return memory.read(address)
 
     def _step_sframe(self, row: FrameRow, pc: int, sp: int, fp: int, lr: int, topmost: bool,
-                     registers: Registers, memory: StackMemory
+                     registers: Registers, memory: StackReader
                      ) -> tuple[int, int, int] | Stop | None:
         cfa = self._value(row.cfa, 0, sp, fp, topmost, registers, memory)
         if cfa is None:
@@ -281,7 +260,7 @@ class Unwinder:
         assert ra is not None and new_fp is not None
         return ra, cfa + self.sp_offset, new_fp
 
-    def _step_fp(self, sp: int, fp: int, memory: StackMemory) -> tuple[int, int, int] | None:
+    def _step_fp(self, sp: int, fp: int, memory: StackReader) -> tuple[int, int, int] | None:
         """Frame-pointer fallback: [fp] = caller's fp, [fp + 8] = return address."""
         if fp < sp or fp & 7:
             return None
