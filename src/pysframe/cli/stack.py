@@ -271,7 +271,7 @@ def _describe(thread: _Walked, names: _Names) -> dict[str, Any]:
                 frames.append(_frame_record(pc, "tailcall", f"{name}", [name],
                                             names.space.find(pc - 1)))
         symbol, frame_names = names.frame(mapping, lookup)
-        frames.append(_frame_record(frame.pc, frame.method, symbol, frame_names, mapping))
+        frames.append(_frame_record(frame.pc, frame.method.value, symbol, frame_names, mapping))
         previous = (mapping, lookup)
     return {"tid": thread.tid, "name": thread.name, "frames": frames,
             "stop": result.stop.value}
