@@ -9,9 +9,10 @@ import pytest
 from conftest import FIXTURES
 from pysframe.format import ABI
 from pysframe.sources.perf_data import open_perf_data
-from pysframe.unwind.modules import AddressSpace
+from pysframe.unwind.address_space import AddressSpace
+from pysframe.unwind.memory import StackMemory
 from pysframe.unwind.perf_session import PerfUnwinder
-from pysframe.unwind.unwinder import Registers, StackMemory, Stop, Unwinder
+from pysframe.unwind.unwinder import Registers, Stop, Unwinder
 
 LUA = FIXTURES / "real" / "lua-2.46-x86_64"
 needs_recording = pytest.mark.skipif(not (LUA / "perf.data").exists(), reason="no recording")
@@ -63,7 +64,7 @@ def test_lua_recording_frames_match_perf(tmp_path: object, monkeypatch: pytest.M
 
 def test_x86_64_step_and_failure_kinds() -> None:
     from pysframe.format import FDE, FRE, BaseReg, Section, SFrameLookup, SFrameReader, encode
-    from pysframe.unwind.modules import Mapping, Module
+    from pysframe.unwind.address_space import Mapping, Module
 
     section = Section(version=3, abi=ABI.AMD64_ENDIAN_LITTLE, cfa_fixed_ra_offset=-8, fdes=[
         FDE(0x1000, 0x20, [FRE(0, (8,)), FRE(1, (16, -16)), FRE(4, (16, -16), BaseReg.FP)]),
@@ -144,7 +145,7 @@ def test_reports_folded_speedscope_svg(tmp_path: object) -> None:
 
 def _space_with(section: object, start: int, end: int) -> AddressSpace:
     from pysframe.format import SFrameLookup, SFrameReader, encode
-    from pysframe.unwind.modules import Mapping, Module
+    from pysframe.unwind.address_space import Mapping, Module
 
     module = Module("/bin/t", None, 0, SFrameLookup(SFrameReader(encode(section), 0)), "test")
     space = AddressSpace()

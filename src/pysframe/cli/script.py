@@ -51,7 +51,7 @@ def _with_stops(samples: Any) -> Any:
     for unwound in samples:
         sys.stderr.write(f"{unwound.sample.tid} {unwound.sample.time}: "
                          f"{len(unwound.unwind.frames)} frames "
-                         f"({', '.join(f.method for f in unwound.unwind.frames)}); "
+                         f"({', '.join(f.method.value for f in unwound.unwind.frames)}); "
                          f"stopped: {unwound.unwind.stop.value}\n")
         yield unwound
 

@@ -56,7 +56,8 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
               report: Any, core: str | None = None, timeout: float = 10.0,
               debuginfo: bool = True, modules: bool = False, exe: str | None = None) -> int:
     from ..format.constants import ABI
-    from ..unwind.modules import AddressSpace, BinaryFinder
+    from ..unwind.address_space import AddressSpace
+    from ..unwind.modules import BinaryFinder
     from ..unwind.unwinder import Unwinder
 
     if platform.machine() != "x86_64":
@@ -79,7 +80,7 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
 def _walk_core(core: str, finder: Any, space: Any, unwinder: Any,
                exe: str | None) -> tuple[int, list[_Walked]]:
     from ..sources.core import CoreFile
-    from ..unwind.modules import Mapping
+    from ..unwind.address_space import Mapping
 
     core_file = CoreFile(core)
     program = core_file.executable
@@ -102,7 +103,7 @@ def _walk_core(core: str, finder: Any, space: Any, unwinder: Any,
 def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any,
                timeout: float) -> list[_Walked]:
     from ..sources.live import Attached, LiveError, read_maps
-    from ..unwind.modules import Mapping
+    from ..unwind.address_space import Mapping
 
     try:
         maps = read_maps(pid)
@@ -270,7 +271,7 @@ def _describe(thread: _Walked, names: _Names) -> dict[str, Any]:
                 frames.append(_frame_record(pc, "tailcall", f"{name}", [name],
                                             names.space.find(pc - 1)))
         symbol, frame_names = names.frame(mapping, lookup)
-        frames.append(_frame_record(frame.pc, frame.method, symbol, frame_names, mapping))
+        frames.append(_frame_record(frame.pc, frame.method.value, symbol, frame_names, mapping))
         previous = (mapping, lookup)
     return {"tid": thread.tid, "name": thread.name, "frames": frames,
             "stop": result.stop.value}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..unwind.modules import Mapping
+from ..unwind.address_space import Mapping
 from .symbols import SymbolTable, load_symbols
 
 

@@ -1,8 +1,9 @@
-"""The stack tracer: :mod:`.modules` (an address space of mapped ELF files and their
-SFrame tables), :mod:`.unwinder` (one frame at a time, SFrame first, frame pointers as
-fallback) and :mod:`.perf_session` (the samples of a perf.data recording).
+"""The stack tracer: an address space of modules, SFrame rules, frame-pointer fallback.
 
-Nothing is exported at the package level: those modules are the API.
+``address_space`` is the data model (modules, mappings, the address space) later stages
+read; ``modules`` loads binaries and their tables into it; ``memory`` is what the tracer
+reads the stack through (``StackReader``); ``plans`` are the cached per-pc decisions of
+``unwinder``, the tracer; ``perf_session`` feeds it the samples of a perf.data recording.
 """
 
 __all__: list[str] = []

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from ..format.constants import ABI
 from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task, in_time_order
-from .modules import AddressSpace, BinaryFinder, Mapping
-from .unwinder import Registers, StackMemory, Unwind, Unwinder
+from .address_space import AddressSpace, Mapping
+from .memory import StackMemory
+from .modules import BinaryFinder
+from .unwinder import Registers, Unwind, Unwinder
 
 
 @dataclass(slots=True, frozen=True)

@@ -3,22 +3,31 @@
 Like framehop: the rules of a frame are small values (:class:`~pysframe.format.lookup.Rule`)
 applied by one step function, failures are explicit stop reasons (memory
 unreadable, did not advance, moved backwards, depth limit), and the lookup
-from address to rule goes through the SFrame table's caches. Registers other
-than SP/FP (and the link register) are known only in the topmost frame.
+from address to rule goes through the SFrame table's caches. What to do at a
+return address is decided once (a :mod:`plan <.plans>`) and cached, bounded.
+Registers other than SP/FP (and the link register) are known only in the
+topmost frame.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, Rule, RuleKind
-from .modules import AddressSpace, Mapping
-
-_U64 = struct.Struct("<Q")
-_U64_BE = struct.Struct(">Q")
+from .address_space import AddressSpace, Mapping
+from .memory import StackReader
+from .plans import (
+    NO_MODULE,
+    DefaultPlan,
+    FramePointerPlan,
+    NoModulePlan,
+    Plan,
+    PlanCache,
+    RowPlan,
+    SigreturnPlan,
+)
 
 
 class Stop(Enum):
@@ -34,30 +43,30 @@ class Stop(Enum):
     DEPTH = "depth limit"
 
 
-class StackMemory:
-    """The bytes of a thread's stack copied at ``base`` (e.g. perf's STACK_USER)."""
+class FrameMethod(StrEnum):
+    """How a frame was found; the value is the word printed (``--show-stops``, JSON)."""
 
-    __slots__ = ("_reader", "base", "data", "end")
+    IP = "ip"  #: frame 0: the sampled pc
+    SFRAME = "sframe"  #: recovered by an SFrame rule
+    FP = "fp"  #: recovered by following the frame pointer
+    SIGRETURN = "sigreturn"  #: the signal trampoline (its pc is exact)
+    SIGNAL = "signal"  #: the frame a signal interrupted (its pc is exact)
 
-    def __init__(self, base: int, data: memoryview | bytes, big_endian: bool = False) -> None:
-        self.base = base
-        self.data = data
-        self.end = base + len(data)
-        self._reader = _U64_BE if big_endian else _U64
 
-    def read(self, address: int) -> int | None:
-        offset = address - self.base
-        if offset < 0 or address + 8 > self.end:
-            return None
-        return int(self._reader.unpack_from(self.data, offset)[0])
+#: Frame methods whose pc is exact rather than a return address (printed as is).
+EXACT_PC = frozenset({FrameMethod.SIGRETURN, FrameMethod.SIGNAL})
+
+# The loop below reads these as module globals rather than enum class attributes.
+_IP, _SFRAME, _FP = FrameMethod.IP, FrameMethod.SFRAME, FrameMethod.FP
+_SIGRETURN, _SIGNAL = FrameMethod.SIGRETURN, FrameMethod.SIGNAL
 
 
 @dataclass(slots=True)
 class Frame:
     pc: int
-    #: "ip" (frame 0), "sframe" or "fp" (how this frame's caller was recovered is the next
-    #: frame's method).
-    method: str
+    #: IP (frame 0), SFRAME or FP (how this frame's caller was recovered is the next
+    #: frame's method), SIGRETURN / SIGNAL around a signal frame.
+    method: FrameMethod
 
 
 @dataclass(slots=True)
@@ -79,13 +88,6 @@ class Registers:
     others: dict[int, int] = field(default_factory=dict)
 
 
-#: Frame methods whose pc is exact rather than a return address (printed as is).
-EXACT_PC = frozenset({"sigreturn", "signal"})
-
-_NO_MODULE = object()
-_NO_RULE = object()
-_SIGRETURN = object()
-
 #: x86-64 rt_sigreturn trampoline (glibc's __restore_rt): mov $15,%rax; syscall.
 X86_64_SIGRETURN = bytes.fromhex("48c7c00f0000000f05")
 #: Offsets in the x86-64 signal frame, from the stack pointer in __restore_rt: the
@@ -100,35 +102,53 @@ _X86_64_DWARF = {"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rb
 
 class Unwinder:
     def __init__(self, abi: ABI, max_depth: int = 127) -> None:
-        #: Per (address space, caller PC) plan, reused across samples (the rule cache).
-        self._plans: dict[tuple[int, int, int], tuple[Mapping | None, object]] = {}
+        #: Plans per (address-space layout, caller pc), reused across samples (the rule
+        #: cache; bounded, see :data:`~.plans.PLAN_CACHE_LIMIT`).
+        self._plans = PlanCache()
         self.abi = abi
         regs = DWARF_REGS[abi]
         self.sp_reg, self.fp_reg, self.ra_reg = regs.sp, regs.fp, regs.ra
         self.max_depth = max_depth
         self.sp_offset = S390X_SP_VAL_OFFSET if abi.is_s390x else 0
 
-    def unwind(self, registers: Registers, memory: StackMemory, space: AddressSpace) -> Unwind:
-        result = Unwind([Frame(registers.pc, "ip")])
+    def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace) -> Unwind:
+        result = Unwind([Frame(registers.pc, _IP)])
         frames = result.frames
         mappings = result.mappings
         pc, sp, fp, lr = registers.pc, registers.sp, registers.fp, registers.lr
         topmost = True
-        plans = self._plans
+        cache = self._plans
+        plans = cache.plans_for(space)
         read = memory.read
-        while len(frames) < self.max_depth:
-            lookup_pc = pc if topmost else pc - 1
-            planned = plans.get((id(space), space.version, lookup_pc)) if not topmost else None
-            if planned is None:
-                planned = self._plan(space, pc, lookup_pc)
-                if not topmost:
-                    plans[(id(space), space.version, lookup_pc)] = planned
-            mapping, plan = planned
-            mappings.append(mapping)
-            if plan is _SIGRETURN:
+        sp_offset, max_depth = self.sp_offset, self.max_depth
+        plan: Plan | None
+        while len(frames) < max_depth:
+            if topmost:
+                # Not cached: the topmost pc is exact, a cached plan is for a return address.
+                plan = self._plan(space, pc, pc)
+            else:
+                plan = plans.get(pc - 1)
+                if plan is None:
+                    plan = self._plan(space, pc, pc - 1)
+                    plans = cache.remember(space, pc - 1, plan)
+            mappings.append(plan.mapping)
+            if isinstance(plan, DefaultPlan):
+                # The common default rule (CFA = SP/FP + offset, RA and FP on the stack),
+                # precomputed per pc: a few additions and at most two loads.
+                cfa = (sp if plan.sp_based else fp) + plan.cfa_offset
+                new_pc = read(cfa + plan.ra_offset)
+                if new_pc is None:
+                    result.stop = Stop.MEMORY
+                    return result
+                new_sp, new_fp, method = cfa + sp_offset, fp, _SFRAME
+                if plan.fp_offset is not None:
+                    saved = read(cfa + plan.fp_offset)
+                    if saved is not None:
+                        new_fp = saved
+            elif isinstance(plan, SigreturnPlan):
                 # A signal frame: the interrupted context is saved on the stack. Its pc is
                 # exact (not a return address), and all its registers are known again.
-                frames[-1].method = "sigreturn"
+                frames[-1].method = _SIGRETURN
                 restored = self._step_sigreturn(sp, memory)
                 if restored is None:
                     result.stop = Stop.MEMORY
@@ -136,45 +156,14 @@ class Unwinder:
                 pc, sp, fp, others = restored
                 registers = Registers(pc, sp, fp, 0, others)
                 topmost = True
-                frames.append(Frame(pc, "signal"))
+                frames.append(Frame(pc, _SIGNAL))
                 continue
-            if plan.__class__ is tuple:
-                # The common default rule (CFA = SP/FP + offset, RA and FP on the stack),
-                # precomputed per PC: a few additions and at most two loads.
-                sp_based, cfa_offset, ra_offset, fp_offset = plan
-                cfa = (sp if sp_based else fp) + cfa_offset
-                ra = read(cfa + ra_offset)
-                if ra is None:
-                    result.stop = Stop.MEMORY
-                    return result
-                if fp_offset is not None:
-                    saved = read(cfa + fp_offset)
-                    new_fp = fp if saved is None else saved
-                else:
-                    new_fp = fp
-                step: tuple[int, int, int] | Stop | None = (ra, cfa + self.sp_offset, new_fp)
-                method = "sframe"
-            elif plan.__class__ is FrameRow:
-                row = plan
-                assert isinstance(row, FrameRow)
-                if row.outermost:
-                    result.stop = Stop.OUTERMOST
-                    return result
-                step = self._step_sframe(row, pc, sp, fp, lr, topmost, registers, memory)
-                method = "sframe"
             else:
-                step = self._step_fp(sp, fp, memory)
-                method = "fp"
-                if step is None and plan is _NO_MODULE:
-                    result.stop = Stop.NO_MODULE
+                step = self._step_other(plan, pc, sp, fp, lr, topmost, registers, memory)
+                if isinstance(step, Stop):
+                    result.stop = step
                     return result
-            if isinstance(step, Stop):
-                result.stop = step
-                return result
-            if step is None:
-                result.stop = Stop.NO_RULE
-                return result
-            new_pc, new_sp, new_fp = step
+                new_pc, new_sp, new_fp, method = step
             if new_pc == 0:
                 result.stop = Stop.ZERO_PC
                 return result
@@ -188,19 +177,39 @@ class Unwinder:
         result.stop = Stop.DEPTH
         return result
 
-    def _plan(self, space: AddressSpace, pc: int, lookup_pc: int
-              ) -> tuple[Mapping | None, object]:
-        """The mapping and plan for a frame at ``pc`` (rules looked up at ``lookup_pc``: pc - 1
-        for return addresses). A return into the sigreturn trampoline is a signal frame."""
+    def _step_other(self, plan: RowPlan | FramePointerPlan | NoModulePlan, pc: int, sp: int,
+                    fp: int, lr: int, topmost: bool, registers: Registers,
+                    memory: StackReader) -> tuple[int, int, int, FrameMethod] | Stop:
+        """The caller's pc, sp, fp and how they were found, for a general SFrame row or the
+        frame-pointer fallback; or why there is no caller."""
+        if isinstance(plan, RowPlan):
+            row = plan.row
+            if row.outermost:
+                return Stop.OUTERMOST
+            step = self._step_sframe(row, pc, sp, fp, lr, topmost, registers, memory)
+            if isinstance(step, Stop):
+                return step
+            method = _SFRAME
+        else:
+            step = self._step_fp(sp, fp, memory)
+            if step is None and isinstance(plan, NoModulePlan):
+                return Stop.NO_MODULE
+            method = _FP
+        if step is None:
+            return Stop.NO_RULE
+        return step[0], step[1], step[2], method
+
+    def _plan(self, space: AddressSpace, pc: int, lookup_pc: int) -> Plan:
+        """The plan for a frame at ``pc`` (rules looked up at ``lookup_pc``: pc - 1 for
+        return addresses). A return into the sigreturn trampoline is a signal frame."""
         if self.abi is ABI.AMD64_ENDIAN_LITTLE:
             mapping = space.find(pc)
             if (mapping is not None
                     and mapping.code(pc, len(X86_64_SIGRETURN)) == X86_64_SIGRETURN):
-                return mapping, _SIGRETURN
-        mapping = space.find(lookup_pc)
-        return mapping, self._plan_in(mapping, lookup_pc)
+                return SigreturnPlan(mapping)
+        return self._plan_in(space.find(lookup_pc), lookup_pc)
 
-    def _step_sigreturn(self, sp: int, memory: StackMemory
+    def _step_sigreturn(self, sp: int, memory: StackReader
                         ) -> tuple[int, int, int, dict[int, int]] | None:
         values = {}
         for name, index in _X86_64_GREG.items():
@@ -211,22 +220,22 @@ class Unwinder:
         others = {number: values[name] for name, number in _X86_64_DWARF.items()}
         return values["rip"], values["rsp"], values["rbp"], others
 
-    def _plan_in(self, mapping: Mapping | None, pc: int) -> object:
-        """What to do at ``pc``: a (sp_based, cfa_offset, ra_offset, fp_offset) tuple for the
-        common default rule, the :class:`FrameRow` otherwise, or a marker for "no rule"."""
+    def _plan_in(self, mapping: Mapping | None, pc: int) -> Plan:
+        """What to do at ``pc``: the precomputed default rule where it applies, the general
+        SFrame row otherwise, or the frame-pointer fallback where there is no row."""
         if mapping is None:
-            return _NO_MODULE
+            return NO_MODULE
         row = mapping.module.find_fre(pc) if mapping.module else None
         if row is None:
-            return _NO_RULE
+            return FramePointerPlan(mapping)
         cfa, ra, fp = row.cfa, row.ra, row.fp
         if (not row.outermost and not row.ra_mangled and not cfa.deref
                 and cfa.regnum in (self.sp_reg, self.fp_reg)
                 and ra.kind == RuleKind.CFA and ra.deref
                 and (fp.kind == RuleKind.RETAIN or (fp.kind == RuleKind.CFA and fp.deref))):
-            return (cfa.regnum == self.sp_reg, cfa.offset, ra.offset,
-                    fp.offset if fp.kind == RuleKind.CFA else None)
-        return row
+            return DefaultPlan(mapping, cfa.regnum == self.sp_reg, cfa.offset, ra.offset,
+                               fp.offset if fp.kind == RuleKind.CFA else None)
+        return RowPlan(mapping, row)
 
     def _register(self, regnum: int, sp: int, fp: int, topmost: bool,
                   registers: Registers) -> int | None:
@@ -241,7 +250,7 @@ class Unwinder:
         return None
 
     def _value(self, rule: Rule, cfa: int, sp: int, fp: int, topmost: bool,
-               registers: Registers, memory: StackMemory) -> int | None:
+               registers: Registers, memory: StackReader) -> int | None:
         if rule.kind == RuleKind.CFA:
             address = cfa + rule.offset
         else:
@@ -254,7 +263,7 @@ class Unwinder:
         return memory.read(address)
 
     def _step_sframe(self, row: FrameRow, pc: int, sp: int, fp: int, lr: int, topmost: bool,
-                     registers: Registers, memory: StackMemory
+                     registers: Registers, memory: StackReader
                      ) -> tuple[int, int, int] | Stop | None:
         cfa = self._value(row.cfa, 0, sp, fp, topmost, registers, memory)
         if cfa is None:
@@ -281,7 +290,7 @@ class Unwinder:
         assert ra is not None and new_fp is not None
         return ra, cfa + self.sp_offset, new_fp
 
-    def _step_fp(self, sp: int, fp: int, memory: StackMemory) -> tuple[int, int, int] | None:
+    def _step_fp(self, sp: int, fp: int, memory: StackReader) -> tuple[int, int, int] | None:
         """Frame-pointer fallback: [fp] = caller's fp, [fp + 8] = return address."""
         if fp < sp or fp & 7:
             return None

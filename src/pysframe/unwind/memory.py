@@ -1,0 +1,48 @@
+"""Stack memory as the tracer sees it: 8-byte words read at addresses.
+
+:class:`StackReader` is the one thing the tracer asks of memory. Three sources
+provide it: :class:`StackMemory` (the stack copy of a perf sample),
+``sources.core.CoreMemory`` (a core's PT_LOAD segments) and
+``sources.live.ProcessMemory`` (``/proc/PID/mem``). The last two live in an
+earlier stage and satisfy the protocol structurally, without importing it.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Protocol
+
+_U64 = struct.Struct("<Q")
+_U64_BE = struct.Struct(">Q")
+
+
+class StackReader(Protocol):
+    """Reads the 8-byte word at ``address``: its value, or ``None`` where it is not readable."""
+
+    def read(self, address: int) -> int | None: ...
+
+
+class StackMemory:
+    """The bytes of a thread's stack copied at ``base`` (e.g. perf's STACK_USER)."""
+
+    __slots__ = ("_reader", "base", "data", "end")
+
+    def __init__(self, base: int, data: memoryview | bytes, big_endian: bool = False) -> None:
+        self.base = base
+        self.data = data
+        self.end = base + len(data)
+        self._reader = _U64_BE if big_endian else _U64
+
+    def read(self, address: int) -> int | None:
+        offset = address - self.base
+        if offset < 0 or address + 8 > self.end:
+            return None
+        return int(self._reader.unpack_from(self.data, offset)[0])
+
+
+if TYPE_CHECKING:
+    # A static check (mypy) that every memory source fits the protocol the tracer takes.
+    from ..sources.core import CoreMemory
+    from ..sources.live import ProcessMemory
+
+    _READERS: tuple[type[StackReader], ...] = (StackMemory, CoreMemory, ProcessMemory)
