@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pysframe.format import ABI, FDE, FRE, Section, SFrameReader, encode
+from pysframe.format import ABI, FDE, FRE, Section, SFrameLookup, SFrameReader, encode
 from pysframe.unwind.address_space import AddressSpace, Mapping, Module
 from pysframe.unwind.memory import StackMemory
 from pysframe.unwind.plans import DefaultPlan, FramePointerPlan, PlanCache
@@ -10,7 +10,7 @@ from pysframe.unwind.unwinder import EXACT_PC, FrameMethod, Registers, Stop, Unw
 
 
 def _mapping(start: int, end: int, section: Section | None) -> Mapping:
-    lookup = SFrameReader(encode(section), 0).lookup() if section is not None else None
+    lookup = SFrameLookup(SFrameReader(encode(section), 0)) if section is not None else None
     return Mapping(start, end, 0, "/bin/t", None, Module("/bin/t", None, 0, lookup, "test"))
 
 
