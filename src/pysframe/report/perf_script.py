@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from ..sources.perf_data import EventAttr
-from ..symbolize.symbolizer import Symbolizer
+from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
 from ..unwind.perf_session import UnwoundSample
 from ..unwind.unwinder import EXACT_PC
@@ -49,7 +49,7 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
                 line = f"\t{pc:16x} [unknown] ([unknown])"
             else:
                 shown = pc - mapping.start + mapping.pgoff
-                line = f"\t{shown:16x} {symbolizer.symbol(mapping, pc)} ({mapping.filename})"
+                line = f"\t{shown:16x} {symbol_text(symbolizer.symbol(mapping, pc))} ({mapping.filename})"
             if lines_cache is not None:
                 lines_cache[key] = line
         lines.append(line)

@@ -11,11 +11,14 @@ a damaged entry is ignored and rewritten.
 from __future__ import annotations
 
 import marshal
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..cachedir import store
 from .symbols import cache_entry
+
+if TYPE_CHECKING:
+    from .dwarf import DwarfNames
 
 #: Bumped whenever the answers of DwarfNames change, so old memos are not reused.
 MEMO_FORMAT = 3
@@ -28,7 +31,7 @@ class CachedDwarfNames:
     def __init__(self, path: str, build_id: bytes | None, *, use_cache: bool = True) -> None:
         self.path = path
         self.build_id = build_id
-        self._real: Any = None
+        self._real: DwarfNames | None = None
         self._opened = False
         self._dirty = False
         self._memo: dict[tuple[Any, ...], Any] = {}
@@ -37,7 +40,18 @@ class CachedDwarfNames:
         if self._memo_path is not None:
             self._memo = _load(self._memo_path)
 
-    def _ask(self, *question: Any) -> Any:
+    @property
+    def memo_path(self) -> str | None:
+        """Where this build id's memo is kept (None without a build id or a cache)."""
+        return self._memo_path
+
+    @property
+    def dwarf_opened(self) -> bool:
+        """Whether some question had to be answered from the DWARF itself."""
+        return self._opened
+
+    def _ask(self, question: tuple[Any, ...], answer: Callable[[DwarfNames], Any]) -> Any:
+        """The memo's answer to ``question``, else ``answer`` of the real DWARF names."""
         if question in self._memo:
             return self._memo[question]
         if not self._opened:
@@ -45,35 +59,37 @@ class CachedDwarfNames:
 
             self._real = DwarfNames.open(self.path, self.build_id)
             self._opened = True
-        answer = None
-        if self._real is not None:
-            answer = getattr(self._real, question[0])(*question[1:])
-        self._memo[question] = answer
+        result = answer(self._real) if self._real is not None else None
+        self._memo[question] = result
         self._dirty = True
-        return answer
+        return result
 
     def frames_at(self, address: int) -> list[str] | None:
-        answer = self._ask("frames_at", address)
+        answer = self._ask(("frames_at", address), lambda real: real.frames_at(address))
         return list(answer) if answer is not None else None
 
     def function_entry(self, address: int) -> int | None:
-        answer = self._ask("function_entry", address)
+        answer = self._ask(("function_entry", address),
+                           lambda real: real.function_entry(address))
         return int(answer) if answer is not None else None
 
     def call_site_target(self, return_address: int) -> int | str | None:
-        answer = self._ask("call_site_target", return_address)
+        answer = self._ask(("call_site_target", return_address),
+                           lambda real: real.call_site_target(return_address))
         return answer if isinstance(answer, int | str) else None
 
     def call_site_targets(self, return_address: int) -> list[int] | str | None:
-        answer = self._ask("call_site_targets", return_address)
+        answer = self._ask(("call_site_targets", return_address),
+                           lambda real: real.call_site_targets(return_address))
         if isinstance(answer, str):
             return answer
         return [int(address) for address in answer] if answer is not None else None
 
-    def tail_call_chain(self, target_entry: int | list[int], callee_entry: int
+    def tail_call_chain(self, target_entry: int | Sequence[int], callee_entry: int
                         ) -> list[tuple[str, int]] | None:
-        key = tuple(target_entry) if isinstance(target_entry, list) else target_entry
-        answer = self._ask("tail_call_chain", key, callee_entry)
+        key = target_entry if isinstance(target_entry, int) else tuple(target_entry)
+        answer = self._ask(("tail_call_chain", key, callee_entry),
+                           lambda real: real.tail_call_chain(key, callee_entry))
         return [(str(name), int(pc)) for name, pc in answer] if answer is not None else None
 
     def remember(self, question: tuple[Any, ...], compute: Callable[[], Any]) -> Any:

@@ -1,16 +1,37 @@
-"""Frames to text: ``sym+0xoff`` and the dso, per mapping, with a cache per module."""
+"""ELF symbols for frames: the symbol (name and offset) at a runtime address of a mapping,
+with one symbol table per module and one answer per (module, address)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..unwind.address_space import Mapping
 from .symbols import SymbolTable, load_symbols
+
+UNKNOWN = "[unknown]"
+
+
+@dataclass(slots=True, frozen=True)
+class SymbolHit:
+    """The symbol containing an address, and the address's offset into it."""
+
+    name: str
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.name}+{self.offset:#x}"
+
+
+def symbol_text(hit: SymbolHit | None) -> str:
+    """``name+0xoff``, as perf prints a frame's symbol, or ``[unknown]``."""
+    return UNKNOWN if hit is None else f"{hit.name}+{hit.offset:#x}"
 
 
 class Symbolizer:
     def __init__(self) -> None:
         self._tables: dict[tuple[str, bytes | None], SymbolTable | None] = {}
-        # Samples repeat the same frames: one string per (module, link-time address).
-        self._names: dict[tuple[int, int], str] = {}
+        # Samples repeat the same frames: one answer per (module, link-time address).
+        self._hits: dict[tuple[int, int], SymbolHit | None] = {}
 
     def table(self, mapping: Mapping) -> SymbolTable | None:
         module = mapping.module
@@ -21,20 +42,20 @@ class Symbolizer:
             self._tables[key] = load_symbols(module.image)
         return self._tables[key]
 
+    def symbol(self, mapping: Mapping | None, address: int) -> SymbolHit | None:
+        """The symbol at the runtime ``address`` in ``mapping``, or ``None``."""
+        if mapping is None or mapping.module is None:
+            return None
+        key = (id(mapping.module.image), address - mapping.module.bias)
+        if key in self._hits:
+            return self._hits[key]
+        table = self.table(mapping)
+        found = table.lookup(key[1]) if table is not None else None
+        hit = None if found is None else SymbolHit(found[0], found[1])
+        self._hits[key] = hit
+        return hit
+
     def function(self, mapping: Mapping | None, address: int) -> str:
         """The function name alone (for stack aggregation), or ``[unknown]``."""
-        text = self.symbol(mapping, address)
-        return text.rsplit("+0x", 1)[0] if text != "[unknown]" else text
-
-    def symbol(self, mapping: Mapping | None, address: int) -> str:
-        """``name+0xoff`` for a runtime ``address`` in ``mapping``, or ``[unknown]``."""
-        if mapping is None or mapping.module is None:
-            return "[unknown]"
-        key = (id(mapping.module.image), address - mapping.module.bias)
-        text = self._names.get(key)
-        if text is None:
-            table = self.table(mapping)
-            found = table.lookup(key[1]) if table is not None else None
-            text = "[unknown]" if found is None else f"{found[0]}+{found[1]:#x}"
-            self._names[key] = text
-        return text
+        hit = self.symbol(mapping, address)
+        return UNKNOWN if hit is None else hit.name

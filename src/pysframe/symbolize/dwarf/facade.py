@@ -4,8 +4,8 @@ tail-call frames for the addresses of one ELF file, and where its DWARF is found
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from ...elf.debuginfo import build_id_path
 from ..symbols import NamedSymbols, named_symbols
@@ -211,6 +211,14 @@ class DwarfNames:
             return dwarf.symbol(name)
         except DWARF_ERRORS:
             return None
+
+    def remember(self, question: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        """A caller's derived answer: computed each time (this class keeps no memo; see
+        :class:`~pysframe.symbolize.dwarf_cache.CachedDwarfNames`)."""
+        return compute()
+
+    def save(self) -> None:
+        """Nothing to keep: answers live as long as this object."""
 
     def _load(self) -> _Dwarf | None:
         if self._dwarf is None and not self._failed:
