@@ -60,7 +60,7 @@ def in_process_time(pid: int, runs: int) -> float:
     for _ in range(runs):
         with contextlib.redirect_stdout(io.StringIO()):
             start = time.perf_counter()
-            run_stack(pid, as_json=False, show_build_id=False, max_depth=256, report=print)
+            run_stack(pid, as_json=False, show_build_id=False, max_depth=256)
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -1,6 +1,5 @@
-"""The ``sframe`` command line: :mod:`.main` (options, and the one place where errors
-become exit codes, decided in :mod:`.errors`) and one module per command (:mod:`.dump`,
-:mod:`.validate`, :mod:`.generate`, :mod:`.script`, :mod:`.stack`, :mod:`.demo`).
+"""The ``sframe`` command line: :mod:`.main` holds the options and is the one place where
+errors become exit codes (decided in :mod:`.errors`); one module per command.
 
 No library API: the entry point is ``pysframe.cli.main:main`` (the ``sframe`` script).
 """

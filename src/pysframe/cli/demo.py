@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 from importlib import resources
-from typing import Any
 
 from .errors import EXIT_OK, CommandError
 
@@ -28,7 +27,7 @@ CHILD = "demo-child"
 CHILD_CHAIN = "main -> outer -> middle -> inner -> wait_for_parent -> read(2)"
 
 
-def run_demo(report: Any) -> int:
+def run_demo() -> int:
     if platform.machine() != "x86_64" or not sys.platform.startswith("linux"):
         return dump_demo(f"`sframe stack` needs x86-64 Linux (this is {platform.machine()})")
     with tempfile.TemporaryDirectory(prefix="sframe-demo-") as directory:
@@ -47,7 +46,7 @@ def run_demo(report: Any) -> int:
 
             try:
                 return run_stack(child.pid, as_json=False, show_build_id=False, max_depth=64,
-                                 report=report, modules=True)
+                                 modules=True)
             except CommandError as error:
                 return dump_demo(f"could not read the child's stack: {error.message}")
         finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 from ..errors import PysframeError
 from ..format.encode import encode
@@ -13,8 +12,8 @@ from .errors import EXIT_OK, CommandError, naming
 from .files import read_file, write_output
 
 
-def run_generate(path: str, output: str, *, version: int, address: int | None, verbose: bool,
-                 report: Any) -> int:
+def run_generate(path: str, output: str, *, version: int, address: int | None,
+                 verbose: bool) -> int:
     from ..elf import ElfImage
     from ..generate.section import generate
 
@@ -37,7 +36,7 @@ def run_generate(path: str, output: str, *, version: int, address: int | None, v
     return EXIT_OK
 
 
-def run_inject(path: str, output: str, *, version: int, report: Any) -> int:
+def run_inject(path: str, output: str, *, version: int) -> int:
     from ..elf import ElfImage
     from ..generate.inject import inject
 

@@ -97,7 +97,7 @@ def generate(file: str, output: str, version: str, address: int | None, verbose:
     from .generate import run_generate
 
     sys.exit(run_generate(file, output, version=int(version), address=address,
-                          verbose=verbose, report=report))
+                          verbose=verbose))
 
 
 @cli.command()
@@ -110,7 +110,7 @@ def inject(file: str, output: str, version: str) -> None:
     """Write a copy of FILE with a .sframe section generated from its CFI."""
     from .generate import run_inject
 
-    sys.exit(run_inject(file, output, version=int(version), report=report))
+    sys.exit(run_inject(file, output, version=int(version)))
 
 
 @cli.command()
@@ -175,7 +175,7 @@ def stack(pid: int | None, core: str | None, exe: str | None, as_json: bool,
     if exe is not None and core is None:
         raise click.UsageError("--exe goes with --core")
     sys.exit(run_stack(pid, as_json=as_json, show_build_id=show_build_id,
-                       max_depth=max_depth, report=report, core=core, timeout=timeout,
+                       max_depth=max_depth, core=core, timeout=timeout,
                        debuginfo=debuginfo, modules=modules, exe=exe))
 
 
@@ -189,7 +189,7 @@ def demo(section_only: bool) -> None:
 
     if section_only:
         sys.exit(dump_demo(None))
-    sys.exit(run_demo(report))
+    sys.exit(run_demo())
 
 
 def main() -> None:

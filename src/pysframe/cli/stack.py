@@ -54,7 +54,7 @@ def _deadline(seconds: float) -> Iterator[None]:
 
 
 def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth: int,
-              report: Any, core: str | None = None, timeout: float = 10.0,
+              core: str | None = None, timeout: float = 10.0,
               debuginfo: bool = True, modules: bool = False, exe: str | None = None) -> int:
     from ..format.constants import ABI
     from ..unwind.address_space import AddressSpace

@@ -1,29 +1,71 @@
-"""ELF container: the headers of any ELF file, its SFrame sections and their relocations.
+"""ELF container: the headers of any ELF file, its SFrame sections and their relocations,
+and where separate debug files are.
 
-The API is the names below (:class:`ElfImage` and its :class:`SFrameSectionData`,
-:func:`is_elf`, :class:`ElfError`), plus the header readers of :mod:`.headers`, the
-pyelftools-free section finder of :mod:`.quick` and the debug-file locator of
-:mod:`.debuginfo`. Names are loaded on first use (PEP 562), so the start-up-bound paths
-that need only the headers do not import pyelftools with :class:`ElfImage`.
+The API is the names below, imported from here. They are loaded on first use (PEP 562),
+so the start-up-bound paths that need only the headers (:mod:`.headers`, :mod:`.quick`)
+do not import pyelftools with :class:`ElfImage`.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
-__all__ = ["ElfError", "ElfImage", "SFrameSectionData", "is_elf"]
+from ..exports import lazy_exports
 
 if TYPE_CHECKING:
-    from .headers import ElfError, is_elf
+    from .debuginfo import build_id_path, debug_file
+    from .headers import (
+        ElfError,
+        FileHeader,
+        Note,
+        ProgramHeader,
+        SectionHeader,
+        find_build_id,
+        is_elf,
+        iter_notes,
+        read_file_header,
+        read_program_headers,
+        read_section_headers,
+    )
+    from .quick import QuickSection, quick_sframe_sections
     from .sections import ElfImage, SFrameSectionData
 
-_HOMES = {"ElfError": ".headers", "is_elf": ".headers", "ElfImage": ".sections",
-          "SFrameSectionData": ".sections"}
+_HOMES = {
+    "build_id_path": ".debuginfo",
+    "debug_file": ".debuginfo",
+    "ElfError": ".headers",
+    "FileHeader": ".headers",
+    "Note": ".headers",
+    "ProgramHeader": ".headers",
+    "SectionHeader": ".headers",
+    "find_build_id": ".headers",
+    "is_elf": ".headers",
+    "iter_notes": ".headers",
+    "read_file_header": ".headers",
+    "read_program_headers": ".headers",
+    "read_section_headers": ".headers",
+    "QuickSection": ".quick",
+    "quick_sframe_sections": ".quick",
+    "ElfImage": ".sections",
+    "SFrameSectionData": ".sections",
+}
 
+__all__ = [
+    "ElfError",
+    "ElfImage",
+    "FileHeader",
+    "Note",
+    "ProgramHeader",
+    "QuickSection",
+    "SFrameSectionData",
+    "SectionHeader",
+    "build_id_path",
+    "debug_file",
+    "find_build_id",
+    "is_elf",
+    "iter_notes",
+    "quick_sframe_sections",
+    "read_file_header",
+    "read_program_headers",
+    "read_section_headers",
+]
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(home, __name__), name)
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -18,8 +18,9 @@ Apart from ``decode``, ``encode`` and ``validate``, the names are loaded on firs
 (PEP 562), so importing this package imports neither numpy nor pyelftools.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..exports import lazy_exports
 
 if TYPE_CHECKING:
     from .constants import ABI, BaseReg, FDEType, FREType, PCType
@@ -107,9 +108,4 @@ __all__ = [
     "validate",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(home, __name__), name)
+__getattr__ = lazy_exports(__name__, _HOMES)

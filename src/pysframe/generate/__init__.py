@@ -1,11 +1,47 @@
 """Generating SFrame from DWARF CFI, with the rules of GNU as (per function) and GNU ld
 (PLT entries, merging, sorting).
 
-Modules: :mod:`.gas` (one function's CFI to an FDE, or gas's reason to skip it),
-:mod:`.plt` (ld's PLT FDEs), :mod:`.section` (a whole section for an ELF file),
-:mod:`.cache` (generated sections by build id), :mod:`.inject` (a copy of a file with the
-section added), :mod:`.compare` (a section against the file's CFI) and :mod:`.errors`.
-Nothing is exported at the package level: those modules are the API.
+The API is the names below, imported from here (loaded on first use): :func:`generate`
+(a whole section for an ELF file), :func:`sframe_for` (a file's own or generated section,
+cached by build id), :func:`inject` (a copy of a file with the section added),
+:func:`compare_with_cfi` (a section against the file's CFI), :func:`translate` (one
+function's CFI as gas translates it) and :class:`GenerateError`.
 """
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING
+
+from ..exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .cache import sframe_for
+    from .compare import compare_with_cfi, section_for_comparison
+    from .errors import GenerateError
+    from .gas import Skip, translate
+    from .inject import inject
+    from .section import Generated, generate
+
+_HOMES = {
+    "sframe_for": ".cache",
+    "compare_with_cfi": ".compare",
+    "section_for_comparison": ".compare",
+    "GenerateError": ".errors",
+    "Skip": ".gas",
+    "translate": ".gas",
+    "inject": ".inject",
+    "Generated": ".section",
+    "generate": ".section",
+}
+
+__all__ = [
+    "GenerateError",
+    "Generated",
+    "Skip",
+    "compare_with_cfi",
+    "generate",
+    "inject",
+    "section_for_comparison",
+    "sframe_for",
+    "translate",
+]
+
+__getattr__ = lazy_exports(__name__, _HOMES)

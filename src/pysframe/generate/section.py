@@ -30,8 +30,6 @@ class Generated:
     section: Section
     #: (start, size, gas's reason) of every function gas would have skipped.
     skipped: list[tuple[int, int, str]] = field(default_factory=list)
-    #: Functions of the CFI left out on purpose (PLT FDEs, the ``include`` filter).
-    excluded: int = 0
     cfi_errors: list[str] = field(default_factory=list)
 
 
@@ -69,8 +67,7 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
         start, size = cfi.pc_begin, cfi.pc_range
         if any(lo <= start < hi for lo, hi in ranges.values()) or (
                 include is not None and not include(start, size)):
-            result.excluded += 1
-            continue
+            continue  # PLT FDEs (made from ld's rules below), or left out by the caller
         cie = cfi.cie
         try:
             instructions = strip_padding(cie_instructions(data, cie, image.big_endian)) + \

@@ -1,9 +1,58 @@
-"""Names for code addresses: :mod:`.symbols` (ELF symbols, chosen as perf chooses them),
-:mod:`.dwarf_names` (functions and inline frames from DWARF, as gdb names them, with
-the per-build-id memo of :mod:`.dwarf_cache`), :mod:`.kernel` (``/proc/kallsyms``) and
-:mod:`.symbolizer` (frames to ``sym+0xoff`` text).
+"""Names for code addresses: ELF symbols as perf chooses them, and gdb's names from DWARF
+(inline and tail-call frames), with per-build-id caches.
 
-Nothing is exported at the package level: those modules are the API.
+The API is the names below, imported from here (loaded on first use):
+:class:`Symbolizer` (the :class:`SymbolHit` at an address), :class:`FrameNamer` (gdb's
+frame names for an address space), :class:`DwarfNames` and its memoized
+:class:`CachedDwarfNames`, :func:`load_symbols`, :func:`kernel_symbols_for`, and the C++
+demangler functions :func:`demangle` and :func:`cplus_function_name`.
 """
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING
+
+from ..exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .cplus import cplus_function_name, demangle
+    from .dwarf import DwarfNames
+    from .dwarf_cache import CachedDwarfNames
+    from .frames import FrameNamer, FrameNames
+    from .kernel import kernel_symbols_for, load_kallsyms
+    from .symbolizer import SymbolHit, Symbolizer, symbol_text
+    from .symbols import Symbol, SymbolTable, load_symbols
+
+_HOMES = {
+    "cplus_function_name": ".cplus",
+    "demangle": ".cplus",
+    "DwarfNames": ".dwarf",
+    "CachedDwarfNames": ".dwarf_cache",
+    "FrameNamer": ".frames",
+    "FrameNames": ".frames",
+    "kernel_symbols_for": ".kernel",
+    "load_kallsyms": ".kernel",
+    "SymbolHit": ".symbolizer",
+    "Symbolizer": ".symbolizer",
+    "symbol_text": ".symbolizer",
+    "Symbol": ".symbols",
+    "SymbolTable": ".symbols",
+    "load_symbols": ".symbols",
+}
+
+__all__ = [
+    "CachedDwarfNames",
+    "DwarfNames",
+    "FrameNamer",
+    "FrameNames",
+    "Symbol",
+    "SymbolHit",
+    "SymbolTable",
+    "Symbolizer",
+    "cplus_function_name",
+    "demangle",
+    "kernel_symbols_for",
+    "load_kallsyms",
+    "load_symbols",
+    "symbol_text",
+]
+
+__getattr__ = lazy_exports(__name__, _HOMES)
