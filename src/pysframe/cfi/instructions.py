@@ -7,6 +7,7 @@ advances by the code alignment factor, so consumers work in bytes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from .leb128 import DecodeError, read_encoded, read_sleb128, read_uleb128
@@ -75,24 +76,19 @@ class Instruction(NamedTuple):
     block: bytes = b""
 
 
+@dataclass(slots=True)
 class _Operands:
     """The instruction bytes being decoded, the read position, and what scales operands."""
 
-    __slots__ = ("address_size", "big_endian", "code_align", "data", "data_align", "end",
-                 "offset", "pointer_encoding", "section_address")
-
-    def __init__(self, data: bytes | memoryview, offset: int, end: int, code_align: int,
-                 data_align: int, big_endian: bool, address_size: int, pointer_encoding: int,
-                 section_address: int) -> None:
-        self.data = data
-        self.offset = offset
-        self.end = end
-        self.code_align = code_align
-        self.data_align = data_align
-        self.big_endian = big_endian
-        self.address_size = address_size
-        self.pointer_encoding = pointer_encoding
-        self.section_address = section_address
+    data: bytes | memoryview
+    offset: int
+    end: int
+    code_align: int
+    data_align: int
+    big_endian: bool
+    address_size: int
+    pointer_encoding: int
+    section_address: int
 
     def uleb(self) -> int:
         value, self.offset = read_uleb128(self.data, self.offset, self.end)

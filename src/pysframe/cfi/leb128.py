@@ -31,38 +31,39 @@ class DecodeError(PysframeError, ValueError):
         super().__init__(message, offset)
 
 
-def read_uleb128(data: bytes | memoryview, offset: int, end: int) -> tuple[int, int]:
+def _read_leb128(data: bytes | memoryview, offset: int, end: int, kind: str
+                 ) -> tuple[int, int, int, int]:
+    """(value bits, bit count, last byte, offset after) of a LEB128 number at ``offset``."""
     result = 0
     shift = 0
     while True:
         if offset >= end:
-            raise DecodeError("truncated ULEB128", offset)
+            raise DecodeError(f"truncated {kind}", offset)
         byte = data[offset]
         offset += 1
         result |= (byte & 0x7F) << shift
         shift += 7
         if not byte & 0x80:
-            return result, offset
+            return result, shift, byte, offset
         if shift > 70:
-            raise DecodeError("ULEB128 too long", offset)
+            raise DecodeError(f"{kind} too long", offset)
+
+
+def read_uleb128(data: bytes | memoryview, offset: int, end: int) -> tuple[int, int]:
+    if offset < end and data[offset] < 0x80:  # one byte: most values in CFI and DWARF
+        return data[offset], offset + 1
+    result, _, _, offset = _read_leb128(data, offset, end, "ULEB128")
+    return result, offset
 
 
 def read_sleb128(data: bytes | memoryview, offset: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if offset >= end:
-            raise DecodeError("truncated SLEB128", offset)
+    if offset < end and data[offset] < 0x80:  # one byte: bit 6 is the sign
         byte = data[offset]
-        offset += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            if byte & 0x40:
-                result -= 1 << shift
-            return result, offset
-        if shift > 70:
-            raise DecodeError("SLEB128 too long", offset)
+        return (byte - 0x80 if byte & 0x40 else byte), offset + 1
+    result, shift, last, offset = _read_leb128(data, offset, end, "SLEB128")
+    if last & 0x40:
+        result -= 1 << shift
+    return result, offset
 
 
 _FIXED = {

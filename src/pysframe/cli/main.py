@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from ..errors import PysframeError
 from .errors import EXIT_INVALID, EXIT_UNREADABLE, exit_code_for, report
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _parse_address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
@@ -81,12 +85,21 @@ def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, s
                           against_cfi=against_cfi))
 
 
+def _generated_output(what: str) -> Callable[[_F], _F]:
+    """FILE, ``-o OUT`` (``what`` is written there) and ``--sframe-version``: the options
+    of the commands that generate SFrame."""
+    def decorate(command: _F) -> _F:
+        command = click.option(
+            "--sframe-version", "version", type=click.Choice(["2", "3"]), default="3",
+            show_default=True, help="SFrame version to write (V2 follows gas 2.41-2.45).")(command)
+        command = click.option("-o", "--output", required=True,
+                               type=click.Path(dir_okay=False), help=what)(command)
+        return click.argument("file", type=click.Path(dir_okay=False))(command)
+    return decorate
+
+
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Where to write the raw section bytes.")
-@click.option("--sframe-version", "version", type=click.Choice(["2", "3"]), default="3",
-              show_default=True, help="SFrame version to write (V2 follows gas 2.41-2.45).")
+@_generated_output("Where to write the raw section bytes.")
 @click.option("--at", "address", callback=_parse_address, metavar="ADDR",
               help="Address the section will sit at (default: FILE's .sframe, else 0, where "
                    "`sframe inject` puts it).")
@@ -101,11 +114,7 @@ def generate(file: str, output: str, version: str, address: int | None, verbose:
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="The new ELF file (FILE itself is never modified).")
-@click.option("--sframe-version", "version", type=click.Choice(["2", "3"]), default="3",
-              show_default=True)
+@_generated_output("The new ELF file (FILE itself is never modified).")
 def inject(file: str, output: str, version: str) -> None:
     """Write a copy of FILE with a .sframe section generated from its CFI."""
     from .generate import run_inject

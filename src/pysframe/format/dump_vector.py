@@ -15,6 +15,7 @@ reports the precise error.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -239,24 +240,25 @@ def _hexadecimal(values: U64A) -> U8:
     return out
 
 
+@dataclass(slots=True)
 class _Batch:
     """Formats the functions of one index range (see the module docstring)."""
 
-    def __init__(self, buf: U8, table: dict[str, Any], positions: I64, start_size: I64,
-                 num_fres: I64, mask_fde: Any, flex_fde: Any, suffix_code: I64,
-                 suffixes: list[bytes], texts: _TextCache, big_endian: bool) -> None:
-        self.buf = buf
-        self.table = table
-        self.positions = positions
-        self.start_size = start_size
-        self.num_fres = num_fres
-        self.rows_before = np.cumsum(num_fres) - num_fres
-        self.mask_fde = mask_fde
-        self.flex_fde = flex_fde
-        self.suffix_code = suffix_code
-        self.suffixes = suffixes
-        self.texts = texts
-        self.big_endian = big_endian
+    buf: U8
+    table: dict[str, Any]
+    positions: I64
+    start_size: I64
+    num_fres: I64
+    mask_fde: Any
+    flex_fde: Any
+    suffix_code: I64
+    suffixes: list[bytes]
+    texts: _TextCache
+    big_endian: bool
+    rows_before: I64 = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rows_before = np.cumsum(self.num_fres) - self.num_fres
 
     def _keys(self, fde_of_row: I64, info_at: I64) -> tuple[list[bytes], I64]:
         """Distinct row keys of the batch and each row's index into them.

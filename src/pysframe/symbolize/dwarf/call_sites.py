@@ -15,7 +15,7 @@ when an address in it is asked for.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from elftools.common.exceptions import DWARFError
@@ -258,18 +258,17 @@ class CallSites:
         return Target("addresses", (entry,)) if entry is not None else _NO_TARGET
 
 
+@dataclass(slots=True)
 class TailCalls:
     """gdb's search for tail-call paths between a call site's target and the function
     of the frame below."""
 
-    def __init__(self, units: Units, names: Names, frames: Frames, call_sites: CallSites,
-                 symbol: SymbolLookup) -> None:
-        self._units = units
-        self._names = names
-        self._frames = frames
-        self._call_sites = call_sites
-        self._symbol = symbol
-        self._tail_lists: dict[int, list[tuple[Unit, RawCallSite]] | None] = {}
+    _units: Units
+    _names: Names
+    _frames: Frames
+    _call_sites: CallSites
+    _symbol: SymbolLookup
+    _tail_lists: dict[int, list[tuple[Unit, RawCallSite]] | None] = field(default_factory=dict)
 
     def tail_call_pcs(self, targets: list[int], callee: int) -> list[int]:
         """The pcs of gdb's tail-call frames, innermost first (see

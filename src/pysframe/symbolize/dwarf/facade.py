@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ...elf.debuginfo import build_id_path
 from ..symbols import NamedSymbols, named_symbols
@@ -15,6 +15,8 @@ from .info import DWARF_ERRORS
 from .names import Names
 from .stream import SectionTable, read_section_table
 from .units import Units
+
+_T = TypeVar("_T")
 
 
 class DwarfNames:
@@ -87,13 +89,7 @@ class DwarfNames:
         (a single range: its start). gdb 13 ignores DW_AT_entry_pc. Look up the frame's pc
         as for :meth:`frames_at` (pc - 1 for callers). None when no DWARF function covers
         it; gdb then takes the ELF symbol's start, which the caller can do."""
-        dwarf = self._load()
-        if dwarf is None:
-            return None
-        try:
-            return dwarf.frames.function_entry(address)
-        except DWARF_ERRORS:
-            return None
+        return self._answer(lambda dwarf: dwarf.frames.function_entry(address))
 
     def call_site_target(self, return_address: int) -> int | str | None:
         """The target of the DW_TAG_call_site (DWARF 5) / DW_TAG_GNU_call_site (DWARF 4)
@@ -128,13 +124,7 @@ class DwarfNames:
           tail-call frames come from such a site (nor from indirect calls).
 
         None also when there is no such call site (gdb shows no tail-call frame then)."""
-        dwarf = self._load()
-        if dwarf is None:
-            return None
-        try:
-            return dwarf.call_sites.targets(return_address)
-        except DWARF_ERRORS:
-            return None
+        return self._answer(lambda dwarf: dwarf.call_sites.targets(return_address))
 
     def tail_call_chain(self, target_entry: int | Sequence[int], callee_entry: int
                         ) -> list[tuple[str, int]] | None:
@@ -182,12 +172,9 @@ class DwarfNames:
         targets = [target_entry] if isinstance(target_entry, int) else list(target_entry)
         if callee_entry in targets:
             return []
-        dwarf = self._load()
-        if dwarf is None:
-            return None
-        try:
-            pcs = dwarf.tail_calls.tail_call_pcs(targets, callee_entry)
-        except CHAIN_ERRORS:
+        pcs = self._answer(lambda dwarf: dwarf.tail_calls.tail_call_pcs(targets, callee_entry),
+                           CHAIN_ERRORS)
+        if pcs is None:
             return None
         frames: list[tuple[str, int]] = []
         for pc in pcs:
@@ -204,13 +191,7 @@ class DwarfNames:
         one. None when this file does not define it. gdb's ``lookup_minimal_symbol``
         searches every object file in load order and takes the first global symbol, else
         a local one: resolve :meth:`call_site_target` names that way."""
-        dwarf = self._load()
-        if dwarf is None:
-            return None
-        try:
-            return dwarf.symbol(name)
-        except DWARF_ERRORS:
-            return None
+        return self._answer(lambda dwarf: dwarf.symbol(name))
 
     def remember(self, question: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         """A caller's derived answer: computed each time (this class keeps no memo; see
@@ -219,6 +200,17 @@ class DwarfNames:
 
     def save(self) -> None:
         """Nothing to keep: answers live as long as this object."""
+
+    def _answer(self, question: Callable[[_Dwarf], _T],
+                errors: tuple[type[BaseException], ...] = DWARF_ERRORS) -> _T | None:
+        """``question`` asked of the parsed DWARF; None when there is none or it is bad."""
+        dwarf = self._load()
+        if dwarf is None:
+            return None
+        try:
+            return question(dwarf)
+        except errors:
+            return None
 
     def _load(self) -> _Dwarf | None:
         if self._dwarf is None and not self._failed:
