@@ -20,7 +20,7 @@ from pysframe.format.errors import SFrameError
 from pysframe.format.jsondump import section_json
 from pysframe.format.lookup import SFrameLookup
 from pysframe.format.model import FRE
-from pysframe.format.validate import validate
+from pysframe.format.validation import validate
 
 
 def exercise(data: bytes, address: int = 0x1000) -> None:

@@ -12,7 +12,6 @@ architecture, ptrace forbidden), the demo dumps the built-in demo section instea
 from __future__ import annotations
 
 import os
-import platform
 import select
 import shutil
 import subprocess
@@ -28,8 +27,8 @@ CHILD_CHAIN = "main -> outer -> middle -> inner -> wait_for_parent -> read(2)"
 
 
 def run_demo() -> int:
-    if platform.machine() != "x86_64" or not sys.platform.startswith("linux"):
-        return dump_demo(f"`sframe stack` needs x86-64 Linux (this is {platform.machine()})")
+    if os.uname().machine != "x86_64" or not sys.platform.startswith("linux"):
+        return dump_demo(f"`sframe stack` needs x86-64 Linux (this is {os.uname().machine})")
     with tempfile.TemporaryDirectory(prefix="sframe-demo-") as directory:
         program = os.path.join(directory, CHILD)
         with resources.as_file(resources.files("pysframe").joinpath("data", CHILD)) as source:

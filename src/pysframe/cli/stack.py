@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import platform
+import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,8 +61,8 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     from ..unwind.modules import BinaryFinder
     from ..unwind.unwinder import Unwinder
 
-    if platform.machine() != "x86_64":
-        raise CommandError(f"sframe stack supports x86-64 only (this is {platform.machine()})",
+    if os.uname().machine != "x86_64":
+        raise CommandError(f"sframe stack supports x86-64 only (this is {os.uname().machine})",
                            EXIT_UNREADABLE)
     finder = BinaryFinder()
     space = AddressSpace()

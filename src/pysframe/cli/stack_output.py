@@ -3,10 +3,8 @@ tail-call frames included), as text or JSON, and the legend of modules."""
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..symbolize.frames import FrameNamer
 from ..symbolize.symbolizer import SymbolHit, symbol_text
@@ -17,8 +15,7 @@ from .errors import EXIT_INVALID, EXIT_OK
 TAILCALL = "tailcall"
 
 
-@dataclass(slots=True)
-class NamedFrame:
+class NamedFrame(NamedTuple):
     """One printed frame: its pc, how it was found, the ELF symbol (``None`` for a
     tail-call frame or an unknown one), its names innermost first, its mapping."""
 
@@ -45,8 +42,7 @@ class NamedFrame:
             "method": self.method}
 
 
-@dataclass(slots=True)
-class NamedThread:
+class NamedThread(NamedTuple):
     tid: int
     name: str
     frames: list[NamedFrame]
@@ -76,6 +72,8 @@ def print_json(pid: int, threads: list[NamedThread]) -> int:
         {"tid": thread.tid, "name": thread.name,
          "frames": [frame.as_json() for frame in thread.frames], "stop": thread.stop}
         for thread in threads]}
+    import json  # only for --json
+
     json.dump(document, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return EXIT_OK

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import PysframeError
-from ..format.validate import ERROR, WARNING, Finding, validate
+from ..format.validation import ERROR, WARNING, Finding, validate
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError, exit_code_for, naming
 from .files import read_file
 

@@ -8,6 +8,9 @@ import and per-header ``construct`` parsing; pyelftools is still used for what n
 (class, byte order) in :data:`LAYOUTS`. Every read is bounds-checked against the buffer;
 a violation raises :class:`ElfError` with the file offset.
 
+The records are named tuples: immutable, typed, cheap to build (a file has hundreds of
+section headers, and a frozen dataclass costs ten times more to define at start-up).
+
 Extended numbering is resolved here once: ``e_shnum == 0`` takes the count from
 ``sh_size`` of section 0, ``e_shstrndx == SHN_XINDEX`` the name-table index from its
 ``sh_link`` and ``e_phnum == PN_XNUM`` the program-header count from its ``sh_info``.
@@ -15,10 +18,9 @@ Extended numbering is resolved here once: ``e_shnum == 0`` takes the count from
 
 from __future__ import annotations
 
-import mmap
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import PysframeError
 
@@ -54,8 +56,7 @@ class ElfError(PysframeError):
         super().__init__(" ".join(message.split()), offset, path=path, unreadable=unreadable)
 
 
-@dataclass(slots=True, frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """The struct layouts of one ELF class and byte order."""
 
     order: str
@@ -90,8 +91,7 @@ LAYOUTS = {(wide, big): _layout(wide, big) for wide in (False, True) for big in 
 IDENT_SIZE = 16
 
 
-@dataclass(slots=True, frozen=True)
-class FileHeader:
+class FileHeader(NamedTuple):
     """The ELF header, extended numbering resolved."""
 
     layout: Layout
@@ -116,9 +116,8 @@ class FileHeader:
         return self.layout.order == ">"
 
 
-@dataclass(slots=True, frozen=True)
-class SectionHeader:
-    index: int
+class SectionHeader(NamedTuple):
+    number: int  # the section's index in the table
     name: str
     type: int
     flags: int
@@ -134,8 +133,7 @@ class SectionHeader:
         return self.type != SHT_NOBITS
 
 
-@dataclass(slots=True, frozen=True)
-class ProgramHeader:
+class ProgramHeader(NamedTuple):
     type: int
     flags: int
     offset: int
@@ -144,8 +142,7 @@ class ProgramHeader:
     memsz: int
 
 
-@dataclass(slots=True, frozen=True)
-class Note:
+class Note(NamedTuple):
     """One note: ``name`` without its NUL, the descriptor at ``desc_offset`` in the buffer."""
 
     name: bytes
@@ -154,12 +151,37 @@ class Note:
     desc_size: int
 
 
-Buffer = bytes | bytearray | memoryview | mmap.mmap
+if TYPE_CHECKING:  # types only: a reader needs no mmap module to read a buffer
+    import mmap
+    from typing import TypeAlias
+
+    #: What the readers read from: file contents, a view of them, or the mapped file.
+    Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
 
 def is_elf(data: Buffer) -> bool:
     """Whether ``data`` starts with the ELF magic."""
     return bytes(data[:4]) == b"\x7fELF"
+
+
+_MACHINES = {62: "x86-64", 3: "i386", 22: "s390", 183: "aarch64", 40: "arm"}
+
+
+def target_name(machine: int, elf_class: int, big_endian: bool) -> str:
+    """The BFD target name objdump prints after "file format"."""
+    bits = 64 if elf_class == 2 else 32
+    kind = _MACHINES.get(machine)
+    if kind == "aarch64":
+        return f"elf{bits}-{'big' if big_endian else 'little'}aarch64"
+    if kind == "arm":
+        return f"elf32-{'big' if big_endian else 'little'}arm"
+    if kind == "x86-64":
+        return f"elf{bits}-x86-64"
+    if kind == "i386" and bits == 32:
+        return "elf32-i386"
+    if kind == "s390":
+        return f"elf{bits}-s390"
+    return f"elf{bits}-{'big' if big_endian else 'little'}"
 
 
 def read_file_header(data: Buffer, path: str) -> FileHeader:

@@ -18,9 +18,8 @@ from .headers import (
     ElfError,
     read_file_header,
     read_section_headers,
+    target_name,
 )
-
-_MACHINES = {62: "x86-64", 3: "i386", 22: "s390", 183: "aarch64", 40: "arm"}
 
 
 @dataclass(slots=True, frozen=True)
@@ -29,23 +28,6 @@ class QuickSection:
     address: int
     file_offset: int
     raw: bytes
-
-
-def target_name(machine: int, elf_class: int, big_endian: bool) -> str:
-    """The BFD target name objdump prints after "file format"."""
-    bits = 64 if elf_class == 2 else 32
-    kind = _MACHINES.get(machine)
-    if kind == "aarch64":
-        return f"elf{bits}-{'big' if big_endian else 'little'}aarch64"
-    if kind == "arm":
-        return f"elf32-{'big' if big_endian else 'little'}arm"
-    if kind == "x86-64":
-        return f"elf{bits}-x86-64"
-    if kind == "i386" and bits == 32:
-        return "elf32-i386"
-    if kind == "s390":
-        return f"elf{bits}-s390"
-    return f"elf{bits}-{'big' if big_endian else 'little'}"
 
 
 def quick_sframe_sections(data: bytes, name: str = ".sframe"

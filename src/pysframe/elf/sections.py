@@ -27,8 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from elftools.common.exceptions import ELFError as PyElfError
-
 from ..format.decode import sframe_extent
 from ..format.errors import BadMagicError, SFrameError, UnsupportedVersionError
 from .headers import (
@@ -52,8 +50,8 @@ from .headers import (
     read_file_header,
     read_program_headers,
     read_section_headers,
+    target_name,
 )
-from .quick import target_name
 
 _T = TypeVar("_T")
 
@@ -171,6 +169,8 @@ class ElfImage:
 
     def _guard(self, action: Callable[[], _T]) -> _T:
         """Run a pyelftools call, turning its failures on bad input into one-line errors."""
+        from elftools.common.exceptions import ELFError as PyElfError
+
         try:
             return action()
         except ElfError:
@@ -194,7 +194,7 @@ class ElfImage:
     def section_bytes(self, header: SectionHeader) -> bytes:
         """The contents of a section, checked to lie inside the file."""
         if header.offset + header.size > len(self.data):
-            raise self._fail(f"section {header.name or header.index} (size {header.size:#x}) "
+            raise self._fail(f"section {header.name or header.number} (size {header.size:#x}) "
                              f"runs past the end of the file ({len(self.data):#x} bytes)",
                              header.offset)
         return self.data[header.offset:header.offset + header.size]
@@ -222,7 +222,7 @@ class ElfImage:
             raw = self.section_bytes(header)
             relocated, has_relocations = raw, False
             if self.header.type == ET_REL:
-                relocated, has_relocations = self._relocate(header.index, raw)
+                relocated, has_relocations = self._relocate(header.number, raw)
             found.append(SFrameSectionData(name, header.address, header.offset, raw, relocated,
                                            has_relocations, found_by, self.big_endian))
         return found
@@ -260,7 +260,7 @@ class ElfImage:
         r_offset; the result is truncated to the field's width."""
         elf = self.elf
         relocation_sections = [
-            (header.index, self.all_sections()[header.index])
+            (header.number, self.all_sections()[header.number])
             for header in self.section_headers()
             if header.type in (SHT_RELA, SHT_REL) and header.info == target_index]
         if not relocation_sections:
@@ -318,7 +318,7 @@ class ElfImage:
             return None
         data = self.section_bytes(found)
         if relocated and self.header.type == ET_REL:
-            data = self._guard(lambda: self._relocate(found.index, data)[0])
+            data = self._guard(lambda: self._relocate(found.number, data)[0])
         return data, found.address, found.offset
 
     def section_ranges(self, *names: str) -> dict[str, tuple[int, int]]:

@@ -14,7 +14,7 @@ SFrameReader, SFrameLookup``); the modules behind them are the implementation:
   text, in the :class:`DumpStyle` of a binutils release) and :func:`section_json`;
 - errors: every bad input raises a subclass of :class:`SFrameError`.
 
-Apart from ``decode``, ``encode`` and ``validate``, the names are loaded on first use
+Apart from ``decode`` and ``encode``, the names are loaded on first use
 (PEP 562), so importing this package imports neither numpy nor pyelftools.
 """
 
@@ -39,13 +39,12 @@ if TYPE_CHECKING:
     from .jsondump import section_json
     from .lookup import RETAIN, FrameRow, Rule, RuleKind, SFrameLookup
     from .model import FDE, FRE, Section, default_section
-    from .validate import CHECKS, ERROR, WARNING, Finding
+    from .validation import CHECKS, ERROR, WARNING, Finding, validate
 
-# ``decode``, ``encode`` and ``validate`` are also submodule names: importing the submodule
-# would bind the module to the package attribute, so these three functions are bound eagerly.
+# ``decode`` and ``encode`` are also submodule names: importing the submodule would bind
+# the module to the package attribute, so these two functions are bound eagerly.
 from .decode import decode
 from .encode import encode
-from .validate import validate
 
 _HOMES = {
     **dict.fromkeys(("ABI", "BaseReg", "FDEType", "FREType", "PCType"), ".constants"),
@@ -60,7 +59,7 @@ _HOMES = {
     "section_json": ".jsondump",
     **dict.fromkeys(("RETAIN", "FrameRow", "Rule", "RuleKind", "SFrameLookup"), ".lookup"),
     **dict.fromkeys(("FDE", "FRE", "Section", "default_section"), ".model"),
-    **dict.fromkeys(("CHECKS", "ERROR", "WARNING", "Finding"), ".validate"),
+    **dict.fromkeys(("CHECKS", "ERROR", "WARNING", "Finding", "validate"), ".validation"),
 }
 
 __all__ = [

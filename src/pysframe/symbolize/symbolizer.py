@@ -3,7 +3,7 @@ with one symbol table per module and one answer per (module, address)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..unwind.address_space import Mapping
 from .symbols import SymbolTable, load_symbols
@@ -11,9 +11,9 @@ from .symbols import SymbolTable, load_symbols
 UNKNOWN = "[unknown]"
 
 
-@dataclass(slots=True, frozen=True)
-class SymbolHit:
-    """The symbol containing an address, and the address's offset into it."""
+class SymbolHit(NamedTuple):
+    """The symbol containing an address, and the address's offset into it (a named tuple:
+    one is made per distinct frame address, on the hot path)."""
 
     name: str
     offset: int

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import itertools
 import marshal
-import mmap
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..cachedir import entry_path, store
 from ..elf import ElfError, ElfImage
@@ -238,17 +237,19 @@ _STT_FILE = 4
 _EXTERNAL_BINDINGS = (1, 2, 10)     # STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE
 
 
-@dataclass(slots=True)
 class NamedSymbols:
     """The defined symbols of one symbol table, looked up by name the way gdb's
     ``lookup_minimal_symbol`` finds a minimal symbol in one object file (see
     :func:`named_symbols`). The table is searched, not indexed: the name's offsets in the
     string table (suffixes of longer names included), then the entries that point there."""
 
-    layout: Layout
-    entries: bytes
-    strings: bytes
-    _cache: dict[str, tuple[int, bool] | None] = field(default_factory=dict)
+    __slots__ = ("_cache", "entries", "layout", "strings")
+
+    def __init__(self, layout: Layout, entries: bytes, strings: bytes) -> None:
+        self.layout = layout
+        self.entries = entries
+        self.strings = strings
+        self._cache: dict[str, tuple[int, bool] | None] = {}
 
     def lookup(self, name: str) -> tuple[int, bool] | None:
         """(value, external) of the symbol ``name``, or None when it is not defined here.
@@ -303,6 +304,8 @@ def named_symbols(path: str) -> NamedSymbols:
     (an empty table when it has neither). Only the ELF headers and those two sections are
     read (through an mmap). Raises :class:`ElfError` for a bad file, ``OSError`` for an
     unreadable one and ``ValueError`` for an empty one."""
+    import mmap  # here: only the DWARF tail-call search needs it
+
     with open(path, "rb") as handle, \
             mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         header = read_file_header(data, path)
