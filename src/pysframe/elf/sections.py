@@ -22,13 +22,15 @@ Two things are hand-written:
 from __future__ import annotations
 
 import io
+import mmap
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 
 from ..format.decode import sframe_extent
 from ..format.errors import BadMagicError, SFrameError, UnsupportedVersionError
+from ..inputs import InputError, load
 from .headers import (
     ET_REL,
     PF_X,
@@ -96,20 +98,19 @@ _RELOCATIONS[("EM_S390", 32)] = {0: (0, False), 4: (4, False), 5: (4, True)}
 class ElfImage:
     """An ELF file: its headers read by hand, pyelftools for the rest on demand.
 
-    The whole file is read once into ``data`` (or taken from ``data``); the ELF header
-    and the bounds of the header tables are checked on construction.
+    ``data`` is the file's contents (read whole when small, mapped when large; see
+    :mod:`pysframe.inputs`); the ELF header and the bounds of the header tables are checked
+    on construction.
     """
 
-    def __init__(self, path: str, data: bytes | None = None) -> None:
+    def __init__(self, path: str, data: bytes | mmap.mmap | None = None) -> None:
         self.path = path
         if data is None:
             try:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            except OSError as error:
-                raise ElfError(path, f"cannot read file: {error.strerror or error}",
-                               unreadable=True) from None
-        self.data: bytes = data
+                data = load(path)  # a regular file only; large ones mapped, not read
+            except InputError as error:
+                raise ElfError(path, error.message, unreadable=True) from None
+        self.data: bytes | mmap.mmap = data
         self.header: FileHeader = read_file_header(data, path)
         self._elf: Any = None
         self.big_endian: bool = self.header.big_endian
@@ -129,7 +130,9 @@ class ElfImage:
         if self._elf is None:
             from elftools.elf.elffile import ELFFile
 
-            self._elf = self._guard(lambda: ELFFile(io.BytesIO(self.data)))
+            data = self.data
+            stream = data if isinstance(data, mmap.mmap) else io.BytesIO(data)
+            self._elf = self._guard(lambda: ELFFile(cast("IO[bytes]", stream)))
         return self._elf
 
     def _pyelftools_field(self, name: str) -> str:
