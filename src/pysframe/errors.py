@@ -10,6 +10,8 @@ to its exit status, so a library caller never sees a CLI convention.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 
 class PysframeError(Exception):
     """Bad or unreadable input, described in one line: ``[path: ]message[ at offset 0x..]``."""
@@ -25,3 +27,36 @@ class PysframeError(Exception):
     def __str__(self) -> str:
         text = self.message if self.path is None else f"{self.path}: {self.message}"
         return text if self.offset is None else f"{text} at offset {self.offset:#x}"
+
+
+class Problems:
+    """Errors in one input that cost that input's frames, not the run (a corrupt table, a
+    bad symbol table, an unreadable binary named by a recording): each distinct one is
+    reported once, as it happens, and counted, so the command can end with exit status 1.
+    """
+
+    __slots__ = ("_report", "_seen")
+
+    def __init__(self, report: Callable[[str], None] | None = None) -> None:
+        self._report = report
+        self._seen: dict[str, PysframeError] = {}
+
+    def add(self, error: PysframeError, path: str | None = None) -> None:
+        """Note ``error`` (about ``path`` when it names no file itself)."""
+        if error.path is None and path is not None:
+            error.path = path
+        text = str(error)
+        if text in self._seen:
+            return
+        self._seen[text] = error
+        if self._report is not None:
+            self._report(text)
+
+    def __bool__(self) -> bool:
+        return bool(self._seen)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def __iter__(self) -> Iterator[PysframeError]:
+        return iter(self._seen.values())
