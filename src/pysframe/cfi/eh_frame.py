@@ -114,6 +114,9 @@ class _Parser:
                     fdes.append(self._fde(start, offset, end, cie_offset))
             except (CFIError, DecodeError) as error:
                 errors.append(error if isinstance(error, CFIError) else CFIError(str(error)))
+            except (struct.error, IndexError, ValueError) as error:
+                # A field the checks above let through still pointed outside the data.
+                errors.append(CFIError(f"malformed entry: {error}", start))
             offset = end
         return fdes, errors
 
@@ -143,8 +146,8 @@ class _Parser:
         if cie is not None:
             return cie
         data = self.data
-        if offset + 4 > len(data):
-            raise CFIError("FDE points outside the section for its CIE", offset)
+        if not 0 <= offset <= len(data) - 4:
+            raise CFIError("outside the section")
         length = struct.unpack_from(self.order + "I", data, offset)[0]
         body = offset + 4
         dwarf64 = length == 0xFFFFFFFF
@@ -222,7 +225,10 @@ class _Parser:
         return cie
 
     def _fde(self, start: int, offset: int, end: int, cie_offset: int) -> FDE:
-        cie = self.cie_at(cie_offset)
+        try:
+            cie = self.cie_at(cie_offset)
+        except CFIError as error:
+            raise CFIError(f"the FDE's CIE (at {cie_offset:#x}): {error.message}", start) from None
         data = self.data
         encoding = cie.fde_encoding if not self.debug_frame else DW_EH_PE_absptr
         pc_begin, offset = read_encoded(data, offset, end, encoding, self.order,

@@ -13,7 +13,7 @@ from ..format.constants import F_FDE_FUNC_START_PCREL
 from ..format.decode import SFrameReader, read_header
 from ..format.dump import dump_bytes
 from ..format.errors import SFrameError
-from .errors import EXIT_INVALID, EXIT_OK, CommandError, exit_code_for
+from .errors import EXIT_INVALID, EXIT_OK, WHERE, CommandError, exit_code_for
 from .files import read_file
 
 
@@ -40,7 +40,7 @@ def load_raw(path: str, address: int) -> LoadedSection:
     """A bare section (from memory, a JIT buffer or ``objcopy -O binary``) at ``address``."""
     data = read_file(path)
     try:
-        reader = SFrameReader(data, address)
+        reader = SFrameReader(memoryview(data), address)
     except SFrameError as error:
         raise sframe_error(path, error, 0, "section") from None
     return LoadedSection(path, ".sframe", reader, 0)
@@ -117,6 +117,7 @@ def run_dump(paths: Iterable[str], *, as_json: bool, raw: bool, address: int,
     binary = getattr(out, "buffer", None)
     documents: list[dict[str, Any]] = []
     for path in paths:
+        WHERE.at(path)
         try:
             if raw:
                 target = "binary"

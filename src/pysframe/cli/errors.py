@@ -27,6 +27,30 @@ class CommandError(PysframeError):
         self.exit_code = exit_code
 
 
+class Whereabouts:
+    """The input being worked on (file, and byte offset when known), so that even an
+    internal error names where it happened."""
+
+    __slots__ = ("offset", "path")
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.offset: int | None = None
+
+    def at(self, path: str, offset: int | None = None) -> None:
+        self.path, self.offset = path, offset
+
+    def __str__(self) -> str:
+        if self.path is None:
+            return ""
+        offset = f" at offset {self.offset:#x}" if self.offset is not None else ""
+        return f" in {self.path}{offset}"
+
+
+#: Where the command is (one command per process).
+WHERE = Whereabouts()
+
+
 def exit_code_for(error: PysframeError) -> int:
     """The exit status for ``error``: its own for a :class:`CommandError`, else 2 when the
     input could not be read and 1 when it was read and found invalid."""

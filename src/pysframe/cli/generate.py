@@ -8,8 +8,8 @@ import sys
 
 from ..errors import PysframeError
 from ..format.encode import encode
-from .errors import EXIT_OK, CommandError, naming
-from .files import read_file, write_output
+from .errors import EXIT_OK, WHERE, naming
+from .files import read_file, refuse_inputs, write_output
 
 
 def run_generate(path: str, output: str, *, version: int, address: int | None,
@@ -17,13 +17,15 @@ def run_generate(path: str, output: str, *, version: int, address: int | None,
     from ..elf import ElfImage
     from ..generate.section import generate
 
+    WHERE.at(path)
+    refuse_inputs(output, [path])  # before any work
     try:
         image = ElfImage(path, read_file(path))
         result = generate(image, version=version, address=address)
         data = encode(result.section)
     except PysframeError as error:
         raise naming(path, error) from None
-    write_output(output, data)
+    write_output(output, data, inputs=[path])
     if verbose:
         for start, size, reason in result.skipped:
             sys.stderr.write(f"{path}: no SFrame FDE for {start:#x} ({size} bytes): {reason}\n")
@@ -40,14 +42,15 @@ def run_inject(path: str, output: str, *, version: int) -> int:
     from ..elf import ElfImage
     from ..generate.inject import inject
 
-    if os.path.abspath(path) == os.path.abspath(output):
-        raise CommandError(f"{output}: refusing to overwrite the input file", 2)
+    WHERE.at(path)
+    refuse_inputs(output, [path])  # before any work
     try:
         image = ElfImage(path, read_file(path))
         data, _ = inject(image, version=version)
     except PysframeError as error:
         raise naming(path, error) from None
-    write_output(output, data)
+    write_output(output, data, inputs=[path])
     mode = os.stat(path).st_mode & 0o777
-    os.chmod(output, mode)
+    if os.path.isfile(output):
+        os.chmod(output, mode)
     return EXIT_OK

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -9,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import PysframeError
-from .errors import EXIT_INVALID, EXIT_UNREADABLE, exit_code_for, report
+from .errors import EXIT_INVALID, EXIT_UNREADABLE, WHERE, exit_code_for, report
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -203,33 +204,42 @@ def demo(section_only: bool) -> None:
 
 def main() -> None:
     """Entry point: run the command, turning stray failures into one-line errors."""
+    # Output cut short by the reader (`| head`): end quietly, killed by SIGPIPE, as C tools
+    # do (a shell reports status 141). Nothing is written while a live target is stopped.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(_run())
+
+
+def _run() -> int:
     try:
-        cli.main(standalone_mode=False)
+        try:
+            cli.main(standalone_mode=False)
+            status = 0
+        except SystemExit as done:
+            status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        sys.stdout.flush()  # a full disk shows here, as an error, not at interpreter exit
+        return status
     except PysframeError as error:
         report(str(error))
-        sys.exit(exit_code_for(error))
+        return exit_code_for(error)
     except click.exceptions.Abort:
         report("interrupted")
-        sys.exit(130)
+        return 130
     except click.UsageError as error:
         error.show()
-        sys.exit(EXIT_UNREADABLE)
+        return EXIT_UNREADABLE
     except click.ClickException as error:
         error.show()
-        sys.exit(error.exit_code)
-    except BrokenPipeError:
-        # The reader went away (e.g. `| head`); silence the flush at exit as well.
-        try:
-            sys.stdout = open("/dev/null", "w")
-        except OSError:
-            pass
-        sys.exit(0)
+        return error.exit_code
     except KeyboardInterrupt:
         report("interrupted")
-        sys.exit(130)
+        return 130
     except MemoryError:
-        report("out of memory")
-        sys.exit(EXIT_INVALID)
+        report(f"out of memory{WHERE}")
+        return EXIT_INVALID
+    except OSError as error:  # reading or writing failed where no stage could say more
+        report(f"{error.filename or 'standard output'}: {error.strerror or error}")
+        return EXIT_UNREADABLE
     except Exception as error:  # a bug: still one line, never a traceback
-        report(f"internal error: {type(error).__name__}: {error} (please report this)")
-        sys.exit(EXIT_INVALID)
+        report(f"internal error{WHERE}: {type(error).__name__}: {error} (please report this)")
+        return EXIT_INVALID

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from .errors import EXIT_INVALID, EXIT_OK, CommandError
+from ..errors import Problems
+
+if TYPE_CHECKING:
+    from ..unwind.perf_session import UnwoundSample
+from .errors import EXIT_INVALID, EXIT_OK, WHERE, CommandError
 
 
-def open_recording(path: str, binaries: list[str]) -> tuple[Any, Any]:
+def open_recording(path: str, binaries: list[str], problems: Problems) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder, or a one-line CommandError."""
     from ..sources.perf_data import open_perf_data
     from ..unwind.perf_session import PerfUnwinder
 
     data = open_perf_data(path)
     try:
-        return data, PerfUnwinder(data, binaries)
+        return data, PerfUnwinder(data, binaries, problems=problems)
     except ValueError as error:
         data.close()
         raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
@@ -25,26 +30,36 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
                report: Any) -> int:
     from ..report.perf_script import perf_script_text
     from ..symbolize.kernel import kernel_symbols_for
-    from .files import write_output
+    from .files import refuse_inputs, write_output
 
-    data, unwinder = open_recording(path, binaries)
+    if output is not None:
+        refuse_inputs(output, [path])  # before any work
+    problems = Problems(report)
+    data, unwinder = open_recording(path, binaries, problems)
     with data:
         kernel_ids = [entry.build_id for entry in data.build_ids() if entry.kernel
                       and entry.filename == "[kernel.kallsyms]"]
         kernel = kernel_symbols_for(kernel_ids[0] if kernel_ids else None)
-        samples = unwinder.samples()
+        samples = _located(path, unwinder.samples())
         if show_stops:
             samples = _with_stops(samples)
-        chunks = perf_script_text(samples, kernel)
+        chunks = perf_script_text(samples, kernel, problems)
         if output is None:
             write = sys.stdout.write
             for chunk in chunks:
                 write(chunk)
         else:
-            write_output(output, "".join(chunks).encode())
+            write_output(output, "".join(chunks).encode(), inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
-    return EXIT_INVALID if data.skipped else EXIT_OK
+    return EXIT_INVALID if data.skipped or problems else EXIT_OK
+
+
+def _located(path: str, samples: Iterator[UnwoundSample]) -> Iterator[UnwoundSample]:
+    """The samples, each noted as where the command is (an internal error names it)."""
+    for unwound in samples:
+        WHERE.at(path, unwound.sample.offset)
+        yield unwound
 
 
 def _with_stops(samples: Any) -> Any:
@@ -72,11 +87,14 @@ def _progress(samples: Any, data: Any) -> Any:
 
 def run_report(path: str, *, binaries: list[str], output: str, form: str, report: Any) -> int:
     from ..report.profiles import flame_graph_svg, folded, speedscope, stack_counts
-    from .files import write_output
+    from .files import refuse_inputs, write_output
 
-    data, unwinder = open_recording(path, binaries)
+    if output is not None:
+        refuse_inputs(output, [path])  # before any work
+    problems = Problems(report)
+    data, unwinder = open_recording(path, binaries, problems)
     with data:
-        counts = stack_counts(_progress(unwinder.samples(), data))
+        counts = stack_counts(_progress(_located(path, unwinder.samples()), data), problems)
         title = " ".join(data.cmdline[-3:]) or path
         if form == "folded":
             text = folded(counts)
@@ -84,7 +102,7 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
             text = speedscope(counts, title)
         else:
             text = flame_graph_svg(counts, title)
-        write_output(output, text.encode())
+        write_output(output, text.encode(), inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
-    return EXIT_INVALID if data.skipped else EXIT_OK
+    return EXIT_INVALID if data.skipped or problems else EXIT_OK

@@ -8,7 +8,15 @@ from typing import Any
 
 from ..errors import PysframeError
 from ..format.validation import ERROR, WARNING, Finding, validate
-from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError, exit_code_for, naming
+from .errors import (
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_UNREADABLE,
+    WHERE,
+    CommandError,
+    exit_code_for,
+    naming,
+)
 from .files import read_file
 
 
@@ -17,7 +25,7 @@ def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
     """(section name, file offset of the section, finding) for every finding in a file."""
     if raw:
         data = read_file(path)
-        return [(".sframe", 0, f) for f in validate(data, address, kernel=kernel)]
+        return [(".sframe", 0, f) for f in validate(memoryview(data), address, kernel=kernel)]
     from ..elf import ElfImage
 
     image = ElfImage(path, read_file(path))
@@ -76,6 +84,7 @@ def run_validate(paths: list[str], *, as_json: bool, quiet: bool, kernel: bool, 
     status = EXIT_OK
     documents: list[dict[str, Any]] = []
     for path in paths:
+        WHERE.at(path)
         try:
             findings = (_against_cfi(path) if against_cfi else
                         _findings_for_file(path, raw=raw, address=address, kernel=kernel))

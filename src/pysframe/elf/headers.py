@@ -71,6 +71,9 @@ class Layout(NamedTuple):
     symbol: struct.Struct
     note: struct.Struct
     word: struct.Struct  # an address-sized unsigned word
+    #: r_offset r_info r_addend of a RELA entry (r_info: symbol << 32 | type in 64-bit,
+    #: symbol << 8 | type in 32-bit files; see :func:`relocation_symbol`).
+    rela: struct.Struct
 
 
 def _layout(wide: bool, big_endian: bool) -> Layout:
@@ -79,11 +82,11 @@ def _layout(wide: bool, big_endian: bool) -> Layout:
         return Layout(order, True, struct.Struct(order + "HHIQQQIHHHHHH"),
                       struct.Struct(order + "IIQQQQIIQQ"), struct.Struct(order + "IIQQQQQQ"),
                       struct.Struct(order + "IBBHQQ"), struct.Struct(order + "III"),
-                      struct.Struct(order + "Q"))
+                      struct.Struct(order + "Q"), struct.Struct(order + "QQq"))
     return Layout(order, False, struct.Struct(order + "HHIIIIIHHHHHH"),
                   struct.Struct(order + "10I"), struct.Struct(order + "8I"),
                   struct.Struct(order + "IIIBBH"), struct.Struct(order + "III"),
-                  struct.Struct(order + "I"))
+                  struct.Struct(order + "I"), struct.Struct(order + "IIi"))
 
 
 #: Layouts by (64-bit, big-endian).
@@ -157,6 +160,11 @@ if TYPE_CHECKING:  # types only: a reader needs no mmap module to read a buffer
 
     #: What the readers read from: file contents, a view of them, or the mapped file.
     Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+
+
+def relocation_symbol(info: int, wide: bool) -> int:
+    """The symbol index of a relocation's ``r_info``."""
+    return info >> 32 if wide else info >> 8
 
 
 def is_elf(data: Buffer) -> bool:

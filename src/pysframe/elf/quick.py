@@ -9,6 +9,7 @@ section headers; anything odd) returns ``None`` and the caller uses the careful 
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 from .headers import (
@@ -30,7 +31,7 @@ class QuickSection:
     raw: bytes
 
 
-def quick_sframe_sections(data: bytes, name: str = ".sframe"
+def quick_sframe_sections(data: bytes | mmap.mmap, name: str = ".sframe"
                           ) -> tuple[str, list[QuickSection]] | None:
     """(target name, SFrame sections) of a linked ELF file, or ``None`` to use the careful
     path (:class:`~pysframe.elf.ElfImage`), which also gives the precise error."""

@@ -289,8 +289,11 @@ class SFrameReader:
                     f"FDE {index}: first FRE at FRE offset {fre_off:#x} is outside the FRE "
                     "sub-section", offset + 8)
         if info & INFO_FRE_TYPE_MASK > FREType.ADDR4:
+            # The info byte: after start, size, FRE offset and count (V1/V2), or after the
+            # count in the V3 attribute record.
+            info_at = offset + 16 if h.version != VERSION_3 else attr + 2
             raise CorruptError(f"FDE {index}: invalid FRE type {info & INFO_FRE_TYPE_MASK}",
-                               offset if h.version != VERSION_3 else fres_offset - 4)
+                               info_at)
         # Every FRE takes at least 2 bytes: a count that cannot fit is refused up front.
         if num_fres * 2 > h.fres_end - fres_offset:
             raise TruncatedError(

@@ -83,7 +83,8 @@ def compare_with_cfi(image: ElfImage, sframe: bytes, address: int) -> tuple[list
         by_range[(entry.start, entry.size)].append(entry)
     skipped = {(start, size): reason for start, size, reason in generated.skipped}
     disagreements: list[Disagreement] = []
-    notes: list[str] = []
+    notes = [f".eh_frame entry not readable, so not compared: {error}"
+             for error in generated.cfi_errors]
     our_lookup: SFrameLookup | None = None  # built at the first matching function
     their_lookup: SFrameLookup | None = None
     for entry in ours.fdes():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from ..errors import Problems
 from ..sources.perf_data import EventAttr
 from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
@@ -56,10 +57,10 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
     return "\n".join(lines) + "\n\n"
 
 
-def perf_script_text(samples: Iterable[UnwoundSample],
-                     kernel: SymbolTable | None = None) -> Iterator[str]:
+def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | None = None,
+                     problems: Problems | None = None) -> Iterator[str]:
     """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available."""
-    symbolizer = Symbolizer()
+    symbolizer = Symbolizer(problems)
     # Frames repeat across samples: one formatted line per (mapping, address). Mappings
     # live as long as the run, so their ids are stable keys.
     lines: dict[tuple[int, int], str] = {}

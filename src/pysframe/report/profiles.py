@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 
+from ..errors import Problems
 from ..symbolize.symbolizer import Symbolizer
 from ..unwind.perf_session import UnwoundSample
 from ..unwind.unwinder import EXACT_PC
@@ -18,9 +19,10 @@ from ..unwind.unwinder import EXACT_PC
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
 
 
-def stack_counts(samples: Iterable[UnwoundSample]) -> Counter[tuple[str, ...]]:
+def stack_counts(samples: Iterable[UnwoundSample],
+                 problems: Problems | None = None) -> Counter[tuple[str, ...]]:
     """Outermost-first stacks of function names (prefixed by comm), with their sample counts."""
-    symbolizer = Symbolizer()
+    symbolizer = Symbolizer(problems)
     names: dict[tuple[int, int], str] = {}
     counts: Counter[tuple[str, ...]] = Counter()
     for unwound in samples:

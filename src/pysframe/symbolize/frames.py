@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import Problems
 from ..unwind.address_space import AddressSpace, Mapping, Module
 from .symbolizer import SymbolHit, Symbolizer
 from .symbols import function_addresses
@@ -54,9 +55,10 @@ class FrameNamer:
     frames and tail-call frames when ``debuginfo`` is set."""
 
     def __init__(self, space: AddressSpace, *, debuginfo: bool = True,
-                 open_names: Callable[[str, bytes | None], FrameNames] = cached_names) -> None:
+                 open_names: Callable[[str, bytes | None], FrameNames] = cached_names,
+                 problems: Problems | None = None) -> None:
         self.space = space
-        self.symbolizer = Symbolizer()
+        self.symbolizer = Symbolizer(problems)
         self.debuginfo = debuginfo
         self._open_names = open_names
         self._names: dict[ModuleKey, FrameNames] = {}

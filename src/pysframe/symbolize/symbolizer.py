@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..errors import Problems, PysframeError
 from ..unwind.address_space import Mapping
 from .symbols import SymbolTable, load_symbols
 
@@ -28,7 +29,11 @@ def symbol_text(hit: SymbolHit | None) -> str:
 
 
 class Symbolizer:
-    def __init__(self) -> None:
+    """ELF symbols by address; a module whose symbols cannot be read loses its names only
+    (the error goes to ``problems``, once)."""
+
+    def __init__(self, problems: Problems | None = None) -> None:
+        self.problems = problems
         self._tables: dict[tuple[str, bytes | None], SymbolTable | None] = {}
         # Samples repeat the same frames: one answer per (module, link-time address).
         self._hits: dict[tuple[int, int], SymbolHit | None] = {}
@@ -39,7 +44,12 @@ class Symbolizer:
             return None
         key = (module.path, module.build_id)
         if key not in self._tables:
-            self._tables[key] = load_symbols(module.image)
+            try:
+                self._tables[key] = load_symbols(module.image, problems=self.problems)
+            except PysframeError as error:
+                if self.problems is not None:
+                    self.problems.add(error, module.path)
+                self._tables[key] = None
         return self._tables[key]
 
     def symbol(self, mapping: Mapping | None, address: int) -> SymbolHit | None:

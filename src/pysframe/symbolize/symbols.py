@@ -27,7 +27,9 @@ from ..elf.headers import (
     SectionHeader,
     read_file_header,
     read_section_headers,
+    relocation_symbol,
 )
+from ..errors import Problems
 
 
 @dataclass(slots=True)
@@ -163,40 +165,79 @@ def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]
 
 def _plt_symbols(image: ElfImage) -> list[Symbol]:
     """``name@plt`` for every lazy-binding PLT entry (x86-64 layout: 16-byte entries after
-    a 16-byte PLT0, or the .plt.sec entries when there is a second PLT)."""
-    elf = image.elf
-    relocations = image.section_by_name(".rela.plt")
-    plt = image.section_by_name(".plt.sec") or image.section_by_name(".plt")
+    a 16-byte PLT0, or the .plt.sec entries when there is a second PLT). Read from
+    ``.rela.plt`` and its symbol table by hand, every index and offset checked: a bad
+    table raises :class:`ElfError` naming the entry's file offset."""
+    relocations = image.section_header(".rela.plt")
+    plt = image.section_header(".plt.sec") or image.section_header(".plt")
     if relocations is None or plt is None or image.machine != "EM_X86_64":
         return []
-    symbols = elf.get_section(relocations["sh_link"])
-    first = plt["sh_addr"] + (0 if plt.name == ".plt.sec" else 16)
-    entry = 16
+    sections = image.section_headers()
+    if not relocations.link < len(sections):
+        raise ElfError(image.path, f".rela.plt links to section {relocations.link} of "
+                       f"{len(sections)}", relocations.offset)
+    symtab = sections[relocations.link]
+    names = _string_table(image, symtab, sections)
+    layout = image.header.layout
+    entry, symbol_entry = layout.rela, layout.symbol
+    table = image.section_bytes(relocations)
+    symbols = image.section_bytes(symtab)
+    count = len(symbols) // symbol_entry.size
+    first = plt.address + (0 if plt.name == ".plt.sec" else 16)
     out = []
-    for index, relocation in enumerate(relocations.iter_relocations()):
-        name = symbols.get_symbol(relocation["r_info_sym"]).name if relocation["r_info_sym"] else ""
-        start = first + index * entry
-        out.append(Symbol(start, start + entry, f"{name}@plt", "STB_GLOBAL", entry))
+    for index in range(len(table) // entry.size):
+        _, info, _ = entry.unpack_from(table, index * entry.size)
+        number = relocation_symbol(info, layout.wide)
+        name = ""
+        if number:
+            if number >= count:
+                raise ElfError(image.path, f".rela.plt entry {index} names symbol {number} of "
+                               f"{count}", relocations.offset + index * entry.size)
+            name_offset = symbol_entry.unpack_from(symbols, number * symbol_entry.size)[0]
+            name = _name_at(names, name_offset)
+        start = first + index * 16
+        out.append(Symbol(start, start + 16, f"{name}@plt", "STB_GLOBAL", 16))
     return out
 
 
-def load_symbols(image: ElfImage, *, use_cache: bool = True) -> SymbolTable:
+def _string_table(image: ElfImage, symtab: SectionHeader,
+                  sections: list[SectionHeader]) -> bytes:
+    if not symtab.link < len(sections):
+        raise ElfError(image.path, f"symbol table {symtab.name} links to section {symtab.link} "
+                       f"of {len(sections)}", symtab.offset)
+    return bytes(image.section_bytes(sections[symtab.link]))
+
+
+def _name_at(names: bytes, offset: int) -> str:
+    end = names.find(b"\0", offset)
+    return names[offset:end if end >= 0 else None].decode("utf-8", "replace")
+
+
+def load_symbols(image: ElfImage, *, use_cache: bool = True,
+                 problems: Problems | None = None) -> SymbolTable:
     """The symbol table perf would use for ``image``; cached by build id (reading libc's
-    debug symbols takes ~50 ms, the cached table ~2 ms)."""
+    debug symbols takes ~50 ms, the cached table ~2 ms). A malformed PLT relocation table
+    costs only the ``name@plt`` symbols (reported to ``problems``); a malformed symbol
+    table raises :class:`ElfError`."""
     build_id = image.build_id() if use_cache else None
     path = _cache_path(build_id) if build_id else None
     if path is not None:
         cached = _read_cached(path)
         if cached is not None:
             return cached
-    table = _load_symbols(image)
+    table = _load_symbols(image, problems)
     if path is not None:
         _write_cached(path, table)
     return table
 
 
-def _load_symbols(image: ElfImage) -> SymbolTable:
-    symbols = _best_function_symbols(image) + _plt_symbols(image)
+def _load_symbols(image: ElfImage, problems: Problems | None) -> SymbolTable:
+    symbols = _best_function_symbols(image)
+    try:
+        symbols += _plt_symbols(image)
+    except ElfError as error:
+        if problems is not None:
+            problems.add(error)
     return SymbolTable(symbols)
 
 

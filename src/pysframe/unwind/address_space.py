@@ -10,9 +10,39 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..errors import Problems, PysframeError
+from ..format.errors import SFrameError
+
 if TYPE_CHECKING:  # types only: the model neither opens files nor decodes tables
     from ..elf import ElfImage
     from ..format.lookup import FrameRow, SFrameLookup
+
+
+class TableGuard:
+    """Whether a module's SFrame table is still trusted. The first lookup that finds the
+    table corrupt drops it for good, for every mapping of the module (the kernel's rule: a
+    faulting table is removed, never trusted again); the fault is reported once through
+    ``problems``, with the file offset when the table is the file's own section."""
+
+    __slots__ = ("fault", "file_offset", "problems")
+
+    def __init__(self, problems: Problems | None = None, file_offset: int | None = None) -> None:
+        self.problems = problems
+        #: Where the table lies in the file (None: generated, in no file).
+        self.file_offset = file_offset
+        self.fault: SFrameError | None = None
+
+    def drop(self, error: SFrameError, path: str) -> None:
+        self.fault = error
+        if self.problems is None:
+            return
+        where = ""
+        if error.offset is not None and self.file_offset is not None:
+            where = f" at file offset {self.file_offset + error.offset:#x}"
+        elif error.offset is not None:
+            where = f" at offset {error.offset:#x} of its generated table"
+        self.problems.add(PysframeError(f"SFrame table dropped, frames there fall back to the "
+                                        f"frame pointer: {error.message}{where}", path=path))
 
 
 @dataclass(slots=True)
@@ -25,11 +55,19 @@ class Module:
     lookup: SFrameLookup | None
     origin: str  # ".sframe", "generated", or why there is no table
     image: ElfImage | None = None
+    guard: TableGuard = field(default_factory=TableGuard)
 
     def find_fre(self, pc: int) -> FrameRow | None:
-        if self.lookup is None:
+        """The SFrame row for the runtime ``pc``, or None (no table, no row, or a table
+        found corrupt: dropped)."""
+        lookup = self.lookup
+        if lookup is None or self.guard.fault is not None:
             return None
-        return self.lookup.find_fre(pc - self.bias)
+        try:
+            return lookup.find_fre(pc - self.bias)
+        except SFrameError as error:
+            self.guard.drop(error, self.path)
+            return None
 
 
 @dataclass(slots=True)

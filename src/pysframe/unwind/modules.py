@@ -11,24 +11,28 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from ..cfi.eh_frame import CFIError
 from ..elf import ElfError, ElfImage
 from ..elf.headers import PT_LOAD
+from ..errors import Problems
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
 from ..generate.cache import sframe_for
 from ..generate.errors import GenerateError
-from .address_space import Module
+from .address_space import Module, TableGuard
 
 
 class BinaryFinder:
     """Locates the file for a (path, build id): recorded path, ~/.debug, user directories."""
 
     def __init__(self, directories: Iterable[str] = (), build_ids: dict[str, bytes] | None = None,
-                 use_cache: bool = True) -> None:
+                 use_cache: bool = True, problems: Problems | None = None) -> None:
         self.directories = list(directories)
         self.build_ids = build_ids or {}
         self.use_cache = use_cache
+        #: Where errors that cost one binary its frames are reported (None: silently).
+        self.problems = problems
         self._index: dict[str, list[str]] | None = None
         self._modules: dict[tuple[str, bytes | None], Module | None] = {}
 
@@ -46,6 +50,9 @@ class BinaryFinder:
         yield from self._index.get(os.path.basename(path), [])
 
     def image(self, path: str, build_id: bytes | None) -> ElfImage | None:
+        """The file for ``path`` with ``build_id``: the first candidate that is a readable
+        ELF file with that build id. A corrupt file at the recorded path is reported (its
+        frames are lost); other candidates are only guesses by name and skipped quietly."""
         for candidate in self._candidates(path, build_id):
             if not os.path.isfile(candidate):
                 continue
@@ -54,7 +61,9 @@ class BinaryFinder:
                 if build_id is not None and image.build_id() != build_id:
                     continue
                 return image
-            except ElfError:
+            except ElfError as error:
+                if candidate == path and self.problems is not None:
+                    self.problems.add(error)
                 continue
         return None
 
@@ -70,16 +79,28 @@ class BinaryFinder:
         if image is None:
             self._modules[key] = None
             return None
+        lookup, origin, file_offset = self._table(image)
+        module = Module(image.path, build_id, 0, lookup, origin, image,
+                        TableGuard(self.problems, file_offset))
+        self._modules[key] = module
+        return _rebased(module, self._bias(module, start, pgoff))
+
+    def _table(self, image: ElfImage) -> tuple[SFrameLookup | None, str, int | None]:
+        """The SFrame lookup to unwind ``image`` with, its origin, and the file offset of the
+        table when it is the file's own section. A binary without CFI simply has no table;
+        a malformed one is reported as a problem."""
         try:
             data, address = sframe_for(image, use_cache=self.use_cache)
             reader = SFrameReader(data, address)
-            lookup: SFrameLookup | None = SFrameLookup(reader)
-            origin = ".sframe" if image.sframe_sections() else "generated"
-        except (ElfError, GenerateError, SFrameError) as error:
-            lookup, origin = None, f"no SFrame: {error}"
-        module = Module(image.path, build_id, 0, lookup, origin, image)
-        self._modules[key] = module
-        return _rebased(module, self._bias(module, start, pgoff))
+            own = image.sframe_sections()
+        except GenerateError as error:
+            return None, f"no SFrame: {error}", None
+        except (ElfError, SFrameError, CFIError) as error:
+            if self.problems is not None:
+                self.problems.add(error, image.path)
+            return None, f"no SFrame: {error}", None
+        file_offset = next((s.file_offset for s in own if s.address == address and s.raw == data), None)
+        return SFrameLookup(reader), ".sframe" if own else "generated", file_offset
 
     @staticmethod
     def _bias(module: Module, start: int, pgoff: int) -> int:
@@ -98,4 +119,5 @@ class BinaryFinder:
 def _rebased(module: Module, bias: int) -> Module:
     if module.bias == bias:
         return module
-    return Module(module.path, module.build_id, bias, module.lookup, module.origin, module.image)
+    return Module(module.path, module.build_id, bias, module.lookup, module.origin, module.image,
+                  module.guard)

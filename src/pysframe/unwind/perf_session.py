@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ..errors import Problems
 from ..format.constants import ABI
 from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task, in_time_order
 from .address_space import AddressSpace, Mapping
@@ -89,13 +90,13 @@ class PerfUnwinder:
     """Streams the unwound samples of a recording, in ``perf script`` order."""
 
     def __init__(self, data: PerfData, binaries: Iterable[str] = (), max_depth: int = 127,
-                 use_cache: bool = True) -> None:
+                 use_cache: bool = True, problems: Problems | None = None) -> None:
         self.data = data
         self.arch = data.arch or "x86_64"
         if self.arch not in PERF_REGS:
             raise ValueError(f"unsupported architecture {self.arch}")
         build_ids = {entry.filename: entry.build_id for entry in data.build_ids()}
-        self.finder = BinaryFinder(binaries, build_ids, use_cache)
+        self.finder = BinaryFinder(binaries, build_ids, use_cache, problems)
         self.unwinder = Unwinder(ABI_OF_ARCH[self.arch], max_depth)
         self.spaces: dict[int, AddressSpace] = {}
         self.comms: dict[int, str] = {}

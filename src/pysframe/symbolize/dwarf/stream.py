@@ -17,17 +17,25 @@ from typing import Any
 from ...elf.headers import (
     SHF_COMPRESSED,
     SHT_NOBITS,
-    ElfError,
     SectionHeader,
     find_build_id,
     read_file_header,
     read_section_headers,
 )
+from ...errors import PysframeError
+from ...inputs import open_regular
 
 ELFCOMPRESS_ZLIB = 1
 ELFCOMPRESS_ZSTD = 2
-MAX_SECTION = 1 << 31           # refuse to decompress (or read) more than 2 GiB
+MAX_SECTION = 1 << 31           # refuse to read a section of more than 2 GiB
 _MAX_SECTIONS = 1 << 20         # a section count beyond this is taken for garbage
+#: Decompression is bounded by what the compressed bytes can plausibly hold: DWARF
+#: compresses 3-10 times with zlib or zstd, so a section declaring more than this many
+#: times its compressed size is refused before anything is inflated (a few KB that
+#: inflate to gigabytes of zeros are a bomb, not debug info) ...
+MAX_RATIO = 64
+#: ... and by a cap for all the sections of one file.
+MAX_INFLATED_PER_FILE = 1 << 30
 
 
 @dataclass(slots=True)
@@ -38,6 +46,8 @@ class SectionTable:
     little: bool
     wide: bool
     sections: dict[str, SectionHeader]
+    #: Bytes the file's compressed sections were allowed to inflate to so far.
+    inflated: int = 0
 
     def has_dwarf(self) -> bool:
         for name in (".debug_info", ".zdebug_info"):
@@ -63,18 +73,26 @@ class SectionTable:
             return None
         if section.size > MAX_SECTION:
             raise ValueError(f"{name}: section too large")
-        with open(self.path, "rb") as handle:
-            handle.seek(section.offset)
-            data = handle.read(section.size)
-        if len(data) != section.size:
-            raise ValueError(f"{name}: truncated section")
+        data = _read_section(self.path, section)
         if section.flags & SHF_COMPRESSED:
             return self._compressed(name, data)
         if compressed_name and data[:4] == b"ZLIB":
             if len(data) < 12:
                 raise ValueError(f"{name}: truncated compression header")
-            return Stream(name, data, 12, int.from_bytes(data[4:12], "big"))
+            size = int.from_bytes(data[4:12], "big")
+            self._allow(name, len(data), size)
+            return Stream(name, data, 12, size)
         return Stream(name, data)
+
+    def _allow(self, name: str, compressed: int, size: int) -> None:
+        """Refuse to inflate ``compressed`` bytes to a declared ``size`` beyond the bounds."""
+        if size > MAX_RATIO * compressed + 4096:
+            raise ValueError(f"{name}: declares {size} bytes from {compressed} compressed "
+                             f"(more than {MAX_RATIO} times: not inflated)")
+        if self.inflated + size > MAX_INFLATED_PER_FILE:
+            raise ValueError(f"{name}: the file's sections would inflate to more than "
+                             f"{MAX_INFLATED_PER_FILE} bytes")
+        self.inflated += size
 
     def _compressed(self, name: str, data: bytes) -> Stream:
         """An SHF_COMPRESSED section: its Elf32_Chdr / Elf64_Chdr, then the data."""
@@ -85,6 +103,8 @@ class SectionTable:
         else:
             kind, size, _ = struct.unpack_from(order + "III", data, 0)
             start = 12
+        if kind in (ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD):
+            self._allow(name, len(data) - start, size)
         if kind == ELFCOMPRESS_ZLIB:
             return Stream(name, data, start, size)
         if kind == ELFCOMPRESS_ZSTD:
@@ -106,17 +126,34 @@ class SectionTable:
         return os.fsdecode(name) if name and b"/" not in name else None
 
 
+def _read_section(path: str, section: SectionHeader) -> bytes:
+    """The stored bytes of ``section`` (a regular file only; bounded by the section)."""
+    fd, status = open_regular(path)
+    try:
+        if section.offset + section.size > status.st_size:
+            raise ValueError(f"{section.name}: truncated section")
+        data = os.pread(fd, section.size, section.offset)
+    finally:
+        os.close(fd)
+    if len(data) != section.size:
+        raise ValueError(f"{section.name}: truncated section")
+    return data
+
+
 def read_section_table(path: str) -> SectionTable | None:
     """The section headers of ``path``, or None when it is not a readable ELF file with
     section headers."""
     try:
-        with open(path, "rb") as handle, \
-                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            header = read_file_header(data, path)
-            if not 0 < header.shnum <= _MAX_SECTIONS:
-                return None
-            rows = read_section_headers(data, header)
-    except (OSError, ValueError, struct.error, ElfError):
+        fd, _ = open_regular(path)
+        try:
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+                header = read_file_header(data, path)
+                if not 0 < header.shnum <= _MAX_SECTIONS:
+                    return None
+                rows = read_section_headers(data, header)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, struct.error, PysframeError):
         return None
     if rows[header.shstrndx].size > MAX_SECTION:
         return None
