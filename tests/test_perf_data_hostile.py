@@ -13,21 +13,22 @@ from pathlib import Path
 
 import pytest
 import zstandard
-
-from conftest import FIXTURES
-from pysframe.sources.perf_data import Comm, Sample, in_time_order, open_perf_data
 from tests.support.perf_rewrite import (
-    FINISHED_ROUND,
     comp_mmap_len,
     compressed_records,
-    data_extent,
     feature_table,
+    inflate,
     inflated,
-    records,
+    leading_records,
+    pieces,
     repeated,
     with_data,
     without_rounds,
+    zstd_bomb,
 )
+
+from conftest import FIXTURES
+from pysframe.sources.perf_data import Comm, Sample, in_time_order, open_perf_data
 
 DATA = Path(__file__).resolve().parent / "data"
 SH_LOOP = DATA / "sh-loop.zstd.perf.data"
@@ -70,19 +71,7 @@ def script(path: Path, cache: Path, *extra: str,
 def sh_loop_stream() -> tuple[bytes, bytes]:
     """(the uncompressed records of the sh-loop recording, its raw bytes)."""
     raw = SH_LOOP.read_bytes()
-    return inflated(raw, lambda data: zstandard.ZstdDecompressor().decompressobj()
-                    .decompress(data)), raw
-
-
-def leading_records(raw: bytes) -> bytes:
-    """The uncompressed records before the first compressed one (header records, COMM)."""
-    start, _ = data_extent(raw)
-    first = next(offset for offset, kind, _ in records(raw) if kind == 81)
-    return raw[start:first]
-
-
-def pieces(data: bytes, size: int = 60_000) -> list[bytes]:
-    return [data[at:at + size] for at in range(0, len(data), size)]
+    return inflated(raw, inflate), raw
 
 
 def sample_keys(path: Path) -> list[tuple[int, int, int]]:
@@ -95,26 +84,17 @@ def sample_keys(path: Path) -> list[tuple[int, int, int]]:
 
 
 def test_zstd_bomb_is_skipped_with_bounded_output(tmp_path: Path) -> None:
-    """Two compressed records of a few KB that inflate to 256 MiB of tiny records, between
-    good compressed data: each is skipped at its limit (the recording's ring-buffer size),
-    the rest of the file is still read, and the decompressor stops early."""
+    """Two compressed records of a few KB that inflate to 128 MiB of tiny records each,
+    between good compressed data: each is skipped at its limit (the recording's ring-buffer
+    size), the rest of the file is still read, and the decompressor stops early."""
+    from pysframe.sources.perf_inflate import SLICE
+
     stream, raw = sh_loop_stream()
     limit = comp_mmap_len(raw)
-    compressor = zstandard.ZstdCompressor(level=3).compressobj()
-    good = compressor.compress(stream) + compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
-    tiny = struct.pack("<IHH", 82, 0, 8) * 8192  # 64 KiB of header-only records
-    bomb = [b"".join(compressor.compress(tiny) for _ in range(2048))
-            + compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK) for _ in range(2)]
-    assert all(len(piece) < 20_000 for piece in bomb)
-    fresh = zstandard.ZstdCompressor(level=3).compress(stream)  # a new frame after the bomb
-    data = (leading_records(raw) + compressed_records(pieces(good))
-            + struct.pack("<IHH", FINISHED_ROUND, 0, 8))
-    bomb_at = [data_extent(raw)[0] + len(data)]
-    data += compressed_records(bomb[:1])
-    bomb_at.append(data_extent(raw)[0] + len(data))
-    data += compressed_records(bomb[1:]) + compressed_records(pieces(fresh))
+    bomb, bomb_at = zstd_bomb(raw, 128 * 2**20)
+    assert len(bomb) < len(raw) + 40_000
     path = tmp_path / "bomb.data"
-    path.write_bytes(with_data(raw, data))
+    path.write_bytes(bomb)
 
     started = time.monotonic()
     with open_perf_data(str(path)) as recording:
@@ -125,12 +105,12 @@ def test_zstd_bomb_is_skipped_with_bounded_output(tmp_path: Path) -> None:
         skipped = dict(recording.skipped)
         assert bomb_at[0] in skipped and "limit" in skipped[bomb_at[0]]
         assert bomb_at[1] in skipped
-        # what the decompressor produced: the good data twice, and at most the limit plus
-        # one output block for the bomb record
-        assert recording.inflated <= 2 * len(stream) + limit + 2 * 2**17
+        # what the decompressor produced: the good data twice, and for the bomb at most
+        # the limit and one step (the stream is lost after it, up to the new frame)
+        assert recording.inflated <= 2 * len(stream) + limit + SLICE * 2**15
     assert time.monotonic() - started < 60  # a hang detector, not a speed bar
 
-    status, out, err, rss = script(path, tmp_path)
+    status, _, err, rss = script(path, tmp_path)
     assert status == 1
     assert f"skipped at offset {bomb_at[0]:#x}" in err
     assert rss < 200 * 1024, rss  # before: the 256 MiB of output held whole
@@ -246,3 +226,19 @@ def test_cut_inside_the_feature_section(tmp_path: Path, where: str) -> None:
     lines = err.splitlines()
     assert len(lines) == 1 and f"skipped at offset {named:#x}" in lines[0], err
     assert out.count("\n\n") == 3171
+
+
+def test_skipped_parts_are_listed_up_to_a_cap(tmp_path: Path) -> None:
+    """A file of 5000 malformed records lists 1000 of them and one line for the others
+    (before: 5000 entries; one per record of a file of any size)."""
+    from pysframe.sources.perf_data import MAX_SKIPPED
+
+    raw = SH_LOOP.read_bytes()
+    bad = struct.pack("<IHH", 9, 0, 16) + bytes(8)  # a sample too short for its fields
+    path = tmp_path / "bad.data"
+    path.write_bytes(with_data(raw, leading_records(raw) + bad * 5000))
+    with open_perf_data(str(path)) as data:
+        for _ in range(2):
+            assert not any(isinstance(r, Sample) for r in data.records())
+        assert len(data.skipped) == MAX_SKIPPED + 1
+        assert "not listed" in data.skipped[-1][1]

@@ -9,6 +9,7 @@ data section changes size).
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
 
@@ -99,3 +100,73 @@ def comp_mmap_len(raw: bytes) -> int:
     index = (bits & ((1 << FEATURE_COMPRESSED) - 1)).bit_count()
     offset, _ = struct.unpack_from("<QQ", raw, feature_table(raw) + 16 * index)
     return int(struct.unpack_from("<I", raw, offset + 16)[0])
+
+
+def strip_rounds_in_place(path: str) -> int:
+    """:func:`without_rounds` on a file, record by record (for recordings too large to hold
+    in memory); the number of records changed."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        start, size = struct.unpack("<QQ", os.pread(fd, 16, 40))
+        offset, end, changed = start, start + size, 0
+        while offset + 8 <= end:
+            kind, _, length = struct.unpack("<IHH", os.pread(fd, 8, offset))
+            if length < 8:
+                break
+            if kind == FINISHED_ROUND:
+                os.pwrite(fd, struct.pack("<I", FINISHED_INIT), offset)
+                changed += 1
+            offset += length
+    finally:
+        os.close(fd)
+    return changed
+
+
+def inflate(stream: bytes) -> bytes:
+    import zstandard
+
+    return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(stream))
+
+
+def leading_records(raw: bytes) -> bytes:
+    """The uncompressed records before the first compressed one (header records, COMM)."""
+    start, _ = data_extent(raw)
+    first = next(offset for offset, kind, _ in records(raw) if kind == COMPRESSED)
+    return raw[start:first]
+
+
+def pieces(data: bytes, size: int = 60_000) -> list[bytes]:
+    """``data`` cut into payloads that fit in records."""
+    return [data[at:at + size] for at in range(0, len(data), size)]
+
+
+def zstd_bomb(raw: bytes, inflates_to: int, count: int = 2,
+              frames: bool = False) -> tuple[bytes, list[int]]:
+    """A ``perf record -z`` recording rewritten into: its records (compressed again), a
+    FINISHED_ROUND, ``count`` compressed records of a few KB that inflate to
+    ``inflates_to`` bytes each of header-only records, then its records again in a new
+    zstd frame. The bomb records continue the stream of the records before them, or with
+    ``frames`` each starts a frame of its own (so that each could be decoded alone).
+    Returns the file and the offsets of the bomb records."""
+    import zstandard
+
+    stream = inflated(raw, inflate)
+    compressor = zstandard.ZstdCompressor(level=3).compressobj()
+    good = compressor.compress(stream) + compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+    tiny = struct.pack("<IHH", FINISHED_INIT, 0, 8) * 8192  # 64 KiB of header-only records
+    bomb = []
+    for _ in range(count):
+        if frames:
+            compressor = zstandard.ZstdCompressor(level=3).compressobj()
+        bomb.append(b"".join(compressor.compress(tiny) for _ in range(inflates_to // len(tiny)))
+                    + compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
+    fresh = zstandard.ZstdCompressor(level=3).compress(stream)
+    start, _ = data_extent(raw)
+    data = bytearray(leading_records(raw) + compressed_records(pieces(good))
+                     + struct.pack("<IHH", FINISHED_ROUND, 0, 8))
+    offsets = []
+    for payload in bomb:
+        offsets.append(start + len(data))
+        data += compressed_records([payload])
+    data += compressed_records(pieces(fresh))
+    return with_data(raw, bytes(data)), offsets

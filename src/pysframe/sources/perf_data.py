@@ -65,6 +65,8 @@ RELEASE_STEP = 16 * 2**20
 #: and sample ids over all attributes (one per CPU or thread and event).
 MAX_ATTRS = 1 << 16
 MAX_IDS = 1 << 20
+#: Entries listed in ``skipped`` at most.
+MAX_SKIPPED = 1000
 #: Bit 63 of a record's location: the location is in the spill of inflated records.
 SPILLED = 1 << 63
 
@@ -96,10 +98,14 @@ class PerfData:
     inflated: int = 0
 
     def skip(self, offset: int, reason: str) -> None:
-        """List what had to be skipped, once (a second pass finds the same)."""
-        if (offset, reason) not in self._seen:
-            self._seen.add((offset, reason))
-            self.skipped.append((offset, reason))
+        """List what had to be skipped, once (a second pass finds the same), and no more
+        than :data:`MAX_SKIPPED` entries (a hostile file could have one per record)."""
+        if (offset, reason) in self._seen or len(self.skipped) > MAX_SKIPPED:
+            return
+        self._seen.add((offset, reason))
+        if len(self.skipped) == MAX_SKIPPED:
+            reason = f"more than {MAX_SKIPPED} parts skipped; the others are not listed"
+        self.skipped.append((offset, reason))
 
     def __enter__(self) -> PerfData:
         return self

@@ -13,7 +13,7 @@ that many zstd bytes, the record padded to 8). So:
   more: that is our limit per record, clamped to :data:`MAX_RECORD_OUTPUT` whatever the file
   says (:data:`DEFAULT_MMAP_LEN` when the feature is missing). A record whose output
   exceeds it is a bomb: it is skipped (an entry in ``skipped`` naming its offset) after at
-  most the limit plus one byte was produced, and the reading goes on.
+  most the limit and one step (below) was produced, and the reading goes on.
 - A record of the data may be cut between two compressed records (the output of one ends
   inside it); perf keeps the tail (``decomp_last_rem``) and puts it in front of the next
   record's output, and so do we (at most 64 KiB: a record's size is 16 bits).
@@ -21,9 +21,12 @@ that many zstd bytes, the record padded to 8). So:
   it continue a stream we no longer follow. They are skipped (one entry for them all)
   until one starts a new zstd frame.
 
-Decompression is streaming (``zstandard``'s ``stream_writer`` into a sink that refuses
-output past the limit): a record's output is held once, bounded, and the records in it
-are parsed from it one at a time by the caller.
+Decompression is streaming and bounded as it goes: the zstd bytes of a record are fed to
+one ``zstandard`` decompression object :data:`SLICE` bytes at a time, and the output is
+checked after each (a slice inflates to at most 8 MiB: an RLE block of 4 bytes inflates to
+128 KiB). A record's output is held once, bounded, and the records in it are parsed from
+it one at a time by the caller. (``zstandard``'s ``stream_writer`` into a sink that raises
+at the limit would stop sooner, but leaks its output buffer on every such stop.)
 """
 
 from __future__ import annotations
@@ -45,27 +48,10 @@ MAX_RECORD_OUTPUT = 64 * 2**20
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
+#: zstd bytes fed to the decompressor at a time (the bound on one step's output: 8 MiB).
+SLICE = 256
+
 Skip = Callable[[int, str], None]
-
-
-class _TooBig(Exception):
-    """The sink's limit was passed."""
-
-
-class _Sink:
-    """Collects a decompressor's output, refusing more than ``room`` bytes in all."""
-
-    __slots__ = ("data", "room")
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.room = 0
-
-    def write(self, chunk: bytes) -> int:
-        self.data += chunk
-        if len(self.data) > self.room:
-            raise _TooBig
-        return len(chunk)
 
 
 def compressed_payload(buffer: memoryview, kind: int, offset: int, size: int) -> memoryview:
@@ -89,8 +75,7 @@ class Inflater:
         #: Bytes the decompressor produced (carried bytes not counted again).
         self.produced = 0
         self._carry = b""
-        self._sink = _Sink()
-        self._writer: Any = None
+        self._stream: Any = None
         self._module: Any = None
         self._broken_at: int | None = None  # the stream broke at this record
         self._lost_reported = False
@@ -104,24 +89,24 @@ class Inflater:
         except (ValueError, struct.error) as error:
             self._broken(offset, f"malformed compressed record: {error}")
             return None
-        if self._writer is None and not self._start(offset, payload):
+        if self._stream is None and not self._start(offset, payload):
             return None
-        sink = self._sink
-        sink.data = bytearray(self._carry)
-        sink.room = len(self._carry) + self.limit
+        data = bytearray(self._carry)
+        room = len(data) + self.limit
         self._carry = b""
+        decompress = self._stream.decompress
         try:
-            self._writer.write(payload)
-        except _TooBig:
-            self.produced += len(sink.data) - (sink.room - self.limit)
-            self._broken(offset, f"compressed record inflates past {self.limit} bytes, the "
-                         "limit (the recording's ring-buffer size); skipped")
-            return None
+            for at in range(0, len(payload), SLICE):
+                data += decompress(payload[at:at + SLICE])
+                if len(data) > room:
+                    self.produced += len(data) - (room - self.limit)
+                    self._broken(offset, f"compressed record inflates past {self.limit} bytes, "
+                                 "the limit (the recording's ring-buffer size); skipped")
+                    return None
         except self._module.ZstdError as error:
             self._broken(offset, f"undecodable compressed record: {error}")
             return None
-        self.produced += len(sink.data) - (sink.room - self.limit)
-        data, sink.data = sink.data, bytearray()
+        self.produced += len(data) - (room - self.limit)
         return data
 
     def keep(self, tail: bytes) -> None:
@@ -157,11 +142,7 @@ class Inflater:
                           f"{self._broken_at:#x} skipped (up to a new zstd frame)")
                 self._lost_reported = True
             return False
-        # One output block larger than the limit: the writer hands over everything a
-        # record inflates to (it keeps what does not fit in its block until the next
-        # write), and a bomb's first block already passes the limit.
-        self._writer = self._module.ZstdDecompressor().stream_writer(
-            self._sink, write_size=self.limit + 1)
+        self._stream = self._module.ZstdDecompressor().decompressobj(read_across_frames=True)
         self._broken_at = None
         self._lost_reported = False
         return True
@@ -169,9 +150,8 @@ class Inflater:
     def _broken(self, offset: int, reason: str) -> None:
         """The record at ``offset`` is skipped, and the stream is lost with it."""
         self.skip(offset, reason)
-        self._writer = None
+        self._stream = None
         self._carry = b""
-        self._sink.data = bytearray()
         self._broken_at = offset
 
 
