@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import mmap
 import struct
-import tempfile
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable
@@ -172,6 +171,8 @@ class Spill:
         """Append ``data`` inflated from the compressed record at file offset ``origin``;
         its position here."""
         if self._file is None:
+            import tempfile  # only here: 5 ms of imports that most runs never need
+
             self._file = tempfile.TemporaryFile(prefix="sframe-perf-")
         at = self.size
         self._file.write(data)

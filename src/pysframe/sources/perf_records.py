@@ -154,6 +154,8 @@ class BuildIdEntry:
 class RecordParser:
     """Parses single records with the recording's event attributes."""
 
+    __slots__ = ("attrs", "by_id")
+
     def __init__(self, attrs: list[EventAttr]) -> None:
         self.attrs = attrs
         self.by_id: dict[int, EventAttr] = {}
