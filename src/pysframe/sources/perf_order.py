@@ -6,7 +6,8 @@ previous FINISHED_ROUND (:func:`.perf_data.in_time_order` does the same, holding
 records in between). That holds two rounds, a few MB in a real recording; without
 FINISHED_ROUND records (a rewritten or hostile file) it would hold every record until the
 end, and every page of the file they point into would come back when their stacks are
-unwound (43 MB more peak RSS per 26 MB of recording, measured).
+unwound (measured on a 1.4 GB dwarf recording: 1.7 GB peak RSS, 1.4 GB of it file pages
+and 240 MB the 177,000 samples held; 72 MB with its FINISHED_ROUND records).
 
 So :func:`time_ordered` streams like :func:`.perf_data.in_time_order` while what it holds
 stays small (:data:`PENDING_BYTES` of user stacks, :data:`PENDING_RECORDS` records), and
