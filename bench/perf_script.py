@@ -44,14 +44,17 @@ def frames(path: Path) -> int:
     return sum(1 for line in path.open() if line.startswith("\t"))
 
 
-def large_recording(perf: str, recording: Path, minimum: int = 500 * 2**20) -> Path:
-    """A >= 500 MB `--call-graph dwarf` recording of the Lua benchmark, made once."""
-    target = OUT / "large.perf.data"
+def large_recording(perf: str, recording: Path, minimum: int = 500 * 2**20,
+                    name: str = "large.perf.data") -> Path:
+    """A `--call-graph dwarf` recording of at least ``minimum`` bytes of the Lua benchmark
+    run repeatedly (about 26 MB per run), made once into bench/out/NAME."""
+    target = OUT / name
     if target.exists() and target.stat().st_size >= minimum:
         return target
-    runs = 20
+    OUT.mkdir(parents=True, exist_ok=True)
+    runs = max(1, -(-minimum // (25 * 2**20)))
     script = f"for i in $(seq {runs}); do ./lua bench.lua >/dev/null; done"
-    print(f"recording {target} ({runs} runs of the Lua benchmark, about a minute) ...",
+    print(f"recording {target} ({runs} runs of the Lua benchmark, about {runs * 4} s) ...",
           file=sys.stderr)
     subprocess.run([perf, "record", "-q", "-N", "-e", "cpu-clock", "-F", "999", "--call-graph",
                     "dwarf", "-o", str(target), "sh", "-c", script], cwd=recording, check=True,

@@ -3,11 +3,17 @@
 Hand-written: no maintained Python package reads perf.data. The file is
 mapped (``mmap``) and read through a ``memoryview``; a sample's copied user
 stack is a view into the mapping, never copied. Records are yielded one at a
-time, so memory does not grow with the number of samples; :func:`in_time_order`
-reorders them the way ``perf script`` does (flushing at FINISHED_ROUND).
+time, so memory does not grow with the number of samples; :func:`.perf_order.time_ordered`
+puts them in the order of ``perf script`` with bounded memory.
 Truncated or corrupt files: everything readable is yielded and what had to be
-skipped is counted in :attr:`PerfData.skipped` (offset and reason).
+skipped is listed in :attr:`PerfData.skipped` (offset and reason, each once).
+Compressed records (``perf record -z``) are inflated with a bound each
+(:mod:`.perf_inflate`); the records themselves are parsed by :mod:`.perf_records`.
 See ``shared/spec/perf-and-ptrace.md`` §2 for the layout.
+
+Sizes in the file are never trusted: every count, size and offset is checked against the
+file (or the record) before it is used, and the counts that size our memory (attributes,
+ids) have caps.
 """
 
 from __future__ import annotations
@@ -16,44 +22,32 @@ import heapq
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import PysframeError
+from .perf_inflate import DEFAULT_MMAP_LEN, MAX_RECORD_OUTPUT, Inflater, Spill
+from .perf_records import (
+    RECORD_COMPRESSED,
+    RECORD_COMPRESSED2,
+    BuildIdEntry,
+    Comm,
+    EventAttr,
+    FinishedRound,
+    Lost,
+    Mmap,
+    Record,
+    RecordParser,
+    Sample,
+    Task,
+)
+
+__all__ = [
+    "BuildIdEntry", "Comm", "EventAttr", "FinishedRound", "Lost", "Mmap", "PerfData",
+    "PerfDataError", "Record", "Sample", "Task", "in_time_order", "open_perf_data",
+]
 
 MAGIC = b"PERFILE2"
-
-# Record types.
-RECORD_MMAP = 1
-RECORD_LOST = 2
-RECORD_COMM = 3
-RECORD_EXIT = 4
-RECORD_FORK = 7
-RECORD_SAMPLE = 9
-RECORD_MMAP2 = 10
-RECORD_LOST_SAMPLES = 13
-RECORD_FINISHED_ROUND = 68
-RECORD_COMPRESSED = 81
-
-# sample_type bits.
-SAMPLE_IP = 1 << 0
-SAMPLE_TID = 1 << 1
-SAMPLE_TIME = 1 << 2
-SAMPLE_ADDR = 1 << 3
-SAMPLE_READ = 1 << 4
-SAMPLE_CALLCHAIN = 1 << 5
-SAMPLE_ID = 1 << 6
-SAMPLE_CPU = 1 << 7
-SAMPLE_PERIOD = 1 << 8
-SAMPLE_STREAM_ID = 1 << 9
-SAMPLE_RAW = 1 << 10
-SAMPLE_BRANCH_STACK = 1 << 11
-SAMPLE_REGS_USER = 1 << 12
-SAMPLE_STACK_USER = 1 << 13
-SAMPLE_WEIGHT = 1 << 14
-SAMPLE_DATA_SRC = 1 << 15
-SAMPLE_IDENTIFIER = 1 << 16
 
 FEATURE_BUILD_ID = 2
 FEATURE_HOSTNAME = 3
@@ -62,122 +56,27 @@ FEATURE_VERSION = 5
 FEATURE_ARCH = 6
 FEATURE_NRCPUS = 7
 FEATURE_CMDLINE = 11
+FEATURE_COMPRESSED = 27
 
 #: Mapped pages further than this behind the reader are dropped (see _release_behind).
 RELEASE_MARGIN = 32 * 2**20
 RELEASE_STEP = 16 * 2**20
+#: Caps on what the header makes us hold: event attributes (perf writes one per event),
+#: and sample ids over all attributes (one per CPU or thread and event).
+MAX_ATTRS = 1 << 16
+MAX_IDS = 1 << 20
+#: Entries listed in ``skipped`` at most.
+MAX_SKIPPED = 1000
+#: Bit 63 of a record's location: the location is in the spill of inflated records.
+SPILLED = 1 << 63
 
-_U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<8sQQQQQQQQ32s")
 _RECORD = struct.Struct("<IHH")
+_COMPRESSED_KINDS = (RECORD_COMPRESSED, RECORD_COMPRESSED2)
 
 
 class PerfDataError(PysframeError, ValueError):
     """The file is not a perf.data file we can read (with the byte offset)."""
-
-
-@dataclass(slots=True)
-class EventAttr:
-    type: int
-    config: int
-    sample_type: int
-    read_format: int
-    flags: int
-    sample_regs_user: int
-    sample_stack_user: int
-    ids: tuple[int, ...] = ()
-
-    @property
-    def sample_id_all(self) -> bool:
-        return bool(self.flags & (1 << 18))
-
-
-@dataclass(slots=True)
-class Sample:
-    """One PERF_RECORD_SAMPLE; ``stack`` is a view into the mapped file."""
-
-    offset: int
-    misc: int
-    ip: int = 0
-    pid: int = 0
-    tid: int = 0
-    time: int = 0
-    addr: int = 0
-    id: int = 0
-    cpu: int = 0
-    period: int = 0
-    callchain: tuple[int, ...] = ()
-    regs_abi: int = 0
-    regs: tuple[int, ...] = ()
-    stack: memoryview | None = None
-    stack_dyn_size: int = 0
-    attr: EventAttr | None = None
-
-    @property
-    def cpumode(self) -> int:
-        return self.misc & 7
-
-
-@dataclass(slots=True)
-class Mmap:
-    offset: int
-    pid: int
-    tid: int
-    start: int
-    length: int
-    pgoff: int
-    filename: str
-    prot: int = 0
-    flags: int = 0
-    build_id: bytes | None = None
-    time: int = 0
-    executable: bool = True
-
-
-@dataclass(slots=True)
-class Comm:
-    offset: int
-    pid: int
-    tid: int
-    comm: str
-    exec: bool
-    time: int = 0
-
-
-@dataclass(slots=True)
-class Task:
-    """FORK (``exit`` False) or EXIT (``exit`` True)."""
-
-    offset: int
-    pid: int
-    ppid: int
-    tid: int
-    ptid: int
-    time: int
-    exit: bool
-
-
-@dataclass(slots=True)
-class Lost:
-    offset: int
-    lost: int
-    time: int = 0
-
-
-@dataclass(slots=True)
-class FinishedRound:
-    offset: int
-
-
-Record = Sample | Mmap | Comm | Task | Lost | FinishedRound
-
-
-@dataclass(slots=True)
-class BuildIdEntry:
-    pid: int
-    build_id: bytes
-    filename: str
-    kernel: bool
 
 
 @dataclass(slots=True)
@@ -192,9 +91,21 @@ class PerfData:
     features: dict[int, tuple[int, int]]
     skipped: list[tuple[int, str]] = field(default_factory=list)
     _map: mmap.mmap | None = None
-    _by_id: dict[int, EventAttr] = field(default_factory=dict)
+    _parser: RecordParser | None = None
     _released: int = 0
-    _zstd: Any = None
+    _seen: set[tuple[int, str]] = field(default_factory=set)
+    #: Bytes inflated from compressed records so far (over every pass).
+    inflated: int = 0
+
+    def skip(self, offset: int, reason: str) -> None:
+        """List what had to be skipped, once (a second pass finds the same), and no more
+        than :data:`MAX_SKIPPED` entries (a hostile file could have one per record)."""
+        if (offset, reason) in self._seen or len(self.skipped) > MAX_SKIPPED:
+            return
+        self._seen.add((offset, reason))
+        if len(self.skipped) == MAX_SKIPPED:
+            reason = f"more than {MAX_SKIPPED} parts skipped; the others are not listed"
+        self.skipped.append((offset, reason))
 
     def __enter__(self) -> PerfData:
         return self
@@ -219,10 +130,7 @@ class PerfData:
         extent = self.features.get(bit)
         if extent is None:
             return None
-        offset, size = extent
-        if offset + size > len(self.buffer):
-            self.skipped.append((offset, f"feature {bit} runs past the end of the file"))
-            return None
+        offset, size = extent  # checked against the file when it was opened
         return self.buffer[offset:offset + size]
 
     def _string(self, bit: int) -> str | None:
@@ -273,8 +181,8 @@ class PerfData:
         while offset + 8 <= len(data):
             _, misc, size = _RECORD.unpack_from(data, offset)
             if size < 36 or offset + size > len(data):
-                self.skipped.append((self.features[FEATURE_BUILD_ID][0] + offset,
-                                     "malformed build-id record"))
+                self.skip(self.features[FEATURE_BUILD_ID][0] + offset,
+                          "malformed build-id record")
                 break
             pid = struct.unpack_from("<i", data, offset + 8)[0]
             raw_id = bytes(data[offset + 12:offset + 32])
@@ -288,230 +196,142 @@ class PerfData:
 
     # --- records ----------------------------------------------------------------------
 
-    def records(self) -> Iterator[Record]:
-        """Records in file order (compressed records are expanded)."""
-        self._zstd = None  # a new pass decodes the compressed stream from its start
-        yield from self._records(self.buffer, self.data_offset, self.data_offset + self.data_size,
-                                 0)
+    @property
+    def compressed_limit(self) -> int:
+        """The most one compressed record may inflate to: the ring-buffer size the recording
+        states (its COMPRESSED feature: version, type, level, ratio, ``mmap_len``, u32
+        each), clamped to :data:`.perf_inflate.MAX_RECORD_OUTPUT`."""
+        data = self._feature(FEATURE_COMPRESSED)
+        if data is None or len(data) < 20:
+            return DEFAULT_MMAP_LEN
+        return min(int(struct.unpack_from("<I", data, 16)[0]), MAX_RECORD_OUTPUT)
+
+    # --- records ----------------------------------------------------------------------
+
+    def records(self) -> Generator[Record, None, None]:
+        """Records in file order (compressed records are inflated, from the start of their
+        stream at each pass)."""
+        return self.scan(None)
+
+    def scan(self, spill: Spill | None) -> Generator[Record, None, None]:
+        """Records in file order; with a ``spill``, inflated records are also written to it
+        and their ``offset`` is their location there (:data:`SPILLED` set), for
+        :meth:`record_at`."""
+        assert self._parser is not None
+        parse = self._parser.parse
+        buffer = self.buffer
+        offset = self.data_offset
+        end = self.data_offset + self.data_size
+        size_limit = min(end, len(buffer))
+        inflater = Inflater(self.compressed_limit, self.skip)
+        self._released = 0
+        next_release = offset + RELEASE_STEP
+        while offset + 8 <= size_limit:
+            if offset >= next_release:
+                self._release_behind(offset)
+                next_release = offset + RELEASE_STEP
+            kind, misc, size = _RECORD.unpack_from(buffer, offset)
+            if size < 8 or offset + size > size_limit:
+                self.skip(offset, f"record of type {kind} with size {size} runs past the data "
+                          "section; rest of the data skipped")
+                break
+            if kind in _COMPRESSED_KINDS:
+                produced = inflater.produced
+                data = inflater.inflate(buffer, kind, offset, size)
+                self.inflated += inflater.produced - produced
+                if data is not None:
+                    yield from self._inflated(data, offset, inflater, spill)
+            else:
+                try:
+                    record = parse(buffer, kind, misc, offset, size, 0)
+                except (struct.error, IndexError, ValueError) as error:
+                    self.skip(offset, f"malformed record of type {kind}: {error}")
+                    record = None
+                if record is not None:
+                    yield record
+            offset += size
+        else:
+            if offset < end <= len(buffer):
+                self.skip(offset, "trailing bytes in the data section")
+        if end > len(buffer):
+            self.skip(len(buffer), "data section truncated")
+        inflater.finish(min(end, len(buffer)))
+
+    def _inflated(self, data: bytearray, origin: int, inflater: Inflater,
+                  spill: Spill | None) -> Iterator[Record]:
+        """The complete records of one compressed record's output (the incomplete one at
+        its end is carried over to the next). Their ``offset``: the compressed record's
+        file offset plus their position in ``data`` (or their location in the spill)."""
+        assert self._parser is not None
+        parse = self._parser.parse
+        view = memoryview(data)
+        base = origin if spill is None else SPILLED | spill.add(data, origin)
+        offset, end = 0, len(view)
+        while offset + 8 <= end:
+            kind, misc, size = _RECORD.unpack_from(view, offset)
+            if size < 8:
+                self.skip(origin, f"record of type {kind} with size {size} in the output of a "
+                          "compressed record; the rest of its output skipped")
+                return
+            if offset + size > end:
+                break
+            if kind in _COMPRESSED_KINDS:
+                self.skip(origin, "a compressed record inside compressed data; skipped")
+            else:
+                try:
+                    record = parse(view, kind, misc, offset, size, base)
+                except (struct.error, IndexError, ValueError) as error:
+                    self.skip(origin, f"malformed record of type {kind} in the output of a "
+                              f"compressed record: {error}")
+                    record = None
+                if record is not None:
+                    yield record
+            offset += size
+        inflater.keep(bytes(view[offset:]))
+
+    def record_at(self, location: int, spill: Spill | None) -> Record | None:
+        """The record at a location :meth:`scan` gave (read again; None if it no longer
+        parses, which a file changed under us could cause)."""
+        assert self._parser is not None
+        buffer = self.buffer
+        base = 0
+        if location & SPILLED:
+            location &= ~SPILLED
+            if spill is None or spill.view is None:
+                return None
+            buffer = spill.view
+            base = spill.origin(location)
+        try:
+            kind, misc, size = _RECORD.unpack_from(buffer, location)
+            return self._parser.parse(buffer, kind, misc, location, size, base)
+        except (struct.error, IndexError, ValueError):
+            return None
 
     def _release_behind(self, offset: int) -> None:
         """Drop the mapped pages well behind the read position from our resident set.
 
         The file is mapped, so every page read stays resident and the peak RSS would
         grow with the file; records more than ``RELEASE_MARGIN`` behind are done with
-        (time ordering holds two rounds, far less). Touching such a page again is still
-        correct: it is read back from the file.
+        (time ordering holds at most :data:`.perf_order.PENDING_BYTES` of stacks). Touching
+        such a page again is still correct: it is read back from the file.
         """
+        self.release_before(offset - RELEASE_MARGIN)
+
+    def release_before(self, offset: int, from_start: bool = False) -> None:
+        """Drop the mapped pages of the file before ``offset`` from our resident set (those
+        not dropped before, or all with ``from_start``)."""
         mapped = self._map
         if mapped is None or not hasattr(mapped, "madvise"):
             return
-        end = (offset - RELEASE_MARGIN) & ~(mmap.PAGESIZE - 1)
+        if from_start:
+            self._released = 0
+        end = min(offset, len(mapped)) & ~(mmap.PAGESIZE - 1)
         if end > self._released:
             try:
                 mapped.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
             except (OSError, ValueError):
                 return
             self._released = end
-
-    def _records(self, buffer: memoryview, start: int, end: int, base: int) -> Iterator[Record]:
-        offset = start
-        size_limit = min(end, len(buffer))
-        top_level = buffer is self.buffer
-        next_release = offset + RELEASE_STEP
-        while offset + 8 <= size_limit:
-            if top_level and offset >= next_release:
-                self._release_behind(offset)
-                next_release = offset + RELEASE_STEP
-            kind, misc, size = _RECORD.unpack_from(buffer, offset)
-            if size < 8 or offset + size > size_limit:
-                self.skipped.append((base + offset, f"record of type {kind} with size {size} "
-                                     "runs past the data section; rest of the data skipped"))
-                return
-            try:
-                record = self._record(buffer, kind, misc, offset, size, base)
-            except (struct.error, IndexError, ValueError) as error:
-                self.skipped.append((base + offset, f"malformed record of type {kind}: {error}"))
-                record = None
-            if isinstance(record, list):
-                yield from record
-            elif record is not None:
-                yield record
-            offset += size
-        if offset < end and end <= len(buffer):
-            self.skipped.append((base + offset, "trailing bytes in the data section"))
-        elif end > len(buffer):
-            self.skipped.append((base + len(buffer), "data section truncated"))
-
-    def _attr_for(self, buffer: memoryview, offset: int, size: int, kind: int) -> EventAttr:
-        if len(self.attrs) == 1:
-            return self.attrs[0]
-        attr = self.attrs[0]
-        if attr.sample_type & SAMPLE_IDENTIFIER:
-            if kind == RECORD_SAMPLE:
-                identifier = _U64.unpack_from(buffer, offset + 8)[0]
-            else:
-                identifier = _U64.unpack_from(buffer, offset + size - 8)[0]
-            return self._by_id.get(identifier, attr)
-        return attr
-
-    def _record(self, buffer: memoryview, kind: int, misc: int, offset: int, size: int,
-                base: int) -> Record | list[Record] | None:
-        if kind == RECORD_SAMPLE:
-            return self._sample(buffer, misc, offset, size, base)
-        if kind in (RECORD_MMAP, RECORD_MMAP2):
-            return self._mmap(buffer, kind, misc, offset, size, base)
-        if kind == RECORD_COMM:
-            pid, tid = struct.unpack_from("<II", buffer, offset + 8)
-            name_end = offset + size - self._trailer_size()
-            name = bytes(buffer[offset + 16:name_end]).split(b"\0", 1)[0].decode("utf-8",
-                                                                                  "replace")
-            return Comm(base + offset, pid, tid, name, bool(misc & 0x2000),
-                        self._trailer_time(buffer, offset, size))
-        if kind in (RECORD_FORK, RECORD_EXIT):
-            pid, ppid, tid, ptid, time = struct.unpack_from("<IIIIQ", buffer, offset + 8)
-            return Task(base + offset, pid, ppid, tid, ptid, time, kind == RECORD_EXIT)
-        if kind == RECORD_LOST:
-            _, lost = struct.unpack_from("<QQ", buffer, offset + 8)
-            return Lost(base + offset, lost, self._trailer_time(buffer, offset, size))
-        if kind == RECORD_LOST_SAMPLES:
-            lost = _U64.unpack_from(buffer, offset + 8)[0]
-            return Lost(base + offset, lost, self._trailer_time(buffer, offset, size))
-        if kind == RECORD_FINISHED_ROUND:
-            return FinishedRound(base + offset)
-        if kind == RECORD_COMPRESSED:
-            return list(self._decompress(buffer, offset, size, base))
-        return None
-
-    def _trailer_size(self) -> int:
-        attr = self.attrs[0]
-        if not attr.sample_id_all:
-            return 0
-        sample_type = attr.sample_type
-        size = 0
-        for bit in (SAMPLE_TID, SAMPLE_TIME, SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU,
-                    SAMPLE_IDENTIFIER):
-            if sample_type & bit:
-                size += 8
-        return size
-
-    def _trailer_time(self, buffer: memoryview, offset: int, size: int) -> int:
-        """The TIME field of the sample_id_all trailer of a non-sample record (0 if none)."""
-        attr = self.attrs[0]
-        if not attr.sample_id_all or not attr.sample_type & SAMPLE_TIME:
-            return 0
-        position = offset + size - self._trailer_size()
-        if attr.sample_type & SAMPLE_TID:
-            position += 8
-        return int(_U64.unpack_from(buffer, position)[0])
-
-    def _mmap(self, buffer: memoryview, kind: int, misc: int, offset: int, size: int,
-              base: int) -> Mmap:
-        pid, tid, start, length, pgoff = struct.unpack_from("<IIQQQ", buffer, offset + 8)
-        build_id = None
-        prot = flags = 0
-        if kind == RECORD_MMAP2:
-            if misc & 0x4000:
-                id_size = buffer[offset + 40]
-                build_id = bytes(buffer[offset + 44:offset + 44 + min(id_size, 20)])
-            prot, flags = struct.unpack_from("<II", buffer, offset + 64)
-            name_at = offset + 72
-        else:
-            name_at = offset + 40
-        name_end = offset + size - self._trailer_size()
-        name = bytes(buffer[name_at:name_end]).split(b"\0", 1)[0].decode("utf-8", "replace")
-        executable = not misc & 0x2000 if kind == RECORD_MMAP2 or prot == 0 else bool(prot & 4)
-        return Mmap(base + offset, pid, tid, start, length, pgoff, name, prot, flags, build_id,
-                    self._trailer_time(buffer, offset, size), executable)
-
-    def _sample(self, buffer: memoryview, misc: int, offset: int, size: int,
-                base: int) -> Sample:
-        attr = self._attr_for(buffer, offset, size, RECORD_SAMPLE)
-        sample_type = attr.sample_type
-        end = offset + size
-        position = offset + 8
-        sample = Sample(base + offset, misc, attr=attr)
-        unpack = _U64.unpack_from
-        if sample_type & SAMPLE_IDENTIFIER:
-            position += 8
-        if sample_type & SAMPLE_IP:
-            sample.ip = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_TID:
-            sample.pid, sample.tid = struct.unpack_from("<II", buffer, position)
-            position += 8
-        if sample_type & SAMPLE_TIME:
-            sample.time = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_ADDR:
-            sample.addr = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_ID:
-            sample.id = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_STREAM_ID:
-            position += 8
-        if sample_type & SAMPLE_CPU:
-            sample.cpu = struct.unpack_from("<I", buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_PERIOD:
-            sample.period = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_READ:
-            raise ValueError("PERF_SAMPLE_READ is not supported")
-        if sample_type & SAMPLE_CALLCHAIN:
-            count = unpack(buffer, position)[0]
-            position += 8
-            if position + 8 * count > end:
-                raise ValueError(f"callchain of {count} entries runs past the record")
-            sample.callchain = struct.unpack_from(f"<{count}Q", buffer, position)
-            position += 8 * count
-        if sample_type & SAMPLE_RAW:
-            raw_size = struct.unpack_from("<I", buffer, position)[0]
-            position += 4 + raw_size
-        if sample_type & SAMPLE_BRANCH_STACK:
-            count = unpack(buffer, position)[0]
-            position += 8 + 24 * count
-        if sample_type & SAMPLE_REGS_USER:
-            sample.regs_abi = unpack(buffer, position)[0]
-            position += 8
-            if sample.regs_abi:
-                count = attr.sample_regs_user.bit_count()
-                if position + 8 * count > end:
-                    raise ValueError("user registers run past the record")
-                sample.regs = struct.unpack_from(f"<{count}Q", buffer, position)
-                position += 8 * count
-        if sample_type & SAMPLE_STACK_USER:
-            stack_size = unpack(buffer, position)[0]
-            position += 8
-            if stack_size:
-                if position + stack_size + 8 > end:
-                    raise ValueError(f"user stack of {stack_size} bytes runs past the record")
-                dyn_size = unpack(buffer, position + stack_size)[0]
-                sample.stack_dyn_size = min(dyn_size, stack_size)
-                sample.stack = buffer[position:position + sample.stack_dyn_size]
-                position += stack_size + 8
-        return sample
-
-    def _decompress(self, buffer: memoryview, offset: int, size: int,
-                    base: int) -> Iterator[Record]:
-        try:
-            import zstandard
-        except ImportError:
-            self.skipped.append((base + offset, "PERF_RECORD_COMPRESSED needs the zstandard "
-                                 "package (pip install zstandard)"))
-            return
-        payload = bytes(buffer[offset + 8:offset + size])
-        # perf compresses one zstd stream across all its compressed records: decode them
-        # with one streaming decompressor, in file order.
-        if self._zstd is None:
-            self._zstd = zstandard.ZstdDecompressor().decompressobj()
-        try:
-            data = self._zstd.decompress(payload)
-        except zstandard.ZstdError as error:
-            self.skipped.append((base + offset, f"undecodable compressed record: {error}"))
-            return
-        view = memoryview(data)
-        yield from self._records(view, 0, len(data), base + offset)
 
 
 def open_perf_data(path: str) -> PerfData:
@@ -543,7 +363,31 @@ def _parse(path: str, buffer: memoryview, mapped: mmap.mmap | None) -> PerfData:
     size = len(buffer)
     if attr_size < 16 + 96 or attrs_offset + attrs_size > size:
         raise PerfDataError("attribute section out of bounds", 24, path=path)
+    if attrs_size // attr_size > MAX_ATTRS:
+        raise PerfDataError(f"{attrs_size // attr_size} event attributes (at most {MAX_ATTRS})",
+                            32, path=path)
+    skipped: list[tuple[int, str]] = []
+    attrs = _attributes(buffer, attr_size, attrs_offset, attrs_size, skipped)
+    if not attrs:
+        raise PerfDataError("no event attributes", attrs_offset, path=path)
+    result = PerfData(path, buffer, attrs, data_offset, data_size, {}, [], mapped,
+                      RecordParser(attrs))
+    for offset, reason in skipped:
+        result.skip(offset, reason)
+    if data_offset + data_size > size:
+        result.skip(size, f"data section ends {data_offset + data_size - size} bytes past the "
+                    "end of the file (truncated recording)")
+    else:
+        result.features = _features(result, int.from_bytes(feature_bits, "little"))
+    return result
+
+
+def _attributes(buffer: memoryview, attr_size: int, attrs_offset: int, attrs_size: int,
+                skipped: list[tuple[int, str]]) -> list[EventAttr]:
+    """The event attributes (perf_event_attr, then the ``(offset, size)`` of its ids)."""
+    size = len(buffer)
     attrs = []
+    id_budget = MAX_IDS
     for position in range(attrs_offset, attrs_offset + attrs_size - attr_size + 1, attr_size):
         kind, _, config, _, sample_type, read_format, flags = struct.unpack_from(
             "<IIQQQQQ", buffer, position)
@@ -551,35 +395,56 @@ def _parse(path: str, buffer: memoryview, mapped: mmap.mmap | None) -> PerfData:
         ids_offset, ids_size = struct.unpack_from("<QQ", buffer, position + attr_size - 16)
         ids: tuple[int, ...] = ()
         if ids_offset + ids_size <= size and ids_size % 8 == 0:
-            ids = struct.unpack_from(f"<{ids_size // 8}Q", buffer, ids_offset)
+            if ids_size // 8 > id_budget:
+                skipped.append((ids_offset, f"{ids_size // 8} sample ids (at most {MAX_IDS} in "
+                                "all); ignored"))
+            else:
+                ids = struct.unpack_from(f"<{ids_size // 8}Q", buffer, ids_offset)
+                id_budget -= len(ids)
         attrs.append(EventAttr(kind, config, sample_type, read_format, flags, regs_user,
                                stack_user, ids))
-    if not attrs:
-        raise PerfDataError("no event attributes", attrs_offset, path=path)
+    return attrs
+
+
+def _features(data: PerfData, bits: int) -> dict[int, tuple[int, int]]:
+    """The feature sections that lie whole in the file, by feature bit. A recording cut
+    inside its feature section (the table at the end of the data section, then the
+    bodies) is listed in ``skipped`` once, at the first piece that is missing."""
+    size = len(data.buffer)
+    table = data.data_offset + data.data_size
     features: dict[int, tuple[int, int]] = {}
-    bits = int.from_bytes(feature_bits, "little")
-    table = data_offset + data_size
+    cut: tuple[int, str] | None = None
     index = 0
     for bit in range(256):
-        if bits >> bit & 1:
-            if table + 16 * (index + 1) <= size:
-                features[bit] = struct.unpack_from("<QQ", buffer, table + 16 * index)
-            index += 1
-    result = PerfData(path, buffer, attrs, data_offset, data_size, features, [], mapped)
-    for attr in attrs:
-        for identifier in attr.ids:
-            result._by_id[identifier] = attr
-    if data_offset + data_size > size:
-        result.skipped.append((size, f"data section ends {data_offset + data_size - size} bytes "
-                               "past the end of the file (truncated recording)"))
-    return result
+        if not bits >> bit & 1:
+            continue
+        entry = table + 16 * index
+        index += 1
+        if entry + 16 > size:
+            if cut is None or entry < cut[0]:
+                cut = (entry, f"recording cut inside its feature table (entry {index - 1} of "
+                       f"{bits.bit_count()}, for feature {bit}, ends past the end of the file "
+                       f"at {size:#x})")
+            break
+        offset, length = struct.unpack_from("<QQ", data.buffer, entry)
+        if offset + length > size:
+            if cut is None or offset < cut[0]:
+                cut = (offset, f"recording cut inside its feature section (feature {bit}, "
+                       f"{length} bytes, ends past the end of the file at {size:#x})")
+            continue
+        features[bit] = (offset, length)
+    if cut is not None:
+        data.skip(*cut)
+    return features
 
 
 def in_time_order(records: Iterator[Record]) -> Iterator[Record]:
     """Reorder records by time the way perf's ordered-events queue does: at each
     FINISHED_ROUND, release everything older than the newest time of the round before.
 
-    Memory stays bounded by two rounds of records.
+    Memory stays bounded by two rounds of records, and grows with the recording when it
+    has no FINISHED_ROUND records: :func:`.perf_order.time_ordered` gives the same order
+    with bounded memory in every case.
     """
     heap: list[tuple[int, int, Record]] = []
     sequence = 0

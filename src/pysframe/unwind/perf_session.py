@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ..errors import Problems
 from ..format.constants import ABI
-from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task, in_time_order
+from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task
+from ..sources.perf_order import time_ordered
 from .address_space import AddressSpace, Mapping
 from .memory import StackMemory
 from .modules import BinaryFinder
@@ -108,7 +109,7 @@ class PerfUnwinder:
         return space
 
     def samples(self) -> Iterator[UnwoundSample]:
-        for record in in_time_order(self.data.records()):
+        for record in time_ordered(self.data):
             if isinstance(record, Sample):
                 unwound = self._unwind(record)
                 if unwound is not None:

@@ -1,0 +1,315 @@
+"""The records of a perf.data data section: their types, and parsing one record.
+
+Split from :mod:`.perf_data` (which walks the file and its compressed records): every
+function here reads one record of ``size`` bytes at ``offset`` in a buffer, and every
+field it reads lies inside that record (a read past it raises ``struct.error`` or
+``ValueError``, which the walker reports as a malformed record).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+# Record types.
+RECORD_MMAP = 1
+RECORD_LOST = 2
+RECORD_COMM = 3
+RECORD_EXIT = 4
+RECORD_FORK = 7
+RECORD_SAMPLE = 9
+RECORD_MMAP2 = 10
+RECORD_LOST_SAMPLES = 13
+RECORD_FINISHED_ROUND = 68
+RECORD_COMPRESSED = 81
+RECORD_COMPRESSED2 = 83
+
+# sample_type bits.
+SAMPLE_IP = 1 << 0
+SAMPLE_TID = 1 << 1
+SAMPLE_TIME = 1 << 2
+SAMPLE_ADDR = 1 << 3
+SAMPLE_READ = 1 << 4
+SAMPLE_CALLCHAIN = 1 << 5
+SAMPLE_ID = 1 << 6
+SAMPLE_CPU = 1 << 7
+SAMPLE_PERIOD = 1 << 8
+SAMPLE_STREAM_ID = 1 << 9
+SAMPLE_RAW = 1 << 10
+SAMPLE_BRANCH_STACK = 1 << 11
+SAMPLE_REGS_USER = 1 << 12
+SAMPLE_STACK_USER = 1 << 13
+SAMPLE_WEIGHT = 1 << 14
+SAMPLE_DATA_SRC = 1 << 15
+SAMPLE_IDENTIFIER = 1 << 16
+
+_U64 = struct.Struct("<Q")
+_RECORD = struct.Struct("<IHH")
+
+
+@dataclass(slots=True)
+class EventAttr:
+    type: int
+    config: int
+    sample_type: int
+    read_format: int
+    flags: int
+    sample_regs_user: int
+    sample_stack_user: int
+    ids: tuple[int, ...] = ()
+
+    @property
+    def sample_id_all(self) -> bool:
+        return bool(self.flags & (1 << 18))
+
+
+@dataclass(slots=True)
+class Sample:
+    """One PERF_RECORD_SAMPLE; ``stack`` is a view into the mapped file."""
+
+    offset: int
+    misc: int
+    ip: int = 0
+    pid: int = 0
+    tid: int = 0
+    time: int = 0
+    addr: int = 0
+    id: int = 0
+    cpu: int = 0
+    period: int = 0
+    callchain: tuple[int, ...] = ()
+    regs_abi: int = 0
+    regs: tuple[int, ...] = ()
+    stack: memoryview | None = None
+    stack_dyn_size: int = 0
+    attr: EventAttr | None = None
+
+    @property
+    def cpumode(self) -> int:
+        return self.misc & 7
+
+
+@dataclass(slots=True)
+class Mmap:
+    offset: int
+    pid: int
+    tid: int
+    start: int
+    length: int
+    pgoff: int
+    filename: str
+    prot: int = 0
+    flags: int = 0
+    build_id: bytes | None = None
+    time: int = 0
+    executable: bool = True
+
+
+@dataclass(slots=True)
+class Comm:
+    offset: int
+    pid: int
+    tid: int
+    comm: str
+    exec: bool
+    time: int = 0
+
+
+@dataclass(slots=True)
+class Task:
+    """FORK (``exit`` False) or EXIT (``exit`` True)."""
+
+    offset: int
+    pid: int
+    ppid: int
+    tid: int
+    ptid: int
+    time: int
+    exit: bool
+
+
+@dataclass(slots=True)
+class Lost:
+    offset: int
+    lost: int
+    time: int = 0
+
+
+@dataclass(slots=True)
+class FinishedRound:
+    offset: int
+
+
+Record = Sample | Mmap | Comm | Task | Lost | FinishedRound
+
+
+@dataclass(slots=True)
+class BuildIdEntry:
+    pid: int
+    build_id: bytes
+    filename: str
+    kernel: bool
+
+
+class RecordParser:
+    """Parses single records with the recording's event attributes."""
+
+    __slots__ = ("attrs", "by_id")
+
+    def __init__(self, attrs: list[EventAttr]) -> None:
+        self.attrs = attrs
+        self.by_id: dict[int, EventAttr] = {}
+        for attr in attrs:
+            for identifier in attr.ids:
+                self.by_id[identifier] = attr
+
+    def _attr_for(self, buffer: memoryview, offset: int, size: int, kind: int) -> EventAttr:
+        if len(self.attrs) == 1:
+            return self.attrs[0]
+        attr = self.attrs[0]
+        if attr.sample_type & SAMPLE_IDENTIFIER:
+            if kind == RECORD_SAMPLE:
+                identifier = _U64.unpack_from(buffer, offset + 8)[0]
+            else:
+                identifier = _U64.unpack_from(buffer, offset + size - 8)[0]
+            return self.by_id.get(identifier, attr)
+        return attr
+
+    def parse(self, buffer: memoryview, kind: int, misc: int, offset: int, size: int,
+              base: int) -> Record | None:
+        """The record of ``kind`` at ``offset`` (None: a type we do not use); its ``offset``
+        field is ``base + offset``."""
+        if kind == RECORD_SAMPLE:
+            return self._sample(buffer, misc, offset, size, base)
+        if kind in (RECORD_MMAP, RECORD_MMAP2):
+            return self._mmap(buffer, kind, misc, offset, size, base)
+        if kind == RECORD_COMM:
+            pid, tid = struct.unpack_from("<II", buffer, offset + 8)
+            name_end = offset + size - self._trailer_size()
+            name = bytes(buffer[offset + 16:name_end]).split(b"\0", 1)[0].decode("utf-8",
+                                                                                  "replace")
+            return Comm(base + offset, pid, tid, name, bool(misc & 0x2000),
+                        self._trailer_time(buffer, offset, size))
+        if kind in (RECORD_FORK, RECORD_EXIT):
+            pid, ppid, tid, ptid, time = struct.unpack_from("<IIIIQ", buffer, offset + 8)
+            return Task(base + offset, pid, ppid, tid, ptid, time, kind == RECORD_EXIT)
+        if kind == RECORD_LOST:
+            _, lost = struct.unpack_from("<QQ", buffer, offset + 8)
+            return Lost(base + offset, lost, self._trailer_time(buffer, offset, size))
+        if kind == RECORD_LOST_SAMPLES:
+            lost = _U64.unpack_from(buffer, offset + 8)[0]
+            return Lost(base + offset, lost, self._trailer_time(buffer, offset, size))
+        if kind == RECORD_FINISHED_ROUND:
+            return FinishedRound(base + offset)
+        return None
+
+    def _trailer_size(self) -> int:
+        attr = self.attrs[0]
+        if not attr.sample_id_all:
+            return 0
+        sample_type = attr.sample_type
+        size = 0
+        for bit in (SAMPLE_TID, SAMPLE_TIME, SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU,
+                    SAMPLE_IDENTIFIER):
+            if sample_type & bit:
+                size += 8
+        return size
+
+    def _trailer_time(self, buffer: memoryview, offset: int, size: int) -> int:
+        """The TIME field of the sample_id_all trailer of a non-sample record (0 if none)."""
+        attr = self.attrs[0]
+        if not attr.sample_id_all or not attr.sample_type & SAMPLE_TIME:
+            return 0
+        position = offset + size - self._trailer_size()
+        if attr.sample_type & SAMPLE_TID:
+            position += 8
+        return int(_U64.unpack_from(buffer, position)[0])
+
+    def _mmap(self, buffer: memoryview, kind: int, misc: int, offset: int, size: int,
+              base: int) -> Mmap:
+        pid, tid, start, length, pgoff = struct.unpack_from("<IIQQQ", buffer, offset + 8)
+        build_id = None
+        prot = flags = 0
+        if kind == RECORD_MMAP2:
+            if misc & 0x4000:
+                id_size = buffer[offset + 40]
+                build_id = bytes(buffer[offset + 44:offset + 44 + min(id_size, 20)])
+            prot, flags = struct.unpack_from("<II", buffer, offset + 64)
+            name_at = offset + 72
+        else:
+            name_at = offset + 40
+        name_end = offset + size - self._trailer_size()
+        name = bytes(buffer[name_at:name_end]).split(b"\0", 1)[0].decode("utf-8", "replace")
+        executable = not misc & 0x2000 if kind == RECORD_MMAP2 or prot == 0 else bool(prot & 4)
+        return Mmap(base + offset, pid, tid, start, length, pgoff, name, prot, flags, build_id,
+                    self._trailer_time(buffer, offset, size), executable)
+
+    def _sample(self, buffer: memoryview, misc: int, offset: int, size: int,
+                base: int) -> Sample:
+        attr = self._attr_for(buffer, offset, size, RECORD_SAMPLE)
+        sample_type = attr.sample_type
+        end = offset + size
+        position = offset + 8
+        sample = Sample(base + offset, misc, attr=attr)
+        unpack = _U64.unpack_from
+        if sample_type & SAMPLE_IDENTIFIER:
+            position += 8
+        if sample_type & SAMPLE_IP:
+            sample.ip = unpack(buffer, position)[0]
+            position += 8
+        if sample_type & SAMPLE_TID:
+            sample.pid, sample.tid = struct.unpack_from("<II", buffer, position)
+            position += 8
+        if sample_type & SAMPLE_TIME:
+            sample.time = unpack(buffer, position)[0]
+            position += 8
+        if sample_type & SAMPLE_ADDR:
+            sample.addr = unpack(buffer, position)[0]
+            position += 8
+        if sample_type & SAMPLE_ID:
+            sample.id = unpack(buffer, position)[0]
+            position += 8
+        if sample_type & SAMPLE_STREAM_ID:
+            position += 8
+        if sample_type & SAMPLE_CPU:
+            sample.cpu = struct.unpack_from("<I", buffer, position)[0]
+            position += 8
+        if sample_type & SAMPLE_PERIOD:
+            sample.period = unpack(buffer, position)[0]
+            position += 8
+        if sample_type & SAMPLE_READ:
+            raise ValueError("PERF_SAMPLE_READ is not supported")
+        if sample_type & SAMPLE_CALLCHAIN:
+            count = unpack(buffer, position)[0]
+            position += 8
+            if position + 8 * count > end:
+                raise ValueError(f"callchain of {count} entries runs past the record")
+            sample.callchain = struct.unpack_from(f"<{count}Q", buffer, position)
+            position += 8 * count
+        if sample_type & SAMPLE_RAW:
+            raw_size = struct.unpack_from("<I", buffer, position)[0]
+            position += 4 + raw_size
+        if sample_type & SAMPLE_BRANCH_STACK:
+            count = unpack(buffer, position)[0]
+            position += 8 + 24 * count
+        if sample_type & SAMPLE_REGS_USER:
+            sample.regs_abi = unpack(buffer, position)[0]
+            position += 8
+            if sample.regs_abi:
+                count = attr.sample_regs_user.bit_count()
+                if position + 8 * count > end:
+                    raise ValueError("user registers run past the record")
+                sample.regs = struct.unpack_from(f"<{count}Q", buffer, position)
+                position += 8 * count
+        if sample_type & SAMPLE_STACK_USER:
+            stack_size = unpack(buffer, position)[0]
+            position += 8
+            if stack_size:
+                if position + stack_size + 8 > end:
+                    raise ValueError(f"user stack of {stack_size} bytes runs past the record")
+                dyn_size = unpack(buffer, position + stack_size)[0]
+                sample.stack_dyn_size = min(dyn_size, stack_size)
+                sample.stack = buffer[position:position + sample.stack_dyn_size]
+                position += stack_size + 8
+        return sample
+
