@@ -43,7 +43,8 @@ def isolated(tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("command", [["dump"], ["dump", "--raw"], ["validate"],
                                      ["validate", "--against-eh-frame"],
-                                     ["generate", "-o", "OUT"], ["inject", "-o", "OUT"]])
+                                     ["generate", "-o", "OUT"], ["inject", "-o", "OUT"],
+                                     ["script"], ["report", "-o", "OUT"]])
 def test_a_fifo_as_input_is_refused_without_hanging(tmp_path: Path, command: list[str]) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -26,6 +26,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import PysframeError
+from ..inputs import InputError, open_regular
 from .perf_inflate import DEFAULT_MMAP_LEN, MAX_RECORD_OUTPUT, Inflater, Spill
 from .perf_records import (
     RECORD_COMPRESSED,
@@ -335,17 +336,19 @@ class PerfData:
 
 
 def open_perf_data(path: str) -> PerfData:
-    """Map ``path`` and read its header, attributes and feature table."""
+    """Map ``path`` (a regular file only: a FIFO or a device is refused before any read)
+    and read its header, attributes and feature table."""
     try:
-        handle = open(path, "rb")
-    except OSError as error:
-        raise PerfDataError(f"cannot read: {error.strerror or error}", path=path,
-                            unreadable=True) from None
-    with handle:
-        size = os.fstat(handle.fileno()).st_size
+        fd, status = open_regular(path)
+    except InputError as error:
+        raise PerfDataError(error.message, path=path, unreadable=True) from None
+    try:
+        size = status.st_size
         if size < _HEADER.size:
             raise PerfDataError(f"too short for a perf.data header ({size} bytes)", 0, path=path)
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
     buffer = memoryview(mapped)
     try:
         return _parse(path, buffer, mapped)
