@@ -109,12 +109,15 @@ def strip_padding(instructions: list[Instruction]) -> list[Instruction]:
 
 def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, *, version: int = 3,
               signal: bool = False, b_key: bool = False, return_register: int | None = None,
-              ) -> FDE:
+              notes: list[str] | None = None) -> FDE:
     """The SFrame FDE gas makes for a function at ``start`` of ``size`` bytes whose CFI
     (CIE initial instructions followed by the FDE's) is ``instructions``.
 
     Raises :class:`Skip` when gas emits no FDE (V3: a signal frame whose rows
-    cannot be translated still gives an FDE without FREs).
+    cannot be translated still gives an FDE without FREs). Rows the CFI places at or
+    past the function's end (only a damaged or hand-made FDE has them: gas's rows come
+    from the function's own instructions) describe no instruction of it and are
+    dropped, as a DWARF unwinder never reaches them; ``notes`` gets a line saying so.
     """
     regs = DWARF_REGS[abi]
     v3 = version >= 3
@@ -124,7 +127,7 @@ def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, 
         if return_register is not None and return_register != regs.ra:
             raise Skip(f"non-default RA register {return_register}")
         _replay(context, instructions, start)
-        rows = context.rows
+        rows = context.rows = _inside(context.rows, size, notes)
         fres = [_fre(context, offset, row) for offset, row in rows]
         if v3 and len(fres) > 0xFFFF:
             raise Skip("too many FREs")
@@ -138,6 +141,17 @@ def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, 
     if fde_type == FDEType.FLEX:
         fres = [_flex_fre(context, offset, row) for offset, row in rows]
     return FDE(start, size, fres, fde_type=fde_type, signal=signal and v3, pauth_key_b=b_key)
+
+
+def _inside(rows: list[tuple[int, Row]], size: int, notes: list[str] | None
+            ) -> list[tuple[int, Row]]:
+    """The rows that start inside a function of ``size`` bytes."""
+    kept = [(offset, row) for offset, row in rows if offset < size]
+    if len(kept) != len(rows) and notes is not None:
+        dropped = len(rows) - len(kept)
+        notes.append(f"{dropped} CFI row{'s' if dropped > 1 else ''} at or past the "
+                     "function's end dropped")
+    return kept
 
 
 # --- replaying the instructions -----------------------------------------------------------
@@ -162,6 +176,9 @@ def _replay(context: _Context, instructions: list[Instruction], start: int) -> N
             continue
         if op in (DW_CFA_advance_loc, DW_CFA_set_loc):
             new_location = location + insn.a if op == DW_CFA_advance_loc else insn.a - start
+            if new_location < location:
+                # Only DW_CFA_set_loc can go back; rows must ascend.
+                raise Skip("DW_CFA_set_loc moves backwards")
             if new_location != location:
                 _advance(context, location, new_location)
                 location = new_location
