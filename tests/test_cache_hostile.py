@@ -460,3 +460,38 @@ def test_a_file_changed_in_place_is_hashed_again(cache: Path, tmp_path: Path,
         handle.seek(strtab.offset + 1)
         handle.write(b"X")
     assert CachedDwarfNames(str(copy), build_id).frames_at(address) != ["from the old bytes"]
+
+
+def test_damaged_cfi_gives_no_invalid_fde() -> None:
+    """What only damaged CFI has: rows past the end (dropped, said so), a location
+    going back, registers no ABI has, offsets beyond 32 bits (the function skipped)."""
+    from pysframe.cfi.instructions import (
+        DW_CFA_advance_loc,
+        DW_CFA_def_cfa,
+        DW_CFA_def_cfa_register,
+        DW_CFA_offset,
+        DW_CFA_set_loc,
+        Instruction,
+    )
+    from pysframe.format.constants import ABI
+    from pysframe.generate.gas import Skip, translate
+
+    amd64 = ABI.AMD64_ENDIAN_LITTLE
+    cie = [Instruction(DW_CFA_def_cfa, 7, 8), Instruction(DW_CFA_offset, 16, -8)]
+    push = [Instruction(DW_CFA_advance_loc, 1), Instruction(DW_CFA_def_cfa, 7, 16),
+            Instruction(DW_CFA_advance_loc, 8), Instruction(DW_CFA_def_cfa, 7, 8)]
+    notes: list[str] = []
+    fde = translate(cie + push, 0x1000, 4, amd64, notes=notes)
+    assert [fre.start for fre in fde.fres] == [0, 1]
+    assert notes == ["1 CFI row at or past the function's end dropped"]
+    assert [f.start for f in translate(cie + push, 0x1000, 16, amd64).fres] == [0, 1, 9]
+    back = [Instruction(DW_CFA_set_loc, 0x1008), Instruction(DW_CFA_def_cfa, 7, 16),
+            Instruction(DW_CFA_set_loc, 0x1004), Instruction(DW_CFA_def_cfa, 7, 8)]
+    with pytest.raises(Skip, match="backwards"):
+        translate(cie + back, 0x1000, 16, amd64)
+    with pytest.raises(Skip, match="no ABI has"):
+        translate([*cie, Instruction(DW_CFA_advance_loc, 1),
+                   Instruction(DW_CFA_def_cfa_register, 8437)], 0x1000, 16, amd64)
+    with pytest.raises(Skip, match="32 bits"):
+        translate([*cie, Instruction(DW_CFA_advance_loc, 1),
+                   Instruction(DW_CFA_offset, 6, -(1 << 40))], 0x1000, 16, amd64)

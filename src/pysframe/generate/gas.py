@@ -46,6 +46,7 @@ from ..cfi.instructions import (
 from ..cfi.leb128 import DecodeError, read_sleb128
 from ..format.constants import ABI, DWARF_REGS, BaseReg, FDEType
 from ..format.model import FDE, FRE
+from ..format.validation import MAX_DWARF_REGNUM
 
 DW_OP_breg0 = 0x70
 DW_OP_deref = 0x06
@@ -363,7 +364,9 @@ _HANDLERS: dict[int, Callable[[_Context, Instruction], None]] = {
 
 def _check_cfa_offset(context: _Context, offset: int, what: str) -> None:
     if context.abi.is_s390x:
-        if (offset + 160) % 8 and (offset - 160) % 8:
+        # A CFA below the stack pointer cannot be written (the word is (offset - 160) / 8
+        # and readers refuse a negative result).
+        if ((offset + 160) % 8 and (offset - 160) % 8) or offset < 0:
             raise Skip(f"{what} with unsupported offset value")
     if not -(1 << 31) <= offset < (1 << 31):
         raise Skip(f"{what} with unsupported offset value")
@@ -373,9 +376,17 @@ def _set_cfa_register(context: _Context, reg: int, what: str) -> None:
     if _is_sp_or_fp(context, reg):
         return
     if context.flex_ok:
+        _check_register(reg)
         context.needs_flex = True
         return
     raise Skip(f"non-SP/FP register {reg} in .cfi_{what}")
+
+
+def _check_register(reg: int) -> None:
+    """A register a flexible FDE names must be one an ABI has (damaged CFI names others;
+    gas names only registers it can assemble)."""
+    if not 0 <= reg <= MAX_DWARF_REGNUM:
+        raise Skip(f"DWARF register {reg} (no ABI has it)")
 
 
 def _saved_on_stack(context: _Context, reg: int, offset: int) -> None:
@@ -401,6 +412,8 @@ def _saved_on_stack(context: _Context, reg: int, offset: int) -> None:
 
 def _register(context: _Context, reg: int, other: int) -> None:
     if context.flex_ok:
+        if reg in (context.fp, context.ra):
+            _check_register(other)
         if reg == context.fp:
             context.needs_flex = True
             row = _changed(context)
@@ -503,15 +516,22 @@ def _fre(context: _Context, offset: int, row: Row) -> FRE:
     if fp_on_stack:
         assert row.fp is not None
         words.append(row.fp.offset)
-    return FRE(offset, tuple(words), base, row.mangled)
+    return FRE(offset, tuple(_offset_word(word) for word in words), base, row.mangled)
+
+
+def _offset_word(value: int) -> int:
+    """``value`` as a data word: offsets are 32-bit at most (only damaged CFI has more)."""
+    if not -(1 << 31) <= value < (1 << 31):
+        raise Skip(f"offset {value} beyond 32 bits")
+    return value
 
 
 def _flex_pair(context: _Context, saved: Saved) -> list[int]:
     if saved.kind == "stack":
-        return [2, saved.offset]
+        return [2, _offset_word(saved.offset)]
     if saved.kind == "reg":
         return [(saved.reg << 3) | 1, 0]
-    return [((saved.reg << 3) | 3) & 0xFFFFFFFF, saved.offset]
+    return [((saved.reg << 3) | 3) & 0xFFFFFFFF, _offset_word(saved.offset)]
 
 
 def _flex_fre(context: _Context, offset: int, row: Row) -> FRE:

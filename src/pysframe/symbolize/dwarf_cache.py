@@ -29,8 +29,11 @@ if TYPE_CHECKING:
 #: Bumped whenever the answers of DwarfNames change, so old memos are not reused.
 MEMO_FORMAT = 4
 #: Besides the DWARF sections: the symbol tables (names of call-site targets, tail-call
-#: frames) and the debug link (where a separate debug file is looked for).
-_ALSO_MADE_FROM = (".symtab", ".strtab", ".dynsym", ".dynstr", ".gnu_debuglink")
+#: frames), the build id (a debug file of another build is not used), the debug link
+#: (where a separate debug file is looked for) and the dwz link (which supplementary
+#: file, by name and build id, holds shared DWARF).
+_ALSO_MADE_FROM = (".symtab", ".strtab", ".dynsym", ".dynstr", ".note.gnu.build-id",
+                   ".gnu_debuglink", ".gnu_debugaltlink")
 
 
 def memo_kind(build_id: bytes) -> str:

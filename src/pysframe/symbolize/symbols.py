@@ -206,6 +206,9 @@ def _load_symbols(image: ElfImage) -> SymbolTable:
 _CACHE_FORMAT = 2
 #: The sections a symbol table is made from (with the ELF headers and linked strings).
 _SYMBOL_SECTIONS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".rela.plt", ".plt", ".plt.sec")
+#: Of the debug file: its symbols, and its build id (a debug file of another build is not
+#: used).
+_DEBUG_SECTIONS = (".symtab", ".note.gnu.build-id")
 
 
 def cache_entry(kind: str, build_id: bytes, variant: str) -> str:
@@ -236,7 +239,7 @@ def _cache_source(image: ElfImage) -> Source | None:
     if debug is None:
         return source
     try:
-        return combine(source, file_source(debug, lambda _: (".symtab",), linked=True))
+        return combine(source, file_source(debug, lambda _: _DEBUG_SECTIONS, linked=True))
     except PysframeError:
         return None
 
