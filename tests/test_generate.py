@@ -115,8 +115,9 @@ def test_v2_sframe_disagreements_are_gas_2_44_limits() -> None:
 def test_cache_by_build_id(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
+    from pysframe.cachedir import load
     from pysframe.format import SFrameLookup, SFrameReader
-    from pysframe.generate.cache import cache_path, sframe_for
+    from pysframe.generate.cache import cache_path, entry_kind, sframe_for, table_source
 
     libc = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
     if not libc.exists():
@@ -127,10 +128,15 @@ def test_cache_by_build_id(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> No
     assert build_id is not None
     data, address = sframe_for(image)
     entry = cache_path(build_id)
-    assert entry.read_bytes() == data and str(entry).startswith(str(tmp_path))
+    assert entry is not None and str(entry).startswith(str(tmp_path))
+
+    def cached() -> bytes | None:
+        return load(entry_kind(), build_id, table_source(image))
+
+    assert cached() == data and entry.read_bytes().endswith(data)
     entry.write_bytes(b"corrupt")
     again, _ = sframe_for(image)
-    assert again == data and entry.read_bytes() == data  # a bad entry is regenerated
+    assert again == data and cached() == data  # a bad entry is regenerated
     reader = SFrameReader(data, address)
     symbol = image.elf.get_section_by_name(".dynsym").get_symbol_by_name("memcpy")[0]
     assert SFrameLookup(reader).find_fde(symbol["st_value"] + 1) is not None

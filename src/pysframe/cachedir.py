@@ -1,27 +1,415 @@
-"""Where pysframe keeps what it derives from binaries, by build id, and how it writes files
-atomically (for the cache and for the commands' outputs alike).
+"""The cache of what pysframe derives from binaries (generated SFrame tables, symbol tables,
+DWARF answers), kept by build id; and how files are written atomically (for the cache and
+for the commands' outputs alike).
 
-``$XDG_CACHE_HOME/pysframe/<kind>/<first two hex digits>/<rest><suffix>`` (default
-``~/.cache``). Entries are written through a temporary file and a rename, so concurrent
-workers never see a partial file; a cache that cannot be written is skipped silently
-(read-only home, full disk): it only makes the next run slower.
+Entries live at ``$XDG_CACHE_HOME/pysframe/<kind>/<first two hex digits of the build id>/
+<the other digits>.<variant>`` (default ``~/.cache``). The cache is treated as hostile, as
+any input is:
+
+* Every directory from ``pysframe`` down is created 0700 and, on every use, opened one step
+  at a time relative to its parent (``O_NOFOLLOW | O_DIRECTORY``) and checked to be a
+  directory owned by the effective user and writable by no one else. Anything else (a
+  symbolic link, another owner, group or other write permission) and the cache is not
+  used: one warning line, and the run goes on without it.
+* An entry is opened with ``O_NOFOLLOW | O_NONBLOCK`` and read only when it is a regular
+  file of ours of plausible size (a FIFO, a link to ``/dev/zero``, a directory, a huge
+  file: treated as absent, never waited on, never read without bound).
+* Every entry describes itself: magic, format, kind, build id, the size and a SHA-256 of
+  the bytes it was derived from (:class:`Source`), the payload's length and SHA-256. All of
+  it is checked before the payload is handed out; an entry for another file with the same
+  build id (another build, a corrupt copy) is treated as absent and regenerated. Large
+  files that only the cache reads (debug files) are hashed only when their identity
+  (device, inode, size, times) differs from the one the entry recorded.
+* Entries are written to a temporary file created with ``O_EXCL`` in their own directory,
+  then renamed into place, so readers never see a partial entry.
+
+A cache that cannot be used or written only makes the next run slower.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
-import tempfile
+import stat
+import struct
+import sys
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
+from .errors import PysframeError
+from .inputs import InputError, open_regular
+
+if TYPE_CHECKING:
+    from mmap import mmap
+
+#: Version of the entry layout below (each kind has its own version in its variant name).
+ENTRY_FORMAT = 1
+_MAGIC = b"pysfcach"
+#: magic, format, kind, build id length, build id, source size, source digest, stamp of
+#: the stamped files, digest of their bytes, payload length, payload digest.
+_KIND_SIZE = 40
+_HEADER = struct.Struct(f"<8sH{_KIND_SIZE}sB64sQ32s32s32sQ32s")
+_NONE = bytes(32)
+#: Larger entries are not plausible (libc's generated table is ~0.3 MB) and are not read.
+MAX_ENTRY_SIZE = 1 << 28
+_MAX_BUILD_ID = 64
+#: A file changed less than this long ago may change again within the same tick of the
+#: file system's clock without its times showing it: its stamp is not trusted.
+_RACY_NS = 2_000_000_000
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ENTRY_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_KIND_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_")
+
+
+def _hash(parts: Iterable[bytes | memoryview | mmap]) -> bytes:
+    """SHA-256 of ``parts``, each with its length (no two lists of parts collide)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.digest()
+
+
+class Source:
+    """What an entry was derived from.
+
+    ``size``: the file's size; ``digest``: of the bytes at hand the entry depends on,
+    compared on every use. Files this process opened itself through :func:`read_stamped`
+    (large debug files) add ``stamp``, their identity (device, inode, size, modification
+    and change times, as read from the descriptor their bytes came from), and the digest
+    of their relevant bytes, computed only when the stamp differs from the entry's: the
+    same file unchanged since the entry was made needs no hashing.
+    """
+
+    __slots__ = ("_late", "_late_digest", "digest", "size", "stamp")
+
+    def __init__(self, size: int, digest: bytes, stamp: bytes = b"",
+                 late: Callable[[], bytes] | None = None) -> None:
+        self.size = size
+        self.digest = digest
+        self.stamp = stamp
+        self._late = late
+        self._late_digest: bytes | None = None if late is not None else _NONE
+
+    @property
+    def stamped(self) -> bool:
+        """Whether part of the source is files checked by stamp, then by digest."""
+        return self._late is not None
+
+    def late_digest(self) -> bytes:
+        """The digest of the stamped files' bytes (hashed on first use). Raises what
+        reading them raises (:class:`~pysframe.errors.PysframeError`)."""
+        if self._late_digest is None:
+            assert self._late is not None
+            self._late_digest = self._late()
+        return self._late_digest
+
+
+def describe(size: int, parts: Iterable[bytes | memoryview | mmap]) -> Source:
+    """The source of a file of ``size`` bytes whose derived data depends on ``parts``."""
+    return Source(size, _hash(parts))
+
+
+def stamped(size: int, stamp: bytes, parts: Callable[[], Iterable[bytes | memoryview | mmap]]
+            ) -> Source:
+    """The source of a file read with :func:`read_stamped` (``stamp``: what it gave, b""
+    when the file is too fresh to be trusted by stamp) whose derived data depends on
+    ``parts()`` (called only when the digest is needed)."""
+    return Source(size, _hash([]), stamp, lambda: _hash(parts()))
+
+
+def combine(first: Source, *others: Source) -> Source:
+    """One source for data derived from several files (the first one's size is kept)."""
+    sources = (first, *others)
+    digest = _hash([source.size.to_bytes(8, "little") + source.digest for source in sources])
+    late = [source for source in sources if source.stamped]
+    if not late:
+        return Source(first.size, digest)
+    stamp = _hash([source.stamp for source in late]) if all(s.stamp for s in late) else b""
+    return Source(first.size, digest, stamp,
+                  lambda: _hash([source.late_digest() for source in late]))
+
+
+def read_stamped(path: str) -> tuple[bytes | mmap, bytes]:
+    """(the contents, the stamp) of the regular file ``path``: mapped, and stamped from
+    the descriptor they were mapped from. The stamp is b"" for a file changed in the last
+    two seconds. Raises :class:`~pysframe.inputs.InputError`."""
+    import mmap as mmap_module
+    import time
+
+    fd, status = open_regular(path)
+    try:
+        data: bytes | mmap = mmap_module.mmap(fd, 0, access=mmap_module.ACCESS_READ) \
+            if status.st_size else b""
+    except (OSError, ValueError) as error:
+        raise InputError(path, f"cannot map: {error}") from None
+    finally:
+        os.close(fd)
+    if status.st_ctime_ns > time.time_ns() - _RACY_NS:
+        return data, b""
+    return data, hashlib.sha256(struct.pack(
+        "<QQQqq", status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
+        status.st_ctime_ns)).digest()
+
+
+# --- where ---------------------------------------------------------------------------------
 
 def cache_root() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """``$XDG_CACHE_HOME/pysframe`` (a relative XDG_CACHE_HOME is ignored, as the XDG base
+    directory specification says), else ``~/.cache/pysframe``."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "pysframe")
 
 
-def entry_path(kind: str, build_id: bytes, suffix: str) -> str:
-    """The cache file of ``kind`` (``sframe``, ``symbols``, ``dwarf``) for ``build_id``."""
+def _split(kind: str, build_id: bytes) -> tuple[list[str], str] | None:
+    """(directories below the root, file name) of an entry; None for a build id that
+    cannot name one (empty, a single byte, longer than any real one)."""
+    directory, _, variant = kind.partition("/")
+    if not 2 <= len(build_id) <= _MAX_BUILD_ID:
+        return None
+    if (not directory or not variant or len(kind) > _KIND_SIZE
+            or not set(kind) - {"/"} <= _KIND_CHARACTERS):
+        raise ValueError(f"bad cache kind {kind!r}")
     name = build_id.hex()
-    return os.path.join(cache_root(), kind, name[:2], name[2:] + suffix)
+    return [directory, name[:2]], f"{name[2:]}.{variant}"
+
+
+def entry_path(kind: str, build_id: bytes) -> str | None:
+    """Where the entry of ``kind`` (``"<directory>/<variant>"``, e.g.
+    ``"sframe/generated.v3.g2"``) for ``build_id`` is kept (it may not exist)."""
+    parts = _split(kind, build_id)
+    if parts is None:
+        return None
+    directories, name = parts
+    return os.path.join(cache_root(), *directories, name)
+
+
+# --- the directories -----------------------------------------------------------------------
+
+class _Unusable(Exception):
+    """A cache directory that must not be used (the message says why)."""
+
+
+def _expected_owner() -> int:
+    """Whose the cache directories must be (a hook for the tests)."""
+    return os.geteuid()
+
+
+def _stderr(message: str) -> None:
+    sys.stderr.write(f"sframe: warning: {message}\n")
+
+
+#: Where warnings go (one line each, once per directory and process).
+warn: Callable[[str], None] = _stderr
+_warned: set[str] = set()
+
+
+def _warn_once(path: str, reason: str) -> None:
+    if path not in _warned:
+        _warned.add(path)
+        warn(f"not using the cache directory {path}: {reason}")
+
+
+def _check_directory(fd: int, path: str) -> None:
+    status = os.fstat(fd)
+    if not stat.S_ISDIR(status.st_mode):
+        raise _Unusable("not a directory")
+    if status.st_uid != _expected_owner():
+        raise _Unusable(f"owned by uid {status.st_uid}, not {_expected_owner()}")
+    if status.st_mode & 0o022:
+        raise _Unusable(f"writable by {'group' if status.st_mode & 0o020 else 'others'} "
+                        f"(mode {stat.S_IMODE(status.st_mode):04o})")
+
+
+def _open_directory(parent: int, name: str, path: str, create: bool) -> int | None:
+    """The checked directory ``name`` under the descriptor ``parent`` (made 0700 when
+    ``create``); None when it does not exist. Raises :class:`_Unusable`."""
+    created = False
+    if create:
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent)
+            created = True
+        except FileExistsError:
+            pass
+    try:
+        fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _Unusable("a symbolic link") from None
+        if error.errno == errno.ENOTDIR:
+            raise _Unusable("not a directory") from None
+        raise
+    try:
+        if created:
+            os.fchmod(fd, 0o700)  # whatever the umask
+        _check_directory(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _directory(directories: list[str], create: bool) -> int | None:
+    """A descriptor of the entry directory below the cache root, every step checked; None
+    when it does not exist (and ``create`` is off) or is not to be used."""
+    root = cache_root()
+    path = os.path.dirname(root)
+    try:
+        if create:
+            os.makedirs(path, 0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    for name in [os.path.basename(root), *directories]:
+        path = os.path.join(path, name)
+        try:
+            child = _open_directory(fd, name, path, create)
+        except _Unusable as problem:
+            _warn_once(path, str(problem))
+            child = None
+        except OSError:
+            child = None
+        finally:
+            os.close(fd)
+        if child is None:
+            return None
+        fd = child
+    return fd
+
+
+# --- entries -------------------------------------------------------------------------------
+
+def _header(kind: str, build_id: bytes, source: Source, payload: bytes) -> bytes:
+    return _HEADER.pack(_MAGIC, ENTRY_FORMAT, kind.encode(), len(build_id), build_id,
+                        source.size, source.digest, source.stamp or _NONE, source.late_digest(),
+                        len(payload), hashlib.sha256(payload).digest())
+
+
+def store(kind: str, build_id: bytes, payload: bytes, source: Source) -> None:
+    """Keep ``payload`` as the entry of ``kind`` for ``build_id`` derived from ``source``;
+    silently nothing when the cache cannot be used or written."""
+    parts = _split(kind, build_id)
+    if parts is None:
+        return
+    try:
+        header = _header(kind, build_id, source, payload)
+    except PysframeError:
+        return  # a stamped file can no longer be read: nothing to vouch for
+    directories, name = parts
+    directory = _directory(directories, create=True)
+    if directory is None:
+        return
+    try:
+        _write_entry(directory, name, header + payload)
+    except OSError:
+        pass  # read-only, full: the next run regenerates
+    finally:
+        os.close(directory)
+
+
+def _write_entry(directory: int, name: str, data: bytes) -> None:
+    """``data`` into a new file created with O_EXCL beside ``name``, then renamed over it."""
+    temporary = f".tmp-{os.getpid()}-{os.urandom(6).hex()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=directory)
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.rename(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        try:
+            os.unlink(temporary, dir_fd=directory)
+        except OSError:
+            pass
+        raise
+
+
+def load(kind: str, build_id: bytes, source: Source) -> bytes | None:
+    """The payload of the entry of ``kind`` for ``build_id``, if there is one that was
+    derived from ``source`` and verifies; None otherwise (absent, unreadable, not a
+    regular file, implausibly large, another format, kind, build id or source, a payload
+    that does not match its digest)."""
+    parts = _split(kind, build_id)
+    if parts is None:
+        return None
+    directories, name = parts
+    directory = _directory(directories, create=False)
+    if directory is None:
+        return None
+    try:
+        data = _read_entry(directory, name)
+    finally:
+        os.close(directory)
+    if data is None or len(data) < _HEADER.size:
+        return None
+    (magic, version, stored_kind, id_length, stored_id, size, digest, stamp, late, length,
+     payload_digest) = _HEADER.unpack_from(data)
+    if (magic != _MAGIC or version != ENTRY_FORMAT or stored_kind.rstrip(b"\0") != kind.encode()
+            or stored_id[:id_length] != build_id or id_length != len(build_id)
+            or size != source.size or digest != source.digest
+            or length != len(data) - _HEADER.size):
+        return None
+    payload = data[_HEADER.size:]
+    if hashlib.sha256(payload).digest() != payload_digest:
+        return None
+    verified = _stamped_part_verifies(source, stamp, late)
+    if verified is None:
+        return None
+    if verified:  # the same bytes under another stamp: keep the new one
+        store(kind, build_id, payload, source)
+    return payload
+
+
+def _stamped_part_verifies(source: Source, stamp: bytes, late: bytes) -> bool | None:
+    """None when the stamped files of ``source`` differ from the entry's; else whether the
+    entry should be written again with their current stamp."""
+    if not source.stamped:
+        return False if late == _NONE else None
+    if source.stamp and stamp == source.stamp:
+        return False  # the very files the entry was made from, unchanged since
+    try:
+        if late != source.late_digest():
+            return None
+    except PysframeError:
+        return None
+    return bool(source.stamp)
+
+
+def _read_entry(directory: int, name: str) -> bytes | None:
+    """The bytes of the entry file ``name``: a regular file of ours, not linked, of
+    plausible size, read without blocking and without reading past its size."""
+    try:
+        fd = os.open(name, _ENTRY_FLAGS, dir_fd=directory)
+    except OSError:
+        return None  # absent; a symbolic link (ELOOP); a socket (ENXIO)
+    try:
+        status = os.fstat(fd)
+        if (not stat.S_ISREG(status.st_mode) or status.st_uid != _expected_owner()
+                or status.st_mode & 0o022 or not _HEADER.size <= status.st_size <= MAX_ENTRY_SIZE):
+            return None
+        chunks = []
+        left = status.st_size
+        while left:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                return None  # shrank under us
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
@@ -29,6 +417,8 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
     reader ever sees a partial file. ``mode``: the new file's permissions (default: what
     ``open`` would give, 0666 less the umask). Raises ``OSError``; the temporary file is
     removed on every failure."""
+    import tempfile
+
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=".sframe-tmp-", dir=directory)
     try:
@@ -43,12 +433,3 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
-
-
-def store(path: str, data: bytes) -> None:
-    """Write a cache entry atomically; give up silently when that is impossible."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomically(path, data, mode=0o600)
-    except OSError:
-        pass

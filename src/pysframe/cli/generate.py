@@ -29,6 +29,8 @@ def run_generate(path: str, output: str, *, version: int, address: int | None,
     if verbose:
         for start, size, reason in result.skipped:
             sys.stderr.write(f"{path}: no SFrame FDE for {start:#x} ({size} bytes): {reason}\n")
+        for start, size, what in result.trimmed:
+            sys.stderr.write(f"{path}: SFrame FDE for {start:#x} ({size} bytes): {what}\n")
         for message in result.cfi_errors:
             sys.stderr.write(f"{path}: unreadable CFI entry: {message}\n")
         section = result.section

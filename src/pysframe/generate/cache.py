@@ -1,37 +1,112 @@
-"""A cache of generated SFrame sections, keyed by build id, under the XDG cache directory.
+"""The SFrame table the unwinder uses for an ELF file, generated or merged, validated, and
+kept in the cache of derived data (:mod:`pysframe.cachedir`) by build id.
 
-Binaries without .sframe get their table generated once; the unwinder then
-reads it from ``$XDG_CACHE_HOME/pysframe/sframe/`` (default ``~/.cache``).
-Entries are written with :func:`pysframe.cachedir.store` (temporary file and rename);
-a corrupt entry is regenerated.
+Binaries without .sframe get their table generated once; binaries with one get the
+functions their table lacks merged in. Every table is validated before it is used or
+kept, with the checks ``sframe validate`` runs on a file (functions inside executable
+segments included; the kernel's registration policy does not apply to this process's
+unwinder): an FDE with an error is left out, so its function is unwound as one without
+SFrame data, and a table that still does not validate is not used at all. An entry is
+verified against the bytes the table was made from (:func:`table_source`): a copy of the
+binary with the same build id but other bytes (another build, a damaged file) gets a
+table of its own and never the good one's, nor the good one its.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cachedir import entry_path, store
+from ..cachedir import Source, describe, entry_path, load, read_stamped, stamped, store
 from ..format.decode import SFrameReader, decode
 from ..format.errors import SFrameError
 from .errors import GenerateError
 
 if TYPE_CHECKING:
-    from ..elf import ElfImage
-    from ..format.model import Section
+    from mmap import mmap
 
-# The generator (CFI parser, gas rules, encoder) is imported only on a cache miss: a warm
-# `sframe stack` never needs it.
+    from ..elf import ElfImage
+    from ..format.model import FDE, Section
+
+# The generator (CFI parser, gas rules, encoder) and the validator are imported only on a
+# cache miss: a warm `sframe stack` never needs them.
 
 #: Bumped whenever the generator's output changes, so old entries are not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
+#: The sections a generated or merged table is made from (with the ELF headers).
+_MADE_FROM = (".eh_frame", ".eh_frame_hdr", ".sframe", ".plt", ".plt.got", ".plt.sec")
+#: Rounds of leaving out the FDEs the validator finds errors in (each round can only
+#: shrink the table; more than two means something no round fixes).
+_ROUNDS = 4
 
 
-def cache_path(build_id: bytes, version: int = 3, kind: str = "generated") -> Path:
-    return Path(entry_path("sframe", build_id,
-                           f".{kind}.g{GENERATOR_VERSION}.v{version}.sframe"))
+def entry_kind(version: int = 3, kind: str = "generated") -> str:
+    """The cache kind of a ``generated`` or ``merged`` table of SFrame ``version``."""
+    return f"sframe/{kind}.g{GENERATOR_VERSION}.v{version}"
+
+
+def cache_path(build_id: bytes, version: int = 3, kind: str = "generated") -> Path | None:
+    """Where the table for ``build_id`` is kept (None for a build id that names none)."""
+    path = entry_path(entry_kind(version, kind), build_id)
+    return Path(path) if path is not None else None
+
+
+def image_source(image: ElfImage, names: tuple[str, ...], *, linked: bool = False) -> Source:
+    """What is derived from the sections ``names`` of ``image`` depends on (see
+    :func:`image_parts`), hashed now."""
+    return describe(len(image.data), image_parts(image, names, linked=linked))
+
+
+def file_source(path: str, names: Callable[[ElfImage], tuple[str, ...]], *,
+                linked: bool = False) -> Source:
+    """The same for the ELF file ``path``, which the caller does not otherwise read (a
+    debug file): opened here, checked by stamp, hashed only when that differs (see
+    :func:`pysframe.cachedir.read_stamped`). Raises :class:`~pysframe.errors.PysframeError`
+    for a file that cannot be read."""
+    from ..elf import ElfImage
+
+    data, stamp = read_stamped(path)
+    image = ElfImage(path, data)
+    return stamped(len(data), stamp, lambda: image_parts(image, names(image), linked=linked))
+
+
+def image_parts(image: ElfImage, names: tuple[str, ...], *, linked: bool = False
+                ) -> list[bytes | mmap]:
+    """The bytes of ``image`` that what is derived from its sections ``names`` depends
+    on: its ELF header, program and section header tables and section names, and the
+    contents of those sections (with ``linked``, also of the sections they link to, e.g.
+    a symbol table's strings). A relocatable file is taken whole: its relocations and
+    symbols change what its sections say."""
+    data = image.data
+    if image.elf_type == "REL":
+        return [data]
+    header = image.header
+    parts: list[bytes | mmap] = [
+        data[:64], data[header.phoff:header.phoff + header.phnum * header.phentsize],
+        data[header.shoff:header.shoff + header.shnum * header.shentsize]]
+    sections = image.section_headers()
+    wanted = {s.number for s in sections if s.name in names}
+    if linked:
+        wanted |= {sections[n].link for n in wanted if 0 < sections[n].link < len(sections)}
+    if 0 < header.shstrndx < len(sections):
+        wanted.add(header.shstrndx)
+    for number in sorted(wanted):
+        section = sections[number]
+        if section.has_contents:
+            parts.append(data[section.offset:section.offset + section.size])
+    return parts
+
+
+def table_source(image: ElfImage) -> Source:
+    """The bytes a generated or merged table of ``image`` is made from (.debug_frame
+    only when there is no .eh_frame, as the generator reads it only then)."""
+    names: tuple[str, ...] = _MADE_FROM
+    if image.section_header(".eh_frame") is None:
+        names += (".debug_frame",)
+    return image_source(image, names)
 
 
 def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
@@ -42,64 +117,120 @@ def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
     gets, with ``merge_cfi``, the functions its table lacks (the C run-time's
     ``_start`` and friends were not assembled with --gsframe) added from its CFI,
     so chains end at ``_start``'s "RA undefined" row instead of running out of
-    rules. Generated and merged tables sit at address 0 (link-time starts) and are
-    cached by build id.
+    rules. Generated and merged tables sit at address 0 (link-time starts), are
+    validated (see the module's description) and cached by build id. When no valid
+    table can be made, a file's own table is used as it is; a file without one raises
+    :class:`GenerateError`.
     """
     own = image.sframe_sections()
     if own and not merge_cfi:
         return own[0].raw, own[0].address
     build_id = image.build_id() if use_cache else None
-    kind = "merged" if own else "generated"
-    path = cache_path(build_id, version, kind) if build_id else None
-    if path is not None and path.exists():
-        data = path.read_bytes()
-        try:
-            SFrameReader(data, 0)
-            return data, 0
-        except SFrameError:
-            pass  # corrupt entry: rebuild it
-    from ..format.encode import encode
+    kind = entry_kind(version, "merged" if own else "generated")
+    source = table_source(image) if build_id else None
+    if build_id and source is not None:
+        cached = load(kind, build_id, source)
+        if cached is not None and _readable(cached):
+            return cached, 0
+    data = _valid_table(image, own[0].raw if own else None, own[0].address if own else 0,
+                        version)
+    if data is None:
+        return own[0].raw, own[0].address  # _valid_table raises when there is no own table
+    if build_id and source is not None:
+        store(kind, build_id, data, source)
+    return data, 0
+
+
+def _readable(data: bytes) -> bool:
+    try:
+        SFrameReader(data, 0)
+    except SFrameError:
+        return False
+    return True
+
+
+def _valid_table(image: ElfImage, own_raw: bytes | None, own_address: int,
+                 version: int) -> bytes | None:
+    """The generated (or, with the file's own table ``own_raw``, merged) table at address
+    0, validated; None when there is an own table and no valid merge (GenerateError
+    when there is none)."""
     from .section import generate
 
     try:
         generated = generate(image, version=version, address=0).section
     except GenerateError:
-        if own:
-            return own[0].raw, own[0].address
+        if own_raw is not None:
+            return None
         raise
-    if own:
+    own = None
+    if own_raw is not None:
+        from ..format.encode import convert
+
         try:
-            merged = _merge(own[0].raw, own[0].address, generated, version)
+            own = decode(own_raw, own_address)
+            if own.version != version:
+                own = convert(own, version)
         except SFrameError:
-            return own[0].raw, own[0].address
-        data = encode(merged)
-    else:
-        data = encode(generated)
-    if path is not None:
-        store(str(path), data)
-    return data, 0
+            return None
+    data, problem = _validated(image, own, generated)
+    if data is None and own is None:
+        raise GenerateError(f"generated SFrame table does not validate: {problem}")
+    return data
 
 
-def _merge(raw: bytes, address: int, generated: Section, version: int) -> Section:
-    """The file's own section plus the generated FDEs of functions it does not cover."""
-    from ..format.encode import convert
+def _validated(image: ElfImage, own: Section | None, generated: Section
+               ) -> tuple[bytes | None, str]:
+    """(the table's bytes, "") once no error is left, leaving out the FDEs that have one;
+    (None, why) when a table-wide error remains or it cannot be encoded."""
+    from ..format.encode import encode
+    from ..format.validation import ERROR, validate
 
-    section = decode(raw, address)
-    if section.version != version:
-        section = convert(section, version)
-    ranges = sorted((fde.start, fde.end) for fde in section.fdes)
+    relocatable = image.elf_type == "REL"
+    text = None if relocatable else image.executable_ranges()
+    left_out: set[tuple[bool, int, int]] = set()  # (from the file's own table, start, size)
+    problem = "no FDE could be kept"
+    for _ in range(_ROUNDS):
+        section, from_own = _combined(own, generated, left_out)
+        try:
+            data = encode(section)
+        except SFrameError as error:
+            return None, error.message
+        errors = [finding for finding in validate(data, 0, text, relocatable=relocatable)
+                  if finding.severity == ERROR]
+        if not errors:
+            return data, ""
+        problem = f"{errors[0].message} ({errors[0].location()})"
+        if any(finding.fde is None or finding.fde >= len(section.fdes) for finding in errors):
+            return None, problem
+        for finding in errors:
+            assert finding.fde is not None
+            fde = section.fdes[finding.fde]
+            left_out.add((from_own[finding.fde], fde.start, fde.size))
+    return None, problem
+
+
+def _combined(own: Section | None, generated: Section, left_out: set[tuple[bool, int, int]]
+              ) -> tuple[Section, list[bool]]:
+    """The table to use, without the FDEs in ``left_out``, and for each of its FDEs
+    whether it comes from the file's own table: the generated table, or the file's own
+    one plus the generated FDEs of the functions it does not cover."""
+    extra = [fde for fde in generated.fdes if (False, fde.start, fde.size) not in left_out]
+    if own is None:
+        return replace(generated, fdes=[replace(fde) for fde in extra]), [False] * len(extra)
+    mine = [replace(fde, fre_off=None) for fde in own.fdes
+            if (True, fde.start, fde.size) not in left_out]
+    ranges = sorted((fde.start, fde.end) for fde in mine)
     starts = [start for start, _ in ranges]
-    extra = []
-    for fde in generated.fdes:
-        index = bisect_right(starts, fde.start) - 1
-        overlaps = index >= 0 and fde.start < ranges[index][1]
-        overlaps = overlaps or (index + 1 < len(ranges) and ranges[index + 1][0] < fde.end)
-        if not overlaps:
-            extra.append(fde)
-    for fde in section.fdes:
-        fde.fre_off = None
-    section.fdes += [replace(fde, fre_off=None) for fde in extra]
-    section.address = 0
-    section.flags = generated.flags
+    section = replace(own, fdes=mine + [replace(fde, fre_off=None) for fde in extra
+                                         if not _overlaps(fde, starts, ranges)],
+                      address=0, flags=generated.flags)
+    from_own = {id(fde) for fde in mine}
     section.sort_fdes()
-    return section
+    return section, [id(fde) in from_own for fde in section.fdes]
+
+
+def _overlaps(fde: FDE, starts: list[int], ranges: list[tuple[int, int]]) -> bool:
+    index = bisect_right(starts, fde.start) - 1
+    if index >= 0 and fde.start < ranges[index][1]:
+        return True
+    return index + 1 < len(ranges) and ranges[index + 1][0] < fde.end

@@ -46,6 +46,7 @@ from ..cfi.instructions import (
 from ..cfi.leb128 import DecodeError, read_sleb128
 from ..format.constants import ABI, DWARF_REGS, BaseReg, FDEType
 from ..format.model import FDE, FRE
+from ..format.validation import MAX_DWARF_REGNUM
 
 DW_OP_breg0 = 0x70
 DW_OP_deref = 0x06
@@ -109,12 +110,15 @@ def strip_padding(instructions: list[Instruction]) -> list[Instruction]:
 
 def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, *, version: int = 3,
               signal: bool = False, b_key: bool = False, return_register: int | None = None,
-              ) -> FDE:
+              notes: list[str] | None = None) -> FDE:
     """The SFrame FDE gas makes for a function at ``start`` of ``size`` bytes whose CFI
     (CIE initial instructions followed by the FDE's) is ``instructions``.
 
     Raises :class:`Skip` when gas emits no FDE (V3: a signal frame whose rows
-    cannot be translated still gives an FDE without FREs).
+    cannot be translated still gives an FDE without FREs). Rows the CFI places at or
+    past the function's end (only a damaged or hand-made FDE has them: gas's rows come
+    from the function's own instructions) describe no instruction of it and are
+    dropped, as a DWARF unwinder never reaches them; ``notes`` gets a line saying so.
     """
     regs = DWARF_REGS[abi]
     v3 = version >= 3
@@ -124,7 +128,7 @@ def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, 
         if return_register is not None and return_register != regs.ra:
             raise Skip(f"non-default RA register {return_register}")
         _replay(context, instructions, start)
-        rows = context.rows
+        rows = context.rows = _inside(context.rows, size, notes)
         fres = [_fre(context, offset, row) for offset, row in rows]
         if v3 and len(fres) > 0xFFFF:
             raise Skip("too many FREs")
@@ -138,6 +142,17 @@ def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, 
     if fde_type == FDEType.FLEX:
         fres = [_flex_fre(context, offset, row) for offset, row in rows]
     return FDE(start, size, fres, fde_type=fde_type, signal=signal and v3, pauth_key_b=b_key)
+
+
+def _inside(rows: list[tuple[int, Row]], size: int, notes: list[str] | None
+            ) -> list[tuple[int, Row]]:
+    """The rows that start inside a function of ``size`` bytes."""
+    kept = [(offset, row) for offset, row in rows if offset < size]
+    if len(kept) != len(rows) and notes is not None:
+        dropped = len(rows) - len(kept)
+        notes.append(f"{dropped} CFI row{'s' if dropped > 1 else ''} at or past the "
+                     "function's end dropped")
+    return kept
 
 
 # --- replaying the instructions -----------------------------------------------------------
@@ -162,6 +177,9 @@ def _replay(context: _Context, instructions: list[Instruction], start: int) -> N
             continue
         if op in (DW_CFA_advance_loc, DW_CFA_set_loc):
             new_location = location + insn.a if op == DW_CFA_advance_loc else insn.a - start
+            if new_location < location:
+                # Only DW_CFA_set_loc can go back; rows must ascend.
+                raise Skip("DW_CFA_set_loc moves backwards")
             if new_location != location:
                 _advance(context, location, new_location)
                 location = new_location
@@ -346,7 +364,9 @@ _HANDLERS: dict[int, Callable[[_Context, Instruction], None]] = {
 
 def _check_cfa_offset(context: _Context, offset: int, what: str) -> None:
     if context.abi.is_s390x:
-        if (offset + 160) % 8 and (offset - 160) % 8:
+        # A CFA below the stack pointer cannot be written (the word is (offset - 160) / 8
+        # and readers refuse a negative result).
+        if ((offset + 160) % 8 and (offset - 160) % 8) or offset < 0:
             raise Skip(f"{what} with unsupported offset value")
     if not -(1 << 31) <= offset < (1 << 31):
         raise Skip(f"{what} with unsupported offset value")
@@ -356,9 +376,17 @@ def _set_cfa_register(context: _Context, reg: int, what: str) -> None:
     if _is_sp_or_fp(context, reg):
         return
     if context.flex_ok:
+        _check_register(reg)
         context.needs_flex = True
         return
     raise Skip(f"non-SP/FP register {reg} in .cfi_{what}")
+
+
+def _check_register(reg: int) -> None:
+    """A register a flexible FDE names must be one an ABI has (damaged CFI names others;
+    gas names only registers it can assemble)."""
+    if not 0 <= reg <= MAX_DWARF_REGNUM:
+        raise Skip(f"DWARF register {reg} (no ABI has it)")
 
 
 def _saved_on_stack(context: _Context, reg: int, offset: int) -> None:
@@ -384,6 +412,8 @@ def _saved_on_stack(context: _Context, reg: int, offset: int) -> None:
 
 def _register(context: _Context, reg: int, other: int) -> None:
     if context.flex_ok:
+        if reg in (context.fp, context.ra):
+            _check_register(other)
         if reg == context.fp:
             context.needs_flex = True
             row = _changed(context)
@@ -486,15 +516,22 @@ def _fre(context: _Context, offset: int, row: Row) -> FRE:
     if fp_on_stack:
         assert row.fp is not None
         words.append(row.fp.offset)
-    return FRE(offset, tuple(words), base, row.mangled)
+    return FRE(offset, tuple(_offset_word(word) for word in words), base, row.mangled)
+
+
+def _offset_word(value: int) -> int:
+    """``value`` as a data word: offsets are 32-bit at most (only damaged CFI has more)."""
+    if not -(1 << 31) <= value < (1 << 31):
+        raise Skip(f"offset {value} beyond 32 bits")
+    return value
 
 
 def _flex_pair(context: _Context, saved: Saved) -> list[int]:
     if saved.kind == "stack":
-        return [2, saved.offset]
+        return [2, _offset_word(saved.offset)]
     if saved.kind == "reg":
         return [(saved.reg << 3) | 1, 0]
-    return [((saved.reg << 3) | 3) & 0xFFFFFFFF, saved.offset]
+    return [((saved.reg << 3) | 3) & 0xFFFFFFFF, _offset_word(saved.offset)]
 
 
 def _flex_fre(context: _Context, offset: int, row: Row) -> FRE:

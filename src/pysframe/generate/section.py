@@ -28,9 +28,13 @@ __all__ = ["PLT_SECTIONS", "GenerateError", "Generated", "abi_of", "generate"]
 @dataclass(slots=True)
 class Generated:
     section: Section
-    #: (start, size, gas's reason) of every function gas would have skipped.
+    #: (start, size, gas's reason) of every function gas would have skipped, and of every
+    #: function left out because its FDE could not be a valid one (damaged CFI).
     skipped: list[tuple[int, int, str]] = field(default_factory=list)
     cfi_errors: list[str] = field(default_factory=list)
+    #: (start, size, what) of functions kept with part of their CFI left out (rows past
+    #: the function's end).
+    trimmed: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 def abi_of(image: ElfImage) -> ABI:
@@ -69,18 +73,22 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
                 include is not None and not include(start, size)):
             continue  # PLT FDEs (made from ld's rules below), or left out by the caller
         cie = cfi.cie
+        notes: list[str] = []
         try:
+            if not 0 < size <= 0xFFFFFFFF:
+                raise Skip(f"function size {size} (1 to 2**32-1 bytes in SFrame)")
             instructions = strip_padding(cie_instructions(data, cie, image.big_endian)) + \
                 strip_padding(fde_instructions(data, cfi, image.big_endian, cfi_address))
             fde = translate(instructions, start, size, abi, version=version,
                             signal=cie.signal_frame, b_key=cie.b_key,
-                            return_register=cie.return_register)
+                            return_register=cie.return_register, notes=notes)
         except Skip as skip:
             result.skipped.append((start, size, skip.reason))
             continue
         except (CFIError, DecodeError) as error:
             result.skipped.append((start, size, f"unreadable CFI: {error}"))
             continue
+        result.trimmed += [(start, size, note) for note in notes]
         fdes.append(fde)
     heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
              for name, (lo, hi) in ranges.items()}
@@ -98,4 +106,35 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
     section.address = address if address is not None else (
         existing[0].address if existing else 0)
     section.sort_fdes()  # ld: index sorted by address, FRE data in input order
+    text = None if image.elf_type == "REL" else image.executable_ranges()
+    section.fdes = _placeable(section.fdes, section.address, version, text, result.skipped)
     return result
+
+
+def _placeable(fdes: list[FDE], address: int, version: int,
+               text: list[tuple[int, int]] | None, skipped: list[tuple[int, int, str]]
+               ) -> list[FDE]:
+    """The (sorted) FDEs a valid section can hold: inside an executable segment and
+    overlapping no earlier one (unless the file is relocatable: ``text`` None, every text
+    section at 0), close enough to the section for the start field. Only damaged CFI has
+    others; they go to ``skipped``."""
+    reach = 1 << (63 if version == VERSION_3 else 31)
+    # The start field is relative to the FDE's own place in the section (V2/V3): keep a
+    # margin for the header and the index before it.
+    margin = 64 + 32 * len(fdes)
+    kept: list[FDE] = []
+    end = None
+    for fde in fdes:
+        reason = None
+        if text is not None and not any(lo <= fde.start and fde.end <= hi for lo, hi in text):
+            reason = "not inside an executable segment"
+        elif text is not None and end is not None and fde.start < end:
+            reason = f"overlaps the function at {kept[-1].start:#x}"
+        elif not -reach + margin <= fde.start - address < reach - margin:
+            reason = f"too far from the section at {address:#x} for SFrame V{version}"
+        if reason is not None:
+            skipped.append((fde.start, fde.size, reason))
+            continue
+        kept.append(fde)
+        end = fde.end
+    return kept

@@ -1,11 +1,14 @@
-"""A memo of DWARF answers per build id, kept under the XDG cache directory.
+"""A memo of DWARF answers per build id, kept in the cache of derived data
+(:mod:`pysframe.cachedir`).
 
 Reading DWARF (pyelftools' import alone is ~30 ms, libc's first names ~60 ms) would be
 most of a ``sframe stack`` run; the questions a run asks (names at a pc, call-site
 targets, tail-call chains) are few and the same from one run to the next on the same
 binaries. So every answer is remembered by build id, and the DWARF is opened only for
-a question not seen before. Entries are written with :func:`pysframe.cachedir.store`;
-a damaged entry is ignored and rewritten.
+a question not seen before. A memo is used only when its entry verifies against the
+bytes the answers come from (:func:`memo_source`: the file's DWARF sections and symbol
+tables, and those of its debug file by build id) and every question and answer in it has
+the shape this class gives them; anything else is treated as absent and rewritten.
 """
 
 from __future__ import annotations
@@ -14,14 +17,53 @@ import marshal
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..cachedir import store
+from ..cachedir import Source, combine, entry_path, load, store
+from ..elf.debuginfo import debug_file
+from ..errors import PysframeError
 from .symbols import cache_entry
 
 if TYPE_CHECKING:
+    from ..elf import ElfImage
     from .dwarf import DwarfNames
 
 #: Bumped whenever the answers of DwarfNames change, so old memos are not reused.
-MEMO_FORMAT = 3
+MEMO_FORMAT = 4
+#: Besides the DWARF sections: the symbol tables (names of call-site targets, tail-call
+#: frames), the build id (a debug file of another build is not used), the debug link
+#: (where a separate debug file is looked for) and the dwz link (which supplementary
+#: file, by name and build id, holds shared DWARF).
+_ALSO_MADE_FROM = (".symtab", ".strtab", ".dynsym", ".dynstr", ".note.gnu.build-id",
+                   ".gnu_debuglink", ".gnu_debugaltlink")
+
+
+def memo_kind(build_id: bytes) -> str:
+    """The cache kind of the memo for ``build_id``."""
+    return cache_entry("dwarf", build_id, f"m{MEMO_FORMAT}")
+
+
+def memo_source(path: str, build_id: bytes | None) -> Source | None:
+    """What the answers for the ELF file ``path`` come from: its DWARF sections, symbol
+    tables and debug link, and those of its separate debug file by build id (where its
+    DWARF usually is). Both are checked by stamp, hashed only when that differs (libc's
+    debug file is 4 MB). None when a file cannot be read (no memo is used then). A debug
+    file found through the debug link alone is not described: its memo stays keyed on
+    the binary (whose debug link holds the debug file's CRC)."""
+    from ..generate.cache import file_source
+
+    try:
+        source = file_source(path, _made_from)
+        debug = debug_file(build_id)
+        if debug is not None:
+            source = combine(source, file_source(debug, _made_from))
+    except PysframeError:
+        return None
+    return source
+
+
+def _made_from(image: ElfImage) -> tuple[str, ...]:
+    names = tuple(section.name for section in image.section_headers()
+                  if section.name.startswith((".debug_", ".zdebug_")))
+    return names + _ALSO_MADE_FROM
 
 
 class CachedDwarfNames:
@@ -35,15 +77,16 @@ class CachedDwarfNames:
         self._opened = False
         self._dirty = False
         self._memo: dict[tuple[Any, ...], Any] = {}
-        self._memo_path = (cache_entry("dwarf", build_id, f".m{MEMO_FORMAT}")
-                           if build_id and use_cache else None)
-        if self._memo_path is not None:
-            self._memo = _load(self._memo_path)
+        self._source = memo_source(path, build_id) if build_id and use_cache else None
+        if build_id and self._source is not None:
+            self._memo = _load(build_id, self._source)
 
     @property
     def memo_path(self) -> str | None:
         """Where this build id's memo is kept (None without a build id or a cache)."""
-        return self._memo_path
+        if not self.build_id or self._source is None:
+            return None
+        return entry_path(memo_kind(self.build_id), self.build_id)
 
     @property
     def dwarf_opened(self) -> bool:
@@ -102,18 +145,71 @@ class CachedDwarfNames:
 
     def save(self) -> None:
         """Write the memo if it learned something (silently skipped when it cannot)."""
-        if not self._dirty or self._memo_path is None:
+        if not self._dirty or not self.build_id or self._source is None:
             return
-        store(self._memo_path, marshal.dumps(self._memo))
+        # Only what _load accepts is kept (a question of a new kind would otherwise make
+        # every later load discard the whole memo).
+        memo = {question: answer for question, answer in self._memo.items()
+                if _shape_of(question)(question, answer)}
+        store(memo_kind(self.build_id), self.build_id, marshal.dumps(memo), self._source)
         self._dirty = False
 
 
-def _load(path: str) -> dict[tuple[Any, ...], Any]:
-    try:
-        with open(path, "rb") as handle:
-            memo = marshal.load(handle)
-    except (OSError, EOFError, ValueError, TypeError):
+def _load(build_id: bytes, source: Source) -> dict[tuple[Any, ...], Any]:
+    """The memo of ``build_id`` if its entry verifies against ``source`` and has the
+    shape of a memo; else an empty one."""
+    payload = load(memo_kind(build_id), build_id, source)
+    if payload is None:
         return {}
-    if not isinstance(memo, dict) or not all(isinstance(key, tuple) for key in memo):
+    try:
+        memo = marshal.loads(payload)
+    except (EOFError, ValueError, TypeError):
+        return {}
+    if type(memo) is not dict or not all(_shape_of(question)(question, answer)
+                                         for question, answer in memo.items()):
         return {}
     return memo
+
+
+def _shape_of(question: object) -> Callable[[tuple[Any, ...], Any], bool]:
+    """The check of the answers to ``question`` (one that fails for anything unknown)."""
+    if type(question) is not tuple or not question or type(question[0]) is not str:
+        return _unknown
+    return _SHAPES.get(question[0], _unknown)
+
+
+def _unknown(question: tuple[Any, ...], answer: Any) -> bool:
+    return False
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _is_name_pc_list(value: object) -> bool:
+    """[(name, pc), ...]: a tail-call chain."""
+    return type(value) is list and all(
+        type(item) is tuple and len(item) == 2 and type(item[0]) is str and _is_int(item[1])
+        for item in value)
+
+
+def _at_address(question: tuple[Any, ...]) -> bool:
+    return len(question) == 2 and _is_int(question[1])
+
+
+#: question name -> whether (question, answer) is what this class asks and remembers.
+_SHAPES: dict[str, Callable[[tuple[Any, ...], Any], bool]] = {
+    "frames_at": lambda q, a: _at_address(q) and (
+        a is None or (type(a) is list and all(type(name) is str for name in a))),
+    "function_entry": lambda q, a: _at_address(q) and (a is None or _is_int(a)),
+    "call_site_target": lambda q, a: _at_address(q) and (
+        a is None or _is_int(a) or type(a) is str),
+    "call_site_targets": lambda q, a: _at_address(q) and (
+        a is None or type(a) is str or (type(a) is list and all(map(_is_int, a)))),
+    "tail_call_chain": lambda q, a: len(q) == 3 and _is_int(q[2]) and (
+        _is_int(q[1]) or (type(q[1]) is tuple and all(map(_is_int, q[1])))) and (
+        a is None or _is_name_pc_list(a)),
+    # FrameNamer's own question: (caller pc, callee build id or path, callee pc).
+    "tail_frames": lambda q, a: len(q) == 4 and _is_int(q[1]) and type(q[2]) is str
+    and _is_int(q[3]) and _is_name_pc_list(a),
+}

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import itertools
 import marshal
+import operator
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from ..cachedir import entry_path, store
+from ..cachedir import Source, combine, entry_path, load, store
 from ..elf import ElfError, ElfImage
 from ..elf.debuginfo import debug_file
 from ..elf.headers import (
@@ -29,7 +30,7 @@ from ..elf.headers import (
     read_section_headers,
     relocation_symbol,
 )
-from ..errors import Problems
+from ..errors import Problems, PysframeError
 
 
 @dataclass(slots=True)
@@ -220,55 +221,95 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True,
     costs only the ``name@plt`` symbols (reported to ``problems``); a malformed symbol
     table raises :class:`ElfError`."""
     build_id = image.build_id() if use_cache else None
-    path = _cache_path(build_id) if build_id else None
-    if path is not None:
-        cached = _read_cached(path)
+    source = _cache_source(image) if build_id else None
+    if build_id and source is not None:
+        cached = _read_cached(build_id, source)
         if cached is not None:
             return cached
-    table = _load_symbols(image, problems)
-    if path is not None:
-        _write_cached(path, table)
+    table, complete = _load_symbols(image, problems)
+    if build_id and source is not None and complete:  # a damaged file's table: not kept
+        _write_cached(build_id, source, table)
     return table
 
 
-def _load_symbols(image: ElfImage, problems: Problems | None) -> SymbolTable:
+def _load_symbols(image: ElfImage, problems: Problems | None) -> tuple[SymbolTable, bool]:
+    """The table, and whether every part of it could be read."""
     symbols = _best_function_symbols(image)
     try:
         symbols += _plt_symbols(image)
     except ElfError as error:
         if problems is not None:
             problems.add(error)
-    return SymbolTable(symbols)
+        return SymbolTable(symbols), False
+    return SymbolTable(symbols), True
 
 
-_CACHE_FORMAT = 1
+#: Bumped whenever the table's contents or layout change, so old entries are not reused.
+_CACHE_FORMAT = 2
+#: The sections a symbol table is made from (with the ELF headers and linked strings).
+_SYMBOL_SECTIONS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".rela.plt", ".plt", ".plt.sec")
+#: Of the debug file: its symbols, and its build id (a debug file of another build is not
+#: used).
+_DEBUG_SECTIONS = (".symtab", ".note.gnu.build-id")
 
 
-def cache_entry(kind: str, build_id: bytes, suffix: str) -> str:
-    """A cache file for what is derived from ``build_id``'s symbols or DWARF. It is keyed
-    also on whether the separate debug file exists: installing one (apt install
-    libc6-dbg) after a first run changes the answers."""
-    return entry_path(kind, build_id, f".{'d' if debug_file(build_id) else 'n'}{suffix}")
+def cache_entry(kind: str, build_id: bytes, variant: str) -> str:
+    """The cache kind (see :mod:`pysframe.cachedir`) of what is derived from
+    ``build_id``'s symbols or DWARF. It is keyed also on whether the separate debug file
+    exists, so installing one (apt install libc6-dbg) after a first run and removing it
+    again do not overwrite each other's entries."""
+    return f"{kind}/{'d' if debug_file(build_id) else 'n'}.{variant}"
 
 
-def _cache_path(build_id: bytes) -> str:
-    return cache_entry("symbols", build_id, f".s{_CACHE_FORMAT}.marshal")
+def _cache_kind(build_id: bytes) -> str:
+    return cache_entry("symbols", build_id, f"s{_CACHE_FORMAT}")
 
 
-def _read_cached(path: str) -> SymbolTable | None:
+def _cache_path(build_id: bytes) -> str | None:
+    """Where the symbol table of ``build_id`` is kept (it may not exist)."""
+    return entry_path(_cache_kind(build_id), build_id)
+
+
+def _cache_source(image: ElfImage) -> Source | None:
+    """The bytes a symbol table of ``image`` is made from: its symbol tables, strings and
+    PLT relocations, and those of its separate debug file when there is one (None when
+    the debug file cannot be read: nothing is cached then)."""
+    from ..generate.cache import file_source, image_source
+
+    source = image_source(image, _SYMBOL_SECTIONS, linked=True)
+    debug = debug_file(image.build_id())
+    if debug is None:
+        return source
     try:
-        with open(path, "rb") as handle:
-            starts, ends, names = marshal.load(handle)
-    except (OSError, EOFError, ValueError, TypeError):
+        return combine(source, file_source(debug, lambda _: _DEBUG_SECTIONS, linked=True))
+    except PysframeError:
         return None
-    if not (isinstance(starts, list) and isinstance(ends, list) and isinstance(names, list)
-            and len(starts) == len(ends) == len(names)):
+
+
+def _read_cached(build_id: bytes, source: Source) -> SymbolTable | None:
+    """The cached table, if its entry verifies and holds what a table holds: three lists
+    of equal length, integer starts strictly ascending, integer ends not below them,
+    string names (anything else is treated as absent)."""
+    payload = load(_cache_kind(build_id), build_id, source)
+    if payload is None:
+        return None
+    try:
+        starts, ends, names = marshal.loads(payload)
+    except (EOFError, ValueError, TypeError):
+        return None
+    if not (type(starts) is list and type(ends) is list and type(names) is list
+            and len(starts) == len(ends) == len(names)
+            and set(map(type, starts)) | set(map(type, ends)) <= {int}
+            and set(map(type, names)) <= {str}
+            and all(map(operator.lt, starts, itertools.islice(starts, 1, None)))
+            and all(map(operator.le, starts, ends))):
         return None
     return SymbolTable.from_arrays(starts, ends, names)
 
 
-def _write_cached(path: str, table: SymbolTable) -> None:
-    store(path, marshal.dumps((table.starts, table.ends, table.names)))
+def _write_cached(build_id: bytes, source: Source, table: SymbolTable) -> None:
+    store(_cache_kind(build_id), build_id,
+          marshal.dumps((table.starts, table.ends, table.names)), source)
 
 
 # ----------------------------------------------------------------------------- by name
