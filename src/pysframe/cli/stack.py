@@ -165,7 +165,7 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
     try:
         tid, maps = live_maps(pid)
         # Open every module (and generate missing SFrame) before the target is stopped.
-        _add_live_modules(pid, tid, maps, finder, space, refused)
+        warnings = _add_live_modules(pid, tid, maps, finder, space, refused)
     except LiveError as error:
         raise CommandError(str(error), EXIT_UNREADABLE) from None
     walked: list[_Walked] = []
@@ -183,13 +183,15 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
                            EXIT_UNREADABLE) from None
     except LiveError as error:
         raise CommandError(str(error), EXIT_UNREADABLE) from None
+    for warning in warnings:  # only now: a process that ended meanwhile needs none
+        report(warning)
     return walked
 
 
 def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, space: Any,
-                      refused: list[Mapping]) -> None:
+                      refused: list[Mapping]) -> list[str]:
     """The executable file mappings of ``pid``, each with its module when the file the
-    process mapped can be opened (else a warning, once per file)."""
+    process mapped can be opened. Returns the warnings, one per file that could not be."""
     from ..sources.live import LiveError, open_memory
     from ..unwind.address_space import Mapping
 
@@ -197,7 +199,7 @@ def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, spa
         memory_fd = open_memory(pid, tid)  # for build ids, read before the target stops
     except LiveError:
         memory_fd = -1
-    warned: set[str] = set()
+    warnings: dict[str, str] = {}
     try:
         for entry in maps:
             if "x" not in entry.perms or not entry.path.startswith("/"):
@@ -207,15 +209,15 @@ def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, spa
                               module)
             if not found:
                 refused.append(mapping)
-                if entry.path not in warned:
-                    warned.add(entry.path)
-                    report(f"warning: {mapping.filename}: not the file process {pid} mapped "
-                           "(another mount namespace, or replaced since), and its own "
-                           "cannot be opened; its frames are not unwound")
+                warnings.setdefault(entry.path, (
+                    f"warning: {mapping.filename}: not the file process {pid} mapped (another "
+                    "mount namespace, or replaced since), and its own cannot be opened; its "
+                    "frames are not unwound"))
             space.add(mapping)
     finally:
         if memory_fd >= 0:
             os.close(memory_fd)
+    return list(warnings.values())
 
 
 def _live_module(pid: int, entry: MapEntry, maps: list[MapEntry], finder: Any,
