@@ -23,6 +23,11 @@ What a target may do meanwhile, and how it is handled:
   is stopped, until no new thread appears (a stopped thread creates none).
 * The main thread may have ended (``pthread_exit``) while the others run: a zombie
   leader has no maps and no memory, so both are read through a live thread.
+
+One case is left to the kernel: a main thread that ends while it is held cannot be
+collected (nor detached) before its process's other threads end; it stays this
+process's tracee, and the kernel hands it back when this process ends (at once, for
+the command line; a long-lived caller keeps it until then).
 """
 
 from __future__ import annotations
