@@ -27,6 +27,18 @@ def _parse_address(_ctx: click.Context, _param: click.Parameter, value: str | No
     return address
 
 
+#: The longest --timeout accepted: a day (the interval timer takes no more than it can
+#: represent, and a process stopped for longer is not what anyone wants).
+MAX_TIMEOUT = 86400.0
+
+
+def _parse_timeout(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    if not 0 <= value <= MAX_TIMEOUT:  # also false for nan
+        raise click.BadParameter(f"{value} is not a number of seconds from 0 to "
+                                 f"{MAX_TIMEOUT:g}")
+    return value
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pysframe")
 def cli() -> None:
@@ -164,10 +176,12 @@ def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, 
                    "core recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--build-id", "show_build_id", is_flag=True, help="Show each module's build id.")
-@click.option("--max-depth", default=256, show_default=True, help="Frames per thread at most.")
+@click.option("--max-depth", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Frames per thread at most.")
 @click.option("--timeout", default=10.0, show_default=True, metavar="SECONDS",
+              callback=_parse_timeout,
               help="Longest time the process may stay stopped; then it is released and the "
-                   "command fails (0: no limit).")
+                   "command fails (0: no limit; at most a day, 86400).")
 @click.option("--modules", is_flag=True, help="After the stacks, list each module with its "
               "build id and the SFrame table it was unwound with.")
 @click.option("--debuginfo/--no-debuginfo", default=True, show_default=True,
@@ -177,7 +191,12 @@ def stack(pid: int | None, core: str | None, exe: str | None, as_json: bool,
           show_build_id: bool, max_depth: int, timeout: float, modules: bool, debuginfo: bool) -> None:
     """Print every thread's stack of a running process, or of a core dump with --core
     (x86-64; SFrame, own or generated, with frame-pointer fallback). A live process is
-    stopped only while it is read."""
+    stopped only while it is read, and released with any signal that arrived meanwhile.
+
+    Exit status: 0 success; 1 a stack went through a file that is not the one the target
+    mapped (a warning names it), or the core is invalid; 2 no such process, not
+    permitted, an unreadable core, or bad usage.
+    """
     from .stack import run_stack
 
     if (pid is None) == (core is None):

@@ -4,22 +4,31 @@ A live process is stopped only while its threads' registers are read and its sta
 walked; modules are opened before the stop and names are looked up after the detach, so
 the target is held as briefly as possible. A deadline (``--timeout``) bounds the stop:
 when it passes the walk is abandoned, the threads are detached and the tool fails.
+
+The files mapped are checked to be the ones the target mapped, never assumed: a live
+process's through its own view of the file system (``/proc/PID/map_files``,
+``/proc/PID/root``: another mount namespace sees other files at the same paths), matched
+by device and inode or build id; a core's by the build id the core kept. A file that
+does not match is not used: a warning names it, its frames are left unnamed, and the
+exit status is 1 if a stack went through it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import signal
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PysframeError
-from .errors import EXIT_INVALID, EXIT_UNREADABLE, CommandError
+from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError, report
 
 if TYPE_CHECKING:
+    from ..sources.live import MapEntry
+    from ..unwind.address_space import Mapping
     from ..unwind.unwinder import Unwind
 
 
@@ -67,11 +76,12 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     finder = BinaryFinder()
     space = AddressSpace()
     unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, max_depth)
+    refused: list[Mapping] = []  # mappings whose file is not the one the target mapped
     if core is not None:
-        pid, walked = _walk_core(core, finder, space, unwinder, exe)
+        pid, walked = _walk_core(core, finder, space, unwinder, exe, refused)
     else:
         assert pid is not None
-        walked = _walk_live(pid, finder, space, unwinder, timeout)
+        walked = _walk_live(pid, finder, space, unwinder, timeout, refused)
     from ..symbolize.frames import FrameNamer
     from .stack_output import describe, print_json, print_text
 
@@ -79,52 +89,85 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     threads = [describe(thread.tid, thread.name, thread.unwind, namer) for thread in walked]
     namer.save()
     if as_json:
-        return print_json(pid, threads)
-    return print_text(threads, show_build_id, modules)
+        status = print_json(pid, threads)
+    else:
+        status = print_text(threads, show_build_id, modules)
+    return EXIT_INVALID if status == EXIT_OK and _lost(walked, refused) else status
 
 
-def _walk_core(core: str, finder: Any, space: Any, unwinder: Any,
-               exe: str | None) -> tuple[int, list[_Walked]]:
-    from ..sources.core import CoreFile
+def shown(path: str) -> str:
+    """``path`` as printed: bytes that are not UTF-8 (kept as surrogates to open the file)
+    shown as ``\\xNN`` escapes, so that output never fails to encode."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _lost(walked: list[_Walked], refused: list[Mapping]) -> bool:
+    """Whether a stack went through a file that could not be used (frames lost)."""
+    ids = {id(mapping) for mapping in refused}
+    return any(id(mapping) in ids for thread in walked for mapping in thread.unwind.mappings)
+
+
+def _walk_core(core: str, finder: Any, space: Any, unwinder: Any, exe: str | None,
+               refused: list[Mapping]) -> tuple[int, list[_Walked]]:
+    from ..sources.core import CoreError, CoreFile
     from ..unwind.address_space import Mapping
 
     core_file = CoreFile(core)
+    if not core_file.threads:
+        raise CoreError("no thread in the core (no NT_PRSTATUS note)", path=core)
     program = core_file.executable
     if exe is not None and program is None:
         raise CommandError(f"{core}: the core does not say which file is the program "
                            "(no AT_ENTRY in NT_AUXV), so --exe cannot replace it",
                            EXIT_INVALID)
+    build_ids = core_file.build_ids()
+    warned: set[str] = set()
     for mapped in core_file.mappings:
         # --exe: the program as it is now (moved, or rebuilt with the same build id).
         path = exe if exe is not None and mapped.path == program else mapped.path
-        module = finder.module(path, None, mapped.start, mapped.pgoff)
-        if module is not None:
-            space.add(Mapping(mapped.start, mapped.end, mapped.pgoff, path, None, module))
+        # With the core's build id, only a file with that build id is used (at the path,
+        # or in ~/.debug's build-id cache).
+        build_id = build_ids.get(mapped.path)
+        module = finder.module(path, build_id, mapped.start, mapped.pgoff)
+        mapping = Mapping(mapped.start, mapped.end, mapped.pgoff, shown(path), None, module)
+        if module is None and build_id is not None:
+            refused.append(mapping)
+            if path not in warned:
+                warned.add(path)
+                hint = " (give the right program with --exe)" if path == program else ""
+                report(f"warning: {shown(path)}: {_mismatch(path, build_id)}; its frames "
+                       f"are not unwound{hint}")
+        if module is not None or build_id is not None:
+            space.add(mapping)
     walked = [_Walked(thread.tid, "", _unwind(thread.registers, core_file.memory, space,
                                               unwinder))
               for thread in core_file.threads]
-    return (core_file.threads[0].tid if core_file.threads else 0), walked
+    return core_file.threads[0].tid, walked
 
 
-def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any,
-               timeout: float) -> list[_Walked]:
-    from ..sources.live import Attached, LiveError, read_maps
-    from ..unwind.address_space import Mapping
+def _mismatch(path: str, wanted: bytes) -> str:
+    """Why the file at ``path`` is not the one with build id ``wanted``, in words."""
+    from ..elf import ElfError, ElfImage
 
     try:
-        maps = read_maps(pid)
-    except OSError as error:
-        raise CommandError(f"process {pid}: {error.strerror or error}", EXIT_UNREADABLE) from None
-    # Open every module (and generate missing SFrame) before the target is stopped.
-    for entry in maps:
-        if "x" in entry.perms and entry.path.startswith("/"):
-            source = entry.path
-            if source.endswith(" (deleted)"):
-                # Replaced or removed since it was mapped (a library upgraded under a running
-                # process): the kernel still serves the mapped file itself.
-                source = f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}"
-            module = finder.module(source, None, entry.start, entry.pgoff)
-            space.add(Mapping(entry.start, entry.end, entry.pgoff, entry.path, None, module))
+        found = ElfImage(path).build_id()
+    except ElfError as error:
+        return error.message
+    if found is None:
+        return f"has no build id; the core's is {wanted.hex()}"
+    return f"build id {found.hex()} does not match the core's {wanted.hex()}"
+
+
+def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
+               refused: list[Mapping]) -> list[_Walked]:
+    from ..sources.live import Attached, LiveError, live_maps
+
+    try:
+        tid, maps = live_maps(pid)
+        # Open every module (and generate missing SFrame) before the target is stopped.
+        warnings = _add_live_modules(pid, tid, maps, finder, space, refused)
+    except LiveError as error:
+        raise CommandError(str(error), EXIT_UNREADABLE) from None
     walked: list[_Walked] = []
     try:
         # Attached is left (threads detached) after the deadline is disarmed, so the
@@ -139,11 +182,106 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any,
         raise CommandError(f"process {pid}: {error}; the process was released",
                            EXIT_UNREADABLE) from None
     except LiveError as error:
-        message = str(error)
-        if error.errno == errno.EPERM:
-            message += " (ptrace not permitted: see /proc/sys/kernel/yama/ptrace_scope)"
-        raise CommandError(message, EXIT_UNREADABLE) from None
+        raise CommandError(str(error), EXIT_UNREADABLE) from None
+    for warning in warnings:  # only now: a process that ended meanwhile needs none
+        report(warning)
     return walked
+
+
+def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, space: Any,
+                      refused: list[Mapping]) -> list[str]:
+    """The executable file mappings of ``pid``, each with its module when the file the
+    process mapped can be opened. Returns the warnings, one per file that could not be."""
+    from ..sources.live import LiveError, open_memory
+    from ..unwind.address_space import Mapping
+
+    try:
+        memory_fd = open_memory(pid, tid)  # for build ids, read before the target stops
+    except LiveError:
+        memory_fd = -1
+    warnings: dict[str, str] = {}
+    try:
+        for entry in maps:
+            if "x" not in entry.perms or not entry.path.startswith("/"):
+                continue
+            module, found = _live_module(pid, entry, maps, finder, memory_fd)
+            mapping = Mapping(entry.start, entry.end, entry.pgoff, shown(entry.path), None,
+                              module)
+            if not found:
+                refused.append(mapping)
+                warnings.setdefault(entry.path, (
+                    f"warning: {mapping.filename}: not the file process {pid} mapped (another "
+                    "mount namespace, or replaced since), and its own cannot be opened; its "
+                    "frames are not unwound"))
+            space.add(mapping)
+    finally:
+        if memory_fd >= 0:
+            os.close(memory_fd)
+    return list(warnings.values())
+
+
+def _live_module(pid: int, entry: MapEntry, maps: list[MapEntry], finder: Any,
+                 memory_fd: int) -> tuple[Any, bool]:
+    """The module of ``entry`` (``None`` for a file that is not ELF) and whether the file
+    the process mapped was found at all."""
+    source = _mapped_file(pid, entry)
+    if source is not None:
+        return finder.module(source, None, entry.start, entry.pgoff), True
+    # No path is known to be the mapped inode: only a file with the build id the process
+    # has in memory will do (the same build installed again, or a file system whose
+    # device numbers differ between stat and maps).
+    build_id = _build_id_in_memory(memory_fd, entry, maps) if memory_fd >= 0 else None
+    if build_id is None:
+        return None, False
+    path = entry.path.removesuffix(" (deleted)")
+    for candidate in (path, f"/proc/{pid}/root{path}"):
+        module = finder.module(candidate, build_id, entry.start, entry.pgoff)
+        if module is not None:
+            return module, True
+    return None, False
+
+
+def _mapped_file(pid: int, entry: MapEntry) -> str | None:
+    """A path that opens the very file ``entry`` maps: its own path when that is the
+    mapped inode here (so names and output stay the same), else the process's map_files
+    link (the mapped file itself; needs privileges), else the path in the process's root
+    (its mount namespace); ``None`` when none is known to be it."""
+    if not entry.path.endswith(" (deleted)") and _is_mapped(entry.path, entry):
+        return entry.path
+    link = f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}"
+    if _is_mapped(link, entry, check_inode=False):
+        return link
+    inside = f"/proc/{pid}/root{entry.path}"
+    if _is_mapped(inside, entry):
+        return inside
+    return None
+
+
+def _is_mapped(path: str, entry: MapEntry, check_inode: bool = True) -> bool:
+    """Whether ``path`` is a regular file, the inode ``entry`` maps when ``check_inode``."""
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    if not stat.S_ISREG(status.st_mode):
+        return False
+    return not check_inode or (status.st_dev, status.st_ino) == (entry.device, entry.inode)
+
+
+def _build_id_in_memory(memory_fd: int, entry: MapEntry, maps: list[MapEntry]) -> bytes | None:
+    """The build id of the file ``entry`` maps, from the ELF headers the process has
+    mapped at the start of that file (the mapping of the same inode at offset 0)."""
+    from ..sources.core import build_id_in_headers
+
+    first = next((other for other in maps if other.pgoff == 0 and other.inode == entry.inode
+                  and other.device == entry.device and other.path == entry.path), None)
+    if first is None:
+        return None
+    try:
+        head = os.pread(memory_fd, min(first.end - first.start, 1 << 16), first.start)
+    except (OSError, OverflowError):
+        return None
+    return build_id_in_headers(head)
 
 
 def _unwind(regs: dict[str, int], memory: Any, space: Any, unwinder: Any) -> Any:
