@@ -291,3 +291,48 @@ def test_a_full_disk_is_one_line() -> None:
                                 stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr == "sframe: standard output: No space left on device\n"
+
+
+# --- a corrupt table under sframe stack ---------------------------------------------
+
+
+def test_a_corrupt_table_in_a_live_stack_is_reported_after_the_release(tmp_path: Path) -> None:
+    """The demo child with an invalid FRE type in ``middle``'s FDE: the stack is printed
+    (frames past it fall back), the problem is one line naming the file and the offset,
+    the exit status is 1, and the child runs on."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("x86-64 only")
+    from importlib import resources
+
+    child_path = tmp_path / "demo-child"
+    with resources.as_file(resources.files("pysframe").joinpath("data", "demo-child")) as src:
+        image = ElfImage(str(src))
+        section = image.sframe_sections()[0]
+        reader = SFrameReader(section.raw, section.address)
+        middle = next(reader.fde(k) for k in range(reader.num_fdes)
+                      if reader.fde(k).start == _symbol(image, "middle"))
+        info_at = section.file_offset + middle.fres_offset - V3_ATTR_SIZE + 2
+        patched(Path(src), child_path, [(info_at, bytes([src.read_bytes()[info_at] | 0x0F]))])
+    child = subprocess.Popen([str(child_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        run = sframe("stack", "--no-debuginfo", str(child.pid), env=isolated(tmp_path))
+        if run.returncode == 2 and "not permitted" in run.stderr:
+            pytest.skip("ptrace is not permitted here")
+        assert run.returncode == 1, run.stderr
+        assert run.stderr.count("\n") == 1 and str(child_path) in run.stderr
+        assert f"file offset {info_at:#x}" in run.stderr and "internal error" not in run.stderr
+        assert " inner+" in run.stdout  # frames before the damage are there
+        with open(f"/proc/{child.pid}/stat") as handle:
+            assert handle.read().rsplit(")", 1)[1].split()[0] in "SR"  # released
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=10)
+
+
+def _symbol(image: ElfImage, name: str) -> int:
+    from pysframe.symbolize.symbols import function_addresses
+
+    global_names, local_names = function_addresses(image)
+    return global_names.get(name, local_names.get(name, -1))

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PysframeError
-from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError, report
+from ..errors import Problems, PysframeError
+from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, WHERE, CommandError, report
 
 if TYPE_CHECKING:
     from ..sources.live import MapEntry
@@ -73,7 +73,11 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     if os.uname().machine != "x86_64":
         raise CommandError(f"sframe stack supports x86-64 only (this is {os.uname().machine})",
                            EXIT_UNREADABLE)
-    finder = BinaryFinder()
+    # Collected, and reported only after the target is released: nothing is written while
+    # its threads are stopped (a closed stderr must not end us with threads held).
+    problems = Problems()
+    WHERE.at(core if core is not None else f"process {pid}")
+    finder = BinaryFinder(problems=problems, report_unreadable=False)  # it warns itself
     space = AddressSpace()
     unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, max_depth)
     refused: list[Mapping] = []  # mappings whose file is not the one the target mapped
@@ -85,14 +89,17 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     from ..symbolize.frames import FrameNamer
     from .stack_output import describe, print_json, print_text
 
-    namer = FrameNamer(space, debuginfo=debuginfo)
+    namer = FrameNamer(space, debuginfo=debuginfo, problems=problems)
     threads = [describe(thread.tid, thread.name, thread.unwind, namer) for thread in walked]
     namer.save()
+    for problem in problems:
+        report(str(problem))
     if as_json:
         status = print_json(pid, threads)
     else:
         status = print_text(threads, show_build_id, modules)
-    return EXIT_INVALID if status == EXIT_OK and _lost(walked, refused) else status
+    lost = _lost(walked, refused) or bool(problems)
+    return EXIT_INVALID if status == EXIT_OK and lost else status
 
 
 def shown(path: str) -> str:

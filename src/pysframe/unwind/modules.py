@@ -27,12 +27,16 @@ class BinaryFinder:
     """Locates the file for a (path, build id): recorded path, ~/.debug, user directories."""
 
     def __init__(self, directories: Iterable[str] = (), build_ids: dict[str, bytes] | None = None,
-                 use_cache: bool = True, problems: Problems | None = None) -> None:
+                 use_cache: bool = True, problems: Problems | None = None,
+                 report_unreadable: bool = True) -> None:
         self.directories = list(directories)
         self.build_ids = build_ids or {}
         self.use_cache = use_cache
         #: Where errors that cost one binary its frames are reported (None: silently).
         self.problems = problems
+        #: Whether a recorded file that cannot be read is one of them (a caller that checks
+        #: and reports the files itself, as ``sframe stack`` does, says no).
+        self.report_unreadable = report_unreadable
         self._index: dict[str, list[str]] | None = None
         self._modules: dict[tuple[str, bytes | None], Module | None] = {}
 
@@ -62,7 +66,7 @@ class BinaryFinder:
                     continue
                 return image
             except ElfError as error:
-                if candidate == path and self.problems is not None:
+                if candidate == path and self.problems is not None and self.report_unreadable:
                     self.problems.add(error)
                 continue
         return None
