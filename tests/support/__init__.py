@@ -4,6 +4,9 @@
   robustness tests and of the fuzz targets), with a count of the work it did.
 - :mod:`.strategies`: hypothesis strategies for valid SFrame sections.
 - :mod:`.mutations`: hostile variants of a section (bit flips, truncations, inflated counts).
+- :mod:`.hostile`: damaged copies of real binaries, a zstd bomb, running ``sframe`` with a
+  hang detector and its peak memory.
+- :mod:`.perf_rewrite`: hostile variants of real perf.data recordings.
 
 Imported as ``tests.support``: pytest puts the repository root on ``sys.path``
 (``pythonpath = ["."]`` in pyproject.toml) and the fuzz scripts run as modules from the
