@@ -215,6 +215,8 @@ def test_fixture_program_matches_gdb(relative: str, tmp_path: Path) -> None:
 def test_lua_fixture_matches_gdb(label: str, tmp_path: Path) -> None:
     """The real Lua fixture blocked in io.read() inside nested Lua calls."""
     lua = FIXTURES / "real" / f"lua-{label}-x86_64" / "lua"
+    if not lua.exists():
+        pytest.skip("../shared/fixtures is not present")
     script = ("local function a() return io.read() end local function b() return a() .. '' "
               "end io.write('ready\\n') io.flush() print(b())")
     child = subprocess.Popen([str(lua), "-e", script], stdin=subprocess.PIPE,
