@@ -12,6 +12,9 @@ are understood (another expression gives no rule for its pcs).
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+
 from ..cfi.eh_frame import CFIError, cie_instructions, fde_instructions, parse_eh_frame
 from ..cfi.instructions import (
     DW_CFA_advance_loc,
@@ -142,10 +145,18 @@ def _evaluate(block: bytes, registers: dict[int, int]) -> int | None:
     return stack[-1] if stack else None
 
 
-_BINARY = {
-    0x1A: lambda a, b: a & b,          # DW_OP_and
-    0x1C: lambda a, b: a - b,          # DW_OP_minus
-    0x22: lambda a, b: a + b,          # DW_OP_plus
-    0x24: lambda a, b: a << min(b, 64),  # DW_OP_shl
-    0x2A: lambda a, b: int(a >= b),    # DW_OP_ge
+def _shl(a: int, b: int) -> int:
+    return a << min(b, 64)  # bounded: a hostile shift must not build a huge integer
+
+
+def _ge(a: int, b: int) -> int:
+    return int(a >= b)
+
+
+_BINARY: dict[int, Callable[[int, int], int]] = {
+    0x1A: operator.and_,  # DW_OP_and
+    0x1C: operator.sub,   # DW_OP_minus
+    0x22: operator.add,   # DW_OP_plus
+    0x24: _shl,           # DW_OP_shl
+    0x2A: _ge,            # DW_OP_ge
 }
