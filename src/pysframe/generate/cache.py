@@ -145,6 +145,17 @@ def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
     return data, 0
 
 
+def cached_table(image: ElfImage, *, version: int = 3) -> bytes | None:
+    """The table (at address 0) :func:`sframe_for` would take from the cache for
+    ``image``, or None (always for a file without build id, whose table is not kept)."""
+    build_id = image.build_id()
+    if not build_id:
+        return None
+    kind = entry_kind(version, "merged" if image.sframe_sections() else "generated")
+    cached = load(kind, build_id, table_source(image))
+    return cached if cached is not None and _readable(cached) else None
+
+
 def _readable(data: bytes) -> bool:
     try:
         SFrameReader(data, 0)
