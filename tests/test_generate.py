@@ -41,7 +41,7 @@ def test_generated_functions_equal_the_toolchains(entry: dict[str, Any]) -> None
     found = image.sframe_sections()[0]
     want = decode(found.raw, found.address)
     covered = {(f.start, f.size) for f in want.fdes}
-    result = generate(image, version=want.version)
+    result = generate(image, version=want.version, as_gnu=True)
     got = decode(encode(result.section), result.section.address)
     assert (got.version, got.flags, got.cfa_fixed_ra_offset, got.cfa_fixed_fp_offset) == (
         want.version, want.flags, want.cfa_fixed_ra_offset, want.cfa_fixed_fp_offset)
@@ -94,7 +94,13 @@ def test_v3_sframe_agrees_with_its_cfi(entry: dict[str, Any]) -> None:
     found = image.sframe_sections()[0]
     data = section_for_comparison(image, found.raw, found.relocated)
     disagreements, notes = compare_with_cfi(image, data, found.address)
-    assert disagreements == [] and notes == []
+    assert notes == []
+    # The one known disagreement: GNU ld's x86-64 .plt.got rule (CFA sp+16 for a bare
+    # jump reached by a call; the file's own .eh_frame says sp+8).
+    plt_got = image.section_ranges(".plt.got").get(".plt.got")
+    expected = [] if plt_got is None or plt_got[0] == plt_got[1] else [plt_got[0]]
+    assert [d.pc for d in disagreements] == expected
+    assert all("GNU ld's .plt.got rule" in d.message for d in disagreements)
 
 
 @needs_fixtures
@@ -106,8 +112,8 @@ def test_v2_sframe_disagreements_are_gas_2_44_limits() -> None:
     image = ElfImage(str(FIXTURES / "2.44" / "x86_64" / "O2" / "prog"))
     found = image.sframe_sections()[0]
     disagreements, _ = compare_with_cfi(image, found.raw, found.address)
-    messages = [d.message for d in disagreements]
-    assert len(messages) == 4
+    messages = [d.message for d in disagreements if "GNU ld's .plt.got rule" not in d.message]
+    assert len(messages) == 4 and len(disagreements) == 5
     assert "CFI says CFA r7+8 RA r0+0 FP same" in messages[0]
     assert "CFI says RA undefined" in messages[1]
 
@@ -182,7 +188,8 @@ def test_sections_equal_the_toolchains_byte_for_byte_but_for_fre_data_order() ->
         want = decode(found.raw, found.address)
         covered = {(f.start, f.size) for f in want.fdes}
         result = generate(image, version=want.version,
-                          include=lambda start, size, covered=covered: (start, size) in covered)
+                          include=lambda start, size, covered=covered: (start, size) in covered,
+                          as_gnu=True)
         assert len(encode(result.section)) == len(found.raw)
         order = {(f.start, f.size): f.fre_off for f in want.fdes}
         for fde in result.section.fdes:

@@ -13,7 +13,7 @@ from .files import read_file, refuse_inputs, write_output
 
 
 def run_generate(path: str, output: str, *, version: int, address: int | None,
-                 verbose: bool) -> int:
+                 verbose: bool, as_gnu: bool = False) -> int:
     from ..elf import ElfImage
     from ..generate.section import generate
 
@@ -21,7 +21,7 @@ def run_generate(path: str, output: str, *, version: int, address: int | None,
     refuse_inputs(output, [path])  # before any work
     try:
         image = ElfImage(path, read_file(path))
-        result = generate(image, version=version, address=address)
+        result = generate(image, version=version, address=address, as_gnu=as_gnu)
         data = encode(result.section)
     except PysframeError as error:
         raise naming(path, error) from None
@@ -40,7 +40,7 @@ def run_generate(path: str, output: str, *, version: int, address: int | None,
     return EXIT_OK
 
 
-def run_inject(path: str, output: str, *, version: int) -> int:
+def run_inject(path: str, output: str, *, version: int, as_gnu: bool = False) -> int:
     from ..elf import ElfImage
     from ..generate.inject import inject
 
@@ -48,7 +48,7 @@ def run_inject(path: str, output: str, *, version: int) -> int:
     refuse_inputs(output, [path])  # before any work
     try:
         image = ElfImage(path, read_file(path))
-        data, _ = inject(image, version=version)
+        data, _ = inject(image, version=version, as_gnu=as_gnu)
     except PysframeError as error:
         raise naming(path, error) from None
     write_output(output, data, inputs=[path])

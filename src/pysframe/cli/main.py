@@ -80,8 +80,11 @@ def dump(files: tuple[str, ...], as_json: bool, raw: bool, address: int | None,
 @click.option("--raw", is_flag=True, help="FILEs are bare SFrame sections, not ELF files.")
 @click.option("--address", callback=_parse_address, metavar="ADDR",
               help="With --raw: the address the section sits at (default 0).")
+@click.option("--require", is_flag=True,
+              help="A file without an SFrame section is a problem (default: nothing to "
+                   "validate, exit 0).")
 def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, strict: bool,
-             against_cfi: bool, raw: bool, address: int | None) -> None:
+             against_cfi: bool, raw: bool, address: int | None, require: bool) -> None:
     """Check SFrame sections; one line per problem: file, FDE, FRE, offset, what is wrong.
 
     Exit status: 0 valid, 1 problems found, 2 a file could not be read.
@@ -95,7 +98,7 @@ def validate(files: tuple[str, ...], as_json: bool, quiet: bool, kernel: bool, s
     sys.exit(run_validate(list(files), as_json=as_json, quiet=quiet, kernel=kernel,
                           strict=strict, raw=raw, address=address or 0,
                           report=(lambda message: None) if quiet else report,
-                          against_cfi=against_cfi))
+                          against_cfi=against_cfi, require=require))
 
 
 def _generated_output(what: str) -> Callable[[_F], _F]:
@@ -105,6 +108,11 @@ def _generated_output(what: str) -> Callable[[_F], _F]:
         command = click.option(
             "--sframe-version", "version", type=click.Choice(["2", "3"]), default="3",
             show_default=True, help="SFrame version to write (V2 follows gas 2.41-2.45).")(command)
+        command = click.option(
+            "--as-gnu", is_flag=True,
+            help="Reproduce GNU as and ld byte for byte, their wrong rows included (x86-64 "
+                 ".plt.got CFA sp+16; V2: gas 2.41-2.45's remember_state, undefined RA and "
+                 "RA-in-register rows). Default: correct rows.")(command)
         command = click.option("-o", "--output", required=True,
                                type=click.Path(dir_okay=False), help=what)(command)
         return click.argument("file", type=click.Path(dir_okay=False))(command)
@@ -118,21 +126,22 @@ def _generated_output(what: str) -> Callable[[_F], _F]:
                    "`sframe inject` puts it).")
 @click.option("--verbose", "-v", is_flag=True,
               help="Say which functions gas would have skipped, and why.")
-def generate(file: str, output: str, version: str, address: int | None, verbose: bool) -> None:
+def generate(file: str, output: str, version: str, address: int | None, verbose: bool,
+             as_gnu: bool) -> None:
     """Build FILE's SFrame section from its .eh_frame/.debug_frame, as GNU as and ld would."""
     from .generate import run_generate
 
     sys.exit(run_generate(file, output, version=int(version), address=address,
-                          verbose=verbose))
+                          verbose=verbose, as_gnu=as_gnu))
 
 
 @cli.command()
 @_generated_output("The new ELF file (FILE itself is never modified).")
-def inject(file: str, output: str, version: str) -> None:
+def inject(file: str, output: str, version: str, as_gnu: bool) -> None:
     """Write a copy of FILE with a .sframe section generated from its CFI."""
     from .generate import run_inject
 
-    sys.exit(run_inject(file, output, version=int(version)))
+    sys.exit(run_inject(file, output, version=int(version), as_gnu=as_gnu))
 
 
 @cli.command()

@@ -20,10 +20,15 @@ def open_recording(path: str, binaries: list[str], problems: Problems) -> tuple[
 
     data = open_perf_data(path)
     try:
-        return data, PerfUnwinder(data, binaries, problems=problems)
+        unwinder = PerfUnwinder(data, binaries, problems=problems)
     except ValueError as error:
         data.close()
         raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
+    from ..unwind.modules import recorded_files
+
+    # First run: the binaries' tables, generated in parallel before unwinding.
+    unwinder.finder.prefetch(recorded_files(data), progress=sys.stderr.isatty())
+    return data, unwinder
 
 
 def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,

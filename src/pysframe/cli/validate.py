@@ -20,9 +20,14 @@ from .errors import (
 from .files import read_file
 
 
+class NothingToValidate(Exception):
+    """The ELF file has no SFrame section."""
+
+
 def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
                        ) -> list[tuple[str, int, Finding]]:
-    """(section name, file offset of the section, finding) for every finding in a file."""
+    """(section name, file offset of the section, finding) for every finding in a file
+    (:class:`NothingToValidate` for an ELF file without SFrame)."""
     if raw:
         data = read_file(path)
         return [(".sframe", 0, f) for f in validate(memoryview(data), address, kernel=kernel)]
@@ -33,7 +38,7 @@ def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
     relocatable = image.elf_type == "REL"
     text = None if relocatable else image.executable_ranges()
     if not sections:
-        raise CommandError(f"{path}: no .sframe section", EXIT_INVALID)
+        raise NothingToValidate
     out = []
     for section in sections:
         contents = section.relocated if relocatable else section.raw
@@ -52,7 +57,7 @@ def _against_cfi(path: str) -> list[tuple[str, int, Finding]]:
     image = ElfImage(path, read_file(path))
     sections = image.sframe_sections()
     if not sections:
-        raise CommandError(f"{path}: no .sframe section", EXIT_INVALID)
+        raise NothingToValidate
     out = []
     for section in sections:
         data = section_for_comparison(image, section.raw, section.relocated)
@@ -80,7 +85,8 @@ def format_finding(path: str, name: str, file_offset: int, finding: Finding) -> 
 
 
 def run_validate(paths: list[str], *, as_json: bool, quiet: bool, kernel: bool, strict: bool,
-                 raw: bool, address: int, report: Any, against_cfi: bool = False) -> int:
+                 raw: bool, address: int, report: Any, against_cfi: bool = False,
+                 require: bool = False) -> int:
     status = EXIT_OK
     documents: list[dict[str, Any]] = []
     for path in paths:
@@ -88,6 +94,18 @@ def run_validate(paths: list[str], *, as_json: bool, quiet: bool, kernel: bool, 
         try:
             findings = (_against_cfi(path) if against_cfi else
                         _findings_for_file(path, raw=raw, address=address, kernel=kernel))
+        except NothingToValidate:
+            # Most files have no SFrame (yet): that is no error, unless asked for one.
+            message = f"{path}: no SFrame section" + (
+                "" if require else ", nothing to validate")
+            if require:
+                report(message)
+                status = max(status, EXIT_INVALID)
+            elif not as_json and not quiet:
+                sys.stdout.write(message + "\n")
+            documents.append({"file": path, "valid": not require, "sframe": False,
+                              "findings": []})
+            continue
         except PysframeError as error:
             message = str(naming(path, error))
             report(message)

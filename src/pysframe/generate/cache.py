@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 # cache miss: a warm `sframe stack` never needs them.
 
 #: Bumped whenever the generator's output changes, so old entries are not reused.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
+#: Linker stub sections: a merged table takes their rows from the generator (correct
+#: ones), not from the file's own table (GNU ld's x86-64 .plt.got rows are wrong).
+_STUBS = (".plt", ".plt.got", ".plt.sec")
 #: The sections a generated or merged table is made from (with the ELF headers).
 _MADE_FROM = (".eh_frame", ".eh_frame_hdr", ".sframe", ".plt", ".plt.got", ".plt.sec")
 #: Rounds of leaving out the FDEs the validator finds errors in (each round can only
@@ -117,7 +120,8 @@ def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
     gets, with ``merge_cfi``, the functions its table lacks (the C run-time's
     ``_start`` and friends were not assembled with --gsframe) added from its CFI,
     so chains end at ``_start``'s "RA undefined" row instead of running out of
-    rules. Generated and merged tables sit at address 0 (link-time starts), are
+    rules, and the rows of its PLT stubs replaced by correct ones (GNU ld writes CFA
+    SP+16 for x86-64 ``.plt.got`` entries, which have SP+8). Generated and merged tables sit at address 0 (link-time starts), are
     validated (see the module's description) and cached by build id. When no valid
     table can be made, a file's own table is used as it is; a file without one raises
     :class:`GenerateError`.
@@ -139,6 +143,17 @@ def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
     if build_id and source is not None:
         store(kind, build_id, data, source)
     return data, 0
+
+
+def cached_table(image: ElfImage, *, version: int = 3) -> bytes | None:
+    """The table (at address 0) :func:`sframe_for` would take from the cache for
+    ``image``, or None (always for a file without build id, whose table is not kept)."""
+    build_id = image.build_id()
+    if not build_id:
+        return None
+    kind = entry_kind(version, "merged" if image.sframe_sections() else "generated")
+    cached = load(kind, build_id, table_source(image))
+    return cached if cached is not None and _readable(cached) else None
 
 
 def _readable(data: bytes) -> bool:
@@ -172,10 +187,23 @@ def _valid_table(image: ElfImage, own_raw: bytes | None, own_address: int,
                 own = convert(own, version)
         except SFrameError:
             return None
+        own = _without_stubs(image, own, generated)
     data, problem = _validated(image, own, generated)
     if data is None and own is None:
         raise GenerateError(f"generated SFrame table does not validate: {problem}")
     return data
+
+
+def _without_stubs(image: ElfImage, own: Section, generated: Section) -> Section:
+    """``own`` without its FDEs for PLT stubs that ``generated`` describes."""
+    stubs = list(image.section_ranges(*_STUBS).values())
+
+    def stub(fde: FDE) -> bool:
+        return any(lo <= fde.start < hi for lo, hi in stubs)
+
+    if not stubs or not any(stub(fde) for fde in generated.fdes):
+        return own
+    return replace(own, fdes=[fde for fde in own.fdes if not stub(fde)])
 
 
 def _validated(image: ElfImage, own: Section | None, generated: Section

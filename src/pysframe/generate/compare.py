@@ -6,6 +6,12 @@ terms SFrame can express. Functions are matched by (start, size) in order
 (relocatable objects have several functions at the same offset of different
 sections); rows are compared as recovery rules (CFA, RA, FP, outermost), not
 as bytes, so a different but equivalent encoding is no disagreement.
+
+Linker stubs (PLT sections) have no CFI from gas: their rows are compared, pc by pc,
+with the FDEs ld wrote for them into the file's own ``.eh_frame`` (:mod:`.stubs`);
+only where ``.eh_frame`` has none, with the correct rules of :mod:`.plt`. GNU ld's
+x86-64 ``.plt.got`` rule (CFA SP+16 where the stub, a bare jump, has SP+8) is such a
+disagreement, reported like gas's wrong rows.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from ..format.constants import F_FDE_FUNC_START_PCREL, PCType
 from ..format.decode import FDEEntry, SFrameReader
 from ..format.encode import encode
 from ..format.lookup import FrameRow, RuleKind, SFrameLookup
-from .section import generate
+from .section import PLT_SECTIONS, generate
+from .stubs import stub_cfa_rules
 
 
 @dataclass(slots=True, frozen=True)
@@ -82,12 +89,18 @@ def compare_with_cfi(image: ElfImage, sframe: bytes, address: int) -> tuple[list
     for entry in theirs.fdes():
         by_range[(entry.start, entry.size)].append(entry)
     skipped = {(start, size): reason for start, size, reason in generated.skipped}
+    stubs = image.section_ranges(*PLT_SECTIONS)
+    stub_rules = stub_cfa_rules(image) if stubs else {}
     disagreements: list[Disagreement] = []
     notes = [f".eh_frame entry not readable, so not compared: {error}"
              for error in generated.cfi_errors]
     our_lookup: SFrameLookup | None = None  # built at the first matching function
     their_lookup: SFrameLookup | None = None
     for entry in ours.fdes():
+        if stub_rules and all(entry.start + k in stub_rules for k in range(entry.size)):
+            our_lookup = our_lookup or SFrameLookup(ours)
+            disagreements += _stub_disagreements(our_lookup, entry, stub_rules, stubs)
+            continue
         candidates = by_range.get((entry.start, entry.size))
         if not candidates:
             reason = skipped.get((entry.start, entry.size))
@@ -109,3 +122,37 @@ def compare_with_cfi(image: ElfImage, sframe: bytes, address: int) -> tuple[list
                     base + offset, entry.index,
                     f"SFrame says {_describe(mine)}; CFI says {_describe(cfi)}"))
     return disagreements, notes
+
+
+def _stub_disagreements(lookup: SFrameLookup, entry: FDEEntry,
+                        rules: dict[int, tuple[int, int]], stubs: dict[str, tuple[int, int]]
+                        ) -> list[Disagreement]:
+    """The runs of pcs of a PLT FDE where its CFA differs from ``.eh_frame``'s rule."""
+    out: list[Disagreement] = []
+    run: tuple[int, str] | None = None  # (first pc, message) of the current run
+    for pc in range(entry.start, entry.end):
+        row = lookup.find_fre(pc)
+        mine = "no rule" if row is None else (
+            "RA undefined" if row.outermost else f"CFA {row.cfa}")
+        reg, offset = rules[pc]
+        theirs = f"CFA r{reg}{offset:+d}"
+        message = None if mine == theirs else f"SFrame says {mine}; .eh_frame says {theirs}"
+        if run is not None and message != run[1]:
+            out.append(_stub_run(entry, run, pc, stubs))
+            run = None
+        if message is not None and run is None:
+            run = (pc, message)
+    if run is not None:
+        out.append(_stub_run(entry, run, entry.end, stubs))
+    return out
+
+
+def _stub_run(entry: FDEEntry, run: tuple[int, str], end: int,
+              stubs: dict[str, tuple[int, int]]) -> Disagreement:
+    start, message = run
+    section = next((name for name, (lo, hi) in stubs.items() if lo <= start < hi), "PLT")
+    message += f" ({end - start} bytes of {section})"
+    if section == ".plt.got" and "SFrame says CFA r7+16; .eh_frame says CFA r7+8" in message:
+        message += ": GNU ld's .plt.got rule; the stub is a jump reached by a call, with " \
+                   "only the return address on the stack"
+    return Disagreement(start, entry.index, message)

@@ -7,6 +7,14 @@ binutils 2.41-2.45 (SFrame V2: anything beyond SP/FP-based CFA and stack-saved
 RA/FP makes gas skip the function). A function gas would skip gives a
 :class:`Skip` with gas's reason.
 
+By default the rows are correct ones; with ``as_gnu`` they are gas's byte for byte,
+including three bugs of the V2-era gas (2.41-2.45) that give wrong rows:
+``.cfi_remember_state`` remembered the last finished row instead of the one being
+built, and on x86-64 ``.cfi_undefined rip`` and ``.cfi_register rip, REG`` were
+ignored (the row says RA at CFA-8, so an unwinder walks past the outermost frame or
+reads a stale slot). Correct V2 output leaves such functions out (V2 has no
+RA-undefined or RA-in-register rows) and restores the row being built.
+
 Rows: the CIE's initial instructions and the FDE's instructions are replayed
 in order; an advance closes the current row only if an instruction changed it
 (unchanged rows merge into the previous one), like gas's scratch-row logic.
@@ -98,6 +106,8 @@ class _Context:
     remembered: list[Row] = field(default_factory=list)
     rows: list[tuple[int, Row]] = field(default_factory=list)
     needs_flex: bool = False
+    #: Reproduce gas's wrong rows (see the module's description).
+    as_gnu: bool = False
 
 
 def strip_padding(instructions: list[Instruction]) -> list[Instruction]:
@@ -110,7 +120,7 @@ def strip_padding(instructions: list[Instruction]) -> list[Instruction]:
 
 def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, *, version: int = 3,
               signal: bool = False, b_key: bool = False, return_register: int | None = None,
-              notes: list[str] | None = None) -> FDE:
+              notes: list[str] | None = None, as_gnu: bool = False) -> FDE:
     """The SFrame FDE gas makes for a function at ``start`` of ``size`` bytes whose CFI
     (CIE initial instructions followed by the FDE's) is ``instructions``.
 
@@ -123,7 +133,7 @@ def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, 
     regs = DWARF_REGS[abi]
     v3 = version >= 3
     context = _Context(abi, v3, regs.sp, regs.fp, regs.ra, not abi.is_amd64,
-                       v3 and not abi.is_aarch64)
+                       v3 and not abi.is_aarch64, as_gnu=as_gnu)
     try:
         if return_register is not None and return_register != regs.ra:
             raise Skip(f"non-default RA register {return_register}")
@@ -274,7 +284,10 @@ def _undefined(context: _Context, insn: Instruction) -> None:
         if not context.v3:
             if context.ra_tracked:
                 raise Skip("CFI insn DW_CFA_undefined for RA")
-            return  # 2.41-2.45 on x86-64: RA is not tracked, the directive is ignored
+            if context.as_gnu:
+                return  # 2.41-2.45 on x86-64: RA is not tracked, the directive is ignored
+            # ... which leaves RA at CFA-8 in the outermost frame: V2 cannot say better.
+            raise Skip("DW_CFA_undefined for RA (no RA-undefined rows in SFrame V2)")
         row = _changed(context)
         row.ra_undefined = True
     elif _is_sp_or_fp(context, reg):
@@ -302,7 +315,7 @@ def _val_expression(context: _Context, insn: Instruction) -> None:
 # --- remembered states ---
 
 def _remember_state(context: _Context, insn: Instruction) -> None:
-    if context.v3:
+    if context.v3 or not context.as_gnu:
         if context.first_row is None and not context.rows and context.row.cfa_reg < 0:
             raise Skip(".cfi_remember_state without prior SFrame FRE state")
         context.remembered.append(context.row.copy())
@@ -427,8 +440,10 @@ def _register(context: _Context, reg: int, other: int) -> None:
             raise Skip(f"DW_CFA_register for SP ({reg})")
         return
     if not context.v3:
-        # 2.41-2.45: only FP, and RA where it is tracked, cannot be represented.
-        if reg == context.fp or (reg == context.ra and context.ra_tracked):
+        # 2.41-2.45: only FP, and RA where it is tracked, cannot be represented (gas
+        # ignored an x86-64 RA in a register, leaving the row's RA at CFA-8: wrong).
+        if reg == context.fp or (reg == context.ra and (context.ra_tracked
+                                                        or not context.as_gnu)):
             raise Skip(f"DW_CFA_register for register {reg}")
         return
     if reg in (context.ra, context.sp, context.fp):

@@ -25,11 +25,13 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def inject(image: ElfImage, *, version: int = 3, name: str = ".sframe") -> tuple[bytes, int]:
-    """The bytes of ``image``'s file with a generated SFrame section added, and its size."""
+def inject(image: ElfImage, *, version: int = 3, name: str = ".sframe",
+           as_gnu: bool = False) -> tuple[bytes, int]:
+    """The bytes of ``image``'s file with a generated SFrame section added, and its size
+    (``as_gnu``: the section GNU as and ld would have made, wrong rows included)."""
     if image.sframe_sections():
         raise GenerateError("the file already has an SFrame section")
-    sframe = encode(generate(image, version=version, address=0).section)
+    sframe = encode(generate(image, version=version, address=0, as_gnu=as_gnu).section)
     data = bytearray(image.data)
     order = ">" if image.big_endian else "<"
     wide = image.elf_class == 64

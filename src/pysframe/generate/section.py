@@ -47,9 +47,13 @@ def abi_of(image: ElfImage) -> ABI:
 
 
 def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None = None,
-             include: Callable[[int, int], bool] | None = None) -> Generated:
+             include: Callable[[int, int], bool] | None = None,
+             as_gnu: bool = False) -> Generated:
     """The SFrame section ld would have linked for ``image`` had gas made SFrame for every
-    function of its CFI (``include(start, size)`` may leave functions out)."""
+    function of its CFI (``include(start, size)`` may leave functions out).
+
+    By default every row is a correct one; ``as_gnu`` reproduces GNU as and ld byte for
+    byte, their wrong rows included (see :mod:`.gas` and :mod:`.plt`)."""
     if version not in (VERSION_2, VERSION_3):
         raise GenerateError(f"cannot generate SFrame version {version} (2 or 3)")
     abi = abi_of(image)
@@ -81,7 +85,8 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
                 strip_padding(fde_instructions(data, cfi, image.big_endian, cfi_address))
             fde = translate(instructions, start, size, abi, version=version,
                             signal=cie.signal_frame, b_key=cie.b_key,
-                            return_register=cie.return_register, notes=notes)
+                            return_register=cie.return_register, notes=notes,
+                            as_gnu=as_gnu)
         except Skip as skip:
             result.skipped.append((start, size, skip.reason))
             continue
@@ -92,7 +97,7 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
         fdes.append(fde)
     heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
              for name, (lo, hi) in ranges.items()}
-    plt = plt_fdes(abi, heads, pie=image.is_pie(), version=version)
+    plt = plt_fdes(abi, heads, pie=image.is_pie(), version=version, as_gnu=as_gnu)
     if include is not None:
         plt = [fde for fde in plt if include(fde.start, fde.size)]
     fdes += plt

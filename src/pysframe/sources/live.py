@@ -118,6 +118,19 @@ def _stat_fields(pid: int, tid: int) -> list[str]:
     return text.rpartition(b")")[2].decode("ascii", "replace").split()
 
 
+def _comm(pid: int) -> str:
+    """`` (name)`` of process ``pid`` as its stat file gives it (printable, bounded), or
+    nothing when that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read(4096)
+    except OSError:
+        return ""
+    name = text.partition(b"(")[2].rpartition(b")")[0][:64]
+    shown = "".join(c if c.isprintable() else "?" for c in name.decode("utf-8", "replace"))
+    return f" ({shown})" if shown else ""
+
+
 def thread_state(pid: int, tid: int) -> str | None:
     """The state letter of thread ``tid`` (``R``, ``S``, ``T``, ``t``, ``Z`` ...), or
     ``None`` when it is gone."""
@@ -203,7 +216,7 @@ def live_maps(pid: int) -> tuple[int, list[MapEntry]]:
             return tid, entries
     fields = _stat_fields(pid, pid)
     if len(fields) > 6 and fields[6].isdigit() and int(fields[6]) & _PF_KTHREAD:
-        raise LiveError(errno.EPERM, f"process {pid}: a kernel thread (no user-space stack)")
+        raise LiveError(errno.EPERM, f"PID {pid}{_comm(pid)} is a kernel thread: no user stack")
     raise gone(pid)  # ended, or ending (its memory already released)
 
 

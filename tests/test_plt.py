@@ -1,0 +1,178 @@
+"""PLT stubs: the rules that hold for them, whatever GNU ld wrote (issue 12, item 5).
+
+GNU ld writes CFA = SP+16 for x86-64 ``.plt.got`` entries; an entry is a bare
+``jmp *GOT(%rip)`` reached by the caller's ``call``, so CFA = SP+8, as the FDE ld
+writes for the section into ``.eh_frame`` says. Unwinding takes the stubs' rows from
+the generator (correct by default), ``generate --as-gnu`` reproduces ld's bytes, and
+``validate --against-eh-frame`` reports ld's rule.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES, needs_fixtures
+from pysframe.elf import ElfImage
+from pysframe.format.constants import ABI
+from pysframe.format.decode import SFrameReader
+from pysframe.format.lookup import SFrameLookup
+from pysframe.generate.cache import sframe_for
+from pysframe.generate.section import generate
+from pysframe.unwind.address_space import AddressSpace, Mapping, Module
+from pysframe.unwind.memory import StackMemory
+from pysframe.unwind.unwinder import Registers, Unwinder
+
+REPO = Path(__file__).resolve().parent.parent
+PROG = FIXTURES / "2.46" / "x86_64" / "O2" / "prog"
+#: __cxa_finalize@plt, the .plt.got entry of PROG, and the return address of its one
+#: caller (``call d0f0`` at 0xd362 in __do_global_dtors_aux).
+PLT_GOT_ENTRY, RETURN_ADDRESS = 0xD0F0, 0xD367
+
+
+def _cfa_offset(data: bytes, address: int, pc: int) -> int:
+    row = SFrameLookup(SFrameReader(data, address)).find_fre(pc)
+    assert row is not None
+    return row.cfa.offset
+
+
+@needs_fixtures
+def test_ld_writes_sp_16_for_plt_got_and_as_gnu_reproduces_it() -> None:
+    image = ElfImage(str(PROG))
+    own = image.sframe_sections()[0]
+    assert _cfa_offset(own.raw, own.address, PLT_GOT_ENTRY) == 16  # ld 2.46's bytes
+    from pysframe.format.encode import encode
+
+    gnu, correct = generate(image, as_gnu=True).section, generate(image).section
+    gnu_rows = SFrameLookup(SFrameReader(encode(gnu), gnu.address))
+    correct_rows = SFrameLookup(SFrameReader(encode(correct), correct.address))
+
+    def offset(lookup: SFrameLookup, pc: int) -> int:
+        row = lookup.find_fre(pc)
+        assert row is not None
+        return row.cfa.offset
+
+    assert offset(gnu_rows, PLT_GOT_ENTRY) == 16
+    assert offset(correct_rows, PLT_GOT_ENTRY) == 8
+    # .plt (PLT0 and the lazy entries): the same rules either way.
+    plt = image.section_ranges(".plt")[".plt"]
+    assert all(offset(gnu_rows, pc) == offset(correct_rows, pc) for pc in range(*plt))
+
+
+def _unwind_at_plt_got(data: bytes, address: int) -> int:
+    """The caller the unwinder finds for a sample at the first byte of the .plt.got
+    entry: the stack holds the return address and, above it, a decoy."""
+    image = ElfImage(str(PROG))
+    lookup = SFrameLookup(SFrameReader(data, address))
+    module = Module(str(PROG), None, 0, lookup, "test", image)
+    space = AddressSpace()
+    space.add(Mapping(0xD000, 0x1A000, 0xD000, str(PROG), None, module))
+    sp = 0x7FFF0000
+    stack = RETURN_ADDRESS.to_bytes(8, "little") + (0xD100 + 1).to_bytes(8, "little")
+    stack += bytes(64)
+    result = Unwinder(ABI.AMD64_ENDIAN_LITTLE).unwind(
+        Registers(PLT_GOT_ENTRY, sp, 0), StackMemory(sp, stack), space)
+    return result.frames[1].pc
+
+
+@needs_fixtures
+def test_unwinding_at_plt_got_finds_the_caller(tmp_path: Any,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    image = ElfImage(str(PROG))
+    own = image.sframe_sections()[0]
+    # With ld's own table, the caller would be read one slot too high (the decoy).
+    assert _unwind_at_plt_got(own.raw, own.address) == 0xD101
+    data, address = sframe_for(image)  # the table the unwinder uses (merged)
+    assert _unwind_at_plt_got(data, address) == RETURN_ADDRESS
+
+
+@needs_fixtures
+def test_validate_against_eh_frame_reports_lds_plt_got_rule() -> None:
+    result = subprocess.run([sys.executable, "-m", "pysframe", "validate", "--against-eh-frame",
+                             str(PROG)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, lines
+    assert "at 0xd0f0: SFrame says CFA r7+16; .eh_frame says CFA r7+8" in lines[0]
+    assert "GNU ld's .plt.got rule" in lines[0]
+
+
+# --- a perf recording of a program whose hot loop calls through .plt.got ---------------
+
+_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+extern int work(int);
+int (*volatile keep)(int);
+int main(int argc, char **argv) {
+  long n = argc > 1 ? atol(argv[1]) : 1000, s = 0;
+  keep = work;  /* address taken and called: with -z now, ld puts work@plt in .plt.got */
+  for (long i = 0; i < n; i++) s += work((int)i);
+  printf("%ld\n", s);
+  return 0;
+}
+"""
+
+
+def _run(*command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+
+@pytest.fixture(scope="session")
+def plt_got_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A recording of a program built with GNU ld's .plt.got SFrame rule (made with
+    ``inject --as-gnu``), sampled inside its .plt.got stub."""
+    if shutil.which("gcc") is None or not Path("/usr/bin/perf").exists():
+        pytest.skip("needs gcc and /usr/bin/perf")
+    work = tmp_path_factory.mktemp("pltgot")
+    (work / "main.c").write_text(_MAIN)
+    (work / "lib.c").write_text("int work(int x) { return x * 3 + 1; }\n")
+    for command in (("gcc", "-O2", "-fPIC", "-shared", "-o", "libw.so", "lib.c"),
+                    ("gcc", "-O2", "-o", "plain", "main.c", "-L.", "-lw",
+                     "-Wl,-rpath,$ORIGIN", "-Wl,-z,now")):
+        assert _run(*command, cwd=work).returncode == 0
+    disassembly = _run("objdump", "-d", "-j", ".plt.got", "plain", cwd=work).stdout
+    assert "<work@plt>" in disassembly
+    injected = _run(sys.executable, "-m", "pysframe", "inject", "--as-gnu", "plain", "-o", "prog",
+                    cwd=work)
+    assert injected.returncode == 0, injected.stderr
+    record = _run("/usr/bin/perf", "record", "-q", "-e", "cpu-clock", "-F", "999",
+                  "--call-graph", "dwarf,8192", "-o", "perf.data", "./prog", "120000000",
+                  cwd=work)
+    if record.returncode != 0:
+        pytest.skip(f"perf cannot record here: {record.stderr.strip().splitlines()[-1:]}")
+    return work
+
+
+def _chains(text: str) -> list[list[str]]:
+    """Each sample's frames as addresses (names differ: perf 6.1 calls the stub _init+0x50)."""
+    return [re.findall(r"^\s+([0-9a-f]+) ", block, re.M) for block in text.split("\n\n")
+            if block.strip()]
+
+
+def test_a_sample_in_plt_got_gets_perfs_caller(plt_got_recording: Path) -> None:
+    work = plt_got_recording
+    stub = ElfImage(str(work / "prog")).section_ranges(".plt.got")[".plt.got"]
+    sframe = _run(sys.executable, "-m", "pysframe", "script", "perf.data", cwd=work)
+    assert sframe.returncode == 0, sframe.stderr
+    perf = _run("/usr/bin/perf", "script", "--no-inline", "-i", "perf.data", cwd=work)
+    ours, theirs = _chains(sframe.stdout), _chains(perf.stdout)
+    assert len(ours) == len(theirs)
+    in_stub = [(mine, other) for mine, other in zip(ours, theirs, strict=True)
+               if mine and stub[0] <= int(mine[0], 16) < stub[1]]
+    if not in_stub:
+        pytest.skip("no sample landed in the .plt.got stub")
+    print(f"{len(in_stub)} of {len(ours)} samples in .plt.got")
+    for mine, other in in_stub:
+        assert mine[0] == other[0]
+        assert mine[1:len(other)] == other[1:], (mine, other)  # the caller (main) and on
