@@ -6,12 +6,16 @@ from collections.abc import Iterable, Iterator
 
 from ..errors import Problems
 from ..sources.perf_data import EventAttr
+from ..sources.perf_records import SAMPLE_CPU
 from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
-from ..unwind.perf_session import UnwoundSample
-from ..unwind.unwinder import EXACT_PC
+from ..unwind.perf_session import CONTEXT_MARKER_MIN, KERNEL_START, UnwoundSample
+from ..unwind.unwinder import EXACT_PC, Stop
 
-CONTEXT_MARKER_MIN = (1 << 64) - 4095
+#: perf's line where a chain was cut off by the end of the stack copy: its unwinder reads
+#: the missing return address as 0 and prints it minus one.
+TRUNCATED = "\tffffffffffffffff [unknown] ([unknown])"
+PERF_CONTEXT_KERNEL = (1 << 64) - 128
 SOFTWARE_EVENTS = {0: "cpu-clock", 1: "task-clock", 2: "page-faults", 3: "context-switches",
                    4: "cpu-migrations", 5: "minor-faults", 6: "major-faults"}
 HARDWARE_EVENTS = {0: "cycles", 1: "instructions", 2: "cache-references", 3: "cache-misses",
@@ -25,21 +29,54 @@ def event_name(attr: EventAttr | None) -> str:
     return table.get(attr.config, f"raw-{attr.type}:{attr.config:#x}")
 
 
+def header(unwound: UnwoundSample, single_line: bool) -> str:
+    """perf script's default fields for the sample type: comm (right-aligned to 16 when the
+    frames follow on the same line), tid, [cpu] when the recording has PERF_SAMPLE_CPU,
+    time, period, event."""
+    sample = unwound.sample
+    seconds, nanoseconds = divmod(sample.time, 10**9)
+    comm = f"{unwound.comm:>16}" if single_line else unwound.comm
+    cpu = (f" [{sample.cpu:03d}]" if sample.attr is not None
+           and sample.attr.sample_type & SAMPLE_CPU else "")
+    return (f"{comm} {sample.tid:5d}{cpu} {seconds:5d}.{nanoseconds // 1000:06d}: "
+            f"{sample.period:10d} {event_name(sample.attr)}: ")
+
+
+def kernel_line(address: int, kernel: SymbolTable | None) -> str:
+    found = kernel.lookup(address) if kernel is not None else None
+    name = f"{found[0]}+{found[1]:#x}" if found else "[unknown]"
+    return f"{address:16x} {name} ([kernel.kallsyms])"
+
+
+def kernel_lines(callchain: tuple[int, ...], kernel: SymbolTable | None) -> list[str]:
+    """The kernel part of a recorded callchain (the entries after PERF_CONTEXT_KERNEL)."""
+    lines = []
+    in_kernel = False
+    for address in callchain:
+        if address >= CONTEXT_MARKER_MIN:
+            in_kernel = address == PERF_CONTEXT_KERNEL
+        elif in_kernel:
+            lines.append("\t" + kernel_line(address, kernel))
+    return lines
+
+
 def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
                   lines_cache: dict[tuple[int, int], str] | None = None,
                   kernel: SymbolTable | None = None) -> str:
     sample = unwound.sample
-    seconds, nanoseconds = divmod(sample.time, 10**9)
-    lines = [f"{unwound.comm} {sample.tid:5d} {seconds:5d}.{nanoseconds // 1000:06d}: "
-             f"{sample.period:10d} {event_name(sample.attr)}: "]
-    for address in sample.callchain:
-        if address >= CONTEXT_MARKER_MIN:
-            continue
-        if address >= 1 << 63:
-            found = kernel.lookup(address) if kernel is not None else None
-            name = f"{found[0]}+{found[1]:#x}" if found else "[unknown]"
-            lines.append(f"\t{address:16x} {name} ([kernel.kallsyms])")
-    for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
+    unwind = unwound.unwind
+    if unwind.stop is Stop.NO_CALLCHAIN:
+        # No callchain recorded: perf prints the sample's ip on the header line.
+        if sample.ip >= KERNEL_START:
+            where = kernel_line(sample.ip, kernel)
+        else:
+            mapping = unwind.mappings[0]
+            where = (f"{sample.ip:16x} {symbol_text(symbolizer.symbol(mapping, sample.ip))} "
+                     f"({mapping.filename})" if mapping is not None
+                     else f"{sample.ip:16x} [unknown] ([unknown])")
+        return f"{header(unwound, True)} {where}\n"
+    lines = [header(unwound, False), *kernel_lines(sample.callchain, kernel)]
+    for index, (frame, mapping) in enumerate(zip(unwind.frames, unwound.mappings,
                                                  strict=True)):
         # callers print as return address - 1; signal-interrupted frames as they are
         pc = frame.pc if index == 0 or frame.method in EXACT_PC else frame.pc - 1
@@ -54,6 +91,8 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
             if lines_cache is not None:
                 lines_cache[key] = line
         lines.append(line)
+    if unwind.stop is Stop.COPY_ENDED:
+        lines.append(TRUNCATED)
     return "\n".join(lines) + "\n\n"
 
 

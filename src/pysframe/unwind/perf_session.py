@@ -14,10 +14,17 @@ from ..errors import Problems
 from ..format.constants import ABI
 from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task
 from ..sources.perf_order import time_ordered
+from ..sources.perf_records import SAMPLE_CALLCHAIN
 from .address_space import AddressSpace, Mapping
 from .memory import StackMemory
 from .modules import BinaryFinder
-from .unwinder import Registers, Unwind, Unwinder
+from .unwinder import Frame, FrameMethod, Registers, Stop, Unwind, Unwinder
+
+#: perf's callchain context markers are the top 4095 values; PERF_CONTEXT_USER is -512.
+CONTEXT_MARKER_MIN = (1 << 64) - 4095
+PERF_CONTEXT_USER = (1 << 64) - 512
+#: Addresses at or above this are the kernel's (x86-64, AArch64 and s390x perf samples).
+KERNEL_START = 1 << 63
 
 
 @dataclass(slots=True, frozen=True)
@@ -111,9 +118,7 @@ class PerfUnwinder:
     def samples(self) -> Iterator[UnwoundSample]:
         for record in time_ordered(self.data):
             if isinstance(record, Sample):
-                unwound = self._unwind(record)
-                if unwound is not None:
-                    yield unwound
+                yield self._unwind(record)
             elif isinstance(record, Mmap):
                 if record.executable and not record.filename.startswith("//anon"):
                     module = self.finder.module(record.filename, record.build_id, record.start,
@@ -130,12 +135,43 @@ class PerfUnwinder:
                     self.spaces[record.pid] = self.spaces[record.ppid].copy()
                 self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
 
-    def _unwind(self, sample: Sample) -> UnwoundSample | None:
-        registers = sample_registers(sample, self.arch)
+    def _unwind(self, sample: Sample) -> UnwoundSample:
         space = self._space(sample.pid)
-        comm = self.comms.get(sample.tid, self.comms.get(sample.pid, ""))
+        comm = self.comms.get(sample.tid) or self.comms.get(sample.pid) or default_comm(sample)
+        registers = sample_registers(sample, self.arch) if sample.stack else None
         if registers is None or sample.stack is None:
-            return None
-        memory = StackMemory(registers.sp, sample.stack, self.arch == "s390x")
-        unwind = self.unwinder.unwind(registers, memory, space)
+            # No user registers and stack copy (a `-g`/LBR recording, a kernel thread, a
+            # recording without callchains): the user frames the kernel recorded, if any.
+            unwind = recorded_frames(sample, space)
+        else:
+            memory = StackMemory(registers.sp, sample.stack, self.arch == "s390x")
+            unwind = self.unwinder.unwind(registers, memory, space)
         return UnwoundSample(sample, comm, unwind, unwind.mappings)
+
+
+def default_comm(sample: Sample) -> str:
+    """perf's name for a thread no COMM record named: the idle task (tid 0) is "swapper",
+    any other ":TID"."""
+    return "swapper" if sample.tid == 0 else f":{sample.tid}"
+
+
+def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
+    """The user part of the sample's recorded callchain (after PERF_CONTEXT_USER; printed
+    as recorded, return addresses unadjusted, as perf does), or, for a recording without
+    callchains, the sample's ip alone (as frame 0, whatever its mode)."""
+    unwind = Unwind(stop=Stop.RECORDED)
+    if sample.attr is None or not sample.attr.sample_type & SAMPLE_CALLCHAIN:
+        unwind.stop = Stop.NO_CALLCHAIN
+        unwind.frames.append(Frame(sample.ip, FrameMethod.IP))
+        unwind.mappings.append(None if sample.ip >= KERNEL_START else space.find(sample.ip))
+        return unwind
+    user = False
+    for address in sample.callchain:
+        if address >= CONTEXT_MARKER_MIN:
+            user = address == PERF_CONTEXT_USER
+            continue
+        if user:
+            method = FrameMethod.IP if not unwind.frames else FrameMethod.RECORDED
+            unwind.frames.append(Frame(address, method))
+            unwind.mappings.append(space.find(address))
+    return unwind

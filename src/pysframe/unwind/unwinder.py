@@ -17,7 +17,7 @@ from enum import Enum, StrEnum
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, Rule, RuleKind
 from .address_space import AddressSpace, Mapping
-from .memory import StackReader
+from .memory import StackMemory, StackReader
 from .plans import (
     NO_MODULE,
     DefaultPlan,
@@ -41,6 +41,11 @@ class Stop(Enum):
     BACKWARDS = "stack pointer moved backwards"
     ZERO_PC = "return address 0"
     DEPTH = "depth limit"
+    COPY_ENDED = "stack copy ended (the caller's return address lies beyond it)"
+    REGISTER = "CFA in a register that cannot be recovered in a caller"
+    BAD_RA = "frame pointer gave a return address outside executable code"
+    RECORDED = "end of the callchain the kernel recorded"
+    NO_CALLCHAIN = "the recording has no callchain and no stack copy (sample ip only)"
 
 
 class FrameMethod(StrEnum):
@@ -51,10 +56,11 @@ class FrameMethod(StrEnum):
     FP = "fp"  #: recovered by following the frame pointer
     SIGRETURN = "sigreturn"  #: the signal trampoline (its pc is exact)
     SIGNAL = "signal"  #: the frame a signal interrupted (its pc is exact)
+    RECORDED = "recorded"  #: taken from the callchain the kernel recorded (printed as is)
 
 
 #: Frame methods whose pc is exact rather than a return address (printed as is).
-EXACT_PC = frozenset({FrameMethod.SIGRETURN, FrameMethod.SIGNAL})
+EXACT_PC = frozenset({FrameMethod.SIGRETURN, FrameMethod.SIGNAL, FrameMethod.RECORDED})
 
 # The loop below reads these as module globals rather than enum class attributes.
 _IP, _SFRAME, _FP = FrameMethod.IP, FrameMethod.SFRAME, FrameMethod.FP
@@ -100,6 +106,18 @@ _X86_64_DWARF = {"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rb
                  "rsp": 7, **{f"r{n}": n for n in range(8, 16)}}
 
 
+USER_LIMIT = {ABI.AMD64_ENDIAN_LITTLE: 1 << 47, ABI.AARCH64_ENDIAN_LITTLE: 1 << 48,
+              ABI.AARCH64_ENDIAN_BIG: 1 << 48, ABI.S390X_ENDIAN_BIG: 1 << 63}
+
+
+def unreadable(memory: StackReader, address: int) -> Stop:
+    """Why the word at ``address`` could not be read: past the end of a stack copy (the
+    copy was too small for the whole stack), or not in the memory at all."""
+    if isinstance(memory, StackMemory) and address + 8 > memory.end:
+        return Stop.COPY_ENDED
+    return Stop.MEMORY
+
+
 class Unwinder:
     def __init__(self, abi: ABI, max_depth: int = 127) -> None:
         #: Plans per (address-space layout, caller pc), reused across samples (the rule
@@ -110,6 +128,9 @@ class Unwinder:
         self.sp_reg, self.fp_reg, self.ra_reg = regs.sp, regs.fp, regs.ra
         self.max_depth = max_depth
         self.sp_offset = S390X_SP_VAL_OFFSET if abi.is_s390x else 0
+        #: Return addresses at or above this are not user-space code (x86-64 and AArch64:
+        #: 47/48-bit virtual addresses; s390x user space spans the lower half).
+        self.user_limit = USER_LIMIT[abi]
 
     def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace) -> Unwind:
         result = Unwind([Frame(registers.pc, _IP)])
@@ -138,7 +159,7 @@ class Unwinder:
                 cfa = (sp if plan.sp_based else fp) + plan.cfa_offset
                 new_pc = read(cfa + plan.ra_offset)
                 if new_pc is None:
-                    result.stop = Stop.MEMORY
+                    result.stop = unreadable(memory, cfa + plan.ra_offset)
                     return result
                 new_sp, new_fp, method = cfa + sp_offset, fp, _SFRAME
                 if plan.fp_offset is not None:
@@ -159,7 +180,8 @@ class Unwinder:
                 frames.append(Frame(pc, _SIGNAL))
                 continue
             else:
-                step = self._step_other(plan, pc, sp, fp, lr, topmost, registers, memory)
+                step = self._step_other(plan, pc, sp, fp, lr, topmost, registers, memory,
+                                        space)
                 if isinstance(step, Stop):
                     result.stop = step
                     return result
@@ -179,7 +201,8 @@ class Unwinder:
 
     def _step_other(self, plan: RowPlan | FramePointerPlan | NoModulePlan, pc: int, sp: int,
                     fp: int, lr: int, topmost: bool, registers: Registers,
-                    memory: StackReader) -> tuple[int, int, int, FrameMethod] | Stop:
+                    memory: StackReader, space: AddressSpace
+                    ) -> tuple[int, int, int, FrameMethod] | Stop:
         """The caller's pc, sp, fp and how they were found, for a general SFrame row or the
         frame-pointer fallback; or why there is no caller."""
         if isinstance(plan, RowPlan):
@@ -191,9 +214,11 @@ class Unwinder:
                 return step
             method = _SFRAME
         else:
-            step = self._step_fp(sp, fp, memory)
+            step = self._step_fp(sp, fp, memory, space)
             if step is None and isinstance(plan, NoModulePlan):
                 return Stop.NO_MODULE
+            if isinstance(step, Stop):
+                return step
             method = _FP
         if step is None:
             return Stop.NO_RULE
@@ -267,7 +292,11 @@ class Unwinder:
                      ) -> tuple[int, int, int] | Stop | None:
         cfa = self._value(row.cfa, 0, sp, fp, topmost, registers, memory)
         if cfa is None:
-            return Stop.MEMORY if row.cfa.deref else None
+            if row.cfa.deref:
+                return Stop.MEMORY
+            # The CFA is based on a register other than SP and FP: only the sampled
+            # registers are known, so in a caller it cannot be recovered.
+            return Stop.REGISTER
         if row.ra.kind == RuleKind.RETAIN:
             if not topmost:
                 return None
@@ -275,7 +304,8 @@ class Unwinder:
         else:
             ra = self._value(row.ra, cfa, sp, fp, topmost, registers, memory)
             if ra is None:
-                return Stop.MEMORY
+                return unreadable(memory, cfa + row.ra.offset) if row.ra.kind == RuleKind.CFA \
+                    else Stop.REGISTER
         if row.ra_mangled and ra is not None:
             ra &= (1 << 48) - 1  # strip the pointer-authentication code (48-bit VA)
         if row.fp.kind == RuleKind.RETAIN:
@@ -290,12 +320,17 @@ class Unwinder:
         assert ra is not None and new_fp is not None
         return ra, cfa + self.sp_offset, new_fp
 
-    def _step_fp(self, sp: int, fp: int, memory: StackReader) -> tuple[int, int, int] | None:
-        """Frame-pointer fallback: [fp] = caller's fp, [fp + 8] = return address."""
+    def _step_fp(self, sp: int, fp: int, memory: StackReader, space: AddressSpace
+                 ) -> tuple[int, int, int] | Stop | None:
+        """Frame-pointer fallback: [fp] = caller's fp, [fp + 8] = return address. The step
+        is taken only if the return address could be one: canonical and inside an
+        executable mapping (a register that is not a frame pointer gives junk)."""
         if fp < sp or fp & 7:
             return None
         saved_fp = memory.read(fp)
         ra = memory.read(fp + 8)
         if saved_fp is None or ra is None:
-            return None
+            return unreadable(memory, fp + 8 if saved_fp is not None else fp)
+        if ra != 0 and (ra >= self.user_limit or space.find(ra - 1) is None):
+            return Stop.BAD_RA
         return ra, fp + 16, saved_fp

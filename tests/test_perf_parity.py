@@ -1,0 +1,123 @@
+"""`sframe script` against `perf script --no-inline` on recordings made here, of the kinds
+people make: a C++ program (with symbols and stripped), sqlite3, python3, an
+openssl | gzip | xz pipeline (all `--call-graph dwarf`), a frame-pointer (`-g`) recording
+and a system-wide (`-a`) one. See tests/support/parity.py for what is compared."""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.support.parity import (
+    Parity,
+    compare,
+    perf_can_record,
+    perf_script,
+    record,
+    sframe_script,
+)
+
+SOURCE = Path(__file__).parent / "data" / "parity" / "cxx.cc"
+DWARF = ("-F", "999", "--call-graph", "dwarf")
+
+pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 only")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("parity")
+    reason = perf_can_record(directory)
+    if reason is not None:
+        pytest.skip(reason)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def cxx(workdir: Path) -> Path:
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    program = workdir / "cxx"
+    subprocess.run(["g++", "-O2", "-g", "-o", str(program), str(SOURCE)], check=True,
+                   timeout=300)
+    return program
+
+
+def run_parity(workdir: Path, name: str, command: list[str], *options: str) -> Parity:
+    recording = record(workdir / f"{name}.data", command, *options)
+    ours = sframe_script(recording, workdir / "cache")
+    assert ours.returncode == 0, ours.stderr
+    parity = compare(ours.stdout, perf_script(recording))
+    print(parity.line(name))
+    return parity
+
+
+def check(parity: Parity, symbol_share: float = 0.995) -> None:
+    assert parity.samples > 0
+    assert parity.ours == parity.samples, parity.problems
+    assert parity.headers_identical == parity.samples, parity.problems
+    assert parity.shorter_or_different == 0, parity.problems
+    assert parity.extended_by_non_return_site == 0
+    assert parity.markers_matched == parity.markers
+    assert parity.symbol_share >= symbol_share, parity.line("symbols")
+
+
+def test_cxx_with_symbols(workdir: Path, cxx: Path) -> None:
+    check(run_parity(workdir, "cxx", [str(cxx), "500"], *DWARF))
+
+
+def test_cxx_stripped(workdir: Path, cxx: Path) -> None:
+    stripped = workdir / "cxx-stripped"
+    subprocess.run(["strip", "-o", str(stripped), str(cxx)], check=True)
+    check(run_parity(workdir, "cxx-stripped", [str(stripped), "500"], *DWARF))
+
+
+def test_sqlite3(workdir: Path) -> None:
+    if shutil.which("sqlite3") is None:
+        pytest.skip("needs sqlite3")
+    query = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 400000) "
+             "SELECT count(*) FROM (SELECT x, printf('%08d', x * 7) AS s FROM c ORDER BY s);")
+    check(run_parity(workdir, "sqlite3", ["sqlite3", ":memory:", query], *DWARF))
+
+
+def test_python3(workdir: Path) -> None:
+    python = shutil.which("python3", path="/usr/bin")
+    if python is None:
+        pytest.skip("needs /usr/bin/python3")
+    loop = "import json\nd = {}\nfor i in range(150000): d[str(i)] = json.dumps([i, i * 2])\n"
+    check(run_parity(workdir, "python3", [python, "-c", loop], *DWARF))
+
+
+def test_openssl_gzip_xz_pipeline(workdir: Path) -> None:
+    if not all(shutil.which(tool) for tool in ("openssl", "gzip", "xz")):
+        pytest.skip("needs openssl, gzip and xz")
+    pipeline = "openssl rand 4000000 | gzip -1 | xz -1 > /dev/null"
+    check(run_parity(workdir, "pipeline", ["sh", "-c", pipeline], *DWARF))
+
+
+def test_frame_pointer_recording(workdir: Path, cxx: Path) -> None:
+    """`-g`: the chains the kernel recorded, printed as perf prints them (to the byte)."""
+    recording = record(workdir / "g.data", [str(cxx), "300"], "-F", "999", "-g")
+    ours = sframe_script(recording, workdir / "cache")
+    assert ours.returncode == 0, ours.stderr
+    theirs = perf_script(recording)
+    assert ours.stdout.count("cpu-clock:") == theirs.count("cpu-clock:") > 0
+    check(compare(ours.stdout, theirs))
+
+
+def test_system_wide_recording(workdir: Path) -> None:
+    """`-a`: the [CPU] column, kernel threads and idle samples, every sample in perf's order."""
+    recording = record(workdir / "a.data", ["sleep", "0.3"], "-a", "-F", "499", "-g")
+    ours = sframe_script(recording, workdir / "cache")
+    assert ours.returncode in (0, 1), ours.stderr
+    parity = compare(ours.stdout, perf_script(recording))
+    print(parity.line("system-wide"))
+    assert re.search(r"^\S.* +\d+ \[\d{3}\] +\d+\.\d{6}: ", ours.stdout, re.MULTILINE)
+    # Binaries of other processes may vanish before perf and we read them; the headers
+    # (every sample, same order) and the chains do not depend on them.
+    assert parity.ours == parity.samples and parity.headers_identical == parity.samples
+    assert parity.shorter_or_different == 0, parity.problems
+    assert parity.symbol_share >= 0.99, parity.line("system-wide")
