@@ -72,7 +72,7 @@ if (typeof document !== 'undefined') (function () {
       g.style.display = '';
       var left = (Math.max(f.x, x) - x) / w, right = (Math.min(f.x + f.w, x + w) - x) / w;
       var px = PAD + left * (WIDTH - 2 * PAD), pw = (right - left) * (WIDTH - 2 * PAD);
-      r.setAttribute('x', px.toFixed(1)); r.setAttribute('width', Math.max(pw - 0.5, 0).toFixed(1));
+      r.setAttribute('x', px.toFixed(1)); r.setAttribute('width', Math.max(pw - 0.5, 0.1).toFixed(1));
       t.setAttribute('x', (px + 3).toFixed(1)); label(g, pw);
       g.style.opacity = f.d < depth ? '0.5' : '';
     }
@@ -209,8 +209,6 @@ def flame_graph_svg(counts: Counter[tuple[str, ...]], title: str, width: int = 1
         f'<svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}">',
         f"<style>{_STYLE}</style>",
-        f"<script><![CDATA[var WIDTH={width}, PAD={pad}, CHAR_PX={CHAR_PX}, "
-        f"SEARCH_FILL='{SEARCH_FILL}';{_SCRIPT}]]></script>",
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fdf8ec"/>',
         f'<text id="title" x="{width / 2}" y="24" text-anchor="middle">{xml_text(title)}</text>',
         f'<text id="unzoom" x="{pad}" y="24" style="display:none">Reset Zoom</text>',
@@ -230,8 +228,11 @@ def flame_graph_svg(counts: Counter[tuple[str, ...]], title: str, width: int = 1
             f'<g class="f" data-n="{xml_text(name)}" data-x="{x!r}" data-w="{w!r}" '
             f'data-d="{depth}"><title>{xml_text(name)} ({count:,} {noun}, '
             f'{100 * count / total:.2f}%)</title><rect x="{px:.1f}" y="{y}" '
-            f'width="{max(pw - 0.5, 0):.1f}" height="{FRAME_HEIGHT - 1}" fill="{fill}" '
+            f'width="{max(pw - 0.5, 0.1):.1f}" height="{FRAME_HEIGHT - 1}" fill="{fill}" '
             f'data-fill="{fill}" rx="2"/><text x="{px + 3:.1f}" y="{y + 11}">'
             f"{xml_text(shown)}</text></g>")
+    # last, so that the frames it looks up are there when it runs
+    parts.append(f"<script><![CDATA[var WIDTH={width}, PAD={pad}, CHAR_PX={CHAR_PX}, "
+                 f"SEARCH_FILL='{SEARCH_FILL}';{_SCRIPT}]]></script>")
     parts.append("</svg>\n")
     return "\n".join(parts)

@@ -129,7 +129,7 @@ def pprof(profile: Profile, title: str = "", time_nanos: int = 0,
     if len(columns) > 1:
         tail.number(14, strings(columns[1][0]))
     for text in strings.index:  # the table is complete only now (dicts keep order)
-        out.blob(6, text.encode())
+        out.blob(6, text.encode("utf-8", "backslashreplace"))
     return gzip.compress(out.encode() + tail.encode(), mtime=0)
 
 
