@@ -102,9 +102,9 @@ def check(svg: Path, term: str, out: Path) -> dict[str, Any]:
         results["visible_frames"] = page.evaluate(
             "Array.from(document.querySelectorAll('g.f rect'))"
             ".filter(r => r.getBoundingClientRect().height > 0).length")
-        results["title"] = page.locator("#title").text_content()
+        results["title"] = page.locator("#title > title").text_content()
         page.screenshot(path=str(out / "flamegraph.png"))
-        page.locator("#title").click(position={"x": 1, "y": 1})  # focus the document
+        page.mouse.click(2, 2)  # focus the document (a click on the background)
         page.keyboard.press("Control+f")
         results["matched_text"] = page.locator("#matched").text_content()
         results["highlighted"] = page.locator("g.f.match").count()

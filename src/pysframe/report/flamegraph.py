@@ -1,6 +1,7 @@
 """A self-contained SVG flame graph (inline script and style, nothing fetched).
 
-Like Brendan Gregg's flamegraph.pl: the title is the recorded command line; each frame
+Like Brendan Gregg's flamegraph.pl: the title is the recorded command line (shortened
+to the width if it is longer, whole in its tooltip); each frame
 has a tooltip (name, samples, percentage) and shows the same in the details line when
 the pointer is over it; "Search" (or Ctrl-F) asks for a regular expression and
 highlights the matching frames, with the share of samples they cover ("Matched: x%",
@@ -24,6 +25,7 @@ TOP = 40  # title and controls
 BOTTOM = 24  # details and "Matched:"
 MIN_WIDTH_PX = 0.1
 CHAR_PX = 7.0  # width of one 11 px monospace character, about
+TITLE_CHAR_PX = 9.2  # and of one 15 px character
 SEARCH_FILL = "rgb(230,0,230)"
 
 # Characters XML 1.0 does not allow even escaped (controls, surrogates, U+FFFE/F).
@@ -195,6 +197,12 @@ def _frames(root: _Node, width: int) -> list[tuple[float, int, float, str, int]]
     return out
 
 
+def _fitted(title: str, width: int) -> str:
+    """The title shortened to fit ``width`` pixels (the whole is its tooltip)."""
+    fit = int(width // TITLE_CHAR_PX)
+    return title if len(title) <= fit else title[:fit - 3] + "..."
+
+
 def flame_graph_svg(counts: Counter[tuple[str, ...]], title: str, width: int = 1200) -> str:
     """The flame graph of outermost-first name stacks with their counts; see the module
     docstring."""
@@ -210,7 +218,8 @@ def flame_graph_svg(counts: Counter[tuple[str, ...]], title: str, width: int = 1
         f'height="{height}" viewBox="0 0 {width} {height}">',
         f"<style>{_STYLE}</style>",
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fdf8ec"/>',
-        f'<text id="title" x="{width / 2}" y="24" text-anchor="middle">{xml_text(title)}</text>',
+        f'<text id="title" x="{width / 2}" y="24" text-anchor="middle">'
+        f"{xml_text(_fitted(title, width - 2 * pad))}<title>{xml_text(title)}</title></text>",
         f'<text id="unzoom" x="{pad}" y="24" style="display:none">Reset Zoom</text>',
         f'<text id="search" x="{width - pad}" y="24" text-anchor="end">Search</text>',
         f'<text id="details" x="{pad}" y="{height - 8}"> </text>',
