@@ -422,3 +422,16 @@ def test_svg_in_a_headless_browser(recordings: dict[str, Recording], tmp_path: P
     results = json.loads(result.stdout)
     assert result.returncode == 0 and results["failures"] == [], result.stdout + result.stderr
     assert results["highlighted"] == 2 and (tmp_path / "flamegraph-search.png").stat().st_size
+
+
+def test_the_command_writes_pprof(recordings: dict[str, Recording], tmp_path: Path) -> None:
+    """Through the command line: ``--format pprof`` is accepted and writes what
+    run_report writes."""
+    recording = recordings["symbols"]
+    target = tmp_path / "out.pprof"
+    result = subprocess.run(
+        [sys.executable, "-m", "pysframe", "report", str(recording.data), "--format", "pprof",
+         "-o", str(target)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "XDG_CACHE_HOME": str(recording.directory / "cache")})
+    assert result.returncode == 0, result.stderr
+    assert target.read_bytes() == recording.report("pprof")
