@@ -80,10 +80,6 @@ class Profile:
     first_time: int | None = None
     last_time: int | None = None
 
-    @property
-    def samples(self) -> int:
-        return sum(value[0] for value in self.stacks.values())
-
     def name_counts(self) -> Counter[tuple[str, ...]]:
         """Outermost-first stacks of frame names, prefixed by the command, with their
         sample counts (every event together)."""
