@@ -137,7 +137,13 @@ def test_reports_folded_speedscope_svg(tmp_path: object) -> None:
     assert any(line.startswith("lua;_start;__libc_start_main@@GLIBC_2.34;") for line in lines)
     document = json.loads(outputs["speedscope"])
     profile = document["profiles"][0]
-    assert profile["type"] == "sampled" and sum(profile["weights"]) == 3171
+    # cpu-clock: weighted by the samples' periods, in nanoseconds (perf's period column)
+    periods = [int(match[1]) for match in re.finditer(r"^\S.*: +(\d+) cpu-clock:",
+                                                      open(LUA / "perf-script.no-inline.txt").read(),
+                                                      re.M)]
+    assert len(periods) == 3171
+    assert profile["type"] == "sampled" and profile["unit"] == "nanoseconds"
+    assert sum(profile["weights"]) == profile["endValue"] == sum(periods)
     assert len(profile["samples"]) == len(lines)
     root = ElementTree.fromstring(outputs["svg"])
     assert root.tag.endswith("svg") and "luaV_execute" in outputs["svg"]

@@ -164,13 +164,17 @@ def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
 
 @cli.command(name="report")
 @click.argument("perf_data", type=click.Path(dir_okay=False))
-@click.option("--format", "form", type=click.Choice(["folded", "speedscope", "svg"]),
-              default="folded", show_default=True)
+@click.option("--format", "form", type=click.Choice(["folded", "speedscope", "svg", "pprof"]),
+              default="folded", show_default=True,
+              help="folded: FlameGraph's folded stacks; speedscope: JSON for speedscope.app; "
+                   "svg: a flame graph with search and zoom; pprof: gzipped profile.proto "
+                   "for go tool pprof, Pyroscope, Parca.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--binaries", multiple=True, type=click.Path(file_okay=False),
               help="Directory to search for the recorded binaries (by build id). Repeatable.")
 def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, ...]) -> None:
-    """Aggregate unwound samples: folded stacks, speedscope JSON or an SVG flame graph."""
+    """Aggregate unwound samples: folded stacks, speedscope JSON, an SVG flame graph or a
+    pprof profile. Frames without a symbol are shown as file+0xoffset."""
     from .script import run_report
 
     sys.exit(run_report(perf_data, binaries=list(binaries), output=output, form=form,

@@ -91,7 +91,9 @@ def _progress(samples: Any, data: Any) -> Any:
 
 
 def run_report(path: str, *, binaries: list[str], output: str, form: str, report: Any) -> int:
-    from ..report.profiles import flame_graph_svg, folded, speedscope, stack_counts
+    """``sframe report``: the recording's samples aggregated into one profile ``form``."""
+    from ..report.profiles import collect
+    from ..symbolize.kernel import kernel_symbols_for
     from .files import refuse_inputs, write_output
 
     if output is not None:
@@ -99,15 +101,48 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
     problems = Problems(report)
     data, unwinder = open_recording(path, binaries, problems)
     with data:
-        counts = stack_counts(_progress(_located(path, unwinder.samples()), data), problems)
-        title = " ".join(data.cmdline[-3:]) or path
-        if form == "folded":
-            text = folded(counts)
-        elif form == "speedscope":
-            text = speedscope(counts, title)
-        else:
-            text = flame_graph_svg(counts, title)
-        write_output(output, text.encode(), inputs=[path])
+        kernel_id = next((entry.build_id for entry in data.build_ids() if entry.kernel
+                          and entry.filename == "[kernel.kallsyms]"), None)
+        kernel = kernel_symbols_for(kernel_id)
+        profile = collect(_progress(_located(path, unwinder.samples()), data), problems,
+                          kernel)
+        write_output(output, _profile_bytes(profile, form, data, kernel_id), inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
     return EXIT_INVALID if data.skipped or problems else EXIT_OK
+
+
+def _profile_bytes(profile: Any, form: str, data: Any, kernel_id: bytes | None) -> bytes:
+    """The bytes of ``profile`` in ``form``; titled with the recorded command line."""
+    import shlex
+
+    from ..report.profiles import folded
+
+    title = shlex.join(data.cmdline) or data.path
+    if form == "folded":
+        return folded(profile.name_counts()).encode()
+    if form == "speedscope":
+        from ..report.speedscope import speedscope
+
+        return speedscope(profile, title).encode()
+    if form == "pprof":
+        from ..report.pprof import pprof
+
+        return pprof(profile, title, _start_nanos(data.path, profile), kernel_id)
+    from ..report.flamegraph import flame_graph_svg
+
+    return flame_graph_svg(profile.name_counts(), title).encode()
+
+
+def _start_nanos(path: str, profile: Any) -> int:
+    """When the recording started, in ns since the epoch (0: unknown): perf.data holds
+    no wall-clock time unless recorded with --clockid, so, as perf's "captured on", the
+    file's modification time (when perf finished writing), less the samples' span."""
+    import os
+
+    try:
+        written = os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+    span = (profile.last_time - profile.first_time) if profile.first_time is not None else 0
+    return max(written - span, 0)

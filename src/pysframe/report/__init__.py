@@ -1,5 +1,5 @@
 """Outputs of unwound samples: the text of ``perf script --no-inline``, folded stacks,
-speedscope JSON and SVG flame graphs.
+speedscope JSON, SVG flame graphs and pprof profiles.
 
 The API is the names below, imported from here (loaded on first use).
 """
@@ -9,23 +9,32 @@ from typing import TYPE_CHECKING
 from ..exports import lazy_exports
 
 if TYPE_CHECKING:
+    from .flamegraph import flame_graph_svg
     from .perf_script import format_sample, perf_script_text
-    from .profiles import flame_graph_svg, folded, speedscope, stack_counts
+    from .pprof import pprof
+    from .profiles import Profile, collect, folded, stack_counts
+    from .speedscope import speedscope
 
 _HOMES = {
     "format_sample": ".perf_script",
     "perf_script_text": ".perf_script",
-    "flame_graph_svg": ".profiles",
+    "Profile": ".profiles",
+    "collect": ".profiles",
+    "flame_graph_svg": ".flamegraph",
     "folded": ".profiles",
-    "speedscope": ".profiles",
+    "pprof": ".pprof",
+    "speedscope": ".speedscope",
     "stack_counts": ".profiles",
 }
 
 __all__ = [
+    "Profile",
+    "collect",
     "flame_graph_svg",
     "folded",
     "format_sample",
     "perf_script_text",
+    "pprof",
     "speedscope",
     "stack_counts",
 ]

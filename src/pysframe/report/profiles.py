@@ -1,137 +1,180 @@
-"""Aggregated outputs: folded stacks (FlameGraph), speedscope JSON, an SVG flame graph.
+"""Aggregated profiles of unwound samples, and the folded-stacks output (FlameGraph).
 
-Stacks are aggregated while streaming, so memory grows with the number of
-distinct stacks, not samples.
+:func:`collect` reads the samples once into a :class:`Profile`: every distinct frame
+(mapping and address) becomes one :class:`Location`, and every distinct stack of
+locations (per event, command and process) one entry with its sample count and summed
+period. The outputs are made from it: folded stacks and the SVG flame graph
+(:mod:`.flamegraph`) by function name, speedscope (:mod:`.speedscope`) by name and file,
+pprof (:mod:`.pprof`) by location. Memory grows with the number of distinct stacks, not
+samples.
+
+Frame names: the function (``Symbolizer.function``); a frame in a mapped file without a
+symbol is ``file+0xoffset`` (the file's base name and the offset in the file, as perf
+script prints the address of such a frame), so distinct unknown code stays distinct; a
+frame in no mapping is ``[unknown]``. Kernel frames are named from the recorded
+kernel's symbols when they are available, else by address.
 """
 
 from __future__ import annotations
 
-import html
-import json
+import os
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from ..errors import Problems
-from ..symbolize.symbolizer import Symbolizer
+from ..symbolize.symbolizer import UNKNOWN, Symbolizer
+from ..symbolize.symbols import SymbolTable
+from ..unwind.address_space import Mapping
 from ..unwind.perf_session import UnwoundSample
 from ..unwind.unwinder import EXACT_PC
+from .perf_script import event_name
 
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
+KERNEL_FILE = "[kernel.kallsyms]"
+#: Events whose period is time in nanoseconds (software clocks).
+CLOCK_EVENTS = ("cpu-clock", "task-clock")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileMapping:
+    """A mapped file as pprof describes it: ``[start, end)`` maps ``filename`` from
+    ``pgoff``."""
+
+    filename: str
+    build_id: bytes | None
+    start: int
+    end: int
+    pgoff: int
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """One distinct frame: its name, the address shown for it (a caller's return address
+    minus one, as perf shows it), its mapping (``None``: unmapped, or the kernel)."""
+
+    name: str
+    address: int
+    mapping: ProfileMapping | None
+    kernel: bool = False
+
+    @property
+    def folded_name(self) -> str:
+        """The name in folded stacks: kernel frames carry FlameGraph's ``_[k]`` mark."""
+        return f"{self.name}_[k]" if self.kernel else self.name
+
+
+#: A stack's key: (event index, command, process id, location indexes leaf first).
+StackKey = tuple[int, str, int, tuple[int, ...]]
+
+
+@dataclass(slots=True)
+class Profile:
+    """Samples aggregated by stack; see the module docstring."""
+
+    locations: list[Location] = field(default_factory=list)
+    #: Event names, in the order first seen.
+    events: list[str] = field(default_factory=list)
+    #: [sample count, summed period] per stack.
+    stacks: dict[StackKey, list[int]] = field(default_factory=dict)
+    first_time: int | None = None
+    last_time: int | None = None
+
+    def name_counts(self) -> Counter[tuple[str, ...]]:
+        """Outermost-first stacks of frame names, prefixed by the command, with their
+        sample counts (every event together)."""
+        counts: Counter[tuple[str, ...]] = Counter()
+        names = [location.folded_name for location in self.locations]
+        for (_, comm, _, stack), (count, _) in self.stacks.items():
+            counts[(comm, *(names[index] for index in reversed(stack)))] += count
+        return counts
+
+
+class _Collector:
+    """Builds a :class:`Profile`: one location per distinct (mapping, address)."""
+
+    def __init__(self, symbolizer: Symbolizer, kernel: SymbolTable | None) -> None:
+        self.profile = Profile()
+        self.symbolizer = symbolizer
+        self.kernel = kernel
+        self.location_ids: dict[tuple[int, int], int] = {}
+        self.mappings: dict[int, ProfileMapping] = {}
+        self.event_ids: dict[str, int] = {}
+
+    def location(self, mapping: Mapping | None, pc: int) -> int:
+        key = (id(mapping), pc)
+        found = self.location_ids.get(key)
+        if found is None:
+            found = self.location_ids[key] = len(self.profile.locations)
+            self.profile.locations.append(self._user_location(mapping, pc))
+        return found
+
+    def _user_location(self, mapping: Mapping | None, pc: int) -> Location:
+        if mapping is None:
+            return Location(UNKNOWN, pc, None)
+        described = self.mappings.get(id(mapping))
+        if described is None:
+            described = self.mappings[id(mapping)] = ProfileMapping(
+                mapping.filename, mapping.build_id, mapping.start, mapping.end, mapping.pgoff)
+        name = self.symbolizer.function(mapping, pc)
+        if name == UNKNOWN:
+            offset = pc - mapping.start + mapping.pgoff
+            name = f"{os.path.basename(mapping.filename) or mapping.filename}+{offset:#x}"
+        return Location(name, pc, described)
+
+    def kernel_location(self, address: int) -> int:
+        key = (0, address)  # id() of a live object is never 0
+        found = self.location_ids.get(key)
+        if found is None:
+            hit = self.kernel.lookup(address) if self.kernel is not None else None
+            name = hit[0] if hit else f"{address:#x}"
+            found = self.location_ids[key] = len(self.profile.locations)
+            self.profile.locations.append(Location(name, address, None, kernel=True))
+        return found
+
+    def add(self, unwound: UnwoundSample) -> None:
+        sample = unwound.sample
+        # Leaf first: the kernel's frames (the callchain's kernel part), then user frames.
+        stack = [self.kernel_location(address) for address in sample.callchain
+                 if 1 << 63 <= address < CONTEXT_MARKER_MIN]
+        for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
+                                                     strict=True)):
+            # callers as return address - 1 (inside the call); signal frames as they are
+            pc = frame.pc if index == 0 or frame.method in EXACT_PC else frame.pc - 1
+            stack.append(self.location(mapping, pc))
+        event = event_name(sample.attr)
+        event_id = self.event_ids.get(event)
+        if event_id is None:
+            event_id = self.event_ids[event] = len(self.profile.events)
+            self.profile.events.append(event)
+        key = (event_id, unwound.comm or UNKNOWN, sample.pid, tuple(stack))
+        value = self.profile.stacks.get(key)
+        if value is None:
+            value = self.profile.stacks[key] = [0, 0]
+        value[0] += 1
+        value[1] += sample.period
+        profile = self.profile
+        if profile.first_time is None or sample.time < profile.first_time:
+            profile.first_time = sample.time
+        if profile.last_time is None or sample.time > profile.last_time:
+            profile.last_time = sample.time
+
+
+def collect(samples: Iterable[UnwoundSample], problems: Problems | None = None,
+            kernel: SymbolTable | None = None) -> Profile:
+    """The profile of ``samples``; ``kernel``: kallsyms of the recorded kernel, if known."""
+    collector = _Collector(Symbolizer(problems), kernel)
+    for unwound in samples:
+        collector.add(unwound)
+    return collector.profile
 
 
 def stack_counts(samples: Iterable[UnwoundSample],
                  problems: Problems | None = None) -> Counter[tuple[str, ...]]:
-    """Outermost-first stacks of function names (prefixed by comm), with their sample counts."""
-    symbolizer = Symbolizer(problems)
-    names: dict[tuple[int, int], str] = {}
-    counts: Counter[tuple[str, ...]] = Counter()
-    for unwound in samples:
-        stack = []
-        for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
-                                                     strict=True)):
-            pc = frame.pc if index == 0 or frame.method in EXACT_PC else frame.pc - 1
-            key = (id(mapping), pc)
-            name = names.get(key)
-            if name is None:
-                name = symbolizer.function(mapping, pc)
-                names[key] = name
-            stack.append(name)
-        kernel = [f"{address:#x}_[k]" for address in unwound.sample.callchain
-                  if 1 << 63 <= address < CONTEXT_MARKER_MIN]
-        counts[(unwound.comm or "[unknown]", *reversed(stack), *reversed(kernel))] += 1
-    return counts
+    """Outermost-first stacks of frame names (prefixed by comm), with their sample counts."""
+    return collect(samples, problems).name_counts()
 
 
 def folded(counts: Counter[tuple[str, ...]]) -> str:
     """Brendan Gregg's folded format: ``a;b;c count`` per line."""
     return "".join(f"{';'.join(stack)} {count}\n" for stack, count in sorted(counts.items()))
-
-
-def speedscope(counts: Counter[tuple[str, ...]], name: str) -> str:
-    """A speedscope "sampled" profile (https://www.speedscope.app/file-format-schema.json)."""
-    frames: dict[str, int] = {}
-    samples, weights = [], []
-    for stack, count in sorted(counts.items()):
-        samples.append([frames.setdefault(frame, len(frames)) for frame in stack])
-        weights.append(count)
-    total = sum(weights)
-    document = {
-        "$schema": "https://www.speedscope.app/file-format-schema.json",
-        "exporter": "pysframe", "name": name, "activeProfileIndex": 0,
-        "shared": {"frames": [{"name": frame} for frame in frames]},
-        "profiles": [{"type": "sampled", "name": name, "unit": "none", "startValue": 0,
-                      "endValue": total, "samples": samples, "weights": weights}],
-    }
-    return json.dumps(document)
-
-
-_SVG_SCRIPT = """
-function zoom(node) {
-  var x = +node.getAttribute('data-x'), w = +node.getAttribute('data-w');
-  var rects = document.querySelectorAll('g.f');
-  for (var i = 0; i < rects.length; i++) {
-    var g = rects[i], gx = +g.getAttribute('data-x'), gw = +g.getAttribute('data-w');
-    var r = g.querySelector('rect'), t = g.querySelector('text');
-    if (gx + gw <= x || gx >= x + w) { g.style.display = 'none'; continue; }
-    g.style.display = '';
-    var nx = (Math.max(gx, x) - x) / w * WIDTH, nw = (Math.min(gx + gw, x + w) - Math.max(gx, x)) / w * WIDTH;
-    r.setAttribute('x', nx); r.setAttribute('width', Math.max(nw - 0.5, 0));
-    t.setAttribute('x', nx + 3); t.textContent = nw > 40 ? t.getAttribute('data-n').slice(0, Math.floor(nw / 7)) : '';
-  }
-}
-document.addEventListener('click', function (e) {
-  var g = e.target.closest ? e.target.closest('g.f') : null;
-  if (g) zoom(g); else zoom(document.querySelector('g.f'));
-});
-"""
-
-
-def flame_graph_svg(counts: Counter[tuple[str, ...]], title: str, width: int = 1200) -> str:
-    """A self-contained flame graph: hover for counts, click a frame to zoom, click the
-    background to reset."""
-    tree: dict[str, object] = {}
-    total = sum(counts.values())
-    for stack, count in counts.items():
-        node = tree
-        for frame in ("all", *stack):
-            child = node.setdefault(frame, {"#": 0})
-            assert isinstance(child, dict)
-            child["#"] = int(str(child["#"])) + count
-            node = child
-    height = 16
-    boxes: list[tuple[float, int, float, str, int]] = []
-
-    def walk(node: dict[str, object], x: float, depth: int) -> None:
-        for name, child in sorted(node.items()):
-            if name == "#":
-                continue
-            assert isinstance(child, dict)
-            count = int(child["#"])
-            w = count / total
-            boxes.append((x, depth, w, name, count))
-            walk(child, x, depth + 1)
-            x += w
-
-    walk(tree, 0.0, 0)
-    depth_max = max((b[1] for b in boxes), default=0) + 1
-    svg_height = (depth_max + 2) * height + 30
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{svg_height}" '
-             f'font-family="monospace" font-size="11">',
-             f"<style>g.f:hover rect{{stroke:#000;stroke-width:0.5}} text{{pointer-events:none}}"
-             f"</style><script><![CDATA[var WIDTH={width};{_SVG_SCRIPT}]]></script>",
-             f'<rect width="100%" height="100%" fill="#fffbf0"/>'
-             f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="14">'
-             f"{html.escape(title)}</text>"]
-    for x, depth, w, name, count in boxes:
-        px, pw = x * width, w * width
-        y = svg_height - (depth + 1) * height - 5
-        hue = (sum(map(ord, name)) * 37) % 60
-        label = html.escape(name)
-        shown = html.escape(name[: int(pw // 7)]) if pw > 40 else ""
-        parts.append(
-            f'<g class="f" data-x="{x}" data-w="{w}"><title>{label} ({count} samples, '
-            f'{100 * count / total:.2f}%)</title><rect x="{px:.1f}" y="{y}" '
-            f'width="{max(pw - 0.5, 0):.1f}" height="{height - 1}" fill="hsl({hue},85%,60%)"/>'
-            f'<text x="{px + 3:.1f}" y="{y + 11}" data-n="{label}">{shown}</text></g>')
-    parts.append("</svg>\n")
-    return "\n".join(parts)
