@@ -94,12 +94,15 @@ def _file_bytes(path: str) -> bytes | None:
         return None
 
 
-def is_return_site(dso: str, shown: int) -> bool:
+def is_return_site(dso: str, shown: int) -> bool | None:
     """Whether the frame printed at file offset ``shown`` (a return address - 1) follows a
-    call instruction in ``dso`` (x86-64: call rel32, or call r/m64 in its 2-7 byte forms)."""
+    call instruction in ``dso`` (x86-64: call rel32, or call r/m64 in its 2-7 byte forms);
+    None when the file cannot be read (a binary deleted since the recording)."""
     data = _file_bytes(dso)
     ra = shown + 1
-    if data is None or ra > len(data) or ra < 8:
+    if data is None:
+        return None
+    if ra > len(data) or ra < 8:
         return False
     if data[ra - 5] == 0xE8:
         return True
@@ -121,6 +124,8 @@ class Parity:
     extended: int = 0
     extended_by_non_return_site: int = 0
     perf_skipped: int = 0
+    perf_junk: int = 0
+    unverifiable: int = 0
     shorter_or_different: int = 0
     frames_compared: int = 0
     symbols_identical: int = 0
@@ -135,8 +140,10 @@ class Parity:
     def line(self, name: str) -> str:
         return (f"{name}: {self.samples} samples (ours {self.ours}), headers identical "
                 f"{self.headers_identical}; chains equal {self.equal}, extended {self.extended} "
-                f"(by a non-return-site {self.extended_by_non_return_site}), with frames perf skipped "
-                f"{self.perf_skipped}, shorter or "
+                f"(by a non-return-site {self.extended_by_non_return_site}, binary gone "
+                f"{self.unverifiable}), with frames perf skipped "
+                f"{self.perf_skipped}, where perf's next frame is junk {self.perf_junk}, "
+                f"shorter or "
                 f"different {self.shorter_or_different}; symbol text {self.symbols_identical}/"
                 f"{self.frames_compared} ({100 * self.symbol_share:.2f}%); markers "
                 f"{self.markers_matched}/{self.markers}")
@@ -159,33 +166,80 @@ def _perf_skipped_frames(mine: Block, perfs: Block) -> bool:
     theirs = iter(perfs.user)
     wanted = next(theirs, None)
     for frame in mine.user:
-        if wanted is not None and frame[0] == wanted[0]:
+        if wanted is not None and _same_frame(frame, wanted):
             wanted = next(theirs, None)
-        elif not (frame[2].startswith("/") and is_return_site(frame[2], frame[0])):
+        elif _returns_to_code(frame) is False:
             return False
     return wanted is None
 
 
+def _same_frame(mine: tuple[int, str, str], perfs: tuple[int, str, str]) -> bool:
+    """The same frame; perf prints the signal trampoline a handler returns to as its
+    address - 1 (a return address, which it is not: `[unknown]` before __restore_rt); we
+    print it exact, as gdb does."""
+    return mine[0] == perfs[0] or (mine[1].startswith("__restore_rt+") and
+                                   mine[0] == perfs[0] + 1 and mine[2] == perfs[2])
+
+
+def _returns_to_code(frame: tuple[int, str, str]) -> bool | None:
+    """Whether the frame is a return site; anonymous memory, the heap and unmapped
+    addresses (`//anon`, `[heap]`, `[unknown]`) hold none here."""
+    dso = frame[2]
+    if not dso.startswith("/") or dso.startswith("//"):
+        return False
+    return is_return_site(dso, frame[0])
+
+
+def _real_callers(frames: list[tuple[int, str, str]], before: tuple[int, str, str] | None
+                  ) -> bool | None:
+    """Whether every frame is a return site (the frame a signal interrupted, after the
+    trampoline, is an exact pc instead); None if some binary cannot be read."""
+    verdict: bool | None = True
+    for frame in frames:
+        if before is not None and before[1].startswith("__restore_rt+"):
+            answer: bool | None = True
+        else:
+            answer = _returns_to_code(frame)
+        if answer is False:
+            return False
+        if answer is None:
+            verdict = None
+        before = frame
+    return verdict
+
+
 def _compare_chain(parity: Parity, mine: Block, perfs: Block) -> None:
-    common = min(len(mine.user), len(perfs.user))
-    if [frame[0] for frame in mine.user[:common]] != [frame[0] for frame in perfs.user[:common]] \
-            and _perf_skipped_frames(mine, perfs):
+    common = 0
+    while (common < min(len(mine.user), len(perfs.user))
+           and _same_frame(mine.user[common], perfs.user[common])):
+        common += 1
+    ours_rest, perf_rest = mine.user[common:], perfs.user[common:]
+    if not ours_rest and not perf_rest:
+        parity.equal += 1
+    elif not perf_rest:
+        parity.extended += 1
+        verdict = _real_callers(ours_rest, mine.user[common - 1] if common else None)
+        if verdict is None:
+            parity.unverifiable += 1
+        elif not verdict:
+            parity.extended_by_non_return_site += 1
+    elif _perf_skipped_frames(mine, perfs):
         parity.perf_skipped += 1
-    elif [frame[0] for frame in mine.user[:common]] != [frame[0] for frame in perfs.user[:common]] \
-            or len(mine.user) < len(perfs.user):
+    elif _returns_to_code(perf_rest[0]) is False and _real_callers(
+            ours_rest, mine.user[common - 1] if common else None) is not False:
+        # perf's next frame is junk (not after a call: libunwind followed a bad rule or
+        # a register that is no frame pointer) and ours stop or go on through real
+        # return sites.
+        parity.perf_junk += 1
+    else:
         parity.shorter_or_different += 1
         if len(parity.problems) < 5:
             parity.problems.append(f"chain of {perfs.header!r}: ours {mine.user[:8]} perf "
                                    f"{perfs.user[:8]}")
-    elif len(mine.user) == len(perfs.user):
-        parity.equal += 1
-    else:
-        parity.extended += 1
-        if not all(dso.startswith("/") and is_return_site(dso, address)
-                   for address, _, dso in mine.user[common:]):
-            parity.extended_by_non_return_site += 1
-    for (_, symbol, dso), (_, their_symbol, their_dso) in zip(mine.user[:common],
-                                                              perfs.user[:common], strict=True):
+    for (address, symbol, dso), (their_address, their_symbol, their_dso) in zip(
+            mine.user[:common], perfs.user[:common], strict=True):
+        if address != their_address:
+            continue  # the signal trampoline, printed differently on purpose (above)
         parity.frames_compared += 1
         parity.symbols_identical += (symbol, dso) == (their_symbol, their_dso)
     if perfs.marker:
@@ -193,4 +247,7 @@ def _compare_chain(parity: Parity, mine: Block, perfs: Block) -> None:
         # perf's stack reader takes the copy's last word for outside it (addr + 8 >= end),
         # so where the last return address sits there perf prints the marker one frame
         # early; we print that frame (checked above to be a return site), then the marker.
-        parity.markers_matched += mine.marker and len(mine.user) >= len(perfs.user)
+        # Where perf's libunwind failed early for another reason, our longer chain (its
+        # frames checked above) is no truncation.
+        parity.markers_matched += (mine.marker and len(mine.user) == len(perfs.user)) \
+            or len(mine.user) > len(perfs.user)

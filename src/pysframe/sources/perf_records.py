@@ -184,14 +184,14 @@ class RecordParser:
         if kind in (RECORD_MMAP, RECORD_MMAP2):
             return self._mmap(buffer, kind, misc, offset, size, base)
         if kind == RECORD_COMM:
-            pid, tid = struct.unpack_from("<II", buffer, offset + 8)
+            pid, tid = struct.unpack_from("<ii", buffer, offset + 8)
             name_end = offset + size - self._trailer_size()
             name = bytes(buffer[offset + 16:name_end]).split(b"\0", 1)[0].decode("utf-8",
                                                                                   "replace")
             return Comm(base + offset, pid, tid, name, bool(misc & 0x2000),
                         self._trailer_time(buffer, offset, size))
         if kind in (RECORD_FORK, RECORD_EXIT):
-            pid, ppid, tid, ptid, time = struct.unpack_from("<IIIIQ", buffer, offset + 8)
+            pid, ppid, tid, ptid, time = struct.unpack_from("<iiiiQ", buffer, offset + 8)
             return Task(base + offset, pid, ppid, tid, ptid, time, kind == RECORD_EXIT)
         if kind == RECORD_LOST:
             _, lost = struct.unpack_from("<QQ", buffer, offset + 8)
@@ -227,7 +227,7 @@ class RecordParser:
 
     def _mmap(self, buffer: memoryview, kind: int, misc: int, offset: int, size: int,
               base: int) -> Mmap:
-        pid, tid, start, length, pgoff = struct.unpack_from("<IIQQQ", buffer, offset + 8)
+        pid, tid, start, length, pgoff = struct.unpack_from("<iiQQQ", buffer, offset + 8)
         build_id = None
         prot = flags = 0
         if kind == RECORD_MMAP2:
@@ -258,7 +258,7 @@ class RecordParser:
             sample.ip = unpack(buffer, position)[0]
             position += 8
         if sample_type & SAMPLE_TID:
-            sample.pid, sample.tid = struct.unpack_from("<II", buffer, position)
+            sample.pid, sample.tid = struct.unpack_from("<ii", buffer, position)
             position += 8
         if sample_type & SAMPLE_TIME:
             sample.time = unpack(buffer, position)[0]

@@ -137,7 +137,8 @@ class PerfUnwinder:
 
     def _unwind(self, sample: Sample) -> UnwoundSample:
         space = self._space(sample.pid)
-        comm = self.comms.get(sample.tid) or self.comms.get(sample.pid) or default_comm(sample)
+        comm = (self.comms.get(sample.tid) or (self.comms.get(sample.pid) if sample.tid >= 0
+                                               else None) or default_comm(sample))
         registers = sample_registers(sample, self.arch) if sample.stack else None
         if registers is None or sample.stack is None:
             # No user registers and stack copy (a `-g`/LBR recording, a kernel thread, a
