@@ -93,13 +93,37 @@ class SymbolTable:
 
 
 _BINDINGS = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK"}
+_STT_NOTYPE = 0
+_STT_OBJECT = 1
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
+_SHN_LORESERVE = 0xFF00     # SHN_ABS, SHN_COMMON, ...: no section
+_SHF_ALLOC = 0x2
+_STV_INTERNAL = 1
+_STV_HIDDEN = 2
 
 
-def _function_symbols(image: ElfImage, section_name: str) -> list[Symbol]:
+def _section_filter(image: ElfImage) -> tuple[list[bool], list[bool]]:
+    """Per section index: (perf loads symbols there: SHF_ALLOC, perf takes NOTYPE labels
+    there: also a name containing "text" or "data")."""
+    sections = image.section_headers()
+    loaded = [bool(section.flags & _SHF_ALLOC) for section in sections]
+    labels = [ok and ("text" in section.name or "data" in section.name)
+              for ok, section in zip(loaded, sections, strict=True)]
+    return loaded, labels
+
+
+def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False
+                      ) -> list[Symbol]:
     """FUNC and IFUNC symbols of a symbol table, read with ``struct`` (pyelftools' per-symbol
-    parsing takes 0.2 s for libc's debug symbols, the bulk of a whole ``sframe script`` run)."""
+    parsing takes 0.2 s for libc's debug symbols, the bulk of a whole ``sframe script`` run).
+
+    With ``perf``, the symbols perf 6.1 takes (symbol-elf.c, checked with perf on
+    hand-made files): named FUNC, IFUNC and OBJECT symbols and NOTYPE labels, defined in a
+    section that is loaded (SHF_ALLOC); a label only if it is not hidden or internal and
+    its section's name contains "text" or "data" (``_start`` of ld.so, a label in
+    ``.text``; not ``__bss_start``, not a label in ``.mycode``). ARM mapping symbols
+    (``$a``, ``$d``, ``$t``, ``$x``) are not symbols."""
     section = image.section_header(section_name)
     if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
         return []
@@ -115,35 +139,54 @@ def _function_symbols(image: ElfImage, section_name: str) -> list[Symbol]:
     if start + size > len(data) or names_at + names_size > len(data) or size % entry.size:
         return []
     names = data[names_at:names_at + names_size]
+    loaded, labelled = _section_filter(image) if perf else ([], [])
+    mapping_symbols = perf and image.machine in ("EM_ARM", "EM_AARCH64")
     out = []
     for fields in entry.iter_unpack(data[start:start + size]):
         if wide:
-            name_offset, info, _, shndx, value, length = fields
+            name_offset, info, other, shndx, value, length = fields
         else:
-            name_offset, value, length, info, _, shndx = fields
-        if info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or shndx == 0:
+            name_offset, value, length, info, other, shndx = fields
+        kind = info & 0xF
+        if shndx == 0:
+            continue
+        if perf:
+            if (name_offset == 0 or shndx >= _SHN_LORESERVE or shndx >= len(loaded)
+                    or not loaded[shndx]):
+                continue
+            if kind == _STT_NOTYPE:
+                if not labelled[shndx] or (other & 3) in (_STV_HIDDEN, _STV_INTERNAL):
+                    continue
+            elif kind not in (_STT_FUNC, _STT_GNU_IFUNC, _STT_OBJECT):
+                continue
+        elif kind not in (_STT_FUNC, _STT_GNU_IFUNC):
             continue
         end = names.find(b"\0", name_offset)
         name = names[name_offset:end if end >= 0 else None].decode("utf-8", "replace")
+        if mapping_symbols and name[:1] == "$" and name[1:2] in ("a", "d", "t", "x") \
+                and name[2:3] in ("", "."):
+            continue
         out.append(Symbol(value, value + length, name, _BINDINGS.get(info >> 4, "STB_LOCAL"),
                           length))
     return out
 
 
-def _best_function_symbols(image: ElfImage) -> list[Symbol]:
-    """Function symbols from the best source: the separate debug file's .symtab (same
-    build id), else the file's own .symtab, else its .dynsym."""
+def _best_function_symbols(image: ElfImage, *, perf: bool = False) -> list[Symbol]:
+    """Function symbols (with ``perf``: every symbol perf takes, see
+    :func:`_function_symbols`) from the best source: the separate debug file's .symtab
+    (same build id), else the file's own .symtab, else its .dynsym."""
     debug = debug_file(image.build_id())
     if debug is not None:
         try:
             debug_image = ElfImage(debug)
             if debug_image.build_id() == image.build_id():
-                found = _function_symbols(debug_image, ".symtab")
+                found = _function_symbols(debug_image, ".symtab", perf=perf)
                 if found:
                     return found
         except ElfError:
             pass
-    return _function_symbols(image, ".symtab") or _function_symbols(image, ".dynsym")
+    return (_function_symbols(image, ".symtab", perf=perf)
+            or _function_symbols(image, ".dynsym", perf=perf))
 
 
 def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]:
@@ -234,7 +277,7 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True,
 
 def _load_symbols(image: ElfImage, problems: Problems | None) -> tuple[SymbolTable, bool]:
     """The table, and whether every part of it could be read."""
-    symbols = _best_function_symbols(image)
+    symbols = _best_function_symbols(image, perf=True)
     try:
         symbols += _plt_symbols(image)
     except ElfError as error:
@@ -245,7 +288,7 @@ def _load_symbols(image: ElfImage, problems: Problems | None) -> tuple[SymbolTab
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3
 #: The sections a symbol table is made from (with the ELF headers and linked strings).
 _SYMBOL_SECTIONS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".rela.plt", ".plt", ".plt.sec")
 #: Of the debug file: its symbols, and its build id (a debug file of another build is not
