@@ -248,3 +248,31 @@ def test_generate_verbose_names_the_functions(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert re.search(r"no SFrame FDE for 0x[0-9a-f]+ thrower\(int\) \(3 bytes\): ",
                      result.stderr), result.stderr
+
+
+ALIASES = """
+    .text
+    .globl _Z3fooiiii
+    .type _Z3fooiiii,@function
+    .globl _Z4foo2v
+    .type _Z4foo2v,@function
+_Z3fooiiii:
+_Z4foo2v:
+    ret
+    .size _Z3fooiiii, .-_Z3fooiiii
+    .size _Z4foo2v, .-_Z4foo2v
+    .section .note.GNU-stack,"",@progbits
+"""
+
+
+def test_aliases_are_chosen_by_their_demangled_names(tmp_path: Path) -> None:
+    """Two symbols at one address (as g++'s identical-code folding makes): perf keeps the
+    longer name as it prints it, ``foo2`` (``_Z4foo2v``), not the longer mangled one
+    (``_Z3fooiiii``, printed ``foo``). Seen with perf script on this file."""
+    (tmp_path / "alias.s").write_text(ALIASES)
+    library = tmp_path / "libalias.so"
+    subprocess.run(["gcc", "-shared", "-nostdlib", "-o", str(library),
+                    str(tmp_path / "alias.s")], check=True, timeout=120)
+    table = load_symbols(ElfImage(str(library)), use_cache=False)
+    found = table.lookup(_symbol_address(library, "_Z4foo2v"))
+    assert found is not None and perf_name(found[0]) == "foo2"

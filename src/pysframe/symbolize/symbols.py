@@ -3,10 +3,12 @@
 Sources, in perf's order of preference: the separate debug file under
 ``/usr/lib/debug/.build-id/`` (its ``.symtab``), the file's own ``.symtab``,
 else ``.dynsym``; plus ``name@plt`` entries synthesized from ``.rela.plt``.
+perf takes functions, objects and NOTYPE labels (see :func:`_function_symbols`).
 When several symbols start at one address, perf's rule picks one: a sized
 symbol over an empty one, non-weak over weak, global over local, fewer
-leading underscores, then the longer name. Symbols without a size end where
-the next one starts.
+leading underscores, then the longer name (of the demangled names). Symbols
+without a size end where the next one starts. Names stay mangled here; the
+:class:`~pysframe.symbolize.symbolizer.Symbolizer` demangles those it shows.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import itertools
 import marshal
 import operator
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..cachedir import Source, combine, entry_path, load, store
@@ -46,27 +49,31 @@ def _leading_underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
 
-def _better(a: Symbol, b: Symbol) -> bool:
-    """Whether perf keeps ``a`` rather than ``b`` for the same start address."""
+def _better(a: Symbol, b: Symbol, shown: Callable[[str], str] | None = None) -> bool:
+    """Whether perf keeps ``a`` rather than ``b`` for the same start address. perf
+    compares the names it prints: ``shown`` (its demangler) gives them."""
     if (a.size > 0) != (b.size > 0):
         return a.size > 0
     if (a.binding == "STB_WEAK") != (b.binding == "STB_WEAK"):
         return b.binding == "STB_WEAK"
     if (a.binding == "STB_GLOBAL") != (b.binding == "STB_GLOBAL"):
         return a.binding == "STB_GLOBAL"
-    if _leading_underscores(a.name) != _leading_underscores(b.name):
-        return _leading_underscores(a.name) < _leading_underscores(b.name)
-    return len(a.name) > len(b.name)  # a full tie keeps the earlier symbol, as perf does
+    a_name, b_name = (a.name, b.name) if shown is None else (shown(a.name), shown(b.name))
+    if _leading_underscores(a_name) != _leading_underscores(b_name):
+        return _leading_underscores(a_name) < _leading_underscores(b_name)
+    return len(a_name) > len(b_name)  # a full tie keeps the earlier symbol, as perf does
 
 
 class SymbolTable:
-    """Address (link-time) -> (name, offset)."""
+    """Address (link-time) -> (name, offset). ``shown``: how perf prints a name (its
+    demangler), when the symbols are ones perf demangles (not the kernel's)."""
 
-    def __init__(self, symbols: list[Symbol]) -> None:
+    def __init__(self, symbols: list[Symbol],
+                 shown: Callable[[str], str] | None = None) -> None:
         best: dict[int, Symbol] = {}
         for symbol in symbols:
             kept = best.get(symbol.start)
-            if kept is None or _better(symbol, kept):
+            if kept is None or _better(symbol, kept, shown):
                 best[symbol.start] = symbol
         ordered = sorted(best.values(), key=lambda s: s.start)
         for current, following in itertools.pairwise(ordered):
@@ -277,14 +284,16 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True,
 
 def _load_symbols(image: ElfImage, problems: Problems | None) -> tuple[SymbolTable, bool]:
     """The table, and whether every part of it could be read."""
+    from .demangling import perf_name
+
     symbols = _best_function_symbols(image, perf=True)
     try:
         symbols += _plt_symbols(image)
     except ElfError as error:
         if problems is not None:
             problems.add(error)
-        return SymbolTable(symbols), False
-    return SymbolTable(symbols), True
+        return SymbolTable(symbols, perf_name), False
+    return SymbolTable(symbols, perf_name), True
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.
