@@ -276,3 +276,45 @@ def test_aliases_are_chosen_by_their_demangled_names(tmp_path: Path) -> None:
     table = load_symbols(ElfImage(str(library)), use_cache=False)
     found = table.lookup(_symbol_address(library, "_Z4foo2v"))
     assert found is not None and perf_name(found[0]) == "foo2"
+
+
+TWO_LABELS = """
+    .text
+    .globl x_longer_name_label
+    .globl y_lab
+x_longer_name_label:
+y_lab:
+    ret
+    .section .note.GNU-stack,"",@progbits
+"""
+
+
+def test_of_empty_symbols_at_one_address_the_last_wins(tmp_path: Path) -> None:
+    """perf sizes empty symbols before it removes duplicates, so of two labels at one
+    address the last in the symbol table gets a size and is kept (perf script printed
+    ``y_lab``, not the longer ``x_longer_name_label``)."""
+    (tmp_path / "two.s").write_text(TWO_LABELS)
+    library = tmp_path / "libtwo.so"
+    subprocess.run(["gcc", "-shared", "-nostdlib", "-o", str(library),
+                    str(tmp_path / "two.s")], check=True, timeout=120)
+    order = [line.split()[-1] for line in subprocess.run(
+        ["readelf", "-sW", str(library)], capture_output=True, text=True,
+        check=True).stdout.splitlines() if line.endswith("_lab") or line.endswith("_label")]
+    table = load_symbols(ElfImage(str(library)), use_cache=False)
+    found = table.lookup(_symbol_address(library, "y_lab"))
+    assert found is not None and found[0] == order[-1]
+
+
+def test_kernel_aliases_as_perf_chooses_them(tmp_path: Path) -> None:
+    """kallsyms' aliases have no size: the last one wins (perf printed ``__pi_memcpy`` for
+    memcpy, __memcpy, __pi_memcpy at one address)."""
+    from pysframe.symbolize.kernel import load_kallsyms
+
+    path = tmp_path / "kallsyms"
+    path.write_text("ffffffff821f0e00 T before\nffffffff821f0e20 T memcpy\n"
+                    "ffffffff821f0e20 T __memcpy\nffffffff821f0e20 T __pi_memcpy\n"
+                    "ffffffff821f0e80 t after\n")
+    table = load_kallsyms(str(path))
+    assert table is not None
+    assert table.lookup(0xFFFFFFFF821F0E2A) == ("__pi_memcpy", 0xA)
+    assert table.lookup(0xFFFFFFFF821F0E10) == ("before", 0x10)

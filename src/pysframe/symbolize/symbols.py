@@ -7,7 +7,9 @@ perf takes functions, objects and NOTYPE labels (see :func:`_function_symbols`).
 When several symbols start at one address, perf's rule picks one: a sized
 symbol over an empty one, non-weak over weak, global over local, fewer
 leading underscores, then the longer name (of the demangled names). Symbols
-without a size end where the next one starts. Names stay mangled here; the
+without a size end where the next one starts, which perf works out first (so of
+several empty symbols at one address, the last in the file wins). Names stay
+mangled here; the
 :class:`~pysframe.symbolize.symbolizer.Symbolizer` demangles those it shows.
 """
 
@@ -50,10 +52,11 @@ def _leading_underscores(name: str) -> int:
 
 
 def _better(a: Symbol, b: Symbol, shown: Callable[[str], str] | None = None) -> bool:
-    """Whether perf keeps ``a`` rather than ``b`` for the same start address. perf
-    compares the names it prints: ``shown`` (its demangler) gives them."""
-    if (a.size > 0) != (b.size > 0):
-        return a.size > 0
+    """Whether perf keeps ``a`` rather than ``b`` for the same start address (its
+    ``choose_best_symbol``; sizes are the ones after :func:`_fix_ends`). perf compares
+    the names it prints: ``shown`` (its demangler) gives them."""
+    if (a.end > a.start) != (b.end > b.start):
+        return a.end > a.start
     if (a.binding == "STB_WEAK") != (b.binding == "STB_WEAK"):
         return b.binding == "STB_WEAK"
     if (a.binding == "STB_GLOBAL") != (b.binding == "STB_GLOBAL"):
@@ -61,7 +64,19 @@ def _better(a: Symbol, b: Symbol, shown: Callable[[str], str] | None = None) -> 
     a_name, b_name = (a.name, b.name) if shown is None else (shown(a.name), shown(b.name))
     if _leading_underscores(a_name) != _leading_underscores(b_name):
         return _leading_underscores(a_name) < _leading_underscores(b_name)
-    return len(a_name) > len(b_name)  # a full tie keeps the earlier symbol, as perf does
+    return len(a_name) >= len(b_name)  # a full tie keeps the earlier symbol, as perf does
+
+
+def _fix_ends(ordered: list[Symbol]) -> None:
+    """perf's ``symbols__fixup_end``: an empty symbol ends where the next one (in address
+    order, file order among equal addresses) starts; the last one, one page past the page
+    it starts in. Done before duplicates are removed, as perf does, so of several empty
+    symbols at one address only the last one gets a size (and so is kept)."""
+    for current, following in itertools.pairwise(ordered):
+        if current.end == current.start:
+            current.end = following.start
+    if ordered and ordered[-1].end == ordered[-1].start:
+        ordered[-1].end = (ordered[-1].start + 0xFFF) // 0x1000 * 0x1000 + 0x1000
 
 
 class SymbolTable:
@@ -70,20 +85,18 @@ class SymbolTable:
 
     def __init__(self, symbols: list[Symbol],
                  shown: Callable[[str], str] | None = None) -> None:
-        best: dict[int, Symbol] = {}
-        for symbol in symbols:
-            kept = best.get(symbol.start)
-            if kept is None or _better(symbol, kept, shown):
-                best[symbol.start] = symbol
-        ordered = sorted(best.values(), key=lambda s: s.start)
-        for current, following in itertools.pairwise(ordered):
-            if current.size == 0:
-                current.end = following.start
-        if ordered and ordered[-1].size == 0:
-            ordered[-1].end = ordered[-1].start + 1
-        self.starts = [s.start for s in ordered]
-        self.ends = [s.end for s in ordered]
-        self.names = [s.name for s in ordered]
+        ordered = sorted(symbols, key=lambda s: s.start)  # stable: file order kept
+        _fix_ends(ordered)
+        kept: list[Symbol] = []
+        for symbol in ordered:  # perf's symbols__fixup_duplicate
+            if kept and kept[-1].start == symbol.start:
+                if not _better(kept[-1], symbol, shown):
+                    kept[-1] = symbol
+            else:
+                kept.append(symbol)
+        self.starts = [s.start for s in kept]
+        self.ends = [s.end for s in kept]
+        self.names = [s.name for s in kept]
 
     @classmethod
     def from_arrays(cls, starts: list[int], ends: list[int], names: list[str]) -> SymbolTable:
@@ -297,7 +310,7 @@ def _load_symbols(image: ElfImage, problems: Problems | None) -> tuple[SymbolTab
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.
-_CACHE_FORMAT = 3
+_CACHE_FORMAT = 4
 #: The sections a symbol table is made from (with the ELF headers and linked strings).
 _SYMBOL_SECTIONS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".rela.plt", ".plt", ".plt.sec")
 #: Of the debug file: its symbols, and its build id (a debug file of another build is not
