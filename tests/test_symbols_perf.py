@@ -318,3 +318,25 @@ def test_kernel_aliases_as_perf_chooses_them(tmp_path: Path) -> None:
     assert table is not None
     assert table.lookup(0xFFFFFFFF821F0E2A) == ("__pi_memcpy", 0xA)
     assert table.lookup(0xFFFFFFFF821F0E10) == ("before", 0x10)
+
+
+def test_load_bias_with_lld_packed_segments() -> None:
+    """lld (rustc's default linker) packs segments: the code's first file page is also
+    the read-only segment's last one. The mapping of the code (pgoff 0x13000) must get
+    the code segment's bias, or every frame of the file is named (and unwound) 0x1000
+    off (a rustc 1.95 program: 0 of 382 frames named as perf names them before)."""
+    from types import SimpleNamespace
+
+    from pysframe.elf.headers import PT_LOAD, ProgramHeader
+    from pysframe.unwind.address_space import Module
+    from pysframe.unwind.modules import BinaryFinder
+
+    segments = [ProgramHeader(PT_LOAD, 4, 0x0, 0x0, 0x13FB0, 0x13FB0),
+                ProgramHeader(PT_LOAD, 5, 0x13FB0, 0x14FB0, 0x3F940, 0x3F940),
+                ProgramHeader(PT_LOAD, 6, 0x538F0, 0x558F0, 0x2A48, 0x3710)]
+    image = SimpleNamespace(program_headers=lambda: segments)
+    module = Module("/bin/r", None, 0, None, "none", image)  # type: ignore[arg-type]
+    base = 0x7F0000000000
+    assert BinaryFinder._bias(module, base + 0x14000, 0x13000) == base
+    assert BinaryFinder._bias(module, base, 0x0) == base
+    assert BinaryFinder._bias(module, base + 0x55000, 0x53000) == base
