@@ -105,6 +105,10 @@ PERF_NAMES = {
         "<r::W<alloc::vec::Vec<u8>>>::run",
     "_RINvCs6GmmlP4bgsG_1r4leafINtNtCslNYArtu3iFV_5alloc3vec3VechEEB2_":
         "r::leaf::<alloc::vec::Vec<u8>>",
+    # OCaml, by perf's own rule (perf probe -F on a hand-made file with these symbols).
+    "camlStdlib__List__map_123": "Stdlib.List.map_123",
+    "camlFoo$21bar_7": "Foo!bar_7",
+    "camlfoo__lower": "camlfoo__lower",
 }
 
 #: Mangled name -> what gdb 13's bt prints for a frame without DWARF.

@@ -6,7 +6,9 @@ options, so C++ names lose their return type, parameter list and clone suffixes
 (``thrower(int) [clone .cold]`` prints as ``thrower``) and Rust names their hash; gdb
 with ``DMGL_PARAMS | DMGL_ANSI | DMGL_VERBOSE`` for a minimal symbol (a frame without
 DWARF): ``thrower(int) [clone .cold]``, ``std::string`` spelled out, Rust hashes and
-crate disambiguators kept. Names it cannot demangle are printed as they are.
+crate disambiguators kept. Names it cannot demangle are printed as they are, except that perf applies its own
+OCaml rule then (:func:`ocaml_name`; its Java rule, for names such as
+``Ljava/lang/String;hashCode()I`` that ELF files hardly have, is not followed here).
 
 Why not a demangler written here: the text must match those tools byte for byte, and
 the surest way is their own code. libiberty is GNU's maintained demangler; it is called
@@ -106,11 +108,27 @@ def _fallback(name: str, perf: bool) -> str | None:
     return without_parameters(text) if perf else expand_substitutions(text)
 
 
+_OCAML_PART = re.compile(r"__|\$[0-9A-Fa-f]{2}")
+
+
+def ocaml_name(name: str) -> str | None:
+    """perf's own OCaml rule, for a name libiberty does not demangle: ``caml`` and an
+    upper-case letter, then ``__`` is ``.`` and ``$xx`` the character of code xx
+    (``camlStdlib__List__map_123`` -> ``Stdlib.List.map_123``; checked with perf). No
+    library does this; it is a few lines, written here."""
+    if not (name.startswith("caml") and name[4:5].isascii() and name[4:5].isupper()):
+        return None
+    return _OCAML_PART.sub(
+        lambda match: "." if match[0] == "__" else chr(int(match[0][1:], 16)), name[4:])
+
+
 def _demangle(name: str, options: int) -> str:
     try:
         text = _libiberty_demangle(name, options)
     except LookupError:
         text = _fallback(name, perf=options == PERF_OPTIONS)
+    if text is None and options == PERF_OPTIONS:
+        text = ocaml_name(name)
     return name if text is None else text
 
 
