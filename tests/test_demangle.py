@@ -197,7 +197,8 @@ def test_every_symbol_of_a_cplus_program_is_named_as_perf_names_it(cplus: Path) 
 
 
 def test_perf_script_names_match_perf(cplus: Path, tmp_path: Path) -> None:
-    """The symbol text of every frame in the program equals perf's, on a short recording."""
+    """The symbol text of every frame in the program equals perf's, on a short recording;
+    ``sframe report`` shows the same names."""
     if shutil.which("perf") is None:
         pytest.skip("needs perf")
     data = tmp_path / "perf.data"
@@ -223,6 +224,15 @@ def test_perf_script_names_match_perf(cplus: Path, tmp_path: Path) -> None:
     assert {offset: mine[offset] for offset in common} == \
         {offset: perfs[offset] for offset in common}
     assert any(name.startswith("std::__introsort_loop<") for name in mine.values())
+    # Every report format names the frames the same way (Symbolizer.function).
+    for kind in ("folded", "speedscope"):
+        output = tmp_path / f"report.{kind}"
+        subprocess.run([sys.executable, "-m", "pysframe", "report", "--format", kind, "-o",
+                        str(output), str(data)], check=True, capture_output=True, timeout=300,
+                       env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+        text = output.read_text()
+        assert "std::__introsort_loop<__gnu_cxx::__normal_iterator<Box<int>*" in text
+        assert [part for part in re.split(r'[;\n"]', text) if "_Z" in part] == []
 
 
 @contextmanager
