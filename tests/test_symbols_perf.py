@@ -340,3 +340,21 @@ def test_load_bias_with_lld_packed_segments() -> None:
     assert BinaryFinder._bias(module, base + 0x14000, 0x13000) == base
     assert BinaryFinder._bias(module, base, 0x0) == base
     assert BinaryFinder._bias(module, base + 0x55000, 0x53000) == base
+
+
+def test_ld_so_start_is_named_from_its_debug_file() -> None:
+    """ld.so's ``_start`` is a local NOTYPE label of its debug file (libc6-dbg): perf
+    prints ``_start+0x7`` for the first frame of every program, we printed
+    ``[unknown]``."""
+    from pysframe.elf.debuginfo import debug_file
+
+    path = "/lib64/ld-linux-x86-64.so.2"
+    if not os.path.exists(path):
+        pytest.skip("no x86-64 ld.so here")
+    image = ElfImage(os.path.realpath(path))
+    debug = debug_file(image.build_id())
+    if debug is None:
+        pytest.skip("needs ld.so's debug file (libc6-dbg)")
+    table = load_symbols(image, use_cache=False)
+    start = _symbol_address(Path(debug), "_start")
+    assert table.lookup(start + 7) == ("_start", 7)
