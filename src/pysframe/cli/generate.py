@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import PysframeError
 from ..format.encode import encode
 from .errors import EXIT_OK, WHERE, naming
 from .files import read_file, refuse_inputs, write_output
+
+if TYPE_CHECKING:
+    from ..elf import ElfImage
 
 
 def run_generate(path: str, output: str, *, version: int, address: int | None,
@@ -27,10 +32,13 @@ def run_generate(path: str, output: str, *, version: int, address: int | None,
         raise naming(path, error) from None
     write_output(output, data, inputs=[path])
     if verbose:
+        name = _namer(image)
         for start, size, reason in result.skipped:
-            sys.stderr.write(f"{path}: no SFrame FDE for {start:#x} ({size} bytes): {reason}\n")
+            sys.stderr.write(f"{path}: no SFrame FDE for {start:#x}{name(start)} ({size} bytes): "
+                             f"{reason}\n")
         for start, size, what in result.trimmed:
-            sys.stderr.write(f"{path}: SFrame FDE for {start:#x} ({size} bytes): {what}\n")
+            sys.stderr.write(f"{path}: SFrame FDE for {start:#x}{name(start)} ({size} bytes): "
+                             f"{what}\n")
         for message in result.cfi_errors:
             sys.stderr.write(f"{path}: unreadable CFI entry: {message}\n")
         section = result.section
@@ -38,6 +46,25 @@ def run_generate(path: str, output: str, *, version: int, address: int | None,
                          f"{len(data)} bytes at {section.address:#x} (SFrame V{version}); "
                          f"{len(result.skipped)} functions skipped as gas would\n")
     return EXIT_OK
+
+
+def _namer(image: ElfImage) -> Callable[[int], str]:
+    """`` <function>`` for a function's start address (its ELF symbol, demangled as
+    c++filt and gdb print it), or nothing when no symbol starts there or the symbols
+    cannot be read."""
+    from ..symbolize.demangling import gdb_name
+    from ..symbolize.symbols import load_symbols
+
+    try:
+        table = load_symbols(image)
+    except PysframeError:
+        return lambda _: ""
+
+    def name(start: int) -> str:
+        found = table.lookup(start)
+        return f" {gdb_name(found[0])}" if found is not None and found[1] == 0 else ""
+
+    return name
 
 
 def run_inject(path: str, output: str, *, version: int, as_gnu: bool = False) -> int:

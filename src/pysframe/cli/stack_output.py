@@ -7,7 +7,7 @@ import sys
 from typing import Any, NamedTuple
 
 from ..symbolize.frames import FrameNamer
-from ..symbolize.symbolizer import SymbolHit, symbol_text
+from ..symbolize.symbolizer import SymbolHit
 from ..unwind.address_space import Mapping
 from ..unwind.unwinder import EXACT_PC, Unwind
 from .errors import EXIT_INVALID, EXIT_OK
@@ -61,10 +61,16 @@ def describe(tid: int, name: str, result: Unwind, namer: FrameNamer) -> NamedThr
                 frames.append(NamedFrame(pc, TAILCALL, None, called, [called],
                                          namer.space.find(pc - 1)))
         symbol, names = namer.frame(mapping, lookup)
-        frames.append(NamedFrame(frame.pc, frame.method.value, symbol, symbol_text(symbol),
-                                 names, mapping))
+        frames.append(NamedFrame(frame.pc, frame.method.value, symbol,
+                                 outer_name(names, symbol), names, mapping))
         previous = (mapping, lookup)
     return NamedThread(tid, name, frames, result.stop.value)
+
+
+def outer_name(names: list[str], symbol: SymbolHit | None) -> str:
+    """The name the text prints for a frame's function (its outermost name, with the ELF
+    symbol's offset when there is one); the JSON's ``function`` is the same."""
+    return names[-1] if symbol is None else f"{names[-1]}+{symbol.offset:#x}"
 
 
 def print_json(pid: int, threads: list[NamedThread]) -> int:
@@ -107,10 +113,8 @@ def _frame_lines(frame: NamedFrame, number: int, show_build_id: bool) -> list[st
     for inlined in frame.names[:-1]:
         lines.append(f"#{number:<2} {frame.pc:#018x} {inlined} (inlined)")
         number += 1
-    outer = frame.names[-1]
-    if frame.symbol is not None:
-        outer += f"+{frame.symbol.offset:#x}"
-    lines.append(f"#{number:<2} {frame.pc:#018x} {outer} ({where})")
+    lines.append(f"#{number:<2} {frame.pc:#018x} {outer_name(frame.names, frame.symbol)} "
+                 f"({where})")
     return lines
 
 

@@ -5,7 +5,8 @@ The API is the names below, imported from here (loaded on first use):
 :class:`Symbolizer` (the :class:`SymbolHit` at an address), :class:`FrameNamer` (gdb's
 frame names for an address space), :class:`DwarfNames` and its memoized
 :class:`CachedDwarfNames`, :func:`load_symbols`, :func:`kernel_symbols_for`, and the C++
-demangler functions :func:`demangle` and :func:`cplus_function_name`.
+demangler functions :func:`demangle` and :func:`cplus_function_name` (gdb's DWARF names),
+:func:`perf_name` and :func:`gdb_name` (an ELF symbol as perf and gdb print it).
 """
 
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ from ..exports import lazy_exports
 
 if TYPE_CHECKING:
     from .cplus import cplus_function_name, demangle
+    from .demangling import gdb_name, perf_name
     from .dwarf import DwarfNames
     from .dwarf_cache import CachedDwarfNames
     from .frames import FrameNamer, FrameNames
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 _HOMES = {
     "cplus_function_name": ".cplus",
     "demangle": ".cplus",
+    "gdb_name": ".demangling",
+    "perf_name": ".demangling",
     "DwarfNames": ".dwarf",
     "CachedDwarfNames": ".dwarf_cache",
     "FrameNamer": ".frames",
@@ -49,9 +53,11 @@ __all__ = [
     "Symbolizer",
     "cplus_function_name",
     "demangle",
+    "gdb_name",
     "kernel_symbols_for",
     "load_kallsyms",
     "load_symbols",
+    "perf_name",
     "symbol_text",
 ]
 

@@ -29,6 +29,7 @@ VERBOSE_SUBSTITUTIONS = {
     "ostream": "std::basic_ostream<char, std::char_traits<char> >",
     "iostream": "std::basic_iostream<char, std::char_traits<char> >",
 }
+_CLONE_SUFFIXES = re.compile(r"( \[clone [^\]]*\])+\Z")
 _SUBSTITUTION = re.compile(r"(?<![\w:])std::(string|istream|ostream|iostream)(?!\w)")
 
 
@@ -56,18 +57,18 @@ def expand_substitutions(demangled: str) -> str:
     return _SUBSTITUTION.sub(lambda match: VERBOSE_SUBSTITUTIONS[match.group(1)], demangled)
 
 
-def demangle(mangled: str) -> str | None:
-    """``mangled`` demangled by the C++ runtime's ``__cxa_demangle`` (the demangler gdb
-    also uses, from libiberty) with the standard substitutions expanded, or None when it
-    is not a C++ name (or there is no C++ runtime)."""
-    if not mangled.startswith("_Z"):
+def cxa_demangle(mangled: str) -> str | None:
+    """``mangled`` demangled by the C++ runtime's ``__cxa_demangle`` as it prints it, or
+    None when it is not a C++ name (or there is no C++ runtime)."""
+    if not mangled.startswith("_Z") or "\0" in mangled:
         return None
     runtime = _runtime()
     if runtime is None:
         return None
     function, free, ctypes = runtime
     status = ctypes.c_int(0)
-    pointer = function(mangled.encode(), None, None, ctypes.byref(status))
+    pointer = function(mangled.encode("utf-8", "surrogateescape"), None, None,
+                       ctypes.byref(status))
     if not pointer:
         return None
     try:
@@ -76,7 +77,27 @@ def demangle(mangled: str) -> str | None:
         free(pointer)
     if status.value != 0:
         return None
-    return expand_substitutions(text.decode("utf-8", "replace"))
+    return text.decode("utf-8", "replace")
+
+
+def demangle(mangled: str) -> str | None:
+    """``mangled`` demangled by the C++ runtime's ``__cxa_demangle`` (the demangler gdb
+    also uses, from libiberty) with the standard substitutions expanded, or None when it
+    is not a C++ name (or there is no C++ runtime)."""
+    text = cxa_demangle(mangled)
+    return None if text is None else expand_substitutions(text)
+
+
+def without_parameters(demangled: str) -> str:
+    """``demangled`` without clone suffixes, qualifiers, parameter list and return type:
+    what libiberty prints without ``DMGL_PARAMS`` (perf's text), for names demangled with
+    them."""
+    text = _without_qualifiers(_CLONE_SUFFIXES.sub("", demangled))
+    if text.endswith(")"):
+        start = _parameters_start(text)
+        if start > 0 and text[start] == "(":
+            return _without_return_type(text[:start])
+    return text
 
 
 def gdb_parses(name: str) -> bool:

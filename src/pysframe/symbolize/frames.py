@@ -58,7 +58,7 @@ class FrameNamer:
                  open_names: Callable[[str, bytes | None], FrameNames] = cached_names,
                  problems: Problems | None = None) -> None:
         self.space = space
-        self.symbolizer = Symbolizer(problems)
+        self.symbolizer = Symbolizer(problems, names="gdb")
         self.debuginfo = debuginfo
         self._open_names = open_names
         self._names: dict[ModuleKey, FrameNames] = {}

@@ -1,9 +1,12 @@
 """ELF symbols for frames: the symbol (name and offset) at a runtime address of a mapping,
-with one symbol table per module and one answer per (module, address)."""
+with one symbol table per module and one answer per (module, address). Names are
+demangled as perf prints them (``perf script``, every ``report`` format) or, for
+``sframe stack``, as gdb prints a frame without DWARF (:mod:`.demangling`)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Literal, NamedTuple
 
 from ..errors import Problems, PysframeError
 from ..unwind.address_space import Mapping
@@ -32,8 +35,10 @@ class Symbolizer:
     """ELF symbols by address; a module whose symbols cannot be read loses its names only
     (the error goes to ``problems``, once)."""
 
-    def __init__(self, problems: Problems | None = None) -> None:
+    def __init__(self, problems: Problems | None = None,
+                 names: Literal["perf", "gdb"] = "perf") -> None:
         self.problems = problems
+        self._display: Callable[[str], str] = _displays()[names]
         self._tables: dict[tuple[str, bytes | None], SymbolTable | None] = {}
         # Samples repeat the same frames: one answer per (module, link-time address).
         self._hits: dict[tuple[int, int], SymbolHit | None] = {}
@@ -53,7 +58,8 @@ class Symbolizer:
         return self._tables[key]
 
     def symbol(self, mapping: Mapping | None, address: int) -> SymbolHit | None:
-        """The symbol at the runtime ``address`` in ``mapping``, or ``None``."""
+        """The symbol at the runtime ``address`` in ``mapping``, or ``None``; its name
+        demangled as this symbolizer's tool prints it."""
         if mapping is None or mapping.module is None:
             return None
         key = (id(mapping.module.image), address - mapping.module.bias)
@@ -61,7 +67,7 @@ class Symbolizer:
             return self._hits[key]
         table = self.table(mapping)
         found = table.lookup(key[1]) if table is not None else None
-        hit = None if found is None else SymbolHit(found[0], found[1])
+        hit = None if found is None else SymbolHit(self._display(found[0]), found[1])
         self._hits[key] = hit
         return hit
 
@@ -69,3 +75,9 @@ class Symbolizer:
         """The function name alone (for stack aggregation), or ``[unknown]``."""
         hit = self.symbol(mapping, address)
         return UNKNOWN if hit is None else hit.name
+
+
+def _displays() -> dict[str, Callable[[str], str]]:
+    from .demangling import gdb_name, perf_name  # loaded with the first symbolizer only
+
+    return {"perf": perf_name, "gdb": gdb_name}

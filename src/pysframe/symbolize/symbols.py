@@ -3,10 +3,14 @@
 Sources, in perf's order of preference: the separate debug file under
 ``/usr/lib/debug/.build-id/`` (its ``.symtab``), the file's own ``.symtab``,
 else ``.dynsym``; plus ``name@plt`` entries synthesized from ``.rela.plt``.
+perf takes functions, objects and NOTYPE labels (see :func:`_function_symbols`).
 When several symbols start at one address, perf's rule picks one: a sized
 symbol over an empty one, non-weak over weak, global over local, fewer
-leading underscores, then the longer name. Symbols without a size end where
-the next one starts.
+leading underscores, then the longer name (of the demangled names). Symbols
+without a size end where the next one starts, which perf works out first (so of
+several empty symbols at one address, the last in the file wins). Names stay
+mangled here; the
+:class:`~pysframe.symbolize.symbolizer.Symbolizer` demangles those it shows.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import itertools
 import marshal
 import operator
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..cachedir import Source, combine, entry_path, load, store
@@ -46,37 +51,52 @@ def _leading_underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
 
-def _better(a: Symbol, b: Symbol) -> bool:
-    """Whether perf keeps ``a`` rather than ``b`` for the same start address."""
-    if (a.size > 0) != (b.size > 0):
-        return a.size > 0
+def _better(a: Symbol, b: Symbol, shown: Callable[[str], str] | None = None) -> bool:
+    """Whether perf keeps ``a`` rather than ``b`` for the same start address (its
+    ``choose_best_symbol``; sizes are the ones after :func:`_fix_ends`). perf compares
+    the names it prints: ``shown`` (its demangler) gives them."""
+    if (a.end > a.start) != (b.end > b.start):
+        return a.end > a.start
     if (a.binding == "STB_WEAK") != (b.binding == "STB_WEAK"):
         return b.binding == "STB_WEAK"
     if (a.binding == "STB_GLOBAL") != (b.binding == "STB_GLOBAL"):
         return a.binding == "STB_GLOBAL"
-    if _leading_underscores(a.name) != _leading_underscores(b.name):
-        return _leading_underscores(a.name) < _leading_underscores(b.name)
-    return len(a.name) > len(b.name)  # a full tie keeps the earlier symbol, as perf does
+    a_name, b_name = (a.name, b.name) if shown is None else (shown(a.name), shown(b.name))
+    if _leading_underscores(a_name) != _leading_underscores(b_name):
+        return _leading_underscores(a_name) < _leading_underscores(b_name)
+    return len(a_name) >= len(b_name)  # a full tie keeps the earlier symbol, as perf does
+
+
+def _fix_ends(ordered: list[Symbol]) -> None:
+    """perf's ``symbols__fixup_end``: an empty symbol ends where the next one (in address
+    order, file order among equal addresses) starts; the last one, one page past the page
+    it starts in. Done before duplicates are removed, as perf does, so of several empty
+    symbols at one address only the last one gets a size (and so is kept)."""
+    for current, following in itertools.pairwise(ordered):
+        if current.end == current.start:
+            current.end = following.start
+    if ordered and ordered[-1].end == ordered[-1].start:
+        ordered[-1].end = (ordered[-1].start + 0xFFF) // 0x1000 * 0x1000 + 0x1000
 
 
 class SymbolTable:
-    """Address (link-time) -> (name, offset)."""
+    """Address (link-time) -> (name, offset). ``shown``: how perf prints a name (its
+    demangler), when the symbols are ones perf demangles (not the kernel's)."""
 
-    def __init__(self, symbols: list[Symbol]) -> None:
-        best: dict[int, Symbol] = {}
-        for symbol in symbols:
-            kept = best.get(symbol.start)
-            if kept is None or _better(symbol, kept):
-                best[symbol.start] = symbol
-        ordered = sorted(best.values(), key=lambda s: s.start)
-        for current, following in itertools.pairwise(ordered):
-            if current.size == 0:
-                current.end = following.start
-        if ordered and ordered[-1].size == 0:
-            ordered[-1].end = ordered[-1].start + 1
-        self.starts = [s.start for s in ordered]
-        self.ends = [s.end for s in ordered]
-        self.names = [s.name for s in ordered]
+    def __init__(self, symbols: list[Symbol],
+                 shown: Callable[[str], str] | None = None) -> None:
+        ordered = sorted(symbols, key=lambda s: s.start)  # stable: file order kept
+        _fix_ends(ordered)
+        kept: list[Symbol] = []
+        for symbol in ordered:  # perf's symbols__fixup_duplicate
+            if kept and kept[-1].start == symbol.start:
+                if not _better(kept[-1], symbol, shown):
+                    kept[-1] = symbol
+            else:
+                kept.append(symbol)
+        self.starts = [s.start for s in kept]
+        self.ends = [s.end for s in kept]
+        self.names = [s.name for s in kept]
 
     @classmethod
     def from_arrays(cls, starts: list[int], ends: list[int], names: list[str]) -> SymbolTable:
@@ -93,13 +113,37 @@ class SymbolTable:
 
 
 _BINDINGS = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK"}
+_STT_NOTYPE = 0
+_STT_OBJECT = 1
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
+_SHN_LORESERVE = 0xFF00     # SHN_ABS, SHN_COMMON, ...: no section
+_SHF_ALLOC = 0x2
+_STV_INTERNAL = 1
+_STV_HIDDEN = 2
 
 
-def _function_symbols(image: ElfImage, section_name: str) -> list[Symbol]:
+def _section_filter(image: ElfImage) -> tuple[list[bool], list[bool]]:
+    """Per section index: (perf loads symbols there: SHF_ALLOC, perf takes NOTYPE labels
+    there: also a name containing "text" or "data")."""
+    sections = image.section_headers()
+    loaded = [bool(section.flags & _SHF_ALLOC) for section in sections]
+    labels = [ok and ("text" in section.name or "data" in section.name)
+              for ok, section in zip(loaded, sections, strict=True)]
+    return loaded, labels
+
+
+def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False
+                      ) -> list[Symbol]:
     """FUNC and IFUNC symbols of a symbol table, read with ``struct`` (pyelftools' per-symbol
-    parsing takes 0.2 s for libc's debug symbols, the bulk of a whole ``sframe script`` run)."""
+    parsing takes 0.2 s for libc's debug symbols, the bulk of a whole ``sframe script`` run).
+
+    With ``perf``, the symbols perf 6.1 takes (symbol-elf.c, checked with perf on
+    hand-made files): named FUNC, IFUNC and OBJECT symbols and NOTYPE labels, defined in a
+    section that is loaded (SHF_ALLOC); a label only if it is not hidden or internal and
+    its section's name contains "text" or "data" (``_start`` of ld.so, a label in
+    ``.text``; not ``__bss_start``, not a label in ``.mycode``). ARM mapping symbols
+    (``$a``, ``$d``, ``$t``, ``$x``) are not symbols."""
     section = image.section_header(section_name)
     if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
         return []
@@ -115,35 +159,54 @@ def _function_symbols(image: ElfImage, section_name: str) -> list[Symbol]:
     if start + size > len(data) or names_at + names_size > len(data) or size % entry.size:
         return []
     names = data[names_at:names_at + names_size]
+    loaded, labelled = _section_filter(image) if perf else ([], [])
+    mapping_symbols = perf and image.machine in ("EM_ARM", "EM_AARCH64")
     out = []
     for fields in entry.iter_unpack(data[start:start + size]):
         if wide:
-            name_offset, info, _, shndx, value, length = fields
+            name_offset, info, other, shndx, value, length = fields
         else:
-            name_offset, value, length, info, _, shndx = fields
-        if info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or shndx == 0:
+            name_offset, value, length, info, other, shndx = fields
+        kind = info & 0xF
+        if shndx == 0:
+            continue
+        if perf:
+            if (name_offset == 0 or shndx >= _SHN_LORESERVE or shndx >= len(loaded)
+                    or not loaded[shndx]):
+                continue
+            if kind == _STT_NOTYPE:
+                if not labelled[shndx] or (other & 3) in (_STV_HIDDEN, _STV_INTERNAL):
+                    continue
+            elif kind not in (_STT_FUNC, _STT_GNU_IFUNC, _STT_OBJECT):
+                continue
+        elif kind not in (_STT_FUNC, _STT_GNU_IFUNC):
             continue
         end = names.find(b"\0", name_offset)
         name = names[name_offset:end if end >= 0 else None].decode("utf-8", "replace")
+        if mapping_symbols and name[:1] == "$" and name[1:2] in ("a", "d", "t", "x") \
+                and name[2:3] in ("", "."):
+            continue
         out.append(Symbol(value, value + length, name, _BINDINGS.get(info >> 4, "STB_LOCAL"),
                           length))
     return out
 
 
-def _best_function_symbols(image: ElfImage) -> list[Symbol]:
-    """Function symbols from the best source: the separate debug file's .symtab (same
-    build id), else the file's own .symtab, else its .dynsym."""
+def _best_function_symbols(image: ElfImage, *, perf: bool = False) -> list[Symbol]:
+    """Function symbols (with ``perf``: every symbol perf takes, see
+    :func:`_function_symbols`) from the best source: the separate debug file's .symtab
+    (same build id), else the file's own .symtab, else its .dynsym."""
     debug = debug_file(image.build_id())
     if debug is not None:
         try:
             debug_image = ElfImage(debug)
             if debug_image.build_id() == image.build_id():
-                found = _function_symbols(debug_image, ".symtab")
+                found = _function_symbols(debug_image, ".symtab", perf=perf)
                 if found:
                     return found
         except ElfError:
             pass
-    return _function_symbols(image, ".symtab") or _function_symbols(image, ".dynsym")
+    return (_function_symbols(image, ".symtab", perf=perf)
+            or _function_symbols(image, ".dynsym", perf=perf))
 
 
 def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]:
@@ -234,18 +297,20 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True,
 
 def _load_symbols(image: ElfImage, problems: Problems | None) -> tuple[SymbolTable, bool]:
     """The table, and whether every part of it could be read."""
-    symbols = _best_function_symbols(image)
+    from .demangling import perf_name
+
+    symbols = _best_function_symbols(image, perf=True)
     try:
         symbols += _plt_symbols(image)
     except ElfError as error:
         if problems is not None:
             problems.add(error)
-        return SymbolTable(symbols), False
-    return SymbolTable(symbols), True
+        return SymbolTable(symbols, perf_name), False
+    return SymbolTable(symbols, perf_name), True
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 4
 #: The sections a symbol table is made from (with the ELF headers and linked strings).
 _SYMBOL_SECTIONS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".rela.plt", ".plt", ".plt.sec")
 #: Of the debug file: its symbols, and its build id (a debug file of another build is not

@@ -183,12 +183,15 @@ class BinaryFinder:
         image = module.image
         if image is None:
             return start - pgoff
-        for segment in image.program_headers():
-            if segment.type != PT_LOAD:
-                continue
-            offset = segment.offset & ~0xFFF
-            if offset <= pgoff < segment.offset + max(segment.filesz, 1):
-                return int(start - ((segment.vaddr & ~0xFFF) + (pgoff - offset)))
+        loads = [segment for segment in image.program_headers() if segment.type == PT_LOAD]
+        # A segment whose mapping starts at pgoff first: with lld's packed layout the
+        # read-only segment before the code also covers the code's first file page.
+        for exact in (True, False):
+            for segment in loads:
+                offset = segment.offset & ~0xFFF
+                if (pgoff == offset if exact
+                        else offset <= pgoff < segment.offset + max(segment.filesz, 1)):
+                    return int(start - ((segment.vaddr & ~0xFFF) + (pgoff - offset)))
         return start - pgoff
 
 

@@ -1,0 +1,149 @@
+"""ELF symbol names demangled as perf 6.1 and gdb 13 print them.
+
+Both tools use libiberty's ``cplus_demangle`` in its automatic style (Rust legacy and v0
+first, then C++): perf (Debian's, built without libbfd, libiberty linked in) with no
+options, so C++ names lose their return type, parameter list and clone suffixes
+(``thrower(int) [clone .cold]`` prints as ``thrower``) and Rust names their hash; gdb
+with ``DMGL_PARAMS | DMGL_ANSI | DMGL_VERBOSE`` for a minimal symbol (a frame without
+DWARF): ``thrower(int) [clone .cold]``, ``std::string`` spelled out, Rust hashes and
+crate disambiguators kept. Names it cannot demangle are printed as they are, except that perf applies its own
+OCaml rule then (:func:`ocaml_name`; its Java rule, for names such as
+``Ljava/lang/String;hashCode()I`` that ELF files hardly have, is not followed here).
+
+Why not a demangler written here: the text must match those tools byte for byte, and
+the surest way is their own code. libiberty is GNU's maintained demangler; it is called
+with ctypes through binutils' shared ``libbfd``, which exports it and is installed
+wherever binutils (and so gcc) is. Checked: every function name of a g++ -O2 program,
+of libstdc++ and of rustc 1.95 programs (legacy and v0) equals perf's own list
+(``perf probe -F``). Without libbfd the fallback is the C++ runtime's
+``__cxa_demangle`` (parameters then removed for perf's text, see
+:mod:`pysframe.symbolize.cplus`) and the ``rust-demangler`` package (a dependency);
+their text can differ from libiberty's in rare cases (Rust v0 crate disambiguators for
+gdb, C++ names with trailing junk).
+
+Demangling is done once per name (cached), only for the symbols frames land in.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import re
+from functools import cache
+from typing import Any
+
+#: libiberty's option bits (include/demangle.h).
+DMGL_PARAMS = 1
+DMGL_ANSI = 2
+DMGL_VERBOSE = 8
+PERF_OPTIONS = 0
+GDB_OPTIONS = DMGL_PARAMS | DMGL_ANSI | DMGL_VERBOSE
+
+#: Where binutils installs its shared libbfd (Debian, Fedora, Arch layouts).
+LIBBFD_PATTERNS = ("/usr/lib/*-linux-gnu*/libbfd*.so*", "/usr/lib64/libbfd*.so*",
+                   "/usr/lib/libbfd*.so*", "/lib/*-linux-gnu*/libbfd*.so*")
+_RUST_LEGACY = re.compile(r"_ZN.*17h[0-9a-f]{16}E\Z", re.DOTALL)
+_RUST_HASH = re.compile(r"::h[0-9a-f]{16}\Z")
+
+
+@cache
+def libiberty() -> tuple[Any, Any] | None:
+    """(``cplus_demangle``, ``free``) from binutils' shared libbfd, or None."""
+    for pattern in LIBBFD_PATTERNS:
+        for path in sorted(glob.glob(pattern)):
+            try:
+                library = ctypes.CDLL(path)
+                function = library.cplus_demangle
+            except (OSError, AttributeError):
+                continue
+            function.restype = ctypes.c_void_p
+            function.argtypes = [ctypes.c_char_p, ctypes.c_int]
+            free = ctypes.CDLL(None).free
+            free.argtypes = [ctypes.c_void_p]
+            return function, free
+    return None
+
+
+def _libiberty_demangle(name: str, options: int) -> str | None:
+    """``cplus_demangle(name, options)``; None when it does not demangle ``name``. Raises
+    LookupError without libiberty."""
+    found = libiberty()
+    if found is None:
+        raise LookupError("no libiberty")
+    function, free = found
+    if "\0" in name:
+        return None
+    pointer = function(name.encode("utf-8", "surrogateescape"), options)
+    if not pointer:
+        return None
+    try:
+        text: bytes = ctypes.string_at(pointer)
+    finally:
+        free(pointer)
+    return text.decode("utf-8", "replace")
+
+
+def _rust_fallback(name: str, verbose: bool) -> str | None:
+    """A Rust name by the ``rust-demangler`` package (None: not Rust, or not installed)."""
+    if not (name.startswith("_R") or _RUST_LEGACY.match(name)):
+        return None
+    try:
+        import importlib
+
+        text = str(importlib.import_module("rust_demangler").demangle(name))
+    except Exception:  # it raises its own error types for names it rejects
+        return None
+    return text if verbose else _RUST_HASH.sub("", text)
+
+
+def _fallback(name: str, perf: bool) -> str | None:
+    from .cplus import cxa_demangle, expand_substitutions, without_parameters
+
+    rust = _rust_fallback(name, verbose=not perf)
+    if rust is not None:
+        return rust
+    text = cxa_demangle(name)
+    if text is None:
+        return None
+    return without_parameters(text) if perf else expand_substitutions(text)
+
+
+_OCAML_PART = re.compile(r"__|\$[0-9A-Fa-f]{2}")
+
+
+def ocaml_name(name: str) -> str | None:
+    """perf's own OCaml rule, for a name libiberty does not demangle: ``caml`` and an
+    upper-case letter, then ``__`` is ``.`` and ``$xx`` the character of code xx
+    (``camlStdlib__List__map_123`` -> ``Stdlib.List.map_123``; checked with perf). No
+    library does this; it is a few lines, written here."""
+    if not (name.startswith("caml") and name[4:5].isascii() and name[4:5].isupper()):
+        return None
+    return _OCAML_PART.sub(
+        lambda match: "." if match[0] == "__" else chr(int(match[0][1:], 16)), name[4:])
+
+
+def _demangle(name: str, options: int) -> str:
+    try:
+        text = _libiberty_demangle(name, options)
+    except LookupError:
+        text = _fallback(name, perf=options == PERF_OPTIONS)
+    if text is None and options == PERF_OPTIONS:
+        text = ocaml_name(name)
+    return name if text is None else text
+
+
+@cache
+def perf_name(name: str) -> str:
+    """``name`` as perf 6.1 prints a symbol (``perf script``, ``perf report``). A PLT
+    entry ``X@plt`` (made here, as perf makes it) is ``X`` demangled, then ``@plt``."""
+    if name.endswith("@plt"):
+        return perf_name(name[:-4]) + "@plt"
+    return _demangle(name, PERF_OPTIONS)
+
+
+@cache
+def gdb_name(name: str) -> str:
+    """``name`` as gdb 13 prints a minimal symbol (a frame without DWARF) in ``bt``."""
+    if name.endswith("@plt"):
+        return gdb_name(name[:-4]) + "@plt"
+    return _demangle(name, GDB_OPTIONS)
