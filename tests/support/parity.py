@@ -35,8 +35,9 @@ def perf_can_record(directory: Path) -> str | None:
 
 
 def record(output: Path, command: list[str], *options: str, timeout: float = 120) -> Path:
-    """``perf record -e cpu-clock OPTIONS -o OUTPUT -- COMMAND``."""
-    subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", *options, "-o", str(output),
+    """``perf record -N -e cpu-clock OPTIONS -o OUTPUT -- COMMAND`` (-N: the test writes
+    nothing into ~/.debug, perf's build-id cache)."""
+    subprocess.run(["perf", "record", "-q", "-N", "-e", "cpu-clock", *options, "-o", str(output),
                     "--", *command], check=True, capture_output=True, timeout=timeout)
     return output
 

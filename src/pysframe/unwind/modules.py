@@ -1,8 +1,8 @@
 """Loading the modules of an address space: mapped ELF files, their load bias and their
 SFrame table (the data model itself is in :mod:`.address_space`).
 
-Binaries are found by build id: at the recorded path, in the build-id cache
-(``~/.debug``), or in directories the user names (searched recursively). A
+Binaries are found by build id, in perf's order: in its build-id cache (``~/.debug``),
+at the recorded path, or in directories the user names (searched recursively). A
 file whose build id differs is never used.
 
 On a first run most binaries have no table in the cache yet: :meth:`BinaryFinder.prefetch`
@@ -53,10 +53,13 @@ class BinaryFinder:
                              tuple[ElfImage, tuple[bytes, int] | None]] = {}
 
     def _candidates(self, path: str, build_id: bytes | None) -> Iterable[str]:
-        yield path
+        # perf's order: its build-id cache first (perf record copies each binary there, so
+        # a binary stripped since, with the same build id, is named from the copy), then
+        # the recorded path.
         if build_id:
             yield os.path.join(os.path.expanduser("~/.debug"), ".build-id", build_id.hex()[:2],
                                build_id.hex()[2:] + "/elf")
+        yield path
         if self._index is None:
             self._index = {}
             for directory in self.directories:
