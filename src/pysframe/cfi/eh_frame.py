@@ -292,6 +292,8 @@ class EhFrameIndex:
                  address_size: int = 8) -> None:
         self._parser = _Parser(eh_frame, eh_frame_address, big_endian, address_size, False)
         self._eh_frame_address = eh_frame_address
+        #: The .eh_frame bytes, address and byte order (to decode an FDE's instructions).
+        self.data, self.address, self.big_endian = eh_frame, eh_frame_address, big_endian
         hdr = memoryview(eh_frame_hdr)
         if len(hdr) < 4 or hdr[0] != 1:
             raise CFIError("unsupported .eh_frame_hdr version", 0)

@@ -135,6 +135,11 @@ class Unwinder:
     def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace) -> Unwind:
         result = Unwind([Frame(registers.pc, _IP)])
         frames = result.frames
+        # The stack pointer of each frame, and where the registers were last all known
+        # (frame 0, or the frame a signal interrupted): for recovering a callee-saved
+        # register from the callees' CFI, in the rare frame that needs one.
+        sps = [registers.sp]
+        known_at = 0
         mappings = result.mappings
         pc, sp, fp, lr = registers.pc, registers.sp, registers.fp, registers.lr
         topmost = True
@@ -178,10 +183,18 @@ class Unwinder:
                 registers = Registers(pc, sp, fp, 0, others)
                 topmost = True
                 frames.append(Frame(pc, _SIGNAL))
+                sps.append(sp)
+                known_at = len(frames) - 1
                 continue
             else:
                 step = self._step_other(plan, pc, sp, fp, lr, topmost, registers, memory,
                                         space)
+                if step is Stop.REGISTER and isinstance(plan, RowPlan) and not topmost:
+                    callees = [(frames[i].pc, sps[i + 1], i == known_at
+                                or frames[i].method in EXACT_PC)
+                               for i in range(known_at, len(frames) - 1)]
+                    step = self._step_recovering(plan.row, pc, sp, fp, lr, callees,
+                                                 registers, memory, space)
                 if isinstance(step, Stop):
                     result.stop = step
                     return result
@@ -195,6 +208,7 @@ class Unwinder:
             pc, sp, fp = new_pc, new_sp, new_fp
             topmost = False
             frames.append(Frame(pc, method))
+            sps.append(sp)
         mappings.append(space.find(pc if topmost else pc - 1))
         result.stop = Stop.DEPTH
         return result
@@ -223,6 +237,28 @@ class Unwinder:
         if step is None:
             return Stop.NO_RULE
         return step[0], step[1], step[2], method
+
+    def _step_recovering(self, row: FrameRow, pc: int, sp: int, fp: int, lr: int,
+                         callees: list[tuple[int, int, bool]], registers: Registers,
+                         memory: StackReader, space: AddressSpace
+                         ) -> tuple[int, int, int, FrameMethod] | Stop:
+        """A step whose CFA is based on a callee-saved register other than SP and FP: the
+        register's value in this frame recovered from the callees' CFI (x86-64)."""
+        from .callee_saved import recover_register
+
+        if self.abi is not ABI.AMD64_ENDIAN_LITTLE:
+            return Stop.REGISTER
+        regnum = row.cfa.regnum
+        value = recover_register(regnum, callees, registers.others.get(regnum), memory, space)
+        if value is None:
+            return Stop.REGISTER
+        known = Registers(pc, sp, fp, lr, {regnum: value})
+        step = self._step_sframe(row, pc, sp, fp, lr, True, known, memory)
+        if step is None:
+            return Stop.REGISTER
+        if isinstance(step, Stop):
+            return step
+        return step[0], step[1], step[2], _SFRAME
 
     def _plan(self, space: AddressSpace, pc: int, lookup_pc: int) -> Plan:
         """The plan for a frame at ``pc`` (rules looked up at ``lookup_pc``: pc - 1 for
