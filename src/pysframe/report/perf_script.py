@@ -9,7 +9,12 @@ from ..sources.perf_data import EventAttr
 from ..sources.perf_records import SAMPLE_CPU
 from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
-from ..unwind.perf_session import CONTEXT_MARKER_MIN, KERNEL_START, UnwoundSample
+from ..unwind.perf_session import (
+    CONTEXT_MARKER_MIN,
+    KERNEL_START,
+    UnwoundSample,
+    valid_callchain,
+)
 from ..unwind.unwinder import EXACT_PC, Stop
 
 #: perf's line where a chain was cut off by the end of the stack copy: its unwinder reads
@@ -75,7 +80,10 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
                      f"({mapping.filename})" if mapping is not None
                      else f"{sample.ip:16x} [unknown] ([unknown])")
         return f"{header(unwound, True)} {where}\n"
-    lines = [header(unwound, False), *kernel_lines(sample.callchain, kernel)]
+    lines = [header(unwound, False)]
+    if unwind.stop is Stop.RECORDED and not valid_callchain(sample.callchain):
+        return lines[0] + "\n\n"  # perf drops a recorded chain with an unknown context
+    lines += kernel_lines(sample.callchain, kernel)
     for index, (frame, mapping) in enumerate(zip(unwind.frames, unwound.mappings,
                                                  strict=True)):
         # callers print as return address - 1; signal-interrupted frames as they are

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 class BinaryFinder:
-    """Locates the file for a (path, build id): recorded path, ~/.debug, user directories."""
+    """Locates the file for a (path, build id): ~/.debug, recorded path, user directories."""
 
     def __init__(self, directories: Iterable[str] = (), build_ids: dict[str, bytes] | None = None,
                  use_cache: bool = True, problems: Problems | None = None,
@@ -46,6 +46,9 @@ class BinaryFinder:
         #: Whether a recorded file that cannot be read is one of them (a caller that checks
         #: and reports the files itself, as ``sframe stack`` does, says no).
         self.report_unreadable = report_unreadable
+        #: Binaries opened for their symbols only: no table read or generated (a recording
+        #: without stack copies is never unwound here).
+        self.symbols_only = False
         self._index: dict[str, list[str]] | None = None
         self._modules: dict[tuple[str, bytes | None], Module | None] = {}
         #: Images found, and tables read from the cache, by :meth:`prefetch` (used once).
@@ -111,6 +114,8 @@ class BinaryFinder:
         cache), its origin, and the file offset of the table when it is the file's own
         section. A binary without CFI simply has no table; a malformed one is reported as
         a problem."""
+        if self.symbols_only:
+            return None, "no SFrame: not needed (nothing to unwind)", None
         try:
             data, address = table or sframe_for(image, use_cache=self.use_cache)
             reader = SFrameReader(data, address)
@@ -134,7 +139,7 @@ class BinaryFinder:
 
         Only a warm-up: a file that cannot be read or a table that cannot be made is
         left to :meth:`module`, which reports it as it would have without this."""
-        if not self.use_cache:
+        if not self.use_cache or self.symbols_only:
             return 0
         missing: list[tuple[str, bytes | None]] = []
         for path, build_id in files:

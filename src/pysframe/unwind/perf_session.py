@@ -14,7 +14,7 @@ from ..errors import Problems
 from ..format.constants import ABI
 from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task
 from ..sources.perf_order import time_ordered
-from ..sources.perf_records import SAMPLE_CALLCHAIN
+from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER
 from .address_space import AddressSpace, Mapping
 from .memory import StackMemory
 from .modules import BinaryFinder
@@ -105,6 +105,9 @@ class PerfUnwinder:
             raise ValueError(f"unsupported architecture {self.arch}")
         build_ids = {entry.filename: entry.build_id for entry in data.build_ids()}
         self.finder = BinaryFinder(binaries, build_ids, use_cache, problems)
+        # -g, -a -g and recordings without callchains have no stack copies to unwind.
+        self.finder.symbols_only = not any(attr.sample_type & SAMPLE_STACK_USER
+                                           for attr in data.attrs)
         self.unwinder = Unwinder(ABI_OF_ARCH[self.arch], max_depth)
         self.spaces: dict[int, AddressSpace] = {}
         self.comms: dict[int, str] = {}
@@ -150,6 +153,19 @@ class PerfUnwinder:
         return UnwoundSample(sample, comm, unwind, unwind.mappings)
 
 
+#: The callchain contexts perf 6.1 knows (HV, KERNEL, USER, GUEST, GUEST_KERNEL,
+#: GUEST_USER). Any other value >= -4095 makes perf drop the whole recorded chain: a
+#: frame-pointer walk can copy such a value from a user stack (-160 is common), and perf
+#: then prints the header alone.
+KNOWN_CONTEXTS = frozenset((1 << 64) - value for value in (32, 128, 512, 2048, 2176, 2560))
+
+
+def valid_callchain(callchain: tuple[int, ...]) -> bool:
+    """Whether perf prints the recorded callchain (no unknown context marker in it)."""
+    return all(address < CONTEXT_MARKER_MIN or address in KNOWN_CONTEXTS
+               for address in callchain)
+
+
 def default_comm(sample: Sample) -> str:
     """perf's name for a thread no COMM record named: the idle task (tid 0) is "swapper",
     any other ":TID"."""
@@ -160,11 +176,17 @@ def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
     """The user part of the sample's recorded callchain (after PERF_CONTEXT_USER; printed
     as recorded, return addresses unadjusted, as perf does), or, for a recording without
     callchains, the sample's ip alone (as frame 0, whatever its mode)."""
+    if sample.attr is not None and sample.attr.sample_type & SAMPLE_STACK_USER:
+        # The user part was to come from the stack copy, and this one has none (a thread
+        # in execve, a kernel thread): perf prints no user frames.
+        return Unwind(stop=Stop.NO_STACK)
     unwind = Unwind(stop=Stop.RECORDED)
     if sample.attr is None or not sample.attr.sample_type & SAMPLE_CALLCHAIN:
         unwind.stop = Stop.NO_CALLCHAIN
         unwind.frames.append(Frame(sample.ip, FrameMethod.IP))
         unwind.mappings.append(None if sample.ip >= KERNEL_START else space.find(sample.ip))
+        return unwind
+    if not valid_callchain(sample.callchain):
         return unwind
     user = False
     for address in sample.callchain:

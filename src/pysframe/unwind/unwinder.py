@@ -46,6 +46,7 @@ class Stop(Enum):
     BAD_RA = "frame pointer gave a return address outside executable code"
     RECORDED = "end of the callchain the kernel recorded"
     NO_CALLCHAIN = "the recording has no callchain and no stack copy (sample ip only)"
+    NO_STACK = "no stack copy in this sample (a kernel thread, or a thread in execve)"
 
 
 class FrameMethod(StrEnum):
