@@ -219,7 +219,10 @@ def test_perf_script_names_match_perf(cplus: Path, tmp_path: Path) -> None:
         return dict(found)
 
     mine, perfs = frames(ours), frames(theirs)
-    common = set(mine) & set(perfs)
+    # perf 6.1 names the first .plt stub after _init (here 0x1030: `_init+0x30`), its zero-
+    # sized symbol stretched over the stub; objdump and we name the stub `name@plt`.
+    common = {offset for offset in set(mine) & set(perfs)
+              if not (perfs[offset].startswith("_init+") and "@plt+" in mine[offset])}
     assert len(common) >= 3
     assert {offset: mine[offset] for offset in common} == \
         {offset: perfs[offset] for offset in common}
