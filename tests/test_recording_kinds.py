@@ -212,3 +212,17 @@ def test_a_cfa_in_a_register_saved_by_an_inner_frame_is_recovered(
     walk = _register_cfa_walk(monkeypatch)
     assert [frame.pc for frame in walk.frames] == [0x401004, 0x402010, 0x9000]
     assert walk.stop is Stop.NO_MODULE
+
+
+def test_an_lbr_call_stack_gives_the_user_chain_as_perf_builds_it() -> None:
+    """--call-graph lbr (not recordable here: no PMU): the newest call's target, then the
+    call sites, newest first, in place of the callchain's user part."""
+    attr = EventAttr(0, 0, FP_TYPE | (1 << 11), 0, 0, 0, 0, (), 1 << 11)
+    sample = _sample(FP_TYPE)
+    sample.attr = attr
+    sample.callchain = (USER, 0x402010)
+    sample.branches = ((0x401500, 0x402000), (0x403010, 0x401400))
+    unwind = recorded_frames(sample, _space())
+    assert [frame.pc for frame in unwind.frames] == [0x402000, 0x401500, 0x403010]
+    sample.branches = ()
+    assert [frame.pc for frame in recorded_frames(sample, _space()).frames] == [0x402010]

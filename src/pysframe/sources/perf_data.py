@@ -394,7 +394,7 @@ def _attributes(buffer: memoryview, attr_size: int, attrs_offset: int, attrs_siz
     for position in range(attrs_offset, attrs_offset + attrs_size - attr_size + 1, attr_size):
         kind, _, config, _, sample_type, read_format, flags = struct.unpack_from(
             "<IIQQQQQ", buffer, position)
-        regs_user, stack_user = struct.unpack_from("<QI", buffer, position + 80)
+        branch_type, regs_user, stack_user = struct.unpack_from("<QQI", buffer, position + 72)
         ids_offset, ids_size = struct.unpack_from("<QQ", buffer, position + attr_size - 16)
         ids: tuple[int, ...] = ()
         if ids_offset + ids_size <= size and ids_size % 8 == 0:
@@ -405,7 +405,7 @@ def _attributes(buffer: memoryview, attr_size: int, attrs_offset: int, attrs_siz
                 ids = struct.unpack_from(f"<{ids_size // 8}Q", buffer, ids_offset)
                 id_budget -= len(ids)
         attrs.append(EventAttr(kind, config, sample_type, read_format, flags, regs_user,
-                               stack_user, ids))
+                               stack_user, ids, branch_type))
     return attrs
 
 

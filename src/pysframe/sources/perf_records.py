@@ -43,6 +43,10 @@ SAMPLE_WEIGHT = 1 << 14
 SAMPLE_DATA_SRC = 1 << 15
 SAMPLE_IDENTIFIER = 1 << 16
 
+#: branch_sample_type bits: the LBR call stack, and a hw_idx word before the entries.
+BRANCH_CALL_STACK = 1 << 11
+BRANCH_HW_INDEX = 1 << 17
+
 _U64 = struct.Struct("<Q")
 _RECORD = struct.Struct("<IHH")
 
@@ -57,6 +61,14 @@ class EventAttr:
     sample_regs_user: int
     sample_stack_user: int
     ids: tuple[int, ...] = ()
+    branch_sample_type: int = 0
+
+    @property
+    def lbr_callstack(self) -> bool:
+        """LBR call-stack recording (``--call-graph lbr``): user chains come from the
+        branch stack."""
+        return bool(self.sample_type & SAMPLE_BRANCH_STACK
+                    and self.branch_sample_type & BRANCH_CALL_STACK)
 
     @property
     def sample_id_all(self) -> bool:
@@ -78,6 +90,8 @@ class Sample:
     cpu: int = 0
     period: int = 0
     callchain: tuple[int, ...] = ()
+    #: The branch stack's (from, to) pairs, newest first.
+    branches: tuple[tuple[int, int], ...] = ()
     regs_abi: int = 0
     regs: tuple[int, ...] = ()
     stack: memoryview | None = None
@@ -291,7 +305,12 @@ class RecordParser:
             position += 4 + raw_size
         if sample_type & SAMPLE_BRANCH_STACK:
             count = unpack(buffer, position)[0]
-            position += 8 + 24 * count
+            position += 16 if attr.branch_sample_type & BRANCH_HW_INDEX else 8
+            if position + 24 * count > end:
+                raise ValueError(f"branch stack of {count} entries runs past the record")
+            words = struct.unpack_from(f"<{3 * count}Q", buffer, position)
+            sample.branches = tuple(zip(words[0::3], words[1::3], strict=True))
+            position += 24 * count
         if sample_type & SAMPLE_REGS_USER:
             sample.regs_abi = unpack(buffer, position)[0]
             position += 8

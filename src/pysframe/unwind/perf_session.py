@@ -189,12 +189,18 @@ def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
     if not valid_callchain(sample.callchain):
         return unwind
     user = False
+    addresses = []
     for address in sample.callchain:
         if address >= CONTEXT_MARKER_MIN:
             user = address == PERF_CONTEXT_USER
-            continue
-        if user:
-            method = FrameMethod.IP if not unwind.frames else FrameMethod.RECORDED
-            unwind.frames.append(Frame(address, method))
-            unwind.mappings.append(space.find(address))
+        elif user:
+            addresses.append(address)
+    if sample.attr.lbr_callstack and PERF_CONTEXT_USER in sample.callchain and sample.branches:
+        # LBR call stack (--call-graph lbr), as perf builds it: the newest call's target,
+        # then every call site, newest first.
+        addresses = [sample.branches[0][1], *(source for source, _ in sample.branches)]
+    for address in addresses:
+        method = FrameMethod.IP if not unwind.frames else FrameMethod.RECORDED
+        unwind.frames.append(Frame(address, method))
+        unwind.mappings.append(space.find(address))
     return unwind
