@@ -162,8 +162,9 @@ def compare(ours_text: str, perf_text: str) -> Parity:
 
 
 def _perf_skipped_frames(mine: Block, perfs: Block) -> bool:
-    """perf's chain is ours with frames left out, and each frame only we print is a return
-    site (libunwind misreads a frame and lands on an outer one, e.g. in ld.so's memmove)."""
+    """perf's chain is ours with frames left out (and perhaps junk at its end), and each
+    frame only we print is a return site (libunwind misreads a frame and lands on an outer
+    one, e.g. in ld.so's memmove)."""
     theirs = iter(perfs.user)
     wanted = next(theirs, None)
     for frame in mine.user:
@@ -171,7 +172,9 @@ def _perf_skipped_frames(mine: Block, perfs: Block) -> bool:
             wanted = next(theirs, None)
         elif _returns_to_code(frame) is False:
             return False
-    return wanted is None
+    # What perf has beyond our chain may only be junk (not after a call).
+    rest = [] if wanted is None else [wanted, *theirs]
+    return all(_returns_to_code(frame) is False for frame in rest)
 
 
 def _same_frame(mine: tuple[int, str, str], perfs: tuple[int, str, str]) -> bool:
@@ -224,14 +227,14 @@ def _compare_chain(parity: Parity, mine: Block, perfs: Block) -> None:
             parity.unverifiable += 1
         elif not verdict:
             parity.extended_by_non_return_site += 1
-    elif _perf_skipped_frames(mine, perfs):
-        parity.perf_skipped += 1
     elif _returns_to_code(perf_rest[0]) is False and _real_callers(
             ours_rest, mine.user[common - 1] if common else None) is not False:
         # perf's next frame is junk (not after a call: libunwind followed a bad rule or
         # a register that is no frame pointer) and ours stop or go on through real
         # return sites.
         parity.perf_junk += 1
+    elif _perf_skipped_frames(mine, perfs):
+        parity.perf_skipped += 1
     else:
         parity.shorter_or_different += 1
         if len(parity.problems) < 5:
