@@ -121,3 +121,25 @@ def test_system_wide_recording(workdir: Path) -> None:
     assert parity.ours == parity.samples and parity.headers_identical == parity.samples
     assert parity.shorter_or_different == 0, parity.problems
     assert parity.symbol_share >= 0.99, parity.line("system-wide")
+
+
+VDSO_LOOP = """#include <time.h>
+int main(void) { struct timespec t; long s = 0;
+  for (long i = 0; i < 3000000; i++) { clock_gettime(CLOCK_MONOTONIC, &t); s += t.tv_nsec; }
+  return s == 1; }
+"""
+
+
+def test_vdso_frames_are_named_as_perf_names_them(workdir: Path) -> None:
+    """A program spending its time in clock_gettime(): the vDSO frames are named (from this
+    process's vDSO, the recorded kernel's) and unwound into the caller, as perf does."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    source = workdir / "vdso.c"
+    source.write_text(VDSO_LOOP)
+    program = workdir / "vdso"
+    subprocess.run(["gcc", "-O2", "-o", str(program), str(source)], check=True, timeout=120)
+    parity = run_parity(workdir, "vdso", [str(program)], *DWARF)
+    check(parity)
+    recording = workdir / "vdso.data"
+    assert "__vdso_clock_gettime" in sframe_script(recording, workdir / "cache").stdout

@@ -226,3 +226,17 @@ def test_an_lbr_call_stack_gives_the_user_chain_as_perf_builds_it() -> None:
     assert [frame.pc for frame in unwind.frames] == [0x402000, 0x401500, 0x403010]
     sample.branches = ()
     assert [frame.pc for frame in recorded_frames(sample, _space()).frames] == [0x402010]
+
+
+def test_the_running_kernels_vdso_is_read_for_its_symbols_and_cfi() -> None:
+    """Samples in the vDSO (time(), clock_gettime()) are named and unwound through the
+    vDSO of this process when the recording's has the same build id."""
+    from pysframe.elf import ElfImage
+    from pysframe.unwind.perf_session import own_vdso
+
+    image = own_vdso()
+    assert image is not None and image.startswith(b"\x7fELF")
+    unwinder = PerfUnwinder(cast(Any, _Data(DWARF_TYPE)))
+    path = unwinder._vdso_file(b"\x01" * 20)
+    assert ElfImage(path).section(".eh_frame") is not None
+    assert unwinder._vdso_file(None) == "[vdso]"  # no build id recorded: not guessed

@@ -7,11 +7,17 @@ one. Each sample's user registers and stack copy feed the tracer.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..errors import Problems
+from ..errors import Problems, PysframeError
 from ..format.constants import ABI
+from ..inputs import read_text
 from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task
 from ..sources.perf_order import time_ordered
 from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER
@@ -111,6 +117,26 @@ class PerfUnwinder:
         self.unwinder = Unwinder(ABI_OF_ARCH[self.arch], max_depth)
         self.spaces: dict[int, AddressSpace] = {}
         self.comms: dict[int, str] = {}
+        #: The recorded vDSO's build id; our own vDSO is used when it has the same one.
+        self.vdso_id = build_ids.get(VDSO)
+        self._vdso: str | None = None
+
+    def _vdso_file(self, build_id: bytes | None) -> str:
+        """A file holding this process's vDSO when it is the recorded one (same build id:
+        the same kernel), for its CFI and symbols; ``[vdso]`` (found nowhere) otherwise."""
+        if build_id is None:
+            return VDSO
+        if self._vdso is None:
+            self._vdso = VDSO
+            image = own_vdso()
+            if image is not None:
+                directory = tempfile.mkdtemp(prefix="sframe-vdso-")
+                weakref.finalize(self, shutil.rmtree, directory, True)
+                path = os.path.join(directory, "vdso.so")
+                with open(path, "wb") as file:
+                    file.write(image)
+                self._vdso = path
+        return self._vdso
 
     def _space(self, pid: int) -> AddressSpace:
         space = self.spaces.get(pid)
@@ -124,8 +150,11 @@ class PerfUnwinder:
                 yield self._unwind(record)
             elif isinstance(record, Mmap):
                 if record.executable and not record.filename.startswith("//anon"):
-                    module = self.finder.module(record.filename, record.build_id, record.start,
-                                                record.pgoff)
+                    path, build_id = record.filename, record.build_id
+                    if path == VDSO:
+                        build_id = build_id or self.vdso_id
+                        path = self._vdso_file(build_id)
+                    module = self.finder.module(path, build_id, record.start, record.pgoff)
                     self._space(record.pid).add(Mapping(
                         record.start, record.start + record.length, record.pgoff,
                         record.filename, record.build_id, module))
@@ -164,6 +193,22 @@ def valid_callchain(callchain: tuple[int, ...]) -> bool:
     """Whether perf prints the recorded callchain (no unknown context marker in it)."""
     return all(address < CONTEXT_MARKER_MIN or address in KNOWN_CONTEXTS
                for address in callchain)
+
+
+VDSO = "[vdso]"
+
+
+def own_vdso() -> bytes | None:
+    """The bytes of this process's vDSO (the running kernel's), or None."""
+    try:
+        maps = read_text("/proc/self/maps", 1 << 20)
+    except PysframeError:
+        return None
+    for line in maps.splitlines():
+        if line.endswith(VDSO):
+            start, end = (int(value, 16) for value in line.split()[0].split("-"))
+            return ctypes.string_at(start, end - start)
+    return None
 
 
 def default_comm(sample: Sample) -> str:
