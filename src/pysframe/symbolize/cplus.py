@@ -71,13 +71,20 @@ def cxa_demangle(mangled: str) -> str | None:
                        ctypes.byref(status))
     if not pointer:
         return None
-    try:
-        text: bytes = ctypes.string_at(pointer)
-    finally:
-        free(pointer)
+    text = take_string(pointer, free)
     if status.value != 0:
         return None
     return text.decode("utf-8", "replace")
+
+
+def take_string(pointer: int, free: Any) -> bytes:
+    """The C string a demangler returned at ``pointer``, which is then freed."""
+    import ctypes
+
+    try:
+        return ctypes.string_at(pointer)
+    finally:
+        free(pointer)
 
 
 def demangle(mangled: str) -> str | None:

@@ -76,11 +76,9 @@ def _libiberty_demangle(name: str, options: int) -> str | None:
     pointer = function(name.encode("utf-8", "surrogateescape"), options)
     if not pointer:
         return None
-    try:
-        text: bytes = ctypes.string_at(pointer)
-    finally:
-        free(pointer)
-    return text.decode("utf-8", "replace")
+    from .cplus import take_string
+
+    return take_string(pointer, free).decode("utf-8", "replace")
 
 
 def _rust_fallback(name: str, verbose: bool) -> str | None:
