@@ -119,7 +119,7 @@ def test_a_chain_cut_by_the_end_of_the_stack_copy_ends_with_perfs_marker() -> No
     sample = _sample(DWARF_TYPE)
     space = _space()
     unwind = Unwind(stop=Stop.COPY_ENDED)
-    unwind.frames.append(cast(Any, type("F", (), {"pc": 0x401234, "method": "ip"})()))
+    unwind.add(0x401234, FrameMethod.IP)
     unwind.mappings.append(space.find(0x401234))
     text = _text(sample, unwind=unwind)
     assert text.endswith(f"\t            1234 [unknown] (/usr/bin/prog)\n{TRUNCATED}\n\n")

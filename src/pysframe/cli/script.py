@@ -70,8 +70,8 @@ def _located(path: str, samples: Iterator[UnwoundSample]) -> Iterator[UnwoundSam
 def _with_stops(samples: Any) -> Any:
     for unwound in samples:
         sys.stderr.write(f"{unwound.sample.tid} {unwound.sample.time}: "
-                         f"{len(unwound.unwind.frames)} frames "
-                         f"({', '.join(f.method.value for f in unwound.unwind.frames)}); "
+                         f"{len(unwound.unwind.pcs)} frames "
+                         f"({', '.join(method.value for method in unwound.unwind.methods)}); "
                          f"stopped: {unwound.unwind.stop.value}\n")
         yield unwound
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import cast
 
 from ..errors import Problems
 from ..sources.perf_data import EventAttr
 from ..sources.perf_records import SAMPLE_CPU
 from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
+from ..unwind.address_space import Mapping
 from ..unwind.perf_session import (
     CONTEXT_MARKER_MIN,
     KERNEL_START,
@@ -66,8 +68,10 @@ def kernel_lines(callchain: tuple[int, ...], kernel: SymbolTable | None) -> list
 
 
 def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
-                  lines_cache: dict[tuple[int, int], str] | None = None,
+                  lines_cache: dict[int, dict[int, str]] | None = None,
                   kernel: SymbolTable | None = None) -> str:
+    """The text of one sample. ``lines_cache``: frame lines by layout and printed pc,
+    kept across samples (a sample of layout 0, unknown, does without)."""
     sample = unwound.sample
     unwind = unwound.unwind
     if unwind.stop is Stop.NO_CALLCHAIN:
@@ -83,33 +87,57 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
     lines = [header(unwound, False)]
     if unwind.stop is Stop.RECORDED and not valid_callchain(sample.callchain):
         return lines[0] + "\n\n"  # perf drops a recorded chain with an unknown context
-    lines += kernel_lines(sample.callchain, kernel)
-    for index, (frame, mapping) in enumerate(zip(unwind.frames, unwound.mappings,
-                                                 strict=True)):
-        # callers print as return address - 1; signal-interrupted frames as they are
-        pc = frame.pc if index == 0 or frame.method in EXACT_PC else frame.pc - 1
-        key = (id(mapping), pc)
-        line = lines_cache.get(key) if lines_cache is not None else None
-        if line is None:
-            if mapping is None:
-                line = f"\t{pc:16x} [unknown] ([unknown])"
-            else:
-                shown = pc - mapping.start + mapping.pgoff
-                line = f"\t{shown:16x} {symbol_text(symbolizer.symbol(mapping, pc))} ({mapping.filename})"
-            if lines_cache is not None:
-                lines_cache[key] = line
-        lines.append(line)
+    if sample.callchain:
+        lines += kernel_lines(sample.callchain, kernel)
+    lines += user_lines(unwound, symbolizer, lines_cache)
     if unwind.stop is Stop.COPY_ENDED:
         lines.append(TRUNCATED)
     return "\n".join(lines) + "\n\n"
+
+
+def user_lines(unwound: UnwoundSample, symbolizer: Symbolizer,
+               lines_cache: dict[int, dict[int, str]] | None) -> list[str]:
+    """The lines of the user frames. Callers print as return address - 1 (inside the
+    call), frame 0 and signal-interrupted frames as they are. Within one layout a printed
+    pc decides the mapping, so lines are cached by layout and pc and found in one pass."""
+    unwind = unwound.unwind
+    pcs, methods, mappings = unwind.pcs, unwind.methods, unwind.mappings
+    if not pcs:
+        return []
+    printed = [pc - 1 for pc in pcs]
+    printed[0] = pcs[0]
+    if not EXACT_PC.isdisjoint(methods):
+        for index, method in enumerate(methods):
+            if method in EXACT_PC:
+                printed[index] = pcs[index]
+    if lines_cache is None or not unwound.layout:
+        return [frame_line(symbolizer, mapping, pc)
+                for pc, mapping in zip(printed, mappings, strict=True)]
+    known = lines_cache.get(unwound.layout)
+    if known is None:
+        known = lines_cache[unwound.layout] = {}
+    lines = list(map(known.get, printed))
+    if None in lines:
+        for index, line in enumerate(lines):
+            if line is None:
+                pc = printed[index]
+                lines[index] = known[pc] = frame_line(symbolizer, mappings[index], pc)
+    return cast(list[str], lines)
+
+
+def frame_line(symbolizer: Symbolizer, mapping: Mapping | None, pc: int) -> str:
+    """The line of one user frame: the pc (as a file offset when mapped), symbol, file."""
+    if mapping is None:
+        return f"\t{pc:16x} [unknown] ([unknown])"
+    shown = pc - mapping.start + mapping.pgoff
+    return f"\t{shown:16x} {symbol_text(symbolizer.symbol(mapping, pc))} ({mapping.filename})"
 
 
 def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | None = None,
                      problems: Problems | None = None) -> Iterator[str]:
     """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available."""
     symbolizer = Symbolizer(problems)
-    # Frames repeat across samples: one formatted line per (mapping, address). Mappings
-    # live as long as the run, so their ids are stable keys.
-    lines: dict[tuple[int, int], str] = {}
+    # Frames repeat across samples: one formatted line per (layout, address).
+    lines: dict[int, dict[int, str]] = {}
     for unwound in samples:
         yield format_sample(unwound, symbolizer, lines, kernel)

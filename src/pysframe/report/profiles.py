@@ -137,10 +137,12 @@ class _Collector:
         # Leaf first: the kernel's frames (the callchain's kernel part), then user frames.
         stack = [self.kernel_location(address) for address in sample.callchain
                  if 1 << 63 <= address < CONTEXT_MARKER_MIN]
-        for index, (frame, mapping) in enumerate(zip(unwound.unwind.frames, unwound.mappings,
-                                                     strict=True)):
+        methods = unwound.unwind.methods
+        for index, (pc, mapping) in enumerate(zip(unwound.unwind.pcs, unwound.mappings,
+                                                  strict=True)):
             # callers as return address - 1 (inside the call); signal frames as they are
-            pc = frame.pc if index == 0 or frame.method in EXACT_PC else frame.pc - 1
+            if index and methods[index] not in EXACT_PC:
+                pc -= 1
             stack.append(self.location(mapping, pc))
         event = event_name(sample.attr)
         event_id = self.event_ids.get(event)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import count
 from typing import TYPE_CHECKING
 
 from ..errors import Problems, PysframeError
@@ -92,13 +93,17 @@ class Mapping:
         return data[offset:offset + size]
 
 
+_LAYOUTS = count(1)
+
+
 @dataclass(slots=True)
 class AddressSpace:
     """The executable mappings of one process, sorted by start address."""
 
     mappings: list[Mapping] = field(default_factory=list)
     _starts: list[int] = field(default_factory=list)
-    #: Bumped at every change, so caches keyed by it never see a stale layout.
+    #: A new number at every change, unique in the process (a copy keeps it: same
+    #: mappings), so caches keyed by it never see a stale or another space's layout.
     version: int = 0
 
     def add(self, mapping: Mapping) -> None:
@@ -108,7 +113,7 @@ class AddressSpace:
         kept.sort(key=lambda m: m.start)
         self.mappings = kept
         self._starts = [m.start for m in kept]
-        self.version += 1
+        self.version = next(_LAYOUTS)
 
     def find(self, address: int) -> Mapping | None:
         index = bisect_right(self._starts, address) - 1

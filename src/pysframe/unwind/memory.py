@@ -25,13 +25,15 @@ class StackReader(Protocol):
 class StackMemory:
     """The bytes of a thread's stack copied at ``base`` (e.g. perf's STACK_USER)."""
 
-    __slots__ = ("_reader", "base", "data", "end")
+    __slots__ = ("_reader", "base", "data", "end", "unpack_from")
 
     def __init__(self, base: int, data: memoryview | bytes, big_endian: bool = False) -> None:
         self.base = base
         self.data = data
         self.end = base + len(data)
         self._reader = _U64_BE if big_endian else _U64
+        #: The word reader, for callers that read inline (the tracer's hot loop).
+        self.unpack_from = self._reader.unpack_from
 
     def read(self, address: int) -> int | None:
         offset = address - self.base

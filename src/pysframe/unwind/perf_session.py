@@ -24,7 +24,7 @@ from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER
 from .address_space import AddressSpace, Mapping
 from .memory import StackMemory
 from .modules import BinaryFinder
-from .unwinder import Frame, FrameMethod, Registers, Stop, Unwind, Unwinder
+from .unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
 
 #: perf's callchain context markers are the top 4095 values; PERF_CONTEXT_USER is -512.
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
@@ -62,6 +62,9 @@ class UnwoundSample:
     unwind: Unwind
     #: The mapping of each frame's pc (None: unmapped).
     mappings: list[Mapping | None]
+    #: The layout (``AddressSpace.version``) the sample was unwound in: within one, a
+    #: frame's printed pc decides its mapping.
+    layout: int = 0
 
 
 _positions_cache: dict[tuple[str, int], tuple[int, int, int, int, dict[int, int]]] = {}
@@ -179,7 +182,7 @@ class PerfUnwinder:
         else:
             memory = StackMemory(registers.sp, sample.stack, self.arch == "s390x")
             unwind = self.unwinder.unwind(registers, memory, space)
-        return UnwoundSample(sample, comm, unwind, unwind.mappings)
+        return UnwoundSample(sample, comm, unwind, unwind.mappings, space.version)
 
 
 #: The callchain contexts perf 6.1 knows (HV, KERNEL, USER, GUEST, GUEST_KERNEL,
@@ -228,7 +231,7 @@ def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
     unwind = Unwind(stop=Stop.RECORDED)
     if sample.attr is None or not sample.attr.sample_type & SAMPLE_CALLCHAIN:
         unwind.stop = Stop.NO_CALLCHAIN
-        unwind.frames.append(Frame(sample.ip, FrameMethod.IP))
+        unwind.add(sample.ip, FrameMethod.IP)
         unwind.mappings.append(None if sample.ip >= KERNEL_START else space.find(sample.ip))
         return unwind
     if not valid_callchain(sample.callchain):
@@ -245,7 +248,6 @@ def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
         # then every call site, newest first.
         addresses = [sample.branches[0][1], *(source for source, _ in sample.branches)]
     for address in addresses:
-        method = FrameMethod.IP if not unwind.frames else FrameMethod.RECORDED
-        unwind.frames.append(Frame(address, method))
+        unwind.add(address, FrameMethod.RECORDED if unwind.pcs else FrameMethod.IP)
         unwind.mappings.append(space.find(address))
     return unwind

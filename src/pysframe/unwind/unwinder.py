@@ -11,8 +11,8 @@ topmost frame.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum, StrEnum
+from typing import NamedTuple
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, Rule, RuleKind
@@ -68,31 +68,63 @@ _IP, _SFRAME, _FP = FrameMethod.IP, FrameMethod.SFRAME, FrameMethod.FP
 _SIGRETURN, _SIGNAL = FrameMethod.SIGRETURN, FrameMethod.SIGNAL
 
 
-@dataclass(slots=True)
-class Frame:
+class Frame(NamedTuple):
+    """One frame of a chain, as consumers read it (:attr:`Unwind.frames`)."""
+
     pc: int
     #: IP (frame 0), SFRAME or FP (how this frame's caller was recovered is the next
     #: frame's method), SIGRETURN / SIGNAL around a signal frame.
     method: FrameMethod
 
 
-@dataclass(slots=True)
 class Unwind:
-    frames: list[Frame] = field(default_factory=list)
-    stop: Stop = Stop.DEPTH
-    #: The mapping holding each frame's (lookup) pc; None: unmapped.
-    mappings: list[Mapping | None] = field(default_factory=list)
+    """A chain, compact: the pc and method of each frame in two lists (no object per frame:
+    the tracer's hot loop only appends), the mapping of each frame's lookup pc, and why it
+    ended."""
+
+    __slots__ = ("mappings", "methods", "pcs", "stop")
+
+    def __init__(self, pcs: list[int] | None = None, methods: list[FrameMethod] | None = None,
+                 stop: Stop = Stop.DEPTH, mappings: list[Mapping | None] | None = None) -> None:
+        self.pcs: list[int] = [] if pcs is None else pcs
+        self.methods: list[FrameMethod] = [] if methods is None else methods
+        self.stop = stop
+        #: The mapping holding each frame's (lookup) pc; None: unmapped.
+        self.mappings: list[Mapping | None] = [] if mappings is None else mappings
+
+    @property
+    def frames(self) -> list[Frame]:
+        """The frames as objects (built on demand)."""
+        return [Frame(pc, method) for pc, method in zip(self.pcs, self.methods, strict=True)]
+
+    def add(self, pc: int, method: FrameMethod) -> None:
+        self.pcs.append(pc)
+        self.methods.append(method)
+
+    def __repr__(self) -> str:
+        return f"Unwind(frames={self.frames!r}, stop={self.stop})"
 
 
-@dataclass(slots=True)
 class Registers:
-    """The registers a step needs: pc, sp, fp, and the link register where there is one."""
+    """The registers a step needs: pc, sp, fp, and the link register where there is one;
+    ``others``: any other register known, by DWARF number."""
 
-    pc: int
-    sp: int
-    fp: int
-    lr: int = 0
-    others: dict[int, int] = field(default_factory=dict)
+    __slots__ = ("fp", "lr", "others", "pc", "sp")
+
+    def __init__(self, pc: int, sp: int, fp: int, lr: int = 0,
+                 others: dict[int, int] | None = None) -> None:
+        self.pc, self.sp, self.fp, self.lr = pc, sp, fp, lr
+        self.others: dict[int, int] = {} if others is None else others
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Registers) and (self.pc, self.sp, self.fp, self.lr, self.others)
+                == (other.pc, other.sp, other.fp, other.lr, other.others))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaced
+
+    def __repr__(self) -> str:
+        return (f"Registers(pc={self.pc:#x}, sp={self.sp:#x}, fp={self.fp:#x}, lr={self.lr:#x}, "
+                f"others={self.others!r})")
 
 
 #: x86-64 rt_sigreturn trampoline (glibc's __restore_rt): mov $15,%rax; syscall.
@@ -134,48 +166,109 @@ class Unwinder:
         self.user_limit = USER_LIMIT[abi]
 
     def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace) -> Unwind:
-        result = Unwind([Frame(registers.pc, _IP)])
-        frames = result.frames
+        pcs = [registers.pc]
+        methods = [_IP]
+        mappings: list[Mapping | None] = []
+        result = Unwind(pcs, methods, Stop.DEPTH, mappings)
         # The stack pointer of each frame, and where the registers were last all known
         # (frame 0, or the frame a signal interrupted): for recovering a callee-saved
         # register from the callees' CFI, in the rare frame that needs one.
         sps = [registers.sp]
         known_at = 0
-        mappings = result.mappings
         pc, sp, fp, lr = registers.pc, registers.sp, registers.fp, registers.lr
         topmost = True
         cache = self._plans
         plans = cache.plans_for(space)
+        # A perf stack copy is read inline (the hot path: no call per word); any other
+        # memory through its read method.
+        if type(memory) is StackMemory:
+            data, base, end = memory.data, memory.base, memory.end
+            unpack = memory.unpack_from
+        else:
+            data, base, end, unpack = b"", 0, -1, None
         read = memory.read
         sp_offset, max_depth = self.sp_offset, self.max_depth
         plan: Plan | None
-        while len(frames) < max_depth:
+        while len(pcs) < max_depth:
+            if not topmost and unpack is not None:
+                # The hot path: callers whose cached plan is the default rule, stepped in a
+                # tight loop (the same checks as below, in the same order).
+                depth = len(pcs)
+                while depth < max_depth:
+                    plan = plans.get(pc - 1)
+                    if type(plan) is not DefaultPlan:
+                        break
+                    mapping, sp_based, cfa_offset, ra_offset, fp_offset = plan
+                    cfa = (sp if sp_based else fp) + cfa_offset
+                    address = cfa + ra_offset
+                    if address < base or address + 8 > end:
+                        mappings.append(mapping)
+                        result.stop = Stop.COPY_ENDED if address + 8 > end else Stop.MEMORY
+                        return result
+                    new_pc = unpack(data, address - base)[0]
+                    if fp_offset is not None:
+                        address = cfa + fp_offset
+                        if base <= address and address + 8 <= end:
+                            fp = unpack(data, address - base)[0]
+                    mappings.append(mapping)
+                    cfa += sp_offset
+                    if new_pc == 0:
+                        result.stop = Stop.ZERO_PC
+                        return result
+                    if cfa <= sp:
+                        result.stop = Stop.BACKWARDS if cfa < sp else Stop.NO_ADVANCE
+                        return result
+                    pc, sp = new_pc, cfa
+                    pcs.append(pc)
+                    methods.append(_SFRAME)
+                    sps.append(sp)
+                    depth += 1
+                if depth >= max_depth:
+                    break
             if topmost:
-                # Not cached: the topmost pc is exact, a cached plan is for a return address.
-                plan = self._plan(space, pc, pc)
+                # Cached apart (by the bitwise complement of the pc, never a lookup pc): the
+                # topmost pc is exact, the other plans are for return addresses.
+                plan = plans.get(~pc)
+                if plan is None:
+                    plan = self._plan(space, pc, pc)
+                    plans = cache.remember(space, ~pc, plan)
             else:
                 plan = plans.get(pc - 1)
                 if plan is None:
                     plan = self._plan(space, pc, pc - 1)
                     plans = cache.remember(space, pc - 1, plan)
             mappings.append(plan.mapping)
-            if isinstance(plan, DefaultPlan):
+            if type(plan) is DefaultPlan:
                 # The common default rule (CFA = SP/FP + offset, RA and FP on the stack),
                 # precomputed per pc: a few additions and at most two loads.
-                cfa = (sp if plan.sp_based else fp) + plan.cfa_offset
-                new_pc = read(cfa + plan.ra_offset)
-                if new_pc is None:
-                    result.stop = unreadable(memory, cfa + plan.ra_offset)
-                    return result
+                _, sp_based, cfa_offset, ra_offset, fp_offset = plan
+                cfa = (sp if sp_based else fp) + cfa_offset
+                address = cfa + ra_offset
+                if unpack is not None:
+                    if address < base or address + 8 > end:
+                        result.stop = unreadable(memory, address)
+                        return result
+                    new_pc = unpack(data, address - base)[0]
+                else:
+                    found = read(address)
+                    if found is None:
+                        result.stop = unreadable(memory, address)
+                        return result
+                    new_pc = found
                 new_sp, new_fp, method = cfa + sp_offset, fp, _SFRAME
-                if plan.fp_offset is not None:
-                    saved = read(cfa + plan.fp_offset)
-                    if saved is not None:
-                        new_fp = saved
-            elif isinstance(plan, SigreturnPlan):
+                if fp_offset is not None:
+                    address = cfa + fp_offset
+                    if unpack is not None:
+                        if base <= address and address + 8 <= end:
+                            new_fp = unpack(data, address - base)[0]
+                    else:
+                        saved = read(address)
+                        if saved is not None:
+                            new_fp = saved
+            elif type(plan) is SigreturnPlan:
                 # A signal frame: the interrupted context is saved on the stack. Its pc is
                 # exact (not a return address), and all its registers are known again.
-                frames[-1].method = _SIGRETURN
+                methods[-1] = _SIGRETURN
                 restored = self._step_sigreturn(sp, memory)
                 if restored is None:
                     result.stop = Stop.MEMORY
@@ -183,17 +276,18 @@ class Unwinder:
                 pc, sp, fp, others = restored
                 registers = Registers(pc, sp, fp, 0, others)
                 topmost = True
-                frames.append(Frame(pc, _SIGNAL))
+                pcs.append(pc)
+                methods.append(_SIGNAL)
                 sps.append(sp)
-                known_at = len(frames) - 1
+                known_at = len(pcs) - 1
                 continue
             else:
+                assert not isinstance(plan, (DefaultPlan, SigreturnPlan))
                 step = self._step_other(plan, pc, sp, fp, lr, topmost, registers, memory,
                                         space)
                 if step is Stop.REGISTER and isinstance(plan, RowPlan) and not topmost:
-                    callees = [(frames[i].pc, sps[i + 1], i == known_at
-                                or frames[i].method in EXACT_PC)
-                               for i in range(known_at, len(frames) - 1)]
+                    callees = [(pcs[i], sps[i + 1], i == known_at or methods[i] in EXACT_PC)
+                               for i in range(known_at, len(pcs) - 1)]
                     step = self._step_recovering(plan.row, pc, sp, fp, lr, callees,
                                                  registers, memory, space)
                 if isinstance(step, Stop):
@@ -208,7 +302,8 @@ class Unwinder:
                 return result
             pc, sp, fp = new_pc, new_sp, new_fp
             topmost = False
-            frames.append(Frame(pc, method))
+            pcs.append(pc)
+            methods.append(method)
             sps.append(sp)
         mappings.append(space.find(pc if topmost else pc - 1))
         result.stop = Stop.DEPTH
