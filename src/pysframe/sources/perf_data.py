@@ -23,10 +23,10 @@ import mmap
 import os
 import struct
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
 
 from ..errors import PysframeError
 from ..inputs import InputError, open_regular
+from ..records import field, record_class
 from .perf_inflate import DEFAULT_MMAP_LEN, MAX_RECORD_OUTPUT, Inflater, Spill
 from .perf_records import (
     RECORD_COMPRESSED,
@@ -80,7 +80,7 @@ class PerfDataError(PysframeError, ValueError):
     """The file is not a perf.data file we can read (with the byte offset)."""
 
 
-@dataclass(slots=True)
+@record_class
 class PerfData:
     """An open perf.data file (use as a context manager, or call :meth:`close`)."""
 
@@ -209,15 +209,17 @@ class PerfData:
 
     # --- records ----------------------------------------------------------------------
 
-    def records(self) -> Generator[Record, None, None]:
+    def records(self, kinds: frozenset[int] | None = None) -> Generator[Record, None, None]:
         """Records in file order (compressed records are inflated, from the start of their
-        stream at each pass)."""
-        return self.scan(None)
+        stream at each pass); ``kinds``: only records of these types are parsed (a pass
+        that looks for mappings skips the samples unread)."""
+        return self.scan(None, kinds)
 
-    def scan(self, spill: Spill | None) -> Generator[Record, None, None]:
+    def scan(self, spill: Spill | None, kinds: frozenset[int] | None = None
+             ) -> Generator[Record, None, None]:
         """Records in file order; with a ``spill``, inflated records are also written to it
         and their ``offset`` is their location there (:data:`SPILLED` set), for
-        :meth:`record_at`."""
+        :meth:`record_at`. ``kinds``: as for :meth:`records`."""
         assert self._parser is not None
         parse = self._parser.parse
         buffer = self.buffer
@@ -241,8 +243,8 @@ class PerfData:
                 data = inflater.inflate(buffer, kind, offset, size)
                 self.inflated += inflater.produced - produced
                 if data is not None:
-                    yield from self._inflated(data, offset, inflater, spill)
-            else:
+                    yield from self._inflated(data, offset, inflater, spill, kinds)
+            elif kinds is None or kind in kinds:
                 try:
                     record = parse(buffer, kind, misc, offset, size, 0)
                 except (struct.error, IndexError, ValueError) as error:
@@ -259,7 +261,8 @@ class PerfData:
         inflater.finish(min(end, len(buffer)))
 
     def _inflated(self, data: bytearray, origin: int, inflater: Inflater,
-                  spill: Spill | None) -> Iterator[Record]:
+                  spill: Spill | None, kinds: frozenset[int] | None = None
+                  ) -> Iterator[Record]:
         """The complete records of one compressed record's output (the incomplete one at
         its end is carried over to the next). Their ``offset``: the compressed record's
         file offset plus their position in ``data`` (or their location in the spill)."""
@@ -278,7 +281,7 @@ class PerfData:
                 break
             if kind in _COMPRESSED_KINDS:
                 self.skip(origin, "a compressed record inside compressed data; skipped")
-            else:
+            elif kinds is None or kind in kinds:
                 try:
                     record = parse(view, kind, misc, offset, size, base)
                 except (struct.error, IndexError, ValueError) as error:

@@ -9,7 +9,8 @@ field it reads lies inside that record (a read past it raises ``struct.error`` o
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+from ..records import record_class
 
 # Record types.
 RECORD_MMAP = 1
@@ -51,7 +52,7 @@ _U64 = struct.Struct("<Q")
 _RECORD = struct.Struct("<IHH")
 
 
-@dataclass(slots=True)
+@record_class
 class EventAttr:
     type: int
     config: int
@@ -75,7 +76,7 @@ class EventAttr:
         return bool(self.flags & (1 << 18))
 
 
-@dataclass(slots=True)
+@record_class
 class Sample:
     """One PERF_RECORD_SAMPLE; ``stack`` is a view into the mapped file."""
 
@@ -103,7 +104,7 @@ class Sample:
         return self.misc & 7
 
 
-@dataclass(slots=True)
+@record_class
 class Mmap:
     offset: int
     pid: int
@@ -119,7 +120,7 @@ class Mmap:
     executable: bool = True
 
 
-@dataclass(slots=True)
+@record_class
 class Comm:
     offset: int
     pid: int
@@ -129,7 +130,7 @@ class Comm:
     time: int = 0
 
 
-@dataclass(slots=True)
+@record_class
 class Task:
     """FORK (``exit`` False) or EXIT (``exit`` True)."""
 
@@ -142,14 +143,14 @@ class Task:
     exit: bool
 
 
-@dataclass(slots=True)
+@record_class
 class Lost:
     offset: int
     lost: int
     time: int = 0
 
 
-@dataclass(slots=True)
+@record_class
 class FinishedRound:
     offset: int
 
@@ -157,7 +158,7 @@ class FinishedRound:
 Record = Sample | Mmap | Comm | Task | Lost | FinishedRound
 
 
-@dataclass(slots=True)
+@record_class
 class BuildIdEntry:
     pid: int
     build_id: bytes

@@ -7,12 +7,12 @@ loading binaries and their SFrame tables is :mod:`.modules`' job.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
 from itertools import count
 from typing import TYPE_CHECKING
 
 from ..errors import Problems, PysframeError
 from ..format.errors import SFrameError
+from ..records import field, record_class
 
 if TYPE_CHECKING:  # types only: the model neither opens files nor decodes tables
     from ..elf import ElfImage
@@ -46,7 +46,7 @@ class TableGuard:
                                         f"frame pointer: {error.message}{where}", path=path))
 
 
-@dataclass(slots=True)
+@record_class
 class Module:
     """One ELF file as mapped: ``bias`` = runtime address - link-time address."""
 
@@ -71,7 +71,7 @@ class Module:
             return None
 
 
-@dataclass(slots=True)
+@record_class
 class Mapping:
     """An executable mapping ``[start, end)`` of ``filename`` at file offset ``pgoff``."""
 
@@ -96,7 +96,7 @@ class Mapping:
 _LAYOUTS = count(1)
 
 
-@dataclass(slots=True)
+@record_class
 class AddressSpace:
     """The executable mappings of one process, sorted by start address."""
 

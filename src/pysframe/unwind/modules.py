@@ -219,12 +219,12 @@ SCAN_LIMIT = 64 << 20
 def recorded_files(data: PerfData) -> list[tuple[str, bytes | None]]:
     """(path, build id) of the user-space ELF files a recording maps or has build ids
     for (the start of the records only, see :data:`SCAN_LIMIT`)."""
-    from ..sources.perf_records import Mmap
+    from ..sources.perf_records import RECORD_MMAP, RECORD_MMAP2, Mmap
 
     found: dict[str, bytes | None] = {
         entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
     end = data.data_offset + SCAN_LIMIT
-    for record in data.records():
+    for record in data.records(frozenset((RECORD_MMAP, RECORD_MMAP2))):
         if isinstance(record, Mmap) and record.executable:
             found.setdefault(record.filename, record.build_id)
         if record.offset > end:

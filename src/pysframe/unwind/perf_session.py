@@ -13,11 +13,11 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 from ..errors import Problems, PysframeError
 from ..format.constants import ABI
 from ..inputs import read_text
+from ..records import record_class
 from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task
 from ..sources.perf_order import time_ordered
 from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER
@@ -33,7 +33,7 @@ PERF_CONTEXT_USER = (1 << 64) - 512
 KERNEL_START = 1 << 63
 
 
-@dataclass(slots=True, frozen=True)
+@record_class(frozen=True)
 class PerfRegisterLayout:
     """perf's register indices (``perf_regs.h``) of ip, sp, fp, the link register, and
     DWARF register number -> perf index."""
@@ -55,7 +55,7 @@ ABI_OF_ARCH = {"x86_64": ABI.AMD64_ENDIAN_LITTLE, "aarch64": ABI.AARCH64_ENDIAN_
                "s390x": ABI.S390X_ENDIAN_BIG}
 
 
-@dataclass(slots=True)
+@record_class
 class UnwoundSample:
     sample: Sample
     comm: str

@@ -11,6 +11,7 @@ topmost frame.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum, StrEnum
 from typing import NamedTuple
 
@@ -166,13 +167,10 @@ class Unwinder:
         self.user_limit = USER_LIMIT[abi]
 
     def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace) -> Unwind:
-        pcs = [registers.pc]
-        methods = [_IP]
-        mappings: list[Mapping | None] = []
-        result = Unwind(pcs, methods, Stop.DEPTH, mappings)
-        # The stack pointer of each frame, and where the registers were last all known
-        # (frame 0, or the frame a signal interrupted): for recovering a callee-saved
-        # register from the callees' CFI, in the rare frame that needs one.
+        result = Unwind([registers.pc], [_IP], Stop.DEPTH, [])
+        pcs, methods, mappings = result.pcs, result.methods, result.mappings
+        # Each frame's sp, and where the registers were last all known (frame 0 or a signal's
+        # frame): to recover a callee-saved register from the callees' CFI, rarely needed.
         sps = [registers.sp]
         known_at = 0
         pc, sp, fp, lr = registers.pc, registers.sp, registers.fp, registers.lr
@@ -186,100 +184,40 @@ class Unwinder:
             unpack = memory.unpack_from
         else:
             data, base, end, unpack = b"", 0, -1, None
-        read = memory.read
         sp_offset, max_depth = self.sp_offset, self.max_depth
-        plan: Plan | None
         while len(pcs) < max_depth:
             if not topmost and unpack is not None:
-                # The hot path: callers whose cached plan is the default rule, stepped in a
-                # tight loop (the same checks as below, in the same order).
-                depth = len(pcs)
-                while depth < max_depth:
-                    plan = plans.get(pc - 1)
-                    if type(plan) is not DefaultPlan:
-                        break
-                    mapping, sp_based, cfa_offset, ra_offset, fp_offset = plan
-                    cfa = (sp if sp_based else fp) + cfa_offset
-                    address = cfa + ra_offset
-                    if address < base or address + 8 > end:
-                        mappings.append(mapping)
-                        result.stop = Stop.COPY_ENDED if address + 8 > end else Stop.MEMORY
-                        return result
-                    new_pc = unpack(data, address - base)[0]
-                    if fp_offset is not None:
-                        address = cfa + fp_offset
-                        if base <= address and address + 8 <= end:
-                            fp = unpack(data, address - base)[0]
-                    mappings.append(mapping)
-                    cfa += sp_offset
-                    if new_pc == 0:
-                        result.stop = Stop.ZERO_PC
-                        return result
-                    if cfa <= sp:
-                        result.stop = Stop.BACKWARDS if cfa < sp else Stop.NO_ADVANCE
-                        return result
-                    pc, sp = new_pc, cfa
-                    pcs.append(pc)
-                    methods.append(_SFRAME)
-                    sps.append(sp)
-                    depth += 1
-                if depth >= max_depth:
+                pc, sp, fp, stop = _run_defaults(plans, pc, sp, fp, (data, base, end, unpack),
+                                                 result, sps, sp_offset, max_depth)
+                if stop is not None:
+                    result.stop = stop
+                    return result
+                if len(pcs) >= max_depth:
                     break
-            if topmost:
-                # Cached apart (by the bitwise complement of the pc, never a lookup pc): the
-                # topmost pc is exact, the other plans are for return addresses.
-                plan = plans.get(~pc)
-                if plan is None:
-                    plan = self._plan(space, pc, pc)
-                    plans = cache.remember(space, ~pc, plan)
-            else:
-                plan = plans.get(pc - 1)
-                if plan is None:
-                    plan = self._plan(space, pc, pc - 1)
-                    plans = cache.remember(space, pc - 1, plan)
+            # Topmost plans are cached apart (by the bitwise complement of the pc, never a
+            # lookup pc): the topmost pc is exact, the other plans are for return addresses.
+            key, lookup = (~pc, pc) if topmost else (pc - 1, pc - 1)
+            plan = plans.get(key)
+            if plan is None:
+                plan = self._plan(space, pc, lookup)
+                plans = cache.remember(space, key, plan)
             mappings.append(plan.mapping)
             if type(plan) is DefaultPlan:
-                # The common default rule (CFA = SP/FP + offset, RA and FP on the stack),
-                # precomputed per pc: a few additions and at most two loads.
-                _, sp_based, cfa_offset, ra_offset, fp_offset = plan
-                cfa = (sp if sp_based else fp) + cfa_offset
-                address = cfa + ra_offset
-                if unpack is not None:
-                    if address < base or address + 8 > end:
-                        result.stop = unreadable(memory, address)
-                        return result
-                    new_pc = unpack(data, address - base)[0]
-                else:
-                    found = read(address)
-                    if found is None:
-                        result.stop = unreadable(memory, address)
-                        return result
-                    new_pc = found
-                new_sp, new_fp, method = cfa + sp_offset, fp, _SFRAME
-                if fp_offset is not None:
-                    address = cfa + fp_offset
-                    if unpack is not None:
-                        if base <= address and address + 8 <= end:
-                            new_fp = unpack(data, address - base)[0]
-                    else:
-                        saved = read(address)
-                        if saved is not None:
-                            new_fp = saved
+                step: tuple[int, int, int, FrameMethod] | Stop = _step_default(
+                    plan, sp, fp, memory, sp_offset)
+                if type(step) is Stop:
+                    result.stop = step
+                    return result
+                new_pc, new_sp, new_fp, method = step  # type: ignore[misc]
             elif type(plan) is SigreturnPlan:
                 # A signal frame: the interrupted context is saved on the stack. Its pc is
                 # exact (not a return address), and all its registers are known again.
-                methods[-1] = _SIGRETURN
-                restored = self._step_sigreturn(sp, memory)
+                restored = self._signal_frame(sp, memory, result, sps)
                 if restored is None:
                     result.stop = Stop.MEMORY
                     return result
-                pc, sp, fp, others = restored
-                registers = Registers(pc, sp, fp, 0, others)
-                topmost = True
-                pcs.append(pc)
-                methods.append(_SIGNAL)
-                sps.append(sp)
-                known_at = len(pcs) - 1
+                registers = restored
+                pc, sp, fp, topmost, known_at = restored.pc, restored.sp, restored.fp, True, len(pcs) - 1
                 continue
             else:
                 assert not isinstance(plan, (DefaultPlan, SigreturnPlan))
@@ -365,6 +303,19 @@ class Unwinder:
                     and mapping.code(pc, len(X86_64_SIGRETURN)) == X86_64_SIGRETURN):
                 return SigreturnPlan(mapping)
         return self._plan_in(space.find(lookup_pc), lookup_pc)
+
+    def _signal_frame(self, sp: int, memory: StackReader, result: Unwind, sps: list[int]
+                      ) -> Registers | None:
+        """Step into the frame a signal interrupted (its registers, from the signal frame
+        at ``sp``), marking the trampoline's frame; None: the context is unreadable."""
+        result.methods[-1] = _SIGRETURN
+        restored = self._step_sigreturn(sp, memory)
+        if restored is None:
+            return None
+        pc, sp, fp, others = restored
+        result.add(pc, _SIGNAL)
+        sps.append(sp)
+        return Registers(pc, sp, fp, 0, others)
 
     def _step_sigreturn(self, sp: int, memory: StackReader
                         ) -> tuple[int, int, int, dict[int, int]] | None:
@@ -466,3 +417,62 @@ class Unwinder:
         if ra != 0 and (ra >= self.user_limit or space.find(ra - 1) is None):
             return Stop.BAD_RA
         return ra, fp + 16, saved_fp
+
+
+def _step_default(plan: DefaultPlan, sp: int, fp: int, memory: StackReader, sp_offset: int
+                  ) -> tuple[int, int, int, FrameMethod] | Stop:
+    """The common default rule (CFA = SP/FP + offset, RA and FP on the stack), precomputed
+    per pc: a few additions and at most two loads."""
+    _, sp_based, cfa_offset, ra_offset, fp_offset = plan
+    cfa = (sp if sp_based else fp) + cfa_offset
+    new_pc = memory.read(cfa + ra_offset)
+    if new_pc is None:
+        return unreadable(memory, cfa + ra_offset)
+    new_fp = fp
+    if fp_offset is not None:
+        saved = memory.read(cfa + fp_offset)
+        if saved is not None:
+            new_fp = saved
+    return new_pc, cfa + sp_offset, new_fp, _SFRAME
+
+
+#: A perf stack copy as the hot loop reads it: bytes, base address, end address, reader.
+Copy = tuple[bytes | memoryview, int, int, Callable[[bytes | memoryview, int], tuple[int]]]
+
+
+def _run_defaults(plans: dict[int, Plan], pc: int, sp: int, fp: int, copy: Copy,
+                  result: Unwind, sps: list[int], sp_offset: int, max_depth: int
+                  ) -> tuple[int, int, int, Stop | None]:
+    """The hot path of :meth:`Unwinder.unwind`: callers whose cached plan is the default
+    rule, stepped in a tight loop with the stack copy read inline (the same checks as the
+    general loop, in the same order). Returns the registers at the first frame that needs
+    the general loop, and the stop reason if the chain ended."""
+    data, base, end, unpack = copy
+    pcs, methods, mappings = result.pcs, result.methods, result.mappings
+    depth = len(pcs)
+    while depth < max_depth:
+        plan = plans.get(pc - 1)
+        if type(plan) is not DefaultPlan:
+            break
+        mapping, sp_based, cfa_offset, ra_offset, fp_offset = plan
+        cfa = (sp if sp_based else fp) + cfa_offset
+        address = cfa + ra_offset
+        mappings.append(mapping)
+        if address < base or address + 8 > end:
+            return pc, sp, fp, Stop.COPY_ENDED if address + 8 > end else Stop.MEMORY
+        new_pc = unpack(data, address - base)[0]
+        if fp_offset is not None:
+            address = cfa + fp_offset
+            if base <= address and address + 8 <= end:
+                fp = unpack(data, address - base)[0]
+        cfa += sp_offset
+        if new_pc == 0:
+            return pc, sp, fp, Stop.ZERO_PC
+        if cfa <= sp:
+            return pc, sp, fp, Stop.BACKWARDS if cfa < sp else Stop.NO_ADVANCE
+        pc, sp = new_pc, cfa
+        pcs.append(pc)
+        methods.append(_SFRAME)
+        sps.append(sp)
+        depth += 1
+    return pc, sp, fp, None

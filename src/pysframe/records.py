@@ -1,0 +1,153 @@
+"""Record classes made without the ``dataclasses`` module: :func:`record_class` and :func:`field`.
+
+Why by hand: start-up. ``sframe stack`` and ``sframe script`` on a small recording are
+measured against tools written in C, and every command imports the record classes of
+several stages. Importing ``dataclasses`` costs ~10 ms (it imports ``inspect``, ``ast``,
+``dis``, ``tokenize``), and each ``@dataclass(slots=True)`` class ~0.5-1 ms more to build
+(several ``exec`` calls and a class rebuilt for its slots); the classes on the ``script``
+path alone cost ~25 ms, more than the walk of a whole process. :func:`record_class` makes the
+same kind of class (``__slots__``, an ``__init__`` with the fields in order and their
+defaults, ``__repr__``, ``__eq__``, and for ``frozen`` immutability and ``__hash__``) with
+one ``exec``. Type checkers see it as a dataclass (:func:`typing.dataclass_transform`).
+
+Supported, as the project uses them: annotated fields with plain defaults or
+``field(default_factory=...)``, ``frozen``, properties and methods. Not supported:
+inheritance between records, ``InitVar``, ``__post_init__``, keyword-only fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, dataclass_transform
+
+_T = TypeVar("_T")
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+class _Field:
+    """A field's default given with :func:`field`."""
+
+    __slots__ = ("default", "default_factory")
+
+    def __init__(self, default: Any, default_factory: Callable[[], Any] | None) -> None:
+        self.default = default
+        self.default_factory = default_factory
+
+
+def field(*, default: Any = MISSING, default_factory: Callable[[], Any] | None = None) -> Any:
+    """A field's default: a value, or a function that makes one for each new record."""
+    return _Field(default, default_factory)
+
+
+def _fields(cls: type) -> list[str]:
+    # inspect.get_annotations would import inspect, the cost this module avoids
+    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
+    return [name for name, kind in annotations.items() if "ClassVar" not in str(kind)]
+
+
+def _init_source(names: list[str], defaults: dict[str, Any], factories: dict[str, Any],
+                 frozen: bool) -> str:
+    params, body = ["self"], []
+    for name in names:
+        if name in factories:
+            params.append(f"{name}=_MISSING")
+            value = f"_factory_{name}() if {name} is _MISSING else {name}"
+        elif name in defaults:
+            params.append(f"{name}=_default_{name}")
+            value = name
+        else:
+            params.append(name)
+            value = name
+        body.append(f"_set(self, {name!r}, {value})" if frozen else f"self.{name} = {value}")
+    return f"def __init__({', '.join(params)}):\n    " + ("\n    ".join(body) or "pass")
+
+
+def _build(cls: type, frozen: bool) -> type:
+    names = _fields(cls)
+    namespace = {key: value for key, value in cls.__dict__.items()
+                 if key not in ("__dict__", "__weakref__") and key not in names}
+    defaults: dict[str, Any] = {}
+    factories: dict[str, Callable[[], Any]] = {}
+    for name in names:
+        if name not in cls.__dict__:
+            continue
+        value = cls.__dict__[name]
+        if isinstance(value, _Field):
+            if value.default_factory is not None:
+                factories[name] = value.default_factory
+            elif value.default is not MISSING:
+                defaults[name] = value.default
+        else:
+            defaults[name] = value
+    scope: dict[str, Any] = {"_MISSING": MISSING, "_set": object.__setattr__}
+    scope.update({f"_default_{name}": value for name, value in defaults.items()})
+    scope.update({f"_factory_{name}": value for name, value in factories.items()})
+    exec(_init_source(names, defaults, factories, frozen), scope)  # our own text
+    namespace["__slots__"] = tuple(names)
+    namespace["__init__"] = scope["__init__"]
+    namespace["__match_args__"] = tuple(names)
+    namespace["__record_fields__"] = tuple(names)
+    namespace.setdefault("__repr__", _repr)
+    namespace.setdefault("__eq__", _eq)
+    if frozen:
+        namespace["__setattr__"] = _frozen_setattr
+        namespace["__delattr__"] = _frozen_setattr
+        namespace.setdefault("__hash__", _hash)
+    else:
+        namespace.setdefault("__hash__", None)
+    made = type(cls)(cls.__name__, cls.__bases__, namespace)
+    made.__qualname__ = cls.__qualname__
+    return made
+
+
+def _values(self: Any) -> tuple[Any, ...]:
+    return tuple(getattr(self, name) for name in self.__record_fields__)
+
+
+def _repr(self: Any) -> str:
+    inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__record_fields__)
+    return f"{type(self).__qualname__}({inner})"
+
+
+def _eq(self: Any, other: object) -> Any:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return bool(_values(self) == _values(other))
+
+
+def _hash(self: Any) -> int:
+    return hash(_values(self))
+
+
+def _frozen_setattr(self: Any, name: str, *_: Any) -> None:
+    raise AttributeError(f"cannot assign to field {name!r} of a frozen "
+                         f"{type(self).__qualname__}")
+
+
+@dataclass_transform(field_specifiers=(field,))
+def record_class(cls: type[_T] | None = None, /, *, frozen: bool = False) -> Any:
+    """Make ``cls`` a record class (as ``@dataclass(slots=True[, frozen=True])``)."""
+    def wrap(target: type[_T]) -> type[_T]:
+        return _build(target, frozen)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def replace(obj: _T, **changes: Any) -> _T:
+    """A copy of the record ``obj`` with ``changes`` (as ``dataclasses.replace``)."""
+    names: tuple[str, ...] = type(obj).__record_fields__  # type: ignore[attr-defined]
+    values = {name: getattr(obj, name) for name in names}
+    unknown = set(changes) - set(names)
+    if unknown:
+        raise TypeError(f"{type(obj).__qualname__} has no field {sorted(unknown)[0]!r}")
+    values.update(changes)
+    return type(obj)(**values)
