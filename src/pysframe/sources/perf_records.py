@@ -166,6 +166,27 @@ class BuildIdEntry:
     kernel: bool
 
 
+#: The fixed-size sample fields in record order: sample_type bit, struct format, the Sample
+#: fields they fill (none: skipped).
+_PREFIX_FIELDS = ((SAMPLE_IDENTIFIER, "8x", ()), (SAMPLE_IP, "Q", ("ip",)),
+                  (SAMPLE_TID, "ii", ("pid", "tid")), (SAMPLE_TIME, "Q", ("time",)),
+                  (SAMPLE_ADDR, "Q", ("addr",)), (SAMPLE_ID, "Q", ("id",)),
+                  (SAMPLE_STREAM_ID, "8x", ()), (SAMPLE_CPU, "I4x", ("cpu",)),
+                  (SAMPLE_PERIOD, "Q", ("period",)))
+_prefix_layouts: dict[int, tuple[struct.Struct, tuple[str, ...]]] = {}
+
+
+def _prefix_layout(sample_type: int) -> tuple[struct.Struct, tuple[str, ...]]:
+    """The layout of a sample's fixed-size fields for ``sample_type`` (made once each)."""
+    found = _prefix_layouts.get(sample_type)
+    if found is None:
+        chosen = [(form, names) for bit, form, names in _PREFIX_FIELDS if sample_type & bit]
+        found = (struct.Struct("<" + "".join(form for form, _ in chosen)),
+                 tuple(name for _, names in chosen for name in names))
+        _prefix_layouts[sample_type] = found
+    return found
+
+
 class RecordParser:
     """Parses single records with the recording's event attributes."""
 
@@ -264,34 +285,15 @@ class RecordParser:
         attr = self._attr_for(buffer, offset, size, RECORD_SAMPLE)
         sample_type = attr.sample_type
         end = offset + size
-        position = offset + 8
         sample = Sample(base + offset, misc, attr=attr)
         unpack = _U64.unpack_from
-        if sample_type & SAMPLE_IDENTIFIER:
-            position += 8
-        if sample_type & SAMPLE_IP:
-            sample.ip = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_TID:
-            sample.pid, sample.tid = struct.unpack_from("<ii", buffer, position)
-            position += 8
-        if sample_type & SAMPLE_TIME:
-            sample.time = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_ADDR:
-            sample.addr = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_ID:
-            sample.id = unpack(buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_STREAM_ID:
-            position += 8
-        if sample_type & SAMPLE_CPU:
-            sample.cpu = struct.unpack_from("<I", buffer, position)[0]
-            position += 8
-        if sample_type & SAMPLE_PERIOD:
-            sample.period = unpack(buffer, position)[0]
-            position += 8
+        # The fixed-size fields before the callchain, in one read (a layout per sample type).
+        layout, names = _prefix_layout(sample_type)
+        if offset + 8 + layout.size > end:
+            raise ValueError("sample fields run past the record")
+        for name, value in zip(names, layout.unpack_from(buffer, offset + 8), strict=True):
+            setattr(sample, name, value)
+        position = offset + 8 + layout.size
         if sample_type & SAMPLE_READ:
             raise ValueError("PERF_SAMPLE_READ is not supported")
         if sample_type & SAMPLE_CALLCHAIN:
