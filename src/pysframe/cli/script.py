@@ -31,24 +31,42 @@ def open_recording(path: str, binaries: list[str], problems: Problems) -> tuple[
     return data, unwinder
 
 
+#: Set in the environment (to anything), ``sframe script`` prints the time of each phase
+#: on stderr at the end (bench/perf_script.py reads it).
+PHASES_VARIABLE = "PYSFRAME_PHASE_TIMES"
+
+
 def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
                report: Any) -> int:
+    import os
+    import time
+
     from ..report.perf_script import perf_script_text
     from ..symbolize.kernel import kernel_symbols_for
+    from ..symbolize.symbolizer import Symbolizer
     from .files import refuse_inputs, write_output
 
+    start = time.perf_counter()
     if output is not None:
         refuse_inputs(output, [path])  # before any work
     problems = Problems(report)
+    phases = Phases() if os.environ.get(PHASES_VARIABLE) else None
     data, unwinder = open_recording(path, binaries, problems)
     with data:
         kernel_ids = [entry.build_id for entry in data.build_ids() if entry.kernel
                       and entry.filename == "[kernel.kallsyms]"]
         kernel = kernel_symbols_for(kernel_ids[0] if kernel_ids else None)
+        symbolizer = Symbolizer(problems)
+        if phases is not None:
+            phases.setup = time.perf_counter() - start
+            unwinder.unwind_seconds = 0.0
+            symbolizer = phases.timed_symbolizer(symbolizer)
         samples = _located(path, unwinder.samples())
+        if phases is not None:
+            samples = phases.timed(samples, "read")
         if show_stops:
             samples = _with_stops(samples)
-        chunks = perf_script_text(samples, kernel, problems)
+        chunks = perf_script_text(samples, kernel, problems, symbolizer=symbolizer)
         if output is None:
             write = sys.stdout.write
             for chunk in chunks:
@@ -57,7 +75,65 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
             write_output(output, "".join(chunks).encode(), inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
+    if phases is not None:
+        sys.stdout.flush()
+        phases.report(time.perf_counter() - start, unwinder.unwind_seconds or 0.0)
     return EXIT_INVALID if data.skipped or problems else EXIT_OK
+
+
+class Phases:
+    """Where the time of one ``sframe script`` run went: setup (open, tables, kernel
+    symbols), scan (records read, parsed, ordered; address spaces), unwind, symbolize
+    (ELF symbols of each new frame), output (text built and written)."""
+
+    def __init__(self) -> None:
+        self.setup = 0.0
+        self.seconds = {"read": 0.0, "symbolize": 0.0}
+
+    def timed(self, items: Iterator[Any], name: str) -> Iterator[Any]:
+        """``items``, with the time spent making each added to phase ``name``."""
+        import time
+
+        clock = time.perf_counter
+        iterator = iter(items)
+        while True:
+            begin = clock()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                self.seconds[name] += clock() - begin
+                return
+            self.seconds[name] += clock() - begin
+            yield item
+
+    def timed_symbolizer(self, symbolizer: Any) -> Any:
+        """``symbolizer``, its lookups timed (phase "symbolize")."""
+        return _TimedSymbolizer(symbolizer, self.seconds)
+
+    def report(self, total: float, unwind: float) -> None:
+        read, symbolize = self.seconds["read"], self.seconds["symbolize"]
+        scan = read - unwind
+        output = total - self.setup - read - symbolize
+        sys.stderr.write(f"phases: setup {self.setup * 1e3:.0f} ms, scan {scan * 1e3:.0f} ms, "
+                         f"unwind {unwind * 1e3:.0f} ms, symbolize {symbolize * 1e3:.0f} ms, "
+                         f"output {output * 1e3:.0f} ms, total {total * 1e3:.0f} ms "
+                         "(after imports)\n")
+
+
+class _TimedSymbolizer:
+    """A symbolizer whose lookups add their time to ``seconds["symbolize"]``."""
+
+    def __init__(self, inner: Any, seconds: dict[str, float]) -> None:
+        import time
+
+        self.inner, self.seconds, self.clock = inner, seconds, time.perf_counter
+
+    def symbol(self, mapping: Any, pc: int) -> Any:
+        begin = self.clock()
+        try:
+            return self.inner.symbol(mapping, pc)
+        finally:
+            self.seconds["symbolize"] += self.clock() - begin
 
 
 def _located(path: str, samples: Iterator[UnwoundSample]) -> Iterator[UnwoundSample]:

@@ -134,9 +134,11 @@ def frame_line(symbolizer: Symbolizer, mapping: Mapping | None, pc: int) -> str:
 
 
 def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | None = None,
-                     problems: Problems | None = None) -> Iterator[str]:
+                     problems: Problems | None = None, *, symbolizer: Symbolizer | None = None
+                     ) -> Iterator[str]:
     """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available."""
-    symbolizer = Symbolizer(problems)
+    if symbolizer is None:
+        symbolizer = Symbolizer(problems)
     # Frames repeat across samples: one formatted line per (layout, address).
     lines: dict[int, dict[int, str]] = {}
     for unwound in samples:

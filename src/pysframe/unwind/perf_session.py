@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Iterator
+from time import perf_counter
 
 from ..errors import Problems, PysframeError
 from ..format.constants import ABI
@@ -123,6 +124,8 @@ class PerfUnwinder:
         #: The recorded vDSO's build id; our own vDSO is used when it has the same one.
         self.vdso_id = build_ids.get(VDSO)
         self._vdso: str | None = None
+        #: Time spent unwinding (samples() adds to it when it is not None).
+        self.unwind_seconds: float | None = None
 
     def _vdso_file(self, build_id: bytes | None) -> str:
         """A file holding this process's vDSO when it is the recorded one (same build id:
@@ -148,9 +151,16 @@ class PerfUnwinder:
         return space
 
     def samples(self) -> Iterator[UnwoundSample]:
+        clock = perf_counter if self.unwind_seconds is not None else None
         for record in time_ordered(self.data):
             if isinstance(record, Sample):
-                yield self._unwind(record)
+                if clock is None:
+                    yield self._unwind(record)
+                    continue
+                begin = clock()
+                unwound = self._unwind(record)
+                self.unwind_seconds += clock() - begin  # type: ignore[operator]
+                yield unwound
             elif isinstance(record, Mmap):
                 if record.executable and not record.filename.startswith("//anon"):
                     path, build_id = record.filename, record.build_id
