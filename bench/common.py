@@ -58,7 +58,7 @@ def sframe_command() -> list[str]:
     if beside.is_file():
         return [str(beside)]
     script = shutil.which("sframe")
-    return [script] if script else [sys.executable, "-m", "pysframe.cli.main"]
+    return [script] if script else [sys.executable, "-m", "pysframe"]
 
 
 def compile_bytecode() -> None:

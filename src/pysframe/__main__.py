@@ -1,5 +1,5 @@
 """``python -m pysframe``: the same as the ``sframe`` command."""
 
-from .cli.main import main
+from .cli.entry import main
 
 main()

@@ -8,6 +8,7 @@ input 2, invalid data 1).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from ..errors import PysframeError
 
@@ -70,3 +71,29 @@ def naming(path: str, error: PysframeError) -> PysframeError:
 def report(message: str) -> None:
     """Print one error line on stderr (newlines in ``message`` are flattened)."""
     sys.stderr.write("sframe: " + " ".join(message.split("\n")) + "\n")
+
+
+def guarded(run: Callable[[], int]) -> int:
+    """The exit status of ``run``, every failure turned into one line on stderr."""
+    try:
+        try:
+            status = run()
+        except SystemExit as done:
+            status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        sys.stdout.flush()  # a full disk shows here, as an error, not at interpreter exit
+        return status
+    except PysframeError as error:
+        report(str(error))
+        return exit_code_for(error)
+    except KeyboardInterrupt:
+        report("interrupted")
+        return 130
+    except MemoryError:
+        report(f"out of memory{WHERE}")
+        return EXIT_INVALID
+    except OSError as error:  # reading or writing failed where no stage could say more
+        report(f"{error.filename or 'standard output'}: {error.strerror or error}")
+        return EXIT_UNREADABLE
+    except Exception as error:  # a bug: still one line, never a traceback
+        report(f"internal error{WHERE}: {type(error).__name__}: {error} (please report this)")
+        return EXIT_INVALID

@@ -9,8 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import PysframeError
-from .errors import EXIT_INVALID, EXIT_UNREADABLE, WHERE, exit_code_for, report
+from .errors import EXIT_UNREADABLE, guarded, report
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -235,7 +234,8 @@ def demo(section_only: bool) -> None:
 
 
 def main() -> None:
-    """Entry point: run the command, turning stray failures into one-line errors."""
+    """Run the command with click, turning stray failures into one-line errors (the
+    ``sframe`` script comes here, from :mod:`.entry`, for what it does not parse itself)."""
     # Output cut short by the reader (`| head`): end quietly, killed by SIGPIPE, as C tools
     # do (a shell reports status 141). Nothing is written while a live target is stopped.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -243,35 +243,19 @@ def main() -> None:
 
 
 def _run() -> int:
+    return guarded(_run_click)
+
+
+def _run_click() -> int:
+    """click's command line, its own errors turned into exit statuses."""
     try:
-        try:
-            cli.main(standalone_mode=False)
-            status = 0
-        except SystemExit as done:
-            status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-        sys.stdout.flush()  # a full disk shows here, as an error, not at interpreter exit
-        return status
-    except PysframeError as error:
-        report(str(error))
-        return exit_code_for(error)
+        cli.main(standalone_mode=False)
+        return 0
     except click.exceptions.Abort:
-        report("interrupted")
-        return 130
+        raise KeyboardInterrupt from None
     except click.UsageError as error:
         error.show()
         return EXIT_UNREADABLE
     except click.ClickException as error:
         error.show()
         return error.exit_code
-    except KeyboardInterrupt:
-        report("interrupted")
-        return 130
-    except MemoryError:
-        report(f"out of memory{WHERE}")
-        return EXIT_INVALID
-    except OSError as error:  # reading or writing failed where no stage could say more
-        report(f"{error.filename or 'standard output'}: {error.strerror or error}")
-        return EXIT_UNREADABLE
-    except Exception as error:  # a bug: still one line, never a traceback
-        report(f"internal error{WHERE}: {type(error).__name__}: {error} (please report this)")
-        return EXIT_INVALID
