@@ -36,16 +36,20 @@ MISSING: Any = _Missing()
 class _Field:
     """A field's default given with :func:`field`."""
 
-    __slots__ = ("default", "default_factory")
+    __slots__ = ("default", "default_factory", "repr")
 
-    def __init__(self, default: Any, default_factory: Callable[[], Any] | None) -> None:
+    def __init__(self, default: Any, default_factory: Callable[[], Any] | None,
+                 repr: bool) -> None:
         self.default = default
         self.default_factory = default_factory
+        self.repr = repr
 
 
-def field(*, default: Any = MISSING, default_factory: Callable[[], Any] | None = None) -> Any:
-    """A field's default: a value, or a function that makes one for each new record."""
-    return _Field(default, default_factory)
+def field(*, default: Any = MISSING, default_factory: Callable[[], Any] | None = None,
+          repr: bool = True) -> Any:
+    """A field's default: a value, or a function that makes one for each new record;
+    ``repr=False`` leaves it out of the record's repr."""
+    return _Field(default, default_factory, repr)
 
 
 def _fields(cls: type) -> list[str]:
@@ -77,11 +81,14 @@ def _build(cls: type, frozen: bool) -> type:
                  if key not in ("__dict__", "__weakref__") and key not in names}
     defaults: dict[str, Any] = {}
     factories: dict[str, Callable[[], Any]] = {}
+    shown = list(names)
     for name in names:
         if name not in cls.__dict__:
             continue
         value = cls.__dict__[name]
         if isinstance(value, _Field):
+            if not value.repr:
+                shown.remove(name)
             if value.default_factory is not None:
                 factories[name] = value.default_factory
             elif value.default is not MISSING:
@@ -96,6 +103,7 @@ def _build(cls: type, frozen: bool) -> type:
     namespace["__init__"] = scope["__init__"]
     namespace["__match_args__"] = tuple(names)
     namespace["__record_fields__"] = tuple(names)
+    namespace["__record_shown__"] = tuple(shown)
     namespace.setdefault("__repr__", _repr)
     namespace.setdefault("__eq__", _eq)
     if frozen:
@@ -114,7 +122,7 @@ def _values(self: Any) -> tuple[Any, ...]:
 
 
 def _repr(self: Any) -> str:
-    inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__record_fields__)
+    inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__record_shown__)
     return f"{type(self).__qualname__}({inner})"
 
 
@@ -143,8 +151,13 @@ def record_class(cls: type[_T] | None = None, /, *, frozen: bool = False) -> Any
 
 
 def replace(obj: _T, **changes: Any) -> _T:
-    """A copy of the record ``obj`` with ``changes`` (as ``dataclasses.replace``)."""
-    names: tuple[str, ...] = type(obj).__record_fields__  # type: ignore[attr-defined]
+    """A copy of the record ``obj`` with ``changes`` (as ``dataclasses.replace``, which it
+    calls for a dataclass)."""
+    names: tuple[str, ...] | None = getattr(type(obj), "__record_fields__", None)
+    if names is None:
+        from dataclasses import replace as replace_dataclass
+
+        return replace_dataclass(obj, **changes)  # type: ignore[type-var]
     values = {name: getattr(obj, name) for name in names}
     unknown = set(changes) - set(names)
     if unknown:

@@ -8,9 +8,9 @@ consumer that wants one function pays for one function.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 
 from ..errors import PysframeError
+from ..records import field, record_class
 from .instructions import Instruction, decode_instructions
 from .leb128 import (
     DecodeError,
@@ -26,7 +26,7 @@ class CFIError(PysframeError, ValueError):
     """Invalid call-frame information (with the section offset where it was found)."""
 
 
-@dataclass(slots=True)
+@record_class
 class CIE:
     offset: int
     version: int
@@ -45,7 +45,7 @@ class CIE:
     initial: list[Instruction] | None = field(default=None, repr=False)
 
 
-@dataclass(slots=True)
+@record_class
 class FDE:
     offset: int
     cie: CIE

@@ -7,9 +7,9 @@ advances by the code alignment factor, so consumers work in bytes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..records import record_class
 from .leb128 import DecodeError, read_encoded, read_sleb128, read_uleb128
 
 DW_CFA_advance_loc = 0x40
@@ -76,7 +76,7 @@ class Instruction(NamedTuple):
     block: bytes = b""
 
 
-@dataclass(slots=True)
+@record_class
 class _Operands:
     """The instruction bytes being decoded, the read position, and what scales operands."""
 

@@ -20,10 +20,10 @@ import os
 import signal
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Problems, PysframeError
+from ..records import record_class
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, WHERE, CommandError, report
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..unwind.unwinder import Unwind
 
 
-@dataclass(slots=True)
+@record_class
 class _Walked:
     tid: int
     name: str

@@ -25,12 +25,12 @@ import io
 import mmap
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import IO, Any, TypeVar, cast
 
 from ..format.decode import sframe_extent
 from ..format.errors import BadMagicError, SFrameError, UnsupportedVersionError
 from ..inputs import InputError, load
+from ..records import record_class
 from .headers import (
     ET_REL,
     PF_X,
@@ -62,7 +62,7 @@ _MACHINE_NAMES = {62: "EM_X86_64", 183: "EM_AARCH64", 22: "EM_S390", 3: "EM_386"
 _TYPE_NAMES = {1: "REL", 2: "EXEC", 3: "DYN", 4: "CORE"}
 
 
-@dataclass(slots=True, frozen=True)
+@record_class(frozen=True)
 class SFrameSectionData:
     """The bytes of one SFrame section and where they come from.
 

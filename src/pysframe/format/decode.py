@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from ..records import record_class
 from .constants import (
     ABI,
     F_FDE_FUNC_START_PCREL,
@@ -90,7 +90,7 @@ FLEX_CONTROL_POSITIONS: dict[int, tuple[int, ...]] = {
 }
 
 
-@dataclass(slots=True, frozen=True)
+@record_class(frozen=True)
 class Header:
     """The SFrame header, with the derived extents of the two sub-sections."""
 
@@ -162,7 +162,7 @@ def read_header(buf: bytes | memoryview) -> Header:
                   fres_start, fres_end)
 
 
-@dataclass(slots=True, frozen=True)
+@record_class(frozen=True)
 class FDEEntry:
     """One function descriptor as stored, version-independent (V1/V2 entries have info2 0).
 

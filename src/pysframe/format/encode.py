@@ -10,8 +10,8 @@ decoder fills them in) are kept, so decoded sections re-encode exactly.
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 
+from ..records import replace
 from .constants import (
     ABI,
     CODE_OF_WORD_SIZE,

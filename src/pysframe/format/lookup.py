@@ -18,9 +18,9 @@ import itertools
 import struct
 from array import array
 from bisect import bisect_right
-from dataclasses import dataclass
 from enum import IntEnum
 
+from ..records import record_class
 from .constants import (
     ABI,
     DWARF_REGS,
@@ -54,7 +54,7 @@ class RuleKind(IntEnum):
     REGISTER = 2
 
 
-@dataclass(slots=True, frozen=True)
+@record_class(frozen=True)
 class Rule:
     """How to recover one value: ``[*](base + offset)``."""
 
@@ -74,7 +74,7 @@ class Rule:
 RETAIN = Rule(RuleKind.RETAIN)
 
 
-@dataclass(slots=True)
+@record_class
 class FrameRow:
     """The rules that hold for a range of PCs of one function.
 

@@ -7,8 +7,7 @@ a decoded section re-encodes to the same bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from ..records import field, record_class
 from .constants import (
     ABI,
     F_FDE_FUNC_START_PCREL,
@@ -21,7 +20,7 @@ from .constants import (
 )
 
 
-@dataclass(slots=True)
+@record_class
 class FRE:
     """One frame row entry: the recovery rules from ``start`` to the next row.
 
@@ -39,7 +38,7 @@ class FRE:
     word_size: int | None = None
 
 
-@dataclass(slots=True)
+@record_class
 class FDE:
     """One function: its address range, the kind of its rows, and the rows."""
 
@@ -63,7 +62,7 @@ class FDE:
         return self.start + self.size
 
 
-@dataclass(slots=True)
+@record_class
 class Section:
     """A whole .sframe section: header fields and functions in index order.
 

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..cachedir import Source, describe, entry_path, load, read_stamped, stamped, store
 from ..format.decode import SFrameReader, decode
 from ..format.errors import SFrameError
+from ..records import replace
 from .errors import GenerateError
 
 if TYPE_CHECKING:
     from mmap import mmap
+    from pathlib import Path
 
     from ..elf import ElfImage
     from ..format.model import FDE, Section
@@ -54,6 +54,8 @@ def entry_kind(version: int = 3, kind: str = "generated") -> str:
 def cache_path(build_id: bytes, version: int = 3, kind: str = "generated") -> Path | None:
     """Where the table for ``build_id`` is kept (None for a build id that names none)."""
     path = entry_path(entry_kind(version, kind), build_id)
+    from pathlib import Path  # here: pathlib costs ~5 ms of every start-up
+
     return Path(path) if path is not None else None
 
 

@@ -38,9 +38,9 @@ import os
 import signal
 import struct
 import time
-from dataclasses import dataclass
 
 from ..errors import PysframeError
+from ..records import record_class
 
 PTRACE_GETREGS = 12
 PTRACE_DETACH = 17
@@ -167,7 +167,7 @@ def _not_permitted(pid: int, tid: int, error: LiveError) -> LiveError:
     return LiveError(error.errno, message)
 
 
-@dataclass(slots=True)
+@record_class
 class MapEntry:
     start: int
     end: int
@@ -266,14 +266,14 @@ def open_memory(pid: int, tid: int) -> int:
                         f"process {pid}: memory: {error.strerror or error}") from None
 
 
-@dataclass(slots=True)
+@record_class
 class ThreadState:
     tid: int
     name: str
     registers: dict[str, int]
 
 
-@dataclass(slots=True)
+@record_class
 class _Tracee:
     """One thread of the target: whether it was seized, whether its stop was collected,
     the signal it was stopped with (a signal-delivery stop: delivered at detach), whether

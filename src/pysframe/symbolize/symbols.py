@@ -20,7 +20,6 @@ import marshal
 import operator
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..cachedir import Source, combine, entry_path, load, store
 from ..elf import ElfError, ElfImage
@@ -36,9 +35,10 @@ from ..elf.headers import (
     relocation_symbol,
 )
 from ..errors import Problems, PysframeError
+from ..records import record_class
 
 
-@dataclass(slots=True)
+@record_class
 class Symbol:
     start: int
     end: int
