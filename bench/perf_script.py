@@ -1,14 +1,20 @@
-"""Bench: `sframe script` against `perf script --no-inline` on the same recording, in one run.
+"""Bench: `sframe script` against `perf script --no-inline` on the same recordings, in one run.
 
-perf must find the recorded binary: the bench adds it to perf's build-id cache
-(`perf buildid-cache --add`, which writes under ~/.debug) before timing. Prints
-wall time, frames per second of each, their ratio, and our peak RSS.
+Two recordings (issue 13):
+- small: the Lua fixture recording (../shared/fixtures/real/lua-2.46-x86_64); goal: no
+  slower than perf;
+- large: at least --samples (default 50,000) `--call-graph dwarf` samples of bench/deep.c
+  (threads recursing 10-70 calls deep, no frame pointers), recorded here with perf into
+  bench/out/ and deleted afterwards (--keep keeps it); goal: at least 4x perf's speed.
 
-    python3 bench/perf_script.py [--recording DIR] [--runs N] [--large]
+Ours is the console script installed in a virtual environment (bench/out/venv, made once),
+with bytecode caching on: what users run. perf gets the same binaries (the Lua binary is
+added to its build-id cache; the deep workload is read at its recorded path) and the same
+work: both print every sample with its call chain. Times are medians of --runs runs;
+the speed ratio counts frames printed per second. A last run of ours with
+PYSFRAME_PHASE_TIMES=1 prints where its time went (setup, scan, unwind, symbolize, output).
 
---large also records (once, with perf, into bench/out/) a recording of at least
-500 MB of the same Lua benchmark run repeatedly, and reports both tools' time and
-our peak RSS on it (peak memory must not grow with the number of samples).
+    python3 bench/perf_script.py [--recording DIR] [--runs N] [--samples N] [--keep] [--small-only]
 """
 
 from __future__ import annotations
@@ -24,24 +30,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import FIXTURES, OUT, sframe_command
+from common import BENCH, FIXTURES, OUT, bench_environment, venv_sframe
+
+#: perf's cpu-clock frequency for the large recording, per thread.
+FREQUENCY = 4000
+THREADS = 2
 
 
-def timed(argv: list[str], output: Path) -> tuple[float, int]:
-    """(wall seconds, peak RSS KiB of this very child) of one run."""
+def timed(argv: list[str], output: Path, env: dict[str, str] | None = None
+          ) -> tuple[float, int, str]:
+    """(wall seconds, peak RSS KiB of this very child, its stderr) of one run."""
     with open(output, "wb") as out:
         start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env)
+        assert child.stderr is not None
+        errors = child.stderr.read().decode(errors="replace")
         _, status, usage = os.wait4(child.pid, 0)
         elapsed = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode:
-        sys.exit(f"bench: {argv[0]} failed ({child.returncode})")
-    return elapsed, usage.ru_maxrss
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):  # 1: a problem reported on stderr, the output still complete
+        sys.exit(f"bench: {argv[0]} failed ({code}): {errors.strip()[-300:]}")
+    return elapsed, usage.ru_maxrss, errors
 
 
 def frames(path: Path) -> int:
-    return sum(1 for line in path.open() if line.startswith("\t"))
+    with path.open("rb") as text:
+        return sum(1 for line in text if line.startswith(b"\t"))
 
 
 def large_recording(perf: str, recording: Path, minimum: int = 500 * 2**20,
@@ -62,44 +76,76 @@ def large_recording(perf: str, recording: Path, minimum: int = 500 * 2**20,
     return target
 
 
+def deep_recording(perf: str, samples: int) -> Path:
+    """A `--call-graph dwarf` recording of at least ``samples`` samples of bench/deep.c."""
+    binary, target = OUT / "deep", OUT / "deep.perf.data"
+    subprocess.run(["gcc", "-O2", "-g", "-pthread", "-o", str(binary), str(BENCH / "deep.c")],
+                   check=True)
+    seconds = samples / (FREQUENCY * THREADS) * 1.25 + 1
+    print(f"recording {target} ({seconds:.0f} s of bench/deep.c, {THREADS} threads) ...",
+          file=sys.stderr)
+    subprocess.run([perf, "record", "-q", "-N", "-e", "cpu-clock", "-F", str(FREQUENCY),
+                    "--call-graph", "dwarf", "-o", str(target), str(binary), f"{seconds:.1f}",
+                    str(THREADS)], check=True, stderr=subprocess.DEVNULL, cwd=OUT)
+    return target
+
+
+def compare(name: str, data: Path, ours_argv: list[str], perf_argv: list[str], runs: int,
+            goal: float) -> None:
+    env = bench_environment()
+    ours_out, theirs_out = OUT / "sframe-script.txt", OUT / "perf-script.txt"
+    timed(ours_argv, ours_out, env)  # tables generated and cached before timing
+    ours_times, theirs_times, rss = [], [], 0
+    for _ in range(runs):
+        took, peak, _ = timed(ours_argv, ours_out, env)
+        ours_times.append(took)
+        rss = max(rss, peak)
+        theirs_times.append(timed(perf_argv, theirs_out)[0])
+    ours, theirs = statistics.median(ours_times), statistics.median(theirs_times)
+    our_frames, their_frames = frames(ours_out), frames(theirs_out)
+    samples = sum(1 for line in ours_out.open("rb") if line and line[:1] not in b"\t\n")
+    ratio = (our_frames / ours) / (their_frames / theirs)
+    same = ours_out.read_bytes() == theirs_out.read_bytes()
+    print(f"{name}: {data.name}, {data.stat().st_size / 2**20:.0f} MiB, {samples:,} samples, "
+          f"{our_frames:,} frames ({their_frames:,} perf's; outputs "
+          f"{'identical' if same else 'differ'})\n"
+          f"  sframe script {ours * 1000:.0f} ms, perf script --no-inline {theirs * 1000:.0f} ms "
+          f"(medians of {runs}); speed ratio sframe/perf = {ratio:.2f} (goal >= {goal:g}: "
+          f"{'met' if ratio >= goal else 'NOT met'}); peak RSS of sframe script "
+          f"{rss / 1024:.0f} MiB")
+    phases = timed(ours_argv, ours_out, {**env, "PYSFRAME_PHASE_TIMES": "1"})[2]
+    print("  " + next((line for line in phases.splitlines() if line.startswith("phases:")),
+                      "phases: (not reported)"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recording", default=str(FIXTURES / "real" / "lua-2.46-x86_64"))
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--large", action="store_true")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--samples", type=int, default=50_000)
+    parser.add_argument("--keep", action="store_true", help="keep the large recording")
+    parser.add_argument("--small-only", action="store_true")
     args = parser.parse_args()
     perf = shutil.which("perf")
     if perf is None:
         sys.exit("bench: perf not found (apt-get install linux-perf)")
+    OUT.mkdir(parents=True, exist_ok=True)
+    sframe = venv_sframe()
     recording = Path(args.recording)
     data = recording / "perf.data"
-    binary = recording / "lua"
-    subprocess.run([perf, "buildid-cache", "--add", str(binary)], check=False,
+    subprocess.run([perf, "buildid-cache", "--add", str(recording / "lua")], check=False,
                    stderr=subprocess.DEVNULL)
-    OUT.mkdir(parents=True, exist_ok=True)
-    ours_out, theirs_out = OUT / "sframe-script.txt", OUT / "perf-script.txt"
-    ours_times, theirs_times, rss = [], [], 0
-    for _ in range(args.runs):
-        took, peak = timed([*sframe_command(), "script", str(data), "--binaries",
-                            str(recording)], ours_out)
-        ours_times.append(took)
-        rss = max(rss, peak)
-        theirs_times.append(timed([perf, "script", "--no-inline", "-i", str(data)],
-                                  theirs_out)[0])
-    ours, theirs = statistics.median(ours_times), statistics.median(theirs_times)
-    our_frames, their_frames = frames(ours_out), frames(theirs_out)
-    print(f"{data}: sframe script {ours:.3f} s ({our_frames / ours:,.0f} frames/s), "
-          f"perf script --no-inline {theirs:.3f} s ({their_frames / theirs:,.0f} frames/s); "
-          f"speed ratio sframe/perf = {(our_frames / ours) / (their_frames / theirs):.2f} "
-          f"(>= 1.0 means faster than perf); peak RSS of sframe script {rss / 1024:.0f} MiB")
-    if args.large:
-        big = large_recording(perf, recording)
-        took, peak = timed([*sframe_command(), "script", str(big), "--binaries",
-                            str(recording)], ours_out)
-        theirs_took = timed([perf, "script", "--no-inline", "-i", str(big)], theirs_out)[0]
-        print(f"{big} ({big.stat().st_size / 2**20:.0f} MiB, {frames(ours_out):,} frames): "
-              f"sframe script {took:.1f} s, perf script --no-inline {theirs_took:.1f} s; "
-              f"peak RSS of sframe script {peak / 1024:.0f} MiB")
+    compare("small", data, [*sframe, "script", str(data), "--binaries", str(recording)],
+            [perf, "script", "--no-inline", "-i", str(data)], args.runs, 1.0)
+    if args.small_only:
+        return 0
+    large = deep_recording(perf, args.samples)
+    try:
+        compare("large", large, [*sframe, "script", str(large)],
+                [perf, "script", "--no-inline", "-i", str(large)], max(1, args.runs // 2), 4.0)
+    finally:
+        if not args.keep:
+            large.unlink(missing_ok=True)
     return 0
 
 
