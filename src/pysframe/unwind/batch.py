@@ -1,0 +1,411 @@
+"""Breadth-first unwinding of many samples at once, with numpy.
+
+Every sample of one address-space snapshot (perf's user registers and stack copy)
+is stepped one frame per iteration: mapping, module and rule row found with
+``searchsorted``, the CFA computed, the return address and saved frame pointer read
+by index from the samples' stack copies (one uint64 array, each copy 8-aligned in
+it, reads masked to the copy). The checks and stop reasons are the scalar
+:class:`~.unwinder.Unwinder`'s, in the same order. A sample that meets anything the
+batch does not handle (a rare SFrame rule, a return into the signal trampoline, a
+stack word not 8-aligned in the copy, an address at or above 2^62 where arithmetic
+would need care) is unwound again by the scalar tracer from its first frame, so its
+chain is the scalar one by construction.
+
+Addresses are kept in int64 where they take part in arithmetic: the guard above keeps
+every such value and its offsets (below 2^19) far from overflow; pcs read from the
+stack stay uint64 and are only compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..format.constants import ABI
+from ..sources.perf_data import Sample
+from .address_space import AddressSpace, Mapping, Module
+from .flat import (
+    FP_BASED,
+    FP_SAVED,
+    KIND_DEFAULT,
+    KIND_NONE,
+    KIND_RARE,
+    OUTERMOST,
+    FlatTable,
+    flatten,
+    unpack_offsets,
+)
+from .memory import StackMemory
+from .perf_session import PerfUnwinder, UnwoundSample, sample_registers
+from .unwinder import X86_64_SIGRETURN, Frame, FrameMethod, Registers, Stop, Unwind, Unwinder
+
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+BOOL = npt.NDArray[np.bool_]
+
+#: Values at or above this (registers, frame bases) go to the scalar tracer.
+GUARD = 1 << 62
+
+#: Stop codes in the result arrays (0: still running or handed to the scalar tracer).
+STOPS = (None, Stop.OUTERMOST, Stop.DEPTH, Stop.MEMORY, Stop.COPY_ENDED, Stop.ZERO_PC, Stop.BACKWARDS,
+         Stop.NO_ADVANCE, Stop.NO_RULE, Stop.NO_MODULE, Stop.BAD_RA)
+_CODE = {stop: code for code, stop in enumerate(STOPS) if stop is not None}
+METHODS = (FrameMethod.IP, FrameMethod.SFRAME, FrameMethod.FP)
+_SFRAME_CODE, _FP_CODE = 1, 2
+
+
+@dataclass(slots=True)
+class BatchSample:
+    """One sample to unwind: its user registers and stack copy (taken at ``registers.sp``)."""
+
+    registers: Registers
+    stack: bytes | memoryview
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """Frames as arrays: ``pcs[i, :count[i]]`` (and ``methods``, ``mappings``: indices into
+    ``space_mappings``, -1 none), ``stops[i]`` (a :data:`STOPS` code); samples the scalar
+    tracer unwound have their :class:`Unwind` in ``scalar``."""
+
+    pcs: U64
+    methods: npt.NDArray[np.int8]
+    mappings: npt.NDArray[np.int32]
+    count: npt.NDArray[np.int32]
+    stops: npt.NDArray[np.int8]
+    scalar: dict[int, Unwind]
+    space_mappings: list[Mapping]
+
+    def unwind(self, i: int) -> Unwind:
+        """Sample ``i``'s chain as the scalar tracer's :class:`Unwind`."""
+        found = self.scalar.get(i)
+        if found is not None:
+            return found
+        n = int(self.count[i])
+        maps = self.space_mappings
+        stop = STOPS[int(self.stops[i])]
+        assert stop is not None
+        return Unwind([Frame(pc, METHODS[m]) for pc, m in zip(self.pcs[i, :n].tolist(),
+                                                              self.methods[i, :n].tolist(),
+                                                              strict=True)],
+                      stop, [maps[k] if k >= 0 else None for k in self.mappings[i, :n].tolist()])
+
+
+class _Space:
+    """One address-space snapshot as arrays: mapping bounds, their modules' flat tables and
+    bias, and the addresses of signal trampolines."""
+
+    def __init__(self, space: AddressSpace, tables: list[FlatTable | None],
+                 module_of: list[int], sigreturns: list[int]) -> None:
+        mappings = space.mappings
+        self.mappings = list(mappings)
+        self.starts = np.array([m.start for m in mappings], dtype=np.uint64)
+        self.ends = np.array([m.end for m in mappings], dtype=np.uint64)
+        self.module_of = np.array(module_of, dtype=np.int64)
+        self.bias = np.array([m.module.bias if m.module else 0 for m in mappings],
+                             dtype=np.uint64)
+        self.tables = tables
+        self.sigreturns = np.array(sorted(sigreturns), dtype=np.uint64)
+
+    def find(self, pcs: U64) -> npt.NDArray[np.int64]:
+        """The mapping index of each pc (-1: unmapped)."""
+        index = np.searchsorted(self.starts, pcs, side="right").astype(np.int64) - 1
+        inside = index >= 0
+        inside[inside] = pcs[inside] < self.ends[index[inside]]
+        index[~inside] = -1
+        return index
+
+
+class BatchUnwinder:
+    """Unwinds samples in bulk; the scalar ``unwinder`` handles what the batch does not."""
+
+    def __init__(self, unwinder: Unwinder) -> None:
+        self.scalar = unwinder
+        self.abi = unwinder.abi
+        #: Flat tables by module, built on first use (modules kept, so ids stay unique).
+        self._tables: dict[int, tuple[Module, FlatTable]] = {}
+        #: Signal-trampoline addresses by (module id, mapping start, pgoff).
+        self._sigreturns: dict[tuple[int, int, int, int], list[int]] = {}
+
+    def _table(self, module: Module | None) -> FlatTable | None:
+        """The module's flat table; None: no usable table (the frame-pointer fallback)."""
+        if module is None or module.lookup is None or module.guard.fault is not None:
+            return None
+        found = self._tables.get(id(module))
+        if found is None:
+            found = self._tables[id(module)] = (module, flatten(module.lookup, self.abi))
+        return found[1]
+
+    def _trampolines(self, mapping: Mapping) -> list[int]:
+        """Addresses in ``mapping`` whose code is the x86-64 sigreturn trampoline."""
+        module = mapping.module
+        if self.abi is not ABI.AMD64_ENDIAN_LITTLE or module is None or module.image is None:
+            return []
+        key = (id(module), mapping.start, mapping.end, mapping.pgoff)
+        found = self._sigreturns.get(key)
+        if found is None:
+            data = module.image.data
+            found = []
+            at = data.find(X86_64_SIGRETURN)
+            while at >= 0:
+                address = at - mapping.pgoff + mapping.start
+                if mapping.start <= address < mapping.end:
+                    found.append(address)
+                at = data.find(X86_64_SIGRETURN, at + 1)
+            self._sigreturns[key] = found
+        return found
+
+    def _space(self, space: AddressSpace) -> _Space:
+        tables: list[FlatTable | None] = []
+        index: dict[int, int] = {}
+        module_of = []
+        sigreturns: list[int] = []
+        for mapping in space.mappings:
+            key = id(mapping.module)
+            if key not in index:
+                index[key] = len(tables)
+                tables.append(self._table(mapping.module))
+            module_of.append(index[key])
+            sigreturns.extend(self._trampolines(mapping))
+        return _Space(space, tables, module_of, sigreturns)
+
+    def unwind(self, space: AddressSpace, samples: Sequence[BatchSample]) -> BatchResult:
+        """Unwind ``samples``, all taken in ``space`` as it is now."""
+        state = _Batch(self, self._space(space), samples)
+        state.run()
+        for i in np.flatnonzero(state.handoff).tolist():
+            sample = samples[i]
+            memory = StackMemory(sample.registers.sp, sample.stack, False)
+            state.result.scalar[i] = self.scalar.unwind(sample.registers, memory, space)
+        return state.result
+
+
+class _Batch:
+    """The arrays of one batch run (see :meth:`BatchUnwinder.unwind`)."""
+
+    def __init__(self, owner: BatchUnwinder, space: _Space, samples: Sequence[BatchSample]
+                 ) -> None:
+        self.space = space
+        self.depth = owner.scalar.max_depth
+        self.user_limit = owner.scalar.user_limit
+        self.little = owner.abi in (ABI.AMD64_ENDIAN_LITTLE, ABI.AARCH64_ENDIAN_LITTLE)
+        n = len(samples)
+        width = max(self.depth, 1)
+        self.result = BatchResult(np.zeros((n, width), np.uint64), np.zeros((n, width), np.int8),
+                                  np.full((n, width), -1, np.int32), np.ones(n, np.int32),
+                                  np.zeros(n, np.int8), {}, space.mappings)
+        regs = [s.registers for s in samples]
+        self.pc = np.array([r.pc for r in regs], dtype=np.uint64)
+        big = [max(r.sp, r.fp, r.pc) >= GUARD for r in regs]
+        self.sp = np.array([r.sp if not b else 0 for r, b in zip(regs, big, strict=True)],
+                           dtype=np.int64)
+        self.fp = np.array([r.fp for r in regs], dtype=np.uint64)
+        self.handoff = np.array(big, dtype=np.bool_) | (not self.little)
+        self._stacks(samples)
+        self.result.pcs[:, 0] = self.pc
+
+    def _stacks(self, samples: Sequence[BatchSample]) -> None:
+        """All stack copies in one uint64 array, each starting 8-aligned."""
+        lengths = np.array([len(s.stack) for s in samples], dtype=np.int64)
+        padded = (lengths + 7) & ~7
+        self.pos = np.zeros(len(samples), np.int64)  # in words
+        if len(samples):
+            self.pos[1:] = np.cumsum(padded[:-1]) >> 3
+        buffer = bytearray(int(padded.sum()))
+        at = 0
+        for sample, size in zip(samples, padded.tolist(), strict=True):
+            buffer[at:at + len(sample.stack)] = sample.stack
+            at += size
+        self.words = np.frombuffer(buffer, dtype="<u8")
+        self.base = self.sp.copy()
+        self.length = lengths
+
+    def read(self, rows: I64, address: I64) -> tuple[U64, BOOL, BOOL]:
+        """The word at ``address`` in each sample's copy: value, readable, unaligned."""
+        offset = address - self.base[rows]
+        ok = (offset >= 0) & (offset + 8 <= self.length[rows])
+        unaligned = ok & ((offset & 7) != 0)
+        good = ok & ~unaligned
+        value = np.zeros(len(rows), np.uint64)
+        value[good] = self.words[self.pos[rows[good]] + (offset[good] >> 3)]
+        return value, good, unaligned
+
+    def unreadable(self, rows: I64, address: I64) -> npt.NDArray[np.int8]:
+        """Stop codes for unreadable words: COPY_ENDED past the copy's end, else MEMORY."""
+        past = address + 8 > self.base[rows] + self.length[rows]
+        return np.where(past, _CODE[Stop.COPY_ENDED], _CODE[Stop.MEMORY]).astype(np.int8)
+
+    def run(self) -> None:
+        active = np.flatnonzero(~self.handoff)
+        d = 0
+        while active.size:
+            active = self.step(active, d)
+            d += 1
+
+    def step(self, rows: I64, d: int) -> I64:
+        """Frame ``d`` of each sample in ``rows``: its mapping, then its caller (or a stop).
+        Returns the rows still running."""
+        result, space = self.result, self.space
+        pc = self.pc[rows]
+        lookup = pc - np.uint64(1) if d else pc
+        mapping = space.find(lookup)
+        result.mappings[rows, d] = mapping
+        if d + 1 >= self.depth:
+            result.stops[rows] = _CODE[Stop.DEPTH]
+            return rows[:0]
+        handoff = np.zeros(len(rows), np.bool_)
+        if space.sigreturns.size:
+            handoff |= np.isin(pc, space.sigreturns)
+        words = self.rule_words(lookup, mapping)
+        outermost = words == OUTERMOST
+        handoff |= ((words & np.uint64(3)) == KIND_RARE) & ~outermost
+        new_pc = np.zeros(len(rows), np.uint64)
+        new_sp = np.zeros(len(rows), np.int64)
+        new_fp = self.fp[rows].copy()
+        method = np.zeros(len(rows), np.int8)
+        stop = np.zeros(len(rows), np.int8)
+        stop[outermost & ~handoff] = _CODE[Stop.OUTERMOST]
+        kind = words & np.uint64(3)
+        default = np.flatnonzero((kind == KIND_DEFAULT) & ~handoff)
+        self.step_default(rows, default, words[default], new_pc, new_sp, new_fp, stop, handoff)
+        method[default] = _SFRAME_CODE
+        fallback = np.flatnonzero((kind == KIND_NONE) & ~handoff)
+        self.step_fp(rows, fallback, mapping[fallback] < 0, new_pc, new_sp, new_fp, stop, handoff)
+        method[fallback] = _FP_CODE
+        sp = self.sp[rows]
+        running = (stop == 0) & ~handoff
+        checks = [(new_pc == 0, Stop.ZERO_PC), (new_sp < sp, Stop.BACKWARDS)]
+        if d:
+            checks.append((new_sp == sp, Stop.NO_ADVANCE))
+        for condition, reason in checks:
+            hit = running & condition
+            stop[hit] = _CODE[reason]
+            running &= ~hit
+        self.handoff[rows[handoff]] = True
+        ended = stop != 0
+        result.stops[rows[ended]] = stop[ended]
+        go: I64 = rows[running]
+        self.pc[go], self.sp[go], self.fp[go] = new_pc[running], new_sp[running], new_fp[running]
+        result.pcs[go, d + 1] = new_pc[running]
+        result.methods[go, d + 1] = method[running]
+        result.count[go] = d + 2
+        return go
+
+    def rule_words(self, lookup: U64, mapping: npt.NDArray[np.int64]) -> U64:
+        """The rule word of each lookup pc (KIND_NONE where there is no table or row)."""
+        space = self.space
+        words = np.zeros(len(lookup), np.uint64)
+        mapped = mapping >= 0
+        modules = np.full(len(lookup), -1, np.int64)
+        modules[mapped] = space.module_of[mapping[mapped]]
+        for m in np.unique(modules[mapped]).tolist():
+            table = space.tables[m]
+            if table is None:
+                continue
+            at = np.flatnonzero(modules == m)
+            words[at] = table.lookup(lookup[at] - space.bias[mapping[at]])
+        return words
+
+    def step_default(self, rows: I64, at: I64, words: U64, new_pc: U64, new_sp: I64,
+                     new_fp: U64, stop: npt.NDArray[np.int8], handoff: BOOL) -> None:
+        """The default rule: CFA = SP/FP + offset, RA and maybe FP loaded from the CFA."""
+        r = rows[at]
+        cfa_off, ra_off, fp_off = unpack_offsets(words)
+        fp_based = (words & np.uint64(FP_BASED)) != 0
+        fp = self.fp[r]
+        big = fp_based & (fp >= np.uint64(GUARD))
+        base = np.where(fp_based, fp.astype(np.int64), self.sp[r])
+        cfa = base + cfa_off
+        ra, ok, unaligned = self.read(r, cfa + ra_off)
+        bad = ~ok & ~unaligned & ~big
+        stop[at[bad]] = self.unreadable(r[bad], (cfa + ra_off)[bad])
+        saved = (words & np.uint64(FP_SAVED)) != 0
+        value, fp_ok, fp_unaligned = self.read(r, cfa + fp_off)
+        handoff[at] |= big | unaligned | (ok & saved & fp_unaligned)
+        new_pc[at] = ra
+        new_sp[at] = cfa
+        take = saved & fp_ok
+        new_fp[at[take]] = value[take]
+
+    def step_fp(self, rows: I64, at: I64, unmapped: BOOL, new_pc: U64, new_sp: I64,
+                new_fp: U64, stop: npt.NDArray[np.int8], handoff: BOOL) -> None:
+        """The frame-pointer fallback: [fp] = caller's fp, [fp + 8] = return address, taken
+        only if the return address could be one (else BAD_RA)."""
+        r = rows[at]
+        fp_u = self.fp[r]
+        big = fp_u >= np.uint64(GUARD)
+        handoff[at[big]] = True
+        fp = np.where(big, 0, fp_u.astype(np.int64))
+        usable = ~big & (fp >= self.sp[r]) & ((fp & 7) == 0)
+        no_rule = ~big & ~usable
+        stop[at[no_rule]] = np.where(unmapped[no_rule], _CODE[Stop.NO_MODULE],
+                                     _CODE[Stop.NO_RULE])
+        saved, saved_ok, saved_unaligned = self.read(r, fp)
+        ra, ra_ok, ra_unaligned = self.read(r, fp + 8)
+        handoff[at] |= usable & (saved_unaligned | ra_unaligned)
+        failed = usable & ~handoff[at] & ~(saved_ok & ra_ok)
+        where = np.where(saved_ok, fp + 8, fp)
+        stop[at[failed]] = self.unreadable(r[failed], where[failed])
+        good = usable & ~handoff[at] & saved_ok & ra_ok
+        nonzero = good & (ra != 0)
+        in_code = np.zeros(len(at), np.bool_)
+        below = nonzero & (ra < np.uint64(self.user_limit))
+        in_code[below] = self.space.find(ra[below] - np.uint64(1)) >= 0
+        bad_ra = nonzero & ~in_code
+        stop[at[bad_ra]] = _CODE[Stop.BAD_RA]
+        new_pc[at] = ra
+        new_sp[at] = fp + 16
+        new_fp[at[good]] = saved[good]
+
+
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The samples of a recording taken in one address-space layout, in recording order
+    (``order``: each sample's index in the stream of unwound samples)."""
+
+    space: AddressSpace
+    order: list[int]
+    samples: list[BatchSample]
+
+
+class CollectingSession(PerfUnwinder):
+    """A :class:`PerfUnwinder` that collects the samples to unwind, grouped by address-space
+    snapshot, instead of unwinding them (samples without registers or a stack copy are
+    left out). For the batch engine, its tests and benches."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.snapshots: dict[tuple[int, int], Snapshot] = {}
+        self.count = 0
+
+    def _unwind(self, sample: Sample) -> UnwoundSample:
+        space = self._space(sample.pid)
+        registers = sample_registers(sample, self.arch) if sample.stack else None
+        index = self.count
+        self.count += 1
+        if registers is not None and sample.stack is not None:
+            key = (id(space), space.version)
+            snapshot = self.snapshots.get(key)
+            if snapshot is None:
+                snapshot = self.snapshots[key] = Snapshot(space.copy(), [], [])
+            snapshot.order.append(index)
+            snapshot.samples.append(BatchSample(registers, sample.stack))
+        return UnwoundSample(sample, "", _EMPTY, [])
+
+    def collect(self) -> list[Snapshot]:
+        """Read the whole recording; the snapshots in order of their first sample."""
+        for _ in self.samples():
+            pass
+        return list(self.snapshots.values())
+
+
+_EMPTY = Unwind()
+
+__all__ = ["STOPS", "BatchResult", "BatchSample", "BatchUnwinder", "CollectingSession",
+           "Snapshot"]
