@@ -43,6 +43,8 @@ def chain(unwind: Unwind) -> tuple[object, ...]:
 def assert_same(scalar: Unwinder, snapshot: Snapshot, samples: list[BatchSample]) -> int:
     """Both engines on ``samples``; returns how many the batch handed to the scalar one."""
     result = BatchUnwinder(scalar).unwind(snapshot.space, samples)
+    assert [chain(u) for u in result.unwinds()] == [chain(result.unwind(i))
+                                                    for i in range(len(samples))]
     for i, sample in enumerate(samples):
         memory = StackMemory(sample.registers.sp, sample.stack)
         expected = scalar.unwind(sample.registers, memory, snapshot.space)

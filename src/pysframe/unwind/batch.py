@@ -64,6 +64,9 @@ class BatchSample:
 
     registers: Registers
     stack: bytes | memoryview
+    #: The copy's place in ``buffer`` (a perf.data mapping it is a view of); -1: unknown.
+    offset: int = -1
+    buffer: npt.NDArray[np.uint8] | None = None
 
 
 @dataclass(slots=True)
@@ -95,11 +98,17 @@ class BatchResult:
                       stop, [maps[k] if k >= 0 else None for k in self.mappings[i, :n].tolist()])
 
 
+    def unwinds(self) -> list[Unwind]:
+        """Every sample's chain as :class:`Unwind`. (Per sample: converting the whole
+        depth-wide matrices at once is several times slower, most of it padding.)"""
+        return [self.unwind(i) for i in range(len(self.count))]
+
+
 class _Space:
     """One address-space snapshot as arrays: mapping bounds, their modules' flat tables and
     bias, and the addresses of signal trampolines."""
 
-    def __init__(self, space: AddressSpace, tables: list[FlatTable | None],
+    def __init__(self, space: AddressSpace, modules: list[Module | None],
                  module_of: list[int], sigreturns: list[int]) -> None:
         mappings = space.mappings
         self.mappings = list(mappings)
@@ -108,7 +117,8 @@ class _Space:
         self.module_of = np.array(module_of, dtype=np.int64)
         self.bias = np.array([m.module.bias if m.module else 0 for m in mappings],
                              dtype=np.uint64)
-        self.tables = tables
+        #: The distinct modules; their flat tables are built when a sample first hits them.
+        self.modules = modules
         self.sigreturns = np.array(sorted(sigreturns), dtype=np.uint64)
 
     def find(self, pcs: U64) -> npt.NDArray[np.int64]:
@@ -118,6 +128,20 @@ class _Space:
         inside[inside] = pcs[inside] < self.ends[index[inside]]
         index[~inside] = -1
         return index
+
+
+def _shared_buffer(samples: Sequence[BatchSample]
+                   ) -> tuple[npt.NDArray[np.uint8], list[int]] | None:
+    """The one buffer every copy is a view of, and each copy's offset in it (None if not)."""
+    if not samples or samples[0].buffer is None:
+        return None
+    buffer = samples[0].buffer
+    positions = []
+    for sample in samples:
+        if sample.buffer is not buffer or sample.offset < 0:
+            return None
+        positions.append(sample.offset)
+    return buffer, positions
 
 
 class BatchUnwinder:
@@ -131,7 +155,7 @@ class BatchUnwinder:
         #: Signal-trampoline addresses by (module id, mapping start, pgoff).
         self._sigreturns: dict[tuple[int, int, int, int], list[int]] = {}
 
-    def _table(self, module: Module | None) -> FlatTable | None:
+    def table(self, module: Module | None) -> FlatTable | None:
         """The module's flat table; None: no usable table (the frame-pointer fallback)."""
         if module is None or module.lookup is None or module.guard.fault is not None:
             return None
@@ -160,18 +184,18 @@ class BatchUnwinder:
         return found
 
     def _space(self, space: AddressSpace) -> _Space:
-        tables: list[FlatTable | None] = []
+        modules: list[Module | None] = []
         index: dict[int, int] = {}
         module_of = []
         sigreturns: list[int] = []
         for mapping in space.mappings:
             key = id(mapping.module)
             if key not in index:
-                index[key] = len(tables)
-                tables.append(self._table(mapping.module))
+                index[key] = len(modules)
+                modules.append(mapping.module)
             module_of.append(index[key])
             sigreturns.extend(self._trampolines(mapping))
-        return _Space(space, tables, module_of, sigreturns)
+        return _Space(space, modules, module_of, sigreturns)
 
     def unwind(self, space: AddressSpace, samples: Sequence[BatchSample]) -> BatchResult:
         """Unwind ``samples``, all taken in ``space`` as it is now."""
@@ -189,6 +213,7 @@ class _Batch:
 
     def __init__(self, owner: BatchUnwinder, space: _Space, samples: Sequence[BatchSample]
                  ) -> None:
+        self.owner = owner
         self.space = space
         self.depth = owner.scalar.max_depth
         self.user_limit = owner.scalar.user_limit
@@ -209,20 +234,27 @@ class _Batch:
         self.result.pcs[:, 0] = self.pc
 
     def _stacks(self, samples: Sequence[BatchSample]) -> None:
-        """All stack copies in one uint64 array, each starting 8-aligned."""
-        lengths = np.array([len(s.stack) for s in samples], dtype=np.int64)
-        padded = (lengths + 7) & ~7
-        self.pos = np.zeros(len(samples), np.int64)  # in words
-        if len(samples):
-            self.pos[1:] = np.cumsum(padded[:-1]) >> 3
-        buffer = bytearray(int(padded.sum()))
-        at = 0
-        for sample, size in zip(samples, padded.tolist(), strict=True):
-            buffer[at:at + len(sample.stack)] = sample.stack
-            at += size
-        self.words = np.frombuffer(buffer, dtype="<u8")
+        """Where each stack copy lies in one buffer (``pos``, in bytes): the mapped file the
+        copies are views of, read in place, or else all copies copied into one buffer, each
+        8-aligned. ``views[k]`` reads 8-byte words at byte offsets = k (mod 8)."""
         self.base = self.sp.copy()
-        self.length = lengths
+        self.length = np.array([len(s.stack) for s in samples], dtype=np.int64)
+        shared = _shared_buffer(samples)
+        if shared is not None:
+            buffer, positions = shared
+            self.pos = np.array(positions, dtype=np.int64)
+        else:
+            padded = (self.length + 7) & ~7
+            self.pos = np.zeros(len(samples), np.int64)
+            if len(samples):
+                self.pos[1:] = np.cumsum(padded[:-1])
+            copy = bytearray(int(padded.sum()))
+            for sample, at in zip(samples, self.pos.tolist(), strict=True):
+                copy[at:at + len(sample.stack)] = sample.stack
+            buffer = np.frombuffer(copy, np.uint8)
+        self.shift = self.pos & 7
+        self.views = {k: np.frombuffer(buffer, "<u8", count=(len(buffer) - k) // 8, offset=k)
+                      for k in np.unique(self.shift).tolist() if len(buffer) >= k + 8}
 
     def read(self, rows: I64, address: I64) -> tuple[U64, BOOL, BOOL]:
         """The word at ``address`` in each sample's copy: value, readable, unaligned."""
@@ -231,7 +263,16 @@ class _Batch:
         unaligned = ok & ((offset & 7) != 0)
         good = ok & ~unaligned
         value = np.zeros(len(rows), np.uint64)
-        value[good] = self.words[self.pos[rows[good]] + (offset[good] >> 3)]
+        at = np.flatnonzero(good)
+        where = self.pos[rows[at]] + offset[at]
+        if len(self.views) == 1:
+            (k, view), = self.views.items()
+            value[at] = view[where >> 3]
+        else:
+            shift = where & 7
+            for k, view in self.views.items():
+                part = shift == k
+                value[at[part]] = view[where[part] >> 3]
         return value, good, unaligned
 
     def unreadable(self, rows: I64, address: I64) -> npt.NDArray[np.int8]:
@@ -303,7 +344,7 @@ class _Batch:
         modules = np.full(len(lookup), -1, np.int64)
         modules[mapped] = space.module_of[mapping[mapped]]
         for m in np.unique(modules[mapped]).tolist():
-            table = space.tables[m]
+            table = self.owner.table(space.modules[m])
             if table is None:
                 continue
             at = np.flatnonzero(modules == m)
@@ -382,6 +423,8 @@ class CollectingSession(PerfUnwinder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.snapshots: dict[tuple[int, int], Snapshot] = {}
+        self._owner: object = None
+        self._file: npt.NDArray[np.uint8] | None = None
         self.count = 0
 
     def _unwind(self, sample: Sample) -> UnwoundSample:
@@ -395,8 +438,25 @@ class CollectingSession(PerfUnwinder):
             if snapshot is None:
                 snapshot = self.snapshots[key] = Snapshot(space.copy(), [], [])
             snapshot.order.append(index)
-            snapshot.samples.append(BatchSample(registers, sample.stack))
+            snapshot.samples.append(self._batch_sample(registers, sample.stack))
         return UnwoundSample(sample, "", _EMPTY, [])
+
+    def _batch_sample(self, registers: Registers, stack: memoryview) -> BatchSample:
+        """The sample, with its copy's offset in the mapped file when it is a view of it."""
+        owner = stack.obj
+        if self._owner is not owner:
+            self._owner = owner
+            try:
+                self._file = np.frombuffer(owner, np.uint8)  # type: ignore[call-overload]
+            except (TypeError, ValueError):
+                self._file = None
+        if self._file is None or not len(stack):
+            return BatchSample(registers, stack)
+        address = np.frombuffer(stack, np.uint8).ctypes.data
+        offset = address - self._file.ctypes.data
+        if not 0 <= offset <= len(self._file) - len(stack):
+            return BatchSample(registers, stack)
+        return BatchSample(registers, stack, offset, self._file)
 
     def collect(self) -> list[Snapshot]:
         """Read the whole recording; the snapshots in order of their first sample."""
