@@ -98,6 +98,8 @@ class Sample:
     stack: memoryview | None = None
     stack_dyn_size: int = 0
     attr: EventAttr | None = None
+    #: Where ``stack`` lies in the file (-1: not in it, e.g. inflated from a compressed record).
+    stack_offset: int = -1
 
     @property
     def cpumode(self) -> int:
@@ -332,6 +334,8 @@ class RecordParser:
                 dyn_size = unpack(buffer, position + stack_size)[0]
                 sample.stack_dyn_size = min(dyn_size, stack_size)
                 sample.stack = buffer[position:position + sample.stack_dyn_size]
+                if not base:  # a record of the file itself (base 0), not of inflated data
+                    sample.stack_offset = position
                 position += stack_size + 8
         return sample
 

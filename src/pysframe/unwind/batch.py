@@ -19,13 +19,13 @@ stack stay uint64 and are only compared.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..format.constants import ABI
+from ..records import record_class
 from ..sources.perf_data import Sample
 from .address_space import AddressSpace, Mapping, Module
 from .flat import (
@@ -36,12 +36,12 @@ from .flat import (
     KIND_RARE,
     OUTERMOST,
     FlatTable,
-    flatten,
     unpack_offsets,
 )
+from .flat_cache import cached_flat
 from .memory import StackMemory
 from .perf_session import PerfUnwinder, UnwoundSample, sample_registers
-from .unwinder import X86_64_SIGRETURN, Frame, FrameMethod, Registers, Stop, Unwind, Unwinder
+from .unwinder import X86_64_SIGRETURN, FrameMethod, Registers, Stop, Unwind, Unwinder
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -58,7 +58,7 @@ METHODS = (FrameMethod.IP, FrameMethod.SFRAME, FrameMethod.FP)
 _SFRAME_CODE, _FP_CODE = 1, 2
 
 
-@dataclass(slots=True)
+@record_class
 class BatchSample:
     """One sample to unwind: its user registers and stack copy (taken at ``registers.sp``)."""
 
@@ -69,7 +69,7 @@ class BatchSample:
     buffer: npt.NDArray[np.uint8] | None = None
 
 
-@dataclass(slots=True)
+@record_class
 class BatchResult:
     """Frames as arrays: ``pcs[i, :count[i]]`` (and ``methods``, ``mappings``: indices into
     ``space_mappings``, -1 none), ``stops[i]`` (a :data:`STOPS` code); samples the scalar
@@ -92,9 +92,8 @@ class BatchResult:
         maps = self.space_mappings
         stop = STOPS[int(self.stops[i])]
         assert stop is not None
-        return Unwind([Frame(pc, METHODS[m]) for pc, m in zip(self.pcs[i, :n].tolist(),
-                                                              self.methods[i, :n].tolist(),
-                                                              strict=True)],
+        methods = METHODS
+        return Unwind(self.pcs[i, :n].tolist(), [methods[m] for m in self.methods[i, :n].tolist()],
                       stop, [maps[k] if k >= 0 else None for k in self.mappings[i, :n].tolist()])
 
 
@@ -161,7 +160,8 @@ class BatchUnwinder:
             return None
         found = self._tables.get(id(module))
         if found is None:
-            found = self._tables[id(module)] = (module, flatten(module.lookup, self.abi))
+            found = self._tables[id(module)] = (
+                module, cached_flat(module.lookup, self.abi, module.build_id))
         return found[1]
 
     def _trampolines(self, mapping: Mapping) -> list[int]:
@@ -405,7 +405,7 @@ class _Batch:
 
 
 
-@dataclass(slots=True)
+@record_class
 class Snapshot:
     """The samples of a recording taken in one address-space layout, in recording order
     (``order``: each sample's index in the stream of unwound samples)."""

@@ -18,7 +18,6 @@ them, so both tracers follow the same rules.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +25,7 @@ import numpy.typing as npt
 from ..format.constants import ABI, DWARF_REGS, PCType
 from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, RuleKind, SFrameLookup
+from ..records import record_class
 
 #: Row kinds (the low two bits of a rule word).
 KIND_NONE = 0  #: no SFrame rule here: the frame-pointer fallback
@@ -87,7 +87,7 @@ def unpack_offsets(words: U64) -> tuple[I64, I64, I64]:
     return cfa, ra, fp
 
 
-@dataclass(slots=True)
+@record_class
 class MaskFunction:
     """A PCMASK function: its rows repeat every ``rep_size`` bytes."""
 
@@ -103,7 +103,7 @@ class MaskFunction:
         return KIND_NONE if k < 0 else self.words[k]
 
 
-@dataclass(slots=True)
+@record_class
 class FlatTable:
     """A module's rows: ``starts`` (link-time, ascending) and ``words``; ``rare_all``: the
     table could not be flattened (overlapping functions, a corrupt function): every pc of

@@ -19,7 +19,7 @@ from ..errors import Problems, PysframeError
 from ..format.constants import ABI
 from ..inputs import read_text
 from ..records import record_class
-from ..sources.perf_data import Comm, Mmap, PerfData, Sample, Task
+from ..sources.perf_data import Comm, Mmap, PerfData, Record, Sample, Task
 from ..sources.perf_order import time_ordered
 from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER
 from .address_space import AddressSpace, Mapping
@@ -161,29 +161,37 @@ class PerfUnwinder:
                 unwound = self._unwind(record)
                 self.unwind_seconds += clock() - begin  # type: ignore[operator]
                 yield unwound
-            elif isinstance(record, Mmap):
-                if record.executable and not record.filename.startswith("//anon"):
-                    path, build_id = record.filename, record.build_id
-                    if path == VDSO:
-                        build_id = build_id or self.vdso_id
-                        path = self._vdso_file(build_id)
-                    module = self.finder.module(path, build_id, record.start, record.pgoff)
-                    self._space(record.pid).add(Mapping(
-                        record.start, record.start + record.length, record.pgoff,
-                        record.filename, record.build_id, module))
-            elif isinstance(record, Comm):
-                self.comms[record.tid] = record.comm
-                if record.exec and record.pid == record.tid:
-                    pass  # the MMAP2 records of the new image follow and replace the old ones
-            elif isinstance(record, Task) and not record.exit:
-                if record.pid != record.ppid and record.ppid in self.spaces:
-                    self.spaces[record.pid] = self.spaces[record.ppid].copy()
-                self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
+            else:
+                self.side_band(record)
+
+    def side_band(self, record: Record) -> None:
+        """Follow the process model: MMAP/MMAP2 map code, COMM names, FORK copies."""
+        if isinstance(record, Mmap):
+            if record.executable and not record.filename.startswith("//anon"):
+                path, build_id = record.filename, record.build_id
+                if path == VDSO:
+                    build_id = build_id or self.vdso_id
+                    path = self._vdso_file(build_id)
+                module = self.finder.module(path, build_id, record.start, record.pgoff)
+                self._space(record.pid).add(Mapping(
+                    record.start, record.start + record.length, record.pgoff,
+                    record.filename, record.build_id, module))
+        elif isinstance(record, Comm):
+            # An exec's new image: its MMAP2 records follow and replace the old mappings.
+            self.comms[record.tid] = record.comm
+        elif isinstance(record, Task) and not record.exit:
+            if record.pid != record.ppid and record.ppid in self.spaces:
+                self.spaces[record.pid] = self.spaces[record.ppid].copy()
+            self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
+
+    def comm_of(self, sample: Sample) -> str:
+        """The sample's thread name, as perf names it."""
+        return (self.comms.get(sample.tid) or (self.comms.get(sample.pid) if sample.tid >= 0
+                                               else None) or default_comm(sample))
 
     def _unwind(self, sample: Sample) -> UnwoundSample:
         space = self._space(sample.pid)
-        comm = (self.comms.get(sample.tid) or (self.comms.get(sample.pid) if sample.tid >= 0
-                                               else None) or default_comm(sample))
+        comm = self.comm_of(sample)
         registers = sample_registers(sample, self.arch) if sample.stack else None
         if registers is None or sample.stack is None:
             # No user registers and stack copy (a `-g`/LBR recording, a kernel thread, a
