@@ -1,0 +1,57 @@
+"""Kernel symbols are kept in the private cache per kernel build id and boot: a second
+run reads the entry (not /proc/kallsyms), and a damaged or foreign entry is not used."""
+
+from __future__ import annotations
+
+import marshal
+from pathlib import Path
+
+import pytest
+
+from pysframe import cachedir
+from pysframe.symbolize import kernel
+
+BUILD_ID = bytes(range(20))
+BOOT = b"01234567-89ab-cdef-0123-456789abcdef"
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
+    """A running kernel with BUILD_ID and BOOT whose kallsyms counts its reads."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(kernel, "running_kernel_build_id", lambda: BUILD_ID)
+    monkeypatch.setattr(kernel, "_boot_id", lambda: BOOT)
+    reads = [0]
+    kallsyms = tmp_path / "kallsyms"
+    kallsyms.write_text("ffffffff81000000 T _stext\nffffffff81000100 t helper\n"
+                        "ffffffff81000200 T schedule\nffffffffc0000000 t mod_fn\t[mod]\n")
+    real = kernel.load_kallsyms
+
+    def counted(path: str = str(kallsyms)) -> kernel.SymbolTable | None:
+        reads[0] += 1
+        return real(str(kallsyms))
+
+    monkeypatch.setattr(kernel, "load_kallsyms", counted)
+    return reads
+
+
+def test_a_second_run_reads_the_cached_table(fake_kernel: list[int]) -> None:
+    first = kernel.kernel_symbols_for(BUILD_ID)
+    second = kernel.kernel_symbols_for(BUILD_ID)
+    assert first is not None and second is not None and fake_kernel == [1]
+    assert second.lookup(0xffffffff81000210) == ("schedule", 0x10)
+    assert (second.starts, second.ends, second.names) == (first.starts, first.ends, first.names)
+    assert kernel.kernel_symbols_for(b"another kernel id") is None
+
+
+def test_another_boot_or_a_malformed_entry_reads_kallsyms_again(
+        fake_kernel: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kernel.kernel_symbols_for(BUILD_ID) is not None
+    monkeypatch.setattr(kernel, "_boot_id", lambda: BOOT.replace(b"0", b"f"))
+    assert kernel.kernel_symbols_for(BUILD_ID) is not None and fake_kernel == [2]
+    # An entry whose payload verifies but is not a table (written by hand): not used.
+    source = cachedir.describe(0, [BOOT.replace(b"0", b"f"), kernel.KALLSYMS_KIND.encode()])
+    cachedir.store(kernel.KALLSYMS_KIND, BUILD_ID, marshal.dumps(([2, 1], [3, 2], ["a", "b"])),
+                   source)
+    table = kernel.kernel_symbols_for(BUILD_ID)
+    assert table is not None and table.names[0] == "_stext" and fake_kernel == [3]
