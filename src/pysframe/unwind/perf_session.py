@@ -101,7 +101,7 @@ def sample_registers(sample: Sample, arch: str) -> Registers | None:
     ip, sp, fp, lr, dwarf = _positions(arch, sample.attr.sample_regs_user)
     return Registers(regs[ip] if ip >= 0 else 0, regs[sp] if sp >= 0 else 0,
                      regs[fp] if fp >= 0 else 0, regs[lr] if lr >= 0 else 0,
-                     {number: regs[index] for number, index in dwarf.items()})
+                     sampled=(regs, dwarf))
 
 
 class PerfUnwinder:

@@ -108,14 +108,26 @@ class Unwind:
 
 class Registers:
     """The registers a step needs: pc, sp, fp, and the link register where there is one;
-    ``others``: any other register known, by DWARF number."""
+    ``others``: any other register known, by DWARF number (from ``sampled``, a perf
+    sample's register values and where each DWARF register sits in them, made into a
+    dict only when a rare rule asks: most chains never need one)."""
 
-    __slots__ = ("fp", "lr", "others", "pc", "sp")
+    __slots__ = ("_others", "_sampled", "fp", "lr", "pc", "sp")
 
     def __init__(self, pc: int, sp: int, fp: int, lr: int = 0,
-                 others: dict[int, int] | None = None) -> None:
+                 others: dict[int, int] | None = None, *,
+                 sampled: tuple[tuple[int, ...], dict[int, int]] | None = None) -> None:
         self.pc, self.sp, self.fp, self.lr = pc, sp, fp, lr
-        self.others: dict[int, int] = {} if others is None else others
+        self._others = others if others is not None or sampled is not None else {}
+        self._sampled = sampled
+
+    @property
+    def others(self) -> dict[int, int]:
+        if self._others is None:
+            assert self._sampled is not None
+            values, positions = self._sampled
+            self._others = {number: values[index] for number, index in positions.items()}
+        return self._others
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Registers) and (self.pc, self.sp, self.fp, self.lr, self.others)
