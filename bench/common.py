@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import statistics
@@ -61,6 +62,7 @@ def bench_environment() -> dict[str, str]:
             if key not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
 
 
+@functools.cache
 def venv_sframe() -> list[str]:
     """Our console script installed (editable) in a virtual environment of the real
     interpreter, made once in bench/out/venv: what a user runs. Not the interpreter that

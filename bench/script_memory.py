@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.perf_rewrite import strip_rounds_in_place, zstd_bomb
 
-from common import FIXTURES, OUT, REPO, compile_bytecode, sframe_command
+from common import FIXTURES, OUT, REPO, compile_bytecode, venv_sframe
 from perf_script import large_recording
 
 
@@ -89,7 +89,7 @@ def main() -> int:
         inputs += [(big, binaries), (without_rounds_copy(big), binaries)]
     inputs += [(path, []) for path in bombs()]
     for path, extra in inputs:
-        took, peak, status, reports = measured([*sframe_command(), "script", str(path), *extra])
+        took, peak, status, reports = measured([*venv_sframe(), "script", str(path), *extra])
         print(f"{path.name} ({path.stat().st_size / 2**20:,.1f} MiB): peak RSS "
               f"{peak / 1024:,.0f} MiB, {took:.1f} s, exit {status}, {reports} line(s) on "
               "stderr", flush=True)

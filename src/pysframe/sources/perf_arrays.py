@@ -1,0 +1,248 @@
+"""A ``--call-graph dwarf`` recording's samples as numpy arrays, in ``perf script`` order.
+
+For the batch pipeline: one pass over the record headers (the samples are not parsed
+one by one: their fields are gathered with numpy from the mapped file, every position
+checked against its record's bounds), the few other records parsed as usual, and
+perf's round-based time order (see :mod:`.perf_order`) computed on arrays. Only the
+common shape is taken: one event, uncompressed records 8-byte aligned, samples with
+ip, tid, time, callchain, user registers and stack (cpu, period, ids optional); for
+anything else :func:`sample_arrays` returns None and the record-by-record path reads
+the file, with its reports of malformed records.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..records import record_class
+from .perf_data import PerfData
+from .perf_records import (
+    RECORD_COMPRESSED,
+    RECORD_COMPRESSED2,
+    RECORD_FINISHED_ROUND,
+    RECORD_SAMPLE,
+    SAMPLE_ADDR,
+    SAMPLE_CALLCHAIN,
+    SAMPLE_CPU,
+    SAMPLE_DATA_SRC,
+    SAMPLE_ID,
+    SAMPLE_IDENTIFIER,
+    SAMPLE_IP,
+    SAMPLE_PERIOD,
+    SAMPLE_REGS_USER,
+    SAMPLE_STACK_USER,
+    SAMPLE_STREAM_ID,
+    SAMPLE_TID,
+    SAMPLE_TIME,
+    SAMPLE_WEIGHT,
+    Record,
+)
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+
+REQUIRED = (SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CALLCHAIN | SAMPLE_REGS_USER
+            | SAMPLE_STACK_USER)
+#: Fields after the stack copy (WEIGHT, DATA_SRC) are not read: they move nothing we read.
+ALLOWED = (REQUIRED | SAMPLE_ADDR | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_ID | SAMPLE_IDENTIFIER
+           | SAMPLE_STREAM_ID | SAMPLE_WEIGHT | SAMPLE_DATA_SRC)
+#: The 8-byte fields before the callchain, in record order.
+_PREFIX = (SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_ADDR, SAMPLE_ID,
+           SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_PERIOD)
+_HEADER = struct.Struct("<IHH")
+
+
+@record_class
+class SampleArrays:
+    """The samples in ``perf script`` order; ``events``: the other records, each with the
+    number of samples delivered before it. Offsets are file offsets; ``stack_pos`` and
+    ``stack_len`` place each stack copy; ``regs_pos`` the first user register (-1: the
+    sample has no user registers or no stack copy: ``plain``)."""
+
+    offset: I64
+    misc: npt.NDArray[np.uint16]
+    size: I64
+    pid: npt.NDArray[np.int32]
+    tid: npt.NDArray[np.int32]
+    time: U64
+    cpu: npt.NDArray[np.uint32]
+    period: U64
+    ip: U64
+    chain_count: I64
+    chain_pos: I64
+    regs_pos: I64
+    stack_pos: I64
+    stack_len: I64
+    events: list[tuple[int, Record]]
+    words: U64
+
+    def registers(self, positions: tuple[int, ...]) -> tuple[U64, ...]:
+        """The user registers at ``positions`` (indices in the sampled set) of every sample
+        (0 where a sample has none)."""
+        has = self.regs_pos >= 0
+        index = np.where(has, self.regs_pos // 8, 0)
+        return tuple(np.where(has, self.words[index + k], np.uint64(0)) for k in positions)
+
+
+def sample_arrays(data: PerfData) -> SampleArrays | None:
+    """The recording's samples as arrays, or None when it is not of the common shape."""
+    if len(data.attrs) != 1:
+        return None
+    attr = data.attrs[0]
+    sample_type = attr.sample_type
+    if sample_type & REQUIRED != REQUIRED or sample_type & ~ALLOWED or data.data_offset % 8:
+        return None
+    scanned = _scan(data)
+    if scanned is None:
+        return None
+    offsets, boundaries, others = scanned
+    return _gathered(data, offsets, boundaries, others, attr.sample_regs_user.bit_count())
+
+
+def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | None:
+    """File offsets of the samples; at each FINISHED_ROUND, the number of samples before
+    it; the other records parsed, with their arrival round and file position."""
+    parser = data._parser
+    assert parser is not None
+    buffer, unpack = data.buffer, _HEADER.unpack_from
+    offset, end = data.data_offset, min(data.data_offset + data.data_size, len(data.buffer))
+    samples = array("q")
+    append = samples.append
+    boundaries = array("q")
+    others: list[tuple[int, int, Record]] = []
+    while offset + 8 <= end:
+        kind, misc, size = unpack(buffer, offset)
+        if size < 8 or size % 8 or offset + size > end:
+            return None
+        if kind == RECORD_SAMPLE:
+            append(offset)
+        elif kind == RECORD_FINISHED_ROUND:
+            boundaries.append(len(samples))
+            others.append((len(boundaries), offset, None))  # type: ignore[arg-type]
+        elif kind in (RECORD_COMPRESSED, RECORD_COMPRESSED2):
+            return None
+        else:
+            try:
+                record = parser.parse(buffer, kind, misc, offset, size, 0)
+            except (struct.error, IndexError, ValueError):
+                return None
+            if record is not None:
+                others.append((len(boundaries), offset, record))
+        offset += size
+    if offset != end:
+        return None
+    return (np.frombuffer(samples, np.int64) if samples else np.zeros(0, np.int64),
+            np.frombuffer(boundaries, np.int64) if boundaries else np.zeros(0, np.int64),
+            others)
+
+
+def _gathered(data: PerfData, offsets: I64, boundaries: I64,
+              others: list[tuple[int, int, Record]], register_count: int
+              ) -> SampleArrays | None:
+    sample_type = data.attrs[0].sample_type
+    words: U64 = np.frombuffer(data.buffer, "<u8", len(data.buffer) // 8)
+    at = offsets // 8
+    size = (words[at] >> np.uint64(32)).astype(np.int64)
+    misc = ((words[at] >> np.uint64(16)) & np.uint64(0xFFFF)).astype(np.uint16)
+    slot = {bit: 1 + index for index, bit in enumerate(b for b in _PREFIX if sample_type & b)}
+    chain = 1 + len(slot)
+    if np.any(size < 8 * (chain + 1)):
+        return None
+    count = words[at + chain].astype(np.int64)
+    regs = chain + 1 + count
+    if np.any(count < 0) or np.any(8 * (regs + 2) > size):
+        return None
+    abi = words[at + regs]
+    has_regs = abi != 0
+    stack_word = regs + 1 + np.where(has_regs, register_count, 0)
+    if np.any(8 * (stack_word + 1) > size):
+        return None
+    stack_size = words[at + stack_word].astype(np.int64)
+    if np.any((stack_size < 0) | (stack_size % 8 != 0)):
+        return None
+    has_stack = stack_size > 0
+    if np.any(has_stack & (8 * (stack_word + 1) + stack_size + 8 > size)):
+        return None
+    dyn = np.where(has_stack, words[np.where(has_stack, at + stack_word + 1 + stack_size // 8,
+                                             0)].astype(np.int64), 0)
+    plain = ~(has_regs & has_stack)
+    pid_tid = words[at + slot[SAMPLE_TID]]
+    if any(_time(record) >= 1 << 63 for _, _, record in others if record is not None) or (
+            len(at) and int(words[at + slot[SAMPLE_TIME]].max()) >= 1 << 63):
+        return None  # times this large are not a clock's: the record path orders them
+    order, events = _order(data, offsets, boundaries, others, words[at + slot[SAMPLE_TIME]])
+    pick = _picker(order)
+    return SampleArrays(
+        pick(offsets), pick(misc), pick(size),
+        pick((pid_tid & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)),
+        pick((pid_tid >> np.uint64(32)).astype(np.uint32).view(np.int32)),
+        pick(words[at + slot[SAMPLE_TIME]]),
+        pick((words[at + slot[SAMPLE_CPU]] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+             if SAMPLE_CPU in slot else np.zeros(len(at), np.uint32)),
+        pick(words[at + slot[SAMPLE_PERIOD]] if SAMPLE_PERIOD in slot
+             else np.zeros(len(at), np.uint64)),
+        pick(words[at + slot[SAMPLE_IP]]), pick(count), pick(offsets + 8 * (chain + 1)),
+        pick(np.where(plain, -1, offsets + 8 * (regs + 1))),
+        pick(np.where(plain, -1, offsets + 8 * (stack_word + 1))),
+        pick(np.where(plain, 0, np.minimum(dyn, stack_size))), events, words)
+
+
+def _time(record: Record) -> int:
+    return int(getattr(record, "time", 0))
+
+
+def _picker(order: I64) -> Any:
+    def pick(values: Any) -> Any:
+        return np.ascontiguousarray(values[order])
+    return pick
+
+
+def _order(data: PerfData, offsets: I64, boundaries: I64,
+           others: list[tuple[int, int, Record]], sample_times: U64
+           ) -> tuple[I64, list[tuple[int, Record]]]:
+    """perf's order (as :func:`.perf_order.time_ordered`): a record that arrived after
+    round ``a`` is delivered at the first round ``k >= a`` whose limit (the newest time
+    seen before the previous FINISHED_ROUND) is no older than its time, within a delivery
+    by time, then in file order. Returns the samples' order and the other records with
+    the number of samples delivered before each."""
+    events = [(arrival, offset, record) for arrival, offset, record in others
+              if record is not None]
+    event_times = np.array([_time(record) for _, _, record in events], np.uint64)
+    event_offsets = np.array([offset for _, offset, _ in events], np.int64)
+    times = np.concatenate([sample_times, event_times]).astype(np.int64)  # < 2^63: checked
+    file_offsets = np.concatenate([offsets, event_offsets])
+    arrival = np.concatenate([np.searchsorted(boundaries, np.arange(len(offsets)), "right"),
+                              np.array([a for a, _, _ in events], np.int64)]).astype(np.int64)
+    limits = _round_limits(others, times, file_offsets)
+    first = np.searchsorted(limits, times, "left")
+    delivery = np.maximum(arrival, first)
+    order = np.lexsort((file_offsets, times, delivery))
+    is_sample = order < len(offsets)
+    sample_order = order[is_sample]
+    before = np.cumsum(is_sample)
+    delivered = [(int(before[position]), events[int(index) - len(offsets)][2])
+                 for position, index in zip(np.flatnonzero(~is_sample).tolist(),
+                                            order[~is_sample].tolist(), strict=True)]
+    return sample_order.astype(np.int64), delivered
+
+
+def _round_limits(others: list[tuple[int, int, Record]], times: I64, file_offsets: I64
+                  ) -> I64:
+    """L[k] of every round k: the newest time of the records before round k - 1 in the file
+    (-1 for round 0, and while no record came before)."""
+    round_offsets = np.array([offset for _, offset, record in others if record is None],
+                             np.int64)
+    if not len(round_offsets):
+        return np.zeros(0, np.int64)
+    by_offset = np.argsort(file_offsets, kind="stable")
+    running = np.maximum.accumulate(times[by_offset]) if len(times) else times
+    seen = np.searchsorted(file_offsets[by_offset], round_offsets, "left")
+    newest = np.where(seen > 0, running[np.maximum(seen - 1, 0)] if len(times) else -1, -1)
+    limits = np.full(len(round_offsets), -1, np.int64)
+    limits[1:] = newest[:-1]
+    return limits
