@@ -12,11 +12,13 @@ if TYPE_CHECKING:
     from ..unwind.perf_session import UnwoundSample
 from .errors import EXIT_INVALID, EXIT_OK, WHERE, CommandError
 
-#: ``batch`` in the environment unwinds with the numpy batch engine (tests and benches
-#: compare the engines). Not the default yet: with samples still parsed, kept and
-#: formatted one at a time, its gain in the unwind phase is eaten by handing each chain
-#: back as Python objects (measured on 64,000 deep samples: batch 1.8 s, scalar 1.2 s).
+#: ``batch`` in the environment unwinds with the numpy batch engine sample by sample,
+#: ``scalar`` with the scalar tracer only, ``vector`` with the batch pipeline whenever the
+#: recording has its shape (tests and benches compare them). By default the batch
+#: pipeline takes recordings of at least :data:`VECTOR_FROM` bytes of records: below,
+#: numpy's import (~60 ms) costs more than it saves.
 ENGINE_VARIABLE = "PYSFRAME_ENGINE"
+VECTOR_FROM = 16 << 20
 
 
 def _engine() -> type[Any]:
@@ -32,6 +34,38 @@ def _engine() -> type[Any]:
     except ImportError:  # no numpy: the scalar tracer does it all
         return PerfUnwinder
     return BatchPerfUnwinder
+
+
+def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any) -> Iterator[str] | None:
+    """The text in chunks from the batch pipeline, when it takes this recording (None: the
+    sample-by-sample path does)."""
+    import os
+
+    chosen = os.environ.get(ENGINE_VARIABLE, "")
+    if chosen in ("scalar", "batch") or (chosen != "vector" and data.data_size < VECTOR_FROM):
+        return None
+    try:
+        from ..report.perf_script import event_name
+        from ..report.perf_script_chunks import chunk_text
+        from ..sources.perf_arrays import sample_arrays
+        from ..sources.perf_records import SAMPLE_CPU
+        from ..unwind.vector_session import VectorSession
+    except ImportError:  # no numpy
+        return None
+    arrays = sample_arrays(data)
+    if arrays is None or type(unwinder).__name__ != "PerfUnwinder":
+        return None
+    attr = data.attrs[0]
+    event, with_cpu = event_name(attr), bool(attr.sample_type & SAMPLE_CPU)
+    lines: dict[int, dict[int, str]] = {}
+
+    def texts() -> Iterator[str]:
+        for chunk in VectorSession(unwinder, arrays).chunks():
+            WHERE.at(data.path, int(arrays.offset[chunk.start]) if chunk.end > chunk.start
+                     else None)
+            yield chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu)
+
+    return texts()
 
 
 def open_recording(path: str, binaries: list[str], problems: Problems) -> tuple[Any, Any]:
@@ -81,12 +115,17 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
             phases.setup = time.perf_counter() - start
             unwinder.unwind_seconds = 0.0
             symbolizer = phases.timed_symbolizer(symbolizer)
-        samples = _located(path, unwinder.samples())
-        if phases is not None:
-            samples = phases.timed(samples, "read")
-        if show_stops:
-            samples = _with_stops(samples)
-        chunks = perf_script_text(samples, kernel, problems, symbolizer=symbolizer)
+        chunks = None if show_stops else _vector_text(data, unwinder, symbolizer, kernel)
+        if chunks is not None:
+            if phases is not None:
+                chunks = phases.timed(chunks, "read")
+        else:
+            samples = _located(path, unwinder.samples())
+            if phases is not None:
+                samples = phases.timed(samples, "read")
+            if show_stops:
+                samples = _with_stops(samples)
+            chunks = perf_script_text(samples, kernel, problems, symbolizer=symbolizer)
         if output is None:
             write = sys.stdout.write
             for chunk in chunks:

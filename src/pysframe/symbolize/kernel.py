@@ -13,8 +13,9 @@ and checked for shape when read back.
 from __future__ import annotations
 
 import marshal
+import operator
 import sys
-from itertools import pairwise
+from itertools import islice
 
 from ..cachedir import describe, load, store
 from ..elf.headers import find_build_id
@@ -92,9 +93,8 @@ def _table_from(payload: bytes) -> SymbolTable | None:
         return None
     if not (isinstance(starts, list) and isinstance(ends, list) and isinstance(names, list)
             and len(starts) == len(ends) == len(names)
-            and all(type(value) is int for value in starts)
-            and all(type(value) is int for value in ends)
-            and all(type(name) is str for name in names)
-            and all(a <= b for a, b in pairwise(starts))):
+            and set(map(type, starts)) <= {int} and set(map(type, ends)) <= {int}
+            and set(map(type, names)) <= {str}
+            and all(map(operator.le, starts, islice(starts, 1, None)))):
         return None
     return SymbolTable.from_arrays(starts, ends, names)

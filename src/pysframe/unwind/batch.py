@@ -143,6 +143,25 @@ def _shared_buffer(samples: Sequence[BatchSample]
     return buffer, positions
 
 
+def _stacks(samples: Sequence[BatchSample]) -> tuple[I64, I64, npt.NDArray[np.uint8]]:
+    """Where each stack copy lies in one buffer (positions in bytes, lengths, buffer): the
+    mapped file the copies are views of, read in place, or else all copies copied into
+    one buffer, each 8-aligned."""
+    length = np.array([len(s.stack) for s in samples], dtype=np.int64)
+    shared = _shared_buffer(samples)
+    if shared is not None:
+        buffer, positions = shared
+        return np.array(positions, dtype=np.int64), length, buffer
+    padded = (length + 7) & ~7
+    pos = np.zeros(len(samples), np.int64)
+    if len(samples):
+        pos[1:] = np.cumsum(padded[:-1])
+    copy = bytearray(int(padded.sum()))
+    for sample, at in zip(samples, pos.tolist(), strict=True):
+        copy[at:at + len(sample.stack)] = sample.stack
+    return pos, length, np.frombuffer(copy, np.uint8)
+
+
 class BatchUnwinder:
     """Unwinds samples in bulk; the scalar ``unwinder`` handles what the batch does not."""
 
@@ -199,7 +218,7 @@ class BatchUnwinder:
 
     def unwind(self, space: AddressSpace, samples: Sequence[BatchSample]) -> BatchResult:
         """Unwind ``samples``, all taken in ``space`` as it is now."""
-        state = _Batch(self, self._space(space), samples)
+        state = _Batch.of_samples(self, self._space(space), samples)
         state.run()
         for i in np.flatnonzero(state.handoff).tolist():
             sample = samples[i]
@@ -207,54 +226,55 @@ class BatchUnwinder:
             state.result.scalar[i] = self.scalar.unwind(sample.registers, memory, space)
         return state.result
 
+    def unwind_arrays(self, space: AddressSpace, pc: U64, sp: U64, fp: U64,
+                      stacks: tuple[I64, I64, npt.NDArray[np.uint8]]
+                      ) -> tuple[BatchResult, I64]:
+        """Unwind samples given as arrays (registers; stack copies as positions and lengths
+        in ``stacks[2]``), all taken in ``space``. Returns the result and the indices of the
+        samples left to the scalar tracer (the caller has what it needs for them)."""
+        state = _Batch(self, self._space(space), pc, sp, fp, stacks)
+        state.run()
+        return state.result, np.flatnonzero(state.handoff)
+
 
 class _Batch:
     """The arrays of one batch run (see :meth:`BatchUnwinder.unwind`)."""
 
-    def __init__(self, owner: BatchUnwinder, space: _Space, samples: Sequence[BatchSample]
-                 ) -> None:
+    def __init__(self, owner: BatchUnwinder, space: _Space, pc: U64, sp: U64, fp: U64,
+                 stacks: tuple[I64, I64, npt.NDArray[np.uint8]]) -> None:
+        """``stacks``: each sample's stack copy as (position in ``buffer``, length) arrays
+        and the buffer; each copy was taken at the sample's sp."""
         self.owner = owner
         self.space = space
         self.depth = owner.scalar.max_depth
         self.user_limit = owner.scalar.user_limit
         self.little = owner.abi in (ABI.AMD64_ENDIAN_LITTLE, ABI.AARCH64_ENDIAN_LITTLE)
-        n = len(samples)
+        n = len(pc)
         width = max(self.depth, 1)
         self.result = BatchResult(np.zeros((n, width), np.uint64), np.zeros((n, width), np.int8),
                                   np.full((n, width), -1, np.int32), np.ones(n, np.int32),
                                   np.zeros(n, np.int8), {}, space.mappings)
-        regs = [s.registers for s in samples]
-        self.pc = np.array([r.pc for r in regs], dtype=np.uint64)
-        big = [max(r.sp, r.fp, r.pc) >= GUARD for r in regs]
-        self.sp = np.array([r.sp if not b else 0 for r, b in zip(regs, big, strict=True)],
-                           dtype=np.int64)
-        self.fp = np.array([r.fp for r in regs], dtype=np.uint64)
-        self.handoff = np.array(big, dtype=np.bool_) | (not self.little)
-        self._stacks(samples)
-        self.result.pcs[:, 0] = self.pc
-
-    def _stacks(self, samples: Sequence[BatchSample]) -> None:
-        """Where each stack copy lies in one buffer (``pos``, in bytes): the mapped file the
-        copies are views of, read in place, or else all copies copied into one buffer, each
-        8-aligned. ``views[k]`` reads 8-byte words at byte offsets = k (mod 8)."""
+        guard = np.uint64(GUARD)
+        big = (sp >= guard) | (fp >= guard) | (pc >= guard)
+        self.pc = pc.astype(np.uint64, copy=True)
+        self.sp = np.where(big, 0, sp).astype(np.int64)
+        self.fp = fp.astype(np.uint64, copy=True)
+        self.handoff = big | (not self.little)
         self.base = self.sp.copy()
-        self.length = np.array([len(s.stack) for s in samples], dtype=np.int64)
-        shared = _shared_buffer(samples)
-        if shared is not None:
-            buffer, positions = shared
-            self.pos = np.array(positions, dtype=np.int64)
-        else:
-            padded = (self.length + 7) & ~7
-            self.pos = np.zeros(len(samples), np.int64)
-            if len(samples):
-                self.pos[1:] = np.cumsum(padded[:-1])
-            copy = bytearray(int(padded.sum()))
-            for sample, at in zip(samples, self.pos.tolist(), strict=True):
-                copy[at:at + len(sample.stack)] = sample.stack
-            buffer = np.frombuffer(copy, np.uint8)
+        self.pos, self.length, buffer = stacks
         self.shift = self.pos & 7
         self.views = {k: np.frombuffer(buffer, "<u8", count=(len(buffer) - k) // 8, offset=k)
                       for k in np.unique(self.shift).tolist() if len(buffer) >= k + 8}
+        self.result.pcs[:, 0] = self.pc
+
+    @classmethod
+    def of_samples(cls, owner: BatchUnwinder, space: _Space,
+                   samples: Sequence[BatchSample]) -> _Batch:
+        regs = [s.registers for s in samples]
+        pc = np.array([r.pc for r in regs], dtype=np.uint64)
+        sp = np.array([r.sp for r in regs], dtype=np.uint64)
+        fp = np.array([r.fp for r in regs], dtype=np.uint64)
+        return cls(owner, space, pc, sp, fp, _stacks(samples))
 
     def read(self, rows: I64, address: I64) -> tuple[U64, BOOL, BOOL]:
         """The word at ``address`` in each sample's copy: value, readable, unaligned."""

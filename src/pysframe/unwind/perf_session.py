@@ -190,8 +190,10 @@ class PerfUnwinder:
                                                else None) or default_comm(sample))
 
     def _unwind(self, sample: Sample) -> UnwoundSample:
-        space = self._space(sample.pid)
-        comm = self.comm_of(sample)
+        return self.unwind_in(sample, self._space(sample.pid), self.comm_of(sample))
+
+    def unwind_in(self, sample: Sample, space: AddressSpace, comm: str) -> UnwoundSample:
+        """The sample unwound in ``space`` (its process's, as it was then), named ``comm``."""
         registers = sample_registers(sample, self.arch) if sample.stack else None
         if registers is None or sample.stack is None:
             # No user registers and stack copy (a `-g`/LBR recording, a kernel thread, a

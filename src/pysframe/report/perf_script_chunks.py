@@ -1,0 +1,107 @@
+"""``perf script --no-inline`` text of a chunk the batch pipeline unwound, built from arrays.
+
+The same text as :func:`.perf_script.format_sample` gives sample by sample: each distinct
+(layout, printed pc) of the chunk is named once (lines are kept across chunks), the lines
+are placed with index arithmetic into one list of the chunk's lines (header, kernel
+frames, user frames, the truncation marker, the blank line) and joined once. Samples the
+scalar tracer unwound are formatted by :func:`.perf_script.format_sample`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..sources.perf_arrays import SampleArrays
+from ..symbolize.symbolizer import Symbolizer
+from ..symbolize.symbols import SymbolTable
+from ..unwind.batch import STOPS
+from ..unwind.unwinder import Stop
+from ..unwind.vector_session import Chunk, Group
+from .perf_script import TRUNCATED, format_sample, frame_line, kernel_lines
+
+_COPY_ENDED = STOPS.index(Stop.COPY_ENDED)
+
+
+def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
+               kernel: SymbolTable | None, lines_cache: dict[int, dict[int, str]],
+               event: str, with_cpu: bool) -> str:
+    """The text of the chunk's samples, in order."""
+    n = chunk.end - chunk.start
+    sizes = np.ones(n, np.int64)  # a scalar sample: its whole text is one item
+    kernel_of: dict[int, list[str]] = {}
+    placed = []
+    for group in chunk.groups:
+        counts = group.result.count.astype(np.int64)
+        truncated = group.result.stops == _COPY_ENDED
+        rows = group.rows
+        for index in rows.tolist():
+            if index in chunk.scalar:
+                continue
+            if arrays.chain_count[chunk.start + index]:
+                kernel_of[index] = _kernel(arrays, chunk.start + index, kernel)
+        extra = np.array([len(kernel_of.get(index, ())) for index in rows.tolist()], np.int64)
+        keep = np.array([index not in chunk.scalar for index in rows.tolist()], np.bool_)
+        sizes[rows[keep]] = (2 + extra + counts + truncated)[keep]
+        placed.append((group, keep, counts, truncated, extra))
+    starts = np.zeros(n, np.int64)
+    starts[1:] = np.cumsum(sizes)[:-1]
+    items = np.empty(int(sizes.sum()), dtype=object)
+    items[starts + sizes - 1] = ""
+    for index, unwound in chunk.scalar.items():
+        items[starts[index]] = format_sample(unwound, symbolizer, lines_cache, kernel)[:-1]
+    for group, keep, counts, truncated, extra in placed:
+        _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache)
+    batch_rows = [index for group in chunk.groups for index in group.rows.tolist()
+                  if index not in chunk.scalar]
+    for index in batch_rows:
+        items[starts[index]] = _header(arrays, chunk, index, event, with_cpu)
+    for index, lines in kernel_of.items():
+        items[starts[index] + 1:starts[index] + 1 + len(lines)] = lines
+    return "\n".join(items.tolist()) + "\n"
+
+
+def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None) -> list[str]:
+    first = int(arrays.chain_pos[sample]) // 8
+    chain = tuple(arrays.words[first:first + int(arrays.chain_count[sample])].tolist())
+    return kernel_lines(chain, kernel)
+
+
+def _header(arrays: SampleArrays, chunk: Chunk, index: int, event: str, with_cpu: bool) -> str:
+    sample = chunk.start + index
+    seconds, nanoseconds = divmod(int(arrays.time[sample]), 10**9)
+    cpu = f" [{int(arrays.cpu[sample]):03d}]" if with_cpu else ""
+    return (f"{chunk.comms[index]} {int(arrays.tid[sample]):5d}{cpu} {seconds:5d}."
+            f"{nanoseconds // 1000:06d}: {int(arrays.period[sample]):10d} {event}: ")
+
+
+def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, truncated: Any,
+           extra: Any, symbolizer: Symbolizer, lines_cache: dict[int, dict[int, str]]) -> None:
+    """The user-frame lines (and truncation markers) of one group's samples into ``items``."""
+    result, space = group.result, group.space
+    width = int(counts.max()) if len(counts) else 0
+    if not width:
+        return
+    pcs = result.pcs[:, :width]
+    valid = (np.arange(width)[None, :] < counts[:, None]) & keep[:, None]
+    printed = pcs - (np.arange(width)[None, :] > 0).astype(np.uint64)
+    rows, columns = np.nonzero(valid)
+    values = printed[rows, columns]
+    unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    known = lines_cache.setdefault(space.version, {})
+    mapping_index = result.mappings[:, :width][rows, columns]
+    mappings = space.mappings
+    lines = []
+    for pc, at in zip(unique.tolist(), first.tolist(), strict=True):
+        line = known.get(pc)
+        if line is None:
+            k = int(mapping_index[at])
+            line = known[pc] = frame_line(symbolizer, mappings[k] if k >= 0 else None, pc)
+        lines.append(line)
+    table = np.empty(len(lines), dtype=object)
+    table[:] = lines
+    base = starts[group.rows] + 1 + extra
+    items[base[rows] + columns] = table[inverse.reshape(-1)]
+    marked = np.flatnonzero(truncated & keep)
+    items[base[marked] + counts[marked]] = TRUNCATED

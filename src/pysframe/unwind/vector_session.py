@@ -1,0 +1,162 @@
+"""A dwarf recording unwound as arrays, chunk by chunk: the batch pipeline of ``script``.
+
+The samples come from :func:`~pysframe.sources.perf_arrays.sample_arrays` (perf's order,
+fields as arrays); the other records drive the same process model as
+:class:`~.perf_session.PerfUnwinder` (its ``side_band``), applied between the samples
+they fall between. Each chunk's samples are grouped by address-space snapshot and
+unwound by the batch engine from their registers and stack copies in the mapped file.
+What the batch leaves (rare rules, signal frames, odd stacks) and samples without
+registers or a stack copy are parsed as records and unwound by the scalar tracer, so
+every chain is the one :class:`PerfUnwinder` gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from time import perf_counter
+
+import numpy as np
+import numpy.typing as npt
+
+from ..records import record_class
+from ..sources.perf_arrays import SampleArrays
+from ..sources.perf_data import Sample
+from ..sources.perf_records import RECORD_SAMPLE
+from .address_space import AddressSpace
+from .batch import BatchResult, BatchUnwinder
+from .perf_session import PERF_REGS, PerfUnwinder, UnwoundSample, _positions
+
+#: Samples per chunk: bounds the result matrices (depth 127: ~25 MB) and mapped pages.
+CHUNK = 16384
+
+
+@record_class
+class Group:
+    """The batch-unwound samples of a chunk that share one address-space snapshot."""
+
+    space: AddressSpace
+    #: Their indices in the chunk.
+    rows: npt.NDArray[np.int64]
+    result: BatchResult
+
+
+@record_class
+class Chunk:
+    """Samples ``start`` to ``end`` of the recording: their thread names, the groups the
+    batch unwound and, by index in the chunk, the samples the scalar tracer unwound."""
+
+    start: int
+    end: int
+    comms: list[str]
+    groups: list[Group]
+    scalar: dict[int, UnwoundSample]
+
+
+class VectorSession:
+    """Unwinds a recording's :class:`SampleArrays` with ``session``'s process model."""
+
+    def __init__(self, session: PerfUnwinder, arrays: SampleArrays) -> None:
+        self.session = session
+        self.arrays = arrays
+        self.batch = BatchUnwinder(session.unwinder)
+        self._file = np.frombuffer(session.data.buffer, np.uint8)
+        attr = session.data.attrs[0]
+        ip, sp, fp, _, _ = _positions(session.arch, attr.sample_regs_user)
+        self._registers = arrays.registers((ip, sp, fp)) if min(ip, sp, fp) >= 0 else None
+        self._next_event = 0
+
+    def chunks(self, size: int = CHUNK) -> Iterator[Chunk]:
+        total = len(self.arrays.offset)
+        for start in range(0, total, size):
+            yield self._chunk(start, min(start + size, total))
+        self._apply_events(total + 1)
+
+    def _apply_events(self, before: int) -> None:
+        """Apply the side-band records delivered before sample ``before``."""
+        events = self.arrays.events
+        while self._next_event < len(events) and events[self._next_event][0] < before:
+            self.session.side_band(events[self._next_event][1])
+            self._next_event += 1
+
+    def _chunk(self, start: int, end: int) -> Chunk:
+        begin = perf_counter()
+        arrays, session = self.arrays, self.session
+        comms: list[str] = []
+        snapshot_of: list[AddressSpace] = []
+        snapshots: dict[int, AddressSpace] = {}
+        events = arrays.events
+        position = start
+        while position < end:
+            self._apply_events(position + 1)
+            stop = end
+            if self._next_event < len(events):
+                stop = min(end, max(events[self._next_event][0], position + 1))
+            self._describe(position, stop, comms, snapshot_of, snapshots)
+            position = stop
+        chunk = Chunk(start, end, comms, [], {})
+        self._unwind(chunk, snapshot_of)
+        if session.unwind_seconds is not None:
+            session.unwind_seconds += perf_counter() - begin
+        return chunk
+
+    def _describe(self, start: int, end: int, comms: list[str],
+                  snapshot_of: list[AddressSpace], snapshots: dict[int, AddressSpace]) -> None:
+        """Thread names and address-space snapshots of samples ``start`` to ``end`` (no
+        side-band record falls between them): computed once per thread."""
+        session = self.session
+        pids = self.arrays.pid[start:end].tolist()
+        tids = self.arrays.tid[start:end].tolist()
+        known: dict[tuple[int, int], tuple[str, AddressSpace]] = {}
+        for pid, tid in zip(pids, tids, strict=True):
+            found = known.get((pid, tid))
+            if found is None:
+                space = session._space(pid)
+                snapshot = snapshots.get(space.version)
+                if snapshot is None:
+                    snapshot = snapshots[space.version] = space.copy()
+                comm = (session.comms.get(tid) or (session.comms.get(pid) if tid >= 0 else None)
+                        or ("swapper" if tid == 0 else f":{tid}"))
+                found = known[(pid, tid)] = (comm, snapshot)
+            comms.append(found[0])
+            snapshot_of.append(found[1])
+
+    def _unwind(self, chunk: Chunk, snapshot_of: list[AddressSpace]) -> None:
+        arrays = self.arrays
+        start, end = chunk.start, chunk.end
+        plain = arrays.regs_pos[start:end] < 0
+        if self._registers is None or self.session.arch != "x86_64":
+            plain[:] = True
+        for index in np.flatnonzero(plain).tolist():
+            chunk.scalar[index] = self._scalar(start + index, chunk.comms[index],
+                                               snapshot_of[index])
+        by_space: dict[int, list[int]] = {}
+        for index, space in enumerate(snapshot_of):
+            if not plain[index]:
+                by_space.setdefault(id(space), []).append(index)
+        for indices in by_space.values():
+            rows = np.array(indices, np.int64)
+            space = snapshot_of[indices[0]]
+            assert self._registers is not None
+            pc, sp, fp = (values[start:end][rows] for values in self._registers)
+            stacks = (arrays.stack_pos[start:end][rows], arrays.stack_len[start:end][rows],
+                      self._file)
+            result, handed = self.batch.unwind_arrays(space, pc, sp, fp, stacks)
+            for position in handed.tolist():
+                index = int(rows[position])
+                chunk.scalar[index] = self._scalar(start + index, chunk.comms[index], space)
+            chunk.groups.append(Group(space, rows, result))
+
+    def _scalar(self, sample_index: int, comm: str, space: AddressSpace) -> UnwoundSample:
+        """Sample ``sample_index`` parsed as a record and unwound by the scalar path."""
+        arrays, session = self.arrays, self.session
+        offset = int(arrays.offset[sample_index])
+        parser = session.data._parser
+        assert parser is not None
+        sample = parser.parse(session.data.buffer, RECORD_SAMPLE, int(arrays.misc[sample_index]),
+                              offset, int(arrays.size[sample_index]), 0)
+        assert isinstance(sample, Sample)
+        unwound = session.unwind_in(sample, space, comm)
+        return unwound
+
+
+__all__ = ["CHUNK", "PERF_REGS", "Chunk", "Group", "VectorSession"]

@@ -1,0 +1,105 @@
+"""The batch pipeline of `sframe script` (arrays in, text built from arrays) prints exactly
+what the sample-by-sample scalar path prints, on every recording here it takes; and it
+declines, for the record path, the recordings it does not take."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, REPO
+from pysframe.cli.script import ENGINE_VARIABLE, run_script
+
+pytest.importorskip("numpy")
+
+RECORDINGS = [*sorted(FIXTURES.glob("real/lua-*/perf*.data")),
+              *sorted((REPO / "tests" / "data").glob("*.perf.data"))]
+
+
+def _text(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> bytes:
+    monkeypatch.setenv(ENGINE_VARIABLE, engine)
+    output = tmp_path / f"{engine}.txt"
+    run_script(str(path), binaries=[str(path.parent)], output=str(output), show_stops=False,
+               report=lambda message: None)
+    return output.read_bytes()
+
+
+@pytest.mark.skipif(not RECORDINGS, reason="no recordings here")
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_batch_pipeline_prints_what_the_scalar_path_prints(
+        path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    scalar = _text(path, "scalar", monkeypatch, tmp_path)
+    assert scalar
+    assert _text(path, "vector", monkeypatch, tmp_path) == scalar
+
+
+def test_the_lua_recording_is_taken_by_the_batch_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pysframe.sources.perf_arrays import sample_arrays
+    from pysframe.sources.perf_data import open_perf_data
+
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+    if not path.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    with open_perf_data(str(path)) as data:
+        assert sample_arrays(data) is not None
+
+
+SIGNAL_PROGRAM = r"""
+#include <signal.h>
+#include <stdlib.h>
+static volatile unsigned long sink;
+__attribute__((noinline)) static unsigned long work(int depth) {
+    unsigned long s = 0;
+    for (int i = 0; i < 2000; i++) s += (unsigned long)i * (unsigned long)depth;
+    return depth > 0 ? s + work(depth - 1) : s;
+}
+static void handler(int sig) { sink += work(6 + sig % 3); }
+int main(int argc, char **argv) {
+    int rounds = argc > 1 ? atoi(argv[1]) : 3000;
+    signal(SIGUSR1, handler);
+    for (int i = 0; i < rounds; i++) { sink += work(i % 9); raise(SIGUSR1); }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two short recordings made here: signal handlers entered from a loop (signal
+    frames: chains the batch hands to the scalar tracer), and a shell starting the same
+    program three times (forks, execs and mappings between the samples)."""
+    import shutil
+    import subprocess
+
+    from support.parity import perf_can_record, record
+
+    directory = tmp_path_factory.mktemp("vector")
+    why = perf_can_record(directory)
+    if why is not None or shutil.which("gcc") is None:
+        pytest.skip(why or "gcc is not installed")
+    source, program = directory / "signals.c", directory / "signals"
+    source.write_text(SIGNAL_PROGRAM)
+    subprocess.run(["gcc", "-O2", "-o", str(program), str(source)], check=True, timeout=120)
+    return [record(directory / "signals.data", [str(program), "40000"], "-F", "2000",
+                   "--call-graph", "dwarf,4096"),
+            record(directory / "shell.data", ["sh", "-c", f"{program} 8000; {program} 8000; "
+                                              f"{program} 8000"], "-F", "2000",
+                   "--call-graph", "dwarf,4096")]
+
+
+def test_recordings_made_here_print_the_same(recordings: list[Path],
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    from pysframe.sources.perf_arrays import sample_arrays
+    from pysframe.sources.perf_data import open_perf_data
+
+    for path in recordings:
+        with open_perf_data(str(path)) as data:
+            arrays = sample_arrays(data)
+            assert arrays is not None and len(arrays.offset) > 100
+            assert path.name != "shell.data" or len(arrays.events) > 10
+        scalar = _text(path, "scalar", monkeypatch, tmp_path)
+        assert _text(path, "vector", monkeypatch, tmp_path) == scalar, path.name
+    signals = _text(recordings[0], "scalar", monkeypatch, tmp_path).decode()
+    assert "handler" in signals  # samples inside the handlers, above a signal frame
