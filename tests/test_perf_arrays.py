@@ -30,8 +30,9 @@ def test_arrays_match_the_records(path: Path) -> None:
             assert data.inflated or not any(isinstance(r, Sample) and r.stack is not None
                                             for r in records)
             return
-        # The order is perf's, not the file's (this recording is not in time order).
-        assert sorted(arrays.offset.tolist()) != arrays.offset.tolist()
+        if path.parent.name.startswith("lua"):
+            # The order is perf's, not the file's (this recording is not in time order).
+            assert sorted(arrays.offset.tolist()) != arrays.offset.tolist()
         samples = [r for r in records if isinstance(r, Sample)]
         assert arrays.offset.tolist() == [s.offset for s in samples]
         assert arrays.tid.tolist() == [s.tid for s in samples]
@@ -40,9 +41,9 @@ def test_arrays_match_the_records(path: Path) -> None:
         assert arrays.period.tolist() == [s.period for s in samples]
         assert arrays.cpu.tolist() == [s.cpu for s in samples]
         assert arrays.ip.tolist() == [s.ip for s in samples]
-        assert arrays.stack_len.tolist() == [len(s.stack) if s.stack is not None and s.regs
-                                             else 0 for s in samples]
-        with_stack = [i for i, s in enumerate(samples) if s.stack is not None and s.regs]
+        assert arrays.stack_len.tolist() == [len(s.stack) if s.stack and s.regs else 0
+                                             for s in samples]
+        with_stack = [i for i, s in enumerate(samples) if s.stack and s.regs]
         assert [int(arrays.stack_pos[i]) for i in with_stack] == [
             samples[i].stack_offset for i in with_stack]
         events, position = [], 0

@@ -19,7 +19,7 @@ RECORDINGS = [*sorted(FIXTURES.glob("real/lua-*/perf*.data")),
 
 def _text(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> bytes:
     monkeypatch.setenv(ENGINE_VARIABLE, engine)
-    output = tmp_path / f"{engine}.txt"
+    output = tmp_path / f"{path.name}.{engine}.txt"
     run_script(str(path), binaries=[str(path.parent)], output=str(output), show_stops=False,
                report=lambda message: None)
     return output.read_bytes()

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..records import record_class
-from .perf_data import PerfData
+from .perf_data import RELEASE_STEP, PerfData
 from .perf_records import (
     RECORD_COMPRESSED,
     RECORD_COMPRESSED2,
@@ -81,11 +81,12 @@ class SampleArrays:
     events: list[tuple[int, Record]]
     words: U64
 
-    def registers(self, positions: tuple[int, ...]) -> tuple[U64, ...]:
-        """The user registers at ``positions`` (indices in the sampled set) of every sample
-        (0 where a sample has none)."""
-        has = self.regs_pos >= 0
-        index = np.where(has, self.regs_pos // 8, 0)
+    def registers(self, positions: tuple[int, ...], start: int, end: int) -> tuple[U64, ...]:
+        """The user registers at ``positions`` (indices in the sampled set) of samples
+        ``start`` to ``end`` (0 where a sample has none)."""
+        regs_pos = self.regs_pos[start:end]
+        has = regs_pos >= 0
+        index = np.where(has, regs_pos // 8, 0)
         return tuple(np.where(has, self.words[index + k], np.uint64(0)) for k in positions)
 
 
@@ -115,7 +116,11 @@ def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | No
     append = samples.append
     boundaries = array("q")
     others: list[tuple[int, int, Record]] = []
+    next_release = offset + RELEASE_STEP
     while offset + 8 <= end:
+        if offset >= next_release:
+            data.release_before(offset)
+            next_release = offset + RELEASE_STEP
         kind, misc, size = unpack(buffer, offset)
         if size < 8 or size % 8 or offset + size > end:
             return None
@@ -141,55 +146,93 @@ def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | No
             others)
 
 
+#: Samples gathered at a time; the mapped pages behind are dropped after each block, so the
+#: resident set does not grow with the file.
+BLOCK = 8192
+_FIELDS = ("misc", "size", "pid_tid", "time", "cpu", "period", "ip", "count", "chain_pos",
+           "regs_pos", "stack_pos", "stack_len")
+
+
 def _gathered(data: PerfData, offsets: I64, boundaries: I64,
               others: list[tuple[int, int, Record]], register_count: int
               ) -> SampleArrays | None:
     sample_type = data.attrs[0].sample_type
     words: U64 = np.frombuffer(data.buffer, "<u8", len(data.buffer) // 8)
-    at = offsets // 8
-    size = (words[at] >> np.uint64(32)).astype(np.int64)
-    misc = ((words[at] >> np.uint64(16)) & np.uint64(0xFFFF)).astype(np.uint16)
     slot = {bit: 1 + index for index, bit in enumerate(b for b in _PREFIX if sample_type & b)}
+    parts: dict[str, list[Any]] = {name: [] for name in _FIELDS}
+    for first in range(0, len(offsets), BLOCK):
+        block = _block(words, offsets[first:first + BLOCK], slot, register_count)
+        if block is None:
+            return None
+        for name in _FIELDS:
+            parts[name].append(block[name])
+        # From the start: the header scan already dropped (and so passed) these pages.
+        data.release_before(int(offsets[min(first + BLOCK, len(offsets)) - 1]), from_start=True)
+    data.release_before(len(data.buffer), from_start=True)
+    fields = {name: np.concatenate(values) if values else np.zeros(0, np.int64)
+              for name, values in parts.items()}
+    if any(_time(record) >= 1 << 63 for _, _, record in others if record is not None) or (
+            len(offsets) and int(fields["time"].max()) >= 1 << 63):
+        return None  # times this large are not a clock's: the record path orders them
+    order, events = _order(data, offsets, boundaries, others, fields["time"].astype(np.uint64))
+    pick = _picker(order)
+    pid_tid = fields["pid_tid"].astype(np.uint64)
+    return SampleArrays(
+        pick(offsets), pick(fields["misc"]).astype(np.uint16), pick(fields["size"]),
+        pick((pid_tid & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)),
+        pick((pid_tid >> np.uint64(32)).astype(np.uint32).view(np.int32)),
+        pick(fields["time"]).astype(np.uint64), pick(fields["cpu"]).astype(np.uint32),
+        pick(fields["period"]).astype(np.uint64), pick(fields["ip"]).astype(np.uint64),
+        pick(fields["count"]), pick(fields["chain_pos"]), pick(fields["regs_pos"]),
+        pick(fields["stack_pos"]), pick(fields["stack_len"]), events, words)
+
+
+def _block(words: U64, offsets: I64, slot: dict[int, int], register_count: int
+           ) -> dict[str, Any] | None:
+    """The fields of the samples at ``offsets``, every position checked against its record
+    (None: one is malformed)."""
+    at = offsets // 8
+    head = words[at]
+    size = (head >> np.uint64(32)).astype(np.int64)
     chain = 1 + len(slot)
     if np.any(size < 8 * (chain + 1)):
         return None
-    count = words[at + chain].astype(np.int64)
-    regs = chain + 1 + count
-    if np.any(count < 0) or np.any(8 * (regs + 2) > size):
+    raw_count = words[at + chain]
+    if np.any(raw_count > (size // 8).astype(np.uint64)):
         return None
-    abi = words[at + regs]
-    has_regs = abi != 0
+    count = raw_count.astype(np.int64)
+    regs = chain + 1 + count
+    if np.any(8 * (regs + 2) > size):
+        return None
+    has_regs = words[at + regs] != 0
     stack_word = regs + 1 + np.where(has_regs, register_count, 0)
     if np.any(8 * (stack_word + 1) > size):
         return None
-    stack_size = words[at + stack_word].astype(np.int64)
-    if np.any((stack_size < 0) | (stack_size % 8 != 0)):
+    raw_stack = words[at + stack_word]
+    if np.any(raw_stack > size.astype(np.uint64)):
         return None
+    stack_size = raw_stack.astype(np.int64)
     has_stack = stack_size > 0
-    if np.any(has_stack & (8 * (stack_word + 1) + stack_size + 8 > size)):
+    if np.any(stack_size % 8 != 0) or np.any(
+            has_stack & (8 * (stack_word + 1) + stack_size + 8 > size)):
         return None
     dyn = np.where(has_stack, words[np.where(has_stack, at + stack_word + 1 + stack_size // 8,
-                                             0)].astype(np.int64), 0)
-    plain = ~(has_regs & has_stack)
-    pid_tid = words[at + slot[SAMPLE_TID]]
-    if any(_time(record) >= 1 << 63 for _, _, record in others if record is not None) or (
-            len(at) and int(words[at + slot[SAMPLE_TIME]].max()) >= 1 << 63):
-        return None  # times this large are not a clock's: the record path orders them
-    order, events = _order(data, offsets, boundaries, others, words[at + slot[SAMPLE_TIME]])
-    pick = _picker(order)
-    return SampleArrays(
-        pick(offsets), pick(misc), pick(size),
-        pick((pid_tid & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)),
-        pick((pid_tid >> np.uint64(32)).astype(np.uint32).view(np.int32)),
-        pick(words[at + slot[SAMPLE_TIME]]),
-        pick((words[at + slot[SAMPLE_CPU]] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-             if SAMPLE_CPU in slot else np.zeros(len(at), np.uint32)),
-        pick(words[at + slot[SAMPLE_PERIOD]] if SAMPLE_PERIOD in slot
-             else np.zeros(len(at), np.uint64)),
-        pick(words[at + slot[SAMPLE_IP]]), pick(count), pick(offsets + 8 * (chain + 1)),
-        pick(np.where(plain, -1, offsets + 8 * (regs + 1))),
-        pick(np.where(plain, -1, offsets + 8 * (stack_word + 1))),
-        pick(np.where(plain, 0, np.minimum(dyn, stack_size))), events, words)
+                                             0)], np.uint64(0))
+    length = np.minimum(dyn, raw_stack).astype(np.int64)
+    # No registers, or an empty copy (a thread in execve): the record path's NO_STACK case.
+    plain = ~(has_regs & (length > 0))
+    zeros = np.zeros(len(at), np.uint64)
+    return {
+        "misc": (head >> np.uint64(16)) & np.uint64(0xFFFF), "size": size,
+        "pid_tid": words[at + slot[SAMPLE_TID]], "time": words[at + slot[SAMPLE_TIME]],
+        "cpu": (words[at + slot[SAMPLE_CPU]] & np.uint64(0xFFFFFFFF)
+                if SAMPLE_CPU in slot else zeros),
+        "period": words[at + slot[SAMPLE_PERIOD]] if SAMPLE_PERIOD in slot else zeros,
+        "ip": words[at + slot[SAMPLE_IP]], "count": count, "chain_pos": offsets + 8 * (chain + 1),
+        "regs_pos": np.where(plain, -1, offsets + 8 * (regs + 1)),
+        "stack_pos": np.where(plain, -1, offsets + 8 * (stack_word + 1)),
+        "stack_len": np.where(plain, 0, length),
+    }
 
 
 def _time(record: Record) -> int:

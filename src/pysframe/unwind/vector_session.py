@@ -62,13 +62,17 @@ class VectorSession:
         self._file = np.frombuffer(session.data.buffer, np.uint8)
         attr = session.data.attrs[0]
         ip, sp, fp, _, _ = _positions(session.arch, attr.sample_regs_user)
-        self._registers = arrays.registers((ip, sp, fp)) if min(ip, sp, fp) >= 0 else None
+        self._register_positions = (ip, sp, fp) if min(ip, sp, fp) >= 0 else None
         self._next_event = 0
 
     def chunks(self, size: int = CHUNK) -> Iterator[Chunk]:
         total = len(self.arrays.offset)
+        data = self.session.data
         for start in range(0, total, size):
             yield self._chunk(start, min(start + size, total))
+            # The mapped pages this chunk read are done with (read back if touched again):
+            # the resident set stays the size of a chunk, not of the file.
+            data.release_before(len(data.buffer), from_start=True)
         self._apply_events(total + 1)
 
     def _apply_events(self, before: int) -> None:
@@ -124,8 +128,11 @@ class VectorSession:
         arrays = self.arrays
         start, end = chunk.start, chunk.end
         plain = arrays.regs_pos[start:end] < 0
-        if self._registers is None or self.session.arch != "x86_64":
+        positions = self._register_positions
+        if positions is None or self.session.arch != "x86_64":
             plain[:] = True
+        else:
+            registers = arrays.registers(positions, start, end)
         for index in np.flatnonzero(plain).tolist():
             chunk.scalar[index] = self._scalar(start + index, chunk.comms[index],
                                                snapshot_of[index])
@@ -136,8 +143,7 @@ class VectorSession:
         for indices in by_space.values():
             rows = np.array(indices, np.int64)
             space = snapshot_of[indices[0]]
-            assert self._registers is not None
-            pc, sp, fp = (values[start:end][rows] for values in self._registers)
+            pc, sp, fp = (values[rows] for values in registers)
             stacks = (arrays.stack_pos[start:end][rows], arrays.stack_len[start:end][rows],
                       self._file)
             result, handed = self.batch.unwind_arrays(space, pc, sp, fp, stacks)
