@@ -26,8 +26,9 @@ from .address_space import AddressSpace
 from .batch import BatchResult, BatchUnwinder
 from .perf_session import PERF_REGS, PerfUnwinder, UnwoundSample, _positions
 
-#: Samples per chunk: bounds the result matrices (depth 127: ~25 MB) and mapped pages.
-CHUNK = 16384
+#: Samples per chunk: bounds the result matrices (depth 127: ~6 MB) and the mapped pages
+#: of their stack copies (~32 MB for 8 KB copies).
+CHUNK = 4096
 
 
 @record_class
