@@ -25,6 +25,9 @@ SCRIPT_LINES = [
     ["script", "x.data", "--output=out.txt", "--output", "last.txt"],
     ["script", "--", "-x.data"],
     ["script", "-", "--show-stops"],
+    ["script", "x.data", "-j", "2"],
+    ["script", "x.data", "-j3", "--jobs=4"],
+    ["script", "--jobs", "1", "x.data"],
     # click decides these (errors or help): the lean parser must decline
     ["script"],
     ["script", "a", "b"],
@@ -36,6 +39,10 @@ SCRIPT_LINES = [
     ["script", "dir"],
     ["script", "x.data", "--binaries", "file.txt"],
     ["script", "x.data", "-o", "dir"],
+    ["script", "x.data", "-j", "0"],
+    ["script", "x.data", "-j", "x"],
+    ["script", "x.data", "-j"],
+    ["script", "x.data", "--jobs=999"],
 ]
 STACK_LINES = [
     ["stack", "123"],

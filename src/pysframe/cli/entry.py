@@ -23,7 +23,8 @@ from .errors import guarded, report
 Call = tuple[str, dict[str, Any]]
 
 #: Options that take a value, and flags, per command: option -> argument name.
-_SCRIPT_VALUES = {"--binaries": "binaries", "-o": "output", "--output": "output"}
+_SCRIPT_VALUES = {"--binaries": "binaries", "-o": "output", "--output": "output",
+                  "-j": "jobs", "--jobs": "jobs"}
 _SCRIPT_FLAGS = {"--show-stops": "show_stops"}
 _STACK_VALUES = {"--core": "core", "--exe": "exe", "--max-depth": "max_depth",
                  "--timeout": "timeout"}
@@ -57,8 +58,8 @@ def _tokens(args: list[str], values: dict[str, str], flags: dict[str, str]
                 return None
             options.append((values[token], args[index]))
             index += 1
-        elif token.startswith("-o") and not token.startswith("--") and "-o" in values:
-            options.append((values["-o"], token[2:]))
+        elif token[:2] in ("-o", "-j") and token[:2] in values:
+            options.append((values[token[:2]], token[2:]))
         else:
             return None
     return options, positional
@@ -69,12 +70,20 @@ def _script_call(args: list[str]) -> Call | None:
     if parsed is None or len(parsed[1]) != 1:
         return None
     options, (perf_data,) = parsed
-    kwargs: dict[str, Any] = {"binaries": [], "output": None, "show_stops": False}
+    kwargs: dict[str, Any] = {"binaries": [], "output": None, "show_stops": False,
+                              "jobs": None}
     for name, value in options:
         if name == "binaries":
             kwargs["binaries"].append(value)
         else:
             kwargs[name] = value
+    if kwargs["jobs"] is not None:
+        try:
+            kwargs["jobs"] = int(kwargs["jobs"])
+        except ValueError:
+            return None
+        if not 1 <= kwargs["jobs"] <= 256:
+            return None
     # click.Path(dir_okay=False) / (file_okay=False) refuse an existing path of the
     # other kind: left to click, for its message.
     if os.path.isdir(perf_data) or (kwargs["output"] is not None

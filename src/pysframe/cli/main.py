@@ -151,14 +151,17 @@ def inject(file: str, output: str, version: str, as_gnu: bool) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file.")
 @click.option("--show-stops", is_flag=True,
               help="On stderr: how each frame was unwound and why each chain stopped.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1, max=256), default=None,
+              help="Processes unwinding a large recording (default: one per CPU); the "
+                   "output is the same, in the same order.")
 def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
-           show_stops: bool) -> None:
+           show_stops: bool, jobs: int | None) -> None:
     """Unwind a `perf record --call-graph dwarf` file with SFrame; print like `perf script
     --no-inline`."""
     from .script import run_script
 
     sys.exit(run_script(perf_data, binaries=list(binaries), output=output,
-                        show_stops=show_stops, report=report))
+                        show_stops=show_stops, report=report, jobs=jobs))
 
 
 @cli.command(name="report")

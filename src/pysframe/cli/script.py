@@ -37,10 +37,13 @@ def _engine() -> type[Any]:
     return BatchPerfUnwinder
 
 
-def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any) -> Iterator[str] | None:
+def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: int,
+                 problems: Problems, statuses: list[int], phases: Phases | None = None
+                 ) -> Iterator[str] | None:
     """The text in chunks from the batch pipeline, when it takes this recording (None: the
-    sample-by-sample path does)."""
+    sample-by-sample path does), made by ``jobs`` processes."""
     import os
+    import time
 
     chosen = os.environ.get(ENGINE_VARIABLE, "")
     if chosen in ("scalar", "batch") or (chosen != "vector" and data.data_size < VECTOR_FROM):
@@ -59,14 +62,34 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any) -> Iter
     attr = data.attrs[0]
     event, with_cpu = event_name(attr), bool(attr.sample_type & SAMPLE_CPU)
     lines: dict[int, dict[int, str]] = {}
+    session = VectorSession(unwinder, arrays)
 
-    def texts() -> Iterator[str]:
-        for chunk in VectorSession(unwinder, arrays).chunks():
+    def texts(first: int, last: int) -> Iterator[str]:
+        for chunk in session.chunks(first, last):
             WHERE.at(data.path, int(arrays.offset[chunk.start]) if chunk.end > chunk.start
                      else None)
-            yield chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu)
+            begin = time.perf_counter()
+            text = chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu)
+            if phases is not None:
+                phases.seconds["format"] += time.perf_counter() - begin
+            yield text
 
-    return texts()
+    ranges = session.ranges(jobs)
+    if len(ranges) == 1:
+        return texts(*ranges[0])
+    from .jobs import in_order
+
+    return in_order(ranges, texts, lambda: bool(problems), statuses)
+
+
+def default_jobs() -> int:
+    """The processes ``-j`` defaults to: the CPUs this process may run on."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def open_recording(path: str, binaries: list[str], problems: Problems) -> tuple[Any, Any]:
@@ -92,7 +115,7 @@ PHASES_VARIABLE = "PYSFRAME_PHASE_TIMES"
 
 
 def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
-               report: Any) -> int:
+               report: Any, jobs: int | None = None) -> int:
     import os
     import time
 
@@ -116,9 +139,14 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
             phases.setup = time.perf_counter() - start
             unwinder.unwind_seconds = 0.0
             symbolizer = phases.timed_symbolizer(symbolizer)
-        chunks = None if show_stops else _vector_text(data, unwinder, symbolizer, kernel)
+        statuses: list[int] = []
+        arrays_start = time.perf_counter()
+        chunks = None if show_stops else _vector_text(
+            data, unwinder, symbolizer, kernel, jobs or default_jobs(), problems, statuses,
+            phases)
         if chunks is not None:
-            if phases is not None:
+            if phases is not None:  # numpy's import and the array scan are the scan's
+                phases.seconds["read"] += time.perf_counter() - arrays_start
                 chunks = phases.timed(chunks, "read")
         else:
             samples = _located(path, unwinder.samples())
@@ -138,7 +166,8 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
     if phases is not None:
         sys.stdout.flush()
         phases.report(time.perf_counter() - start, unwinder.unwind_seconds or 0.0)
-    return EXIT_INVALID if data.skipped or problems else EXIT_OK
+    failed = data.skipped or problems or any(statuses)
+    return EXIT_INVALID if failed else EXIT_OK
 
 
 class Phases:
@@ -148,7 +177,9 @@ class Phases:
 
     def __init__(self) -> None:
         self.setup = 0.0
-        self.seconds = {"read": 0.0, "symbolize": 0.0}
+        #: read: in the records or chunks iterator (scan and unwind; the batch pipeline's
+        #: text too, as "format"); symbolize: naming frames (within the text).
+        self.seconds = {"read": 0.0, "symbolize": 0.0, "format": 0.0}
 
     def timed(self, items: Iterator[Any], name: str) -> Iterator[Any]:
         """``items``, with the time spent making each added to phase ``name``."""
@@ -171,9 +202,9 @@ class Phases:
         return _TimedSymbolizer(symbolizer, self.seconds)
 
     def report(self, total: float, unwind: float) -> None:
-        read, symbolize = self.seconds["read"], self.seconds["symbolize"]
-        scan = read - unwind
-        output = total - self.setup - read - symbolize
+        read, symbolize, form = (self.seconds[name] for name in ("read", "symbolize", "format"))
+        scan = read - unwind - form
+        output = total - self.setup - read + form - symbolize
         sys.stderr.write(f"phases: setup {self.setup * 1e3:.0f} ms, scan {scan * 1e3:.0f} ms, "
                          f"unwind {unwind * 1e3:.0f} ms, symbolize {symbolize * 1e3:.0f} ms, "
                          f"output {output * 1e3:.0f} ms, total {total * 1e3:.0f} ms "

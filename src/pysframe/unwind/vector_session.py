@@ -13,6 +13,7 @@ every chain is the one :class:`PerfUnwinder` gives.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 from time import perf_counter
 
 import numpy as np
@@ -66,15 +67,30 @@ class VectorSession:
         self._register_positions = (ip, sp, fp) if min(ip, sp, fp) >= 0 else None
         self._next_event = 0
 
-    def chunks(self, size: int = CHUNK) -> Iterator[Chunk]:
+    def chunks(self, first: int = 0, last: int | None = None, size: int = CHUNK
+               ) -> Iterator[Chunk]:
+        """The chunks of samples ``first`` to ``last`` (default: all), in order. A range that
+        does not start at 0 starts from the process model as the side-band records before
+        it leave it (they are applied first: no sample is unwound for them)."""
         total = len(self.arrays.offset)
+        last = total if last is None else min(last, total)
         data = self.session.data
-        for start in range(0, total, size):
-            yield self._chunk(start, min(start + size, total))
+        self._apply_events(first)
+        for start in range(first, last, size):
+            yield self._chunk(start, min(start + size, last))
             # The mapped pages this chunk read are done with (read back if touched again):
             # the resident set stays the size of a chunk, not of the file.
             data.release_before(len(data.buffer), from_start=True)
-        self._apply_events(total + 1)
+        if last == total:
+            self._apply_events(total + 1)
+
+    def ranges(self, count: int) -> list[tuple[int, int]]:
+        """The samples split into at most ``count`` ranges of whole chunks, in order."""
+        total = len(self.arrays.offset)
+        chunks = max(1, -(-total // CHUNK))
+        count = max(1, min(count, chunks))
+        bounds = [min(total, (chunks * k // count) * CHUNK) for k in range(count + 1)]
+        return [(a, b) for a, b in pairwise(bounds) if b > a] or [(0, 0)]
 
     def _apply_events(self, before: int) -> None:
         """Apply the side-band records delivered before sample ``before``."""
