@@ -103,3 +103,24 @@ def test_recordings_made_here_print_the_same(recordings: list[Path],
         assert _text(path, "vector", monkeypatch, tmp_path) == scalar, path.name
     signals = _text(recordings[0], "scalar", monkeypatch, tmp_path).decode()
     assert "handler" in signals  # samples inside the handlers, above a signal frame
+
+
+def test_jobs_print_the_same_text_in_the_same_order(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """-j 3 over small chunks (three processes, seven chunks of the Lua recording): the text
+    of one process, byte for byte."""
+    from pysframe.unwind import vector_session
+
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+    if not path.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    monkeypatch.setattr(vector_session, "CHUNK", 512)
+    monkeypatch.setenv(ENGINE_VARIABLE, "vector")
+    texts = []
+    for jobs in (1, 3):
+        output = tmp_path / f"jobs{jobs}.txt"
+        status = run_script(str(path), binaries=[str(path.parent)], output=str(output),
+                            show_stops=False, report=lambda message: None, jobs=jobs)
+        assert status == 0
+        texts.append(output.read_bytes())
+    assert texts[0] == texts[1] == _text(path, "scalar", monkeypatch, tmp_path)

@@ -67,13 +67,14 @@ class VectorSession:
         self._register_positions = (ip, sp, fp) if min(ip, sp, fp) >= 0 else None
         self._next_event = 0
 
-    def chunks(self, first: int = 0, last: int | None = None, size: int = CHUNK
+    def chunks(self, first: int = 0, last: int | None = None, size: int | None = None
                ) -> Iterator[Chunk]:
         """The chunks of samples ``first`` to ``last`` (default: all), in order. A range that
         does not start at 0 starts from the process model as the side-band records before
         it leave it (they are applied first: no sample is unwound for them)."""
         total = len(self.arrays.offset)
         last = total if last is None else min(last, total)
+        size = size or CHUNK
         data = self.session.data
         self._apply_events(first)
         for start in range(first, last, size):
