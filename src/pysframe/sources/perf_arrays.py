@@ -116,6 +116,7 @@ def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | No
     append = samples.append
     boundaries = array("q")
     others: list[tuple[int, int, Record]] = []
+    data.release_before(0, from_start=True)  # an earlier pass may have released ahead
     next_release = offset + RELEASE_STEP
     while offset + 8 <= end:
         if offset >= next_release:
@@ -148,7 +149,7 @@ def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | No
 
 #: Samples gathered at a time; the mapped pages behind are dropped after each block, so the
 #: resident set does not grow with the file.
-BLOCK = 8192
+BLOCK = 2048
 _FIELDS = ("misc", "size", "pid_tid", "time", "cpu", "period", "ip", "count", "chain_pos",
            "regs_pos", "stack_pos", "stack_len")
 

@@ -209,17 +209,19 @@ class PerfData:
 
     # --- records ----------------------------------------------------------------------
 
-    def records(self, kinds: frozenset[int] | None = None) -> Generator[Record, None, None]:
+    def records(self, kinds: frozenset[int] | None = None, until: int | None = None
+                ) -> Generator[Record, None, None]:
         """Records in file order (compressed records are inflated, from the start of their
         stream at each pass); ``kinds``: only records of these types are parsed (a pass
-        that looks for mappings skips the samples unread)."""
-        return self.scan(None, kinds)
+        that looks for mappings skips the samples unread); ``until``: no record that starts
+        at or after this file offset."""
+        return self.scan(None, kinds, until)
 
-    def scan(self, spill: Spill | None, kinds: frozenset[int] | None = None
-             ) -> Generator[Record, None, None]:
+    def scan(self, spill: Spill | None, kinds: frozenset[int] | None = None,
+             until: int | None = None) -> Generator[Record, None, None]:
         """Records in file order; with a ``spill``, inflated records are also written to it
         and their ``offset`` is their location there (:data:`SPILLED` set), for
-        :meth:`record_at`. ``kinds``: as for :meth:`records`."""
+        :meth:`record_at`. ``kinds``, ``until``: as for :meth:`records`."""
         assert self._parser is not None
         parse = self._parser.parse
         buffer = self.buffer
@@ -230,6 +232,8 @@ class PerfData:
         self._released = 0
         next_release = offset + RELEASE_STEP
         while offset + 8 <= size_limit:
+            if until is not None and offset >= until:
+                return  # a partial pass: nothing after it is judged
             if offset >= next_release:
                 self._release_behind(offset)
                 next_release = offset + RELEASE_STEP

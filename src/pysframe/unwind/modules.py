@@ -224,11 +224,9 @@ def recorded_files(data: PerfData) -> list[tuple[str, bytes | None]]:
     found: dict[str, bytes | None] = {
         entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
     end = data.data_offset + SCAN_LIMIT
-    for record in data.records(frozenset((RECORD_MMAP, RECORD_MMAP2))):
+    for record in data.records(frozenset((RECORD_MMAP, RECORD_MMAP2)), until=end):
         if isinstance(record, Mmap) and record.executable:
             found.setdefault(record.filename, record.build_id)
-        if record.offset > end:
-            break
     return [(name, build_id) for name, build_id in found.items()
             if name.startswith("/") and not name.endswith(".ko")]
 
