@@ -12,18 +12,31 @@ giving :class:`Instruction` tuples) and the LEB128 readers. The ``DW_CFA_*`` opc
 numbers and their ``NAMES`` are constants of :mod:`.instructions`.
 """
 
-from .eh_frame import (
-    CIE,
-    FDE,
-    CFIError,
-    EhFrameIndex,
-    cie_instructions,
-    fde_instructions,
-    parse_debug_frame,
-    parse_eh_frame,
-)
-from .instructions import Instruction, decode_instructions
-from .leb128 import DecodeError, read_sleb128, read_uleb128
+from typing import TYPE_CHECKING
+
+from ..exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .eh_frame import (
+        CIE,
+        FDE,
+        EhFrameIndex,
+        cie_instructions,
+        fde_instructions,
+        parse_debug_frame,
+        parse_eh_frame,
+    )
+    from .errors import CFIError
+    from .instructions import Instruction, decode_instructions
+    from .leb128 import DecodeError, read_sleb128, read_uleb128
+
+_HOMES = {
+    "CFIError": ".errors",
+    **dict.fromkeys(["CIE", "FDE", "EhFrameIndex", "cie_instructions",
+                     "fde_instructions", "parse_debug_frame", "parse_eh_frame"], ".eh_frame"),
+    **dict.fromkeys(["Instruction", "decode_instructions"], ".instructions"),
+    **dict.fromkeys(["DecodeError", "read_sleb128", "read_uleb128"], ".leb128"),
+}
 
 __all__ = [
     "CIE",
@@ -40,3 +53,5 @@ __all__ = [
     "read_sleb128",
     "read_uleb128",
 ]
+
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import PysframeError
 from ..records import field, record_class
+from .errors import CFIError as CFIError  # re-exported: its home before
 from .instructions import Instruction, decode_instructions
 from .leb128 import (
     DecodeError,
@@ -20,10 +20,6 @@ from .leb128 import (
     read_sleb128,
     read_uleb128,
 )
-
-
-class CFIError(PysframeError, ValueError):
-    """Invalid call-frame information (with the section offset where it was found)."""
 
 
 @record_class

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..cfi.eh_frame import CFIError
+from ..cfi.errors import CFIError
 from ..elf import ElfError, ElfImage
 from ..elf.headers import PT_LOAD
 from ..errors import Problems, PysframeError
