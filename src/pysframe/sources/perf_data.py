@@ -325,6 +325,19 @@ class PerfData:
         """
         self.release_before(offset - RELEASE_MARGIN)
 
+    def release_range(self, start: int, end: int) -> None:
+        """Drop the mapped pages of bytes ``start`` to ``end`` from our resident set."""
+        mapped = self._map
+        if mapped is None or not hasattr(mapped, "madvise"):
+            return
+        first = max(start, 0) & ~(mmap.PAGESIZE - 1)
+        last = min(end, len(mapped)) & ~(mmap.PAGESIZE - 1)
+        if last > first:
+            try:
+                mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
+            except (OSError, ValueError):
+                return
+
     def release_before(self, offset: int, from_start: bool = False) -> None:
         """Drop the mapped pages of the file before ``offset`` from our resident set (those
         not dropped before, or all with ``from_start``)."""

@@ -77,11 +77,15 @@ class VectorSession:
         size = size or CHUNK
         data = self.session.data
         self._apply_events(first)
+        offsets, sizes = self.arrays.offset, self.arrays.size
         for start in range(first, last, size):
-            yield self._chunk(start, min(start + size, last))
+            end = min(start + size, last)
+            yield self._chunk(start, end)
             # The mapped pages this chunk read are done with (read back if touched again):
-            # the resident set stays the size of a chunk, not of the file.
-            data.release_before(len(data.buffer), from_start=True)
+            # the resident set stays the size of a chunk, not of the file. Its records lie
+            # between these offsets (perf's order stays close to the file's).
+            data.release_range(int(offsets[start:end].min()),
+                               int((offsets[start:end] + sizes[start:end]).max()) + 4096)
         if last == total:
             self._apply_events(total + 1)
 
