@@ -3,7 +3,7 @@ run reads the entry (not /proc/kallsyms), and a damaged or foreign entry is not 
 
 from __future__ import annotations
 
-import marshal
+import struct
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,8 @@ def test_a_second_run_reads_the_cached_table(fake_kernel: list[int]) -> None:
     second = kernel.kernel_symbols_for(BUILD_ID)
     assert first is not None and second is not None and fake_kernel == [1]
     assert second.lookup(0xffffffff81000210) == ("schedule", 0x10)
-    assert (second.starts, second.ends, second.names) == (first.starts, first.ends, first.names)
+    assert (list(second.starts), list(second.ends), list(second.names)) == (
+        list(first.starts), list(first.ends), list(first.names))
     assert kernel.kernel_symbols_for(b"another kernel id") is None
 
 
@@ -51,7 +52,13 @@ def test_another_boot_or_a_malformed_entry_reads_kallsyms_again(
     assert kernel.kernel_symbols_for(BUILD_ID) is not None and fake_kernel == [2]
     # An entry whose payload verifies but is not a table (written by hand): not used.
     source = cachedir.describe(0, [BOOT.replace(b"0", b"f"), kernel.KALLSYMS_KIND.encode()])
-    cachedir.store(kernel.KALLSYMS_KIND, BUILD_ID, marshal.dumps(([2, 1], [3, 2], ["a", "b"])),
-                   source)
+    unsorted = struct.pack("<QQQQQ", 2, 2, 1, 3, 2) + struct.pack("<III", 0, 1, 2) + b"ab"
+    cachedir.store(kernel.KALLSYMS_KIND, BUILD_ID, unsorted, source)
     table = kernel.kernel_symbols_for(BUILD_ID)
     assert table is not None and table.names[0] == "_stext" and fake_kernel == [3]
+    for junk in (b"", b"\xff" * 8, struct.pack("<QQQ", 1, 5, 6) + struct.pack("<II", 0, 3) + b"ab",
+                 struct.pack("<QQQ", 1, 5, 6) + struct.pack("<II", 1, 2) + b"ab",
+                 struct.pack("<QQQQQ", 2, 5, 6, 7, 8) + struct.pack("<III", 0, 2, 1) + b"ab"):
+        cachedir.store(kernel.KALLSYMS_KIND, BUILD_ID, junk, source)
+        table = kernel.kernel_symbols_for(BUILD_ID)
+        assert table is not None and table.names[0] == "_stext"

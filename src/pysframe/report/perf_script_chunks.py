@@ -55,8 +55,7 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
         _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache)
     batch_rows = [index for group in chunk.groups for index in group.rows.tolist()
                   if index not in chunk.scalar]
-    for index in batch_rows:
-        items[starts[index]] = _header(arrays, chunk, index, event, with_cpu)
+    items[starts[batch_rows]] = _headers(arrays, chunk, batch_rows, event, with_cpu)
     for index, lines in kernel_of.items():
         items[starts[index] + 1:starts[index] + 1 + len(lines)] = lines
     return "\n".join(items.tolist()) + "\n"
@@ -68,12 +67,20 @@ def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None) -> li
     return kernel_lines(chain, kernel)
 
 
-def _header(arrays: SampleArrays, chunk: Chunk, index: int, event: str, with_cpu: bool) -> str:
-    sample = chunk.start + index
-    seconds, nanoseconds = divmod(int(arrays.time[sample]), 10**9)
-    cpu = f" [{int(arrays.cpu[sample]):03d}]" if with_cpu else ""
-    return (f"{chunk.comms[index]} {int(arrays.tid[sample]):5d}{cpu} {seconds:5d}."
-            f"{nanoseconds // 1000:06d}: {int(arrays.period[sample]):10d} {event}: ")
+def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
+             with_cpu: bool) -> list[str]:
+    """The header lines of samples ``rows`` of the chunk (as perf_script.header makes them;
+    the fields taken from the arrays as lists at once, not element by element)."""
+    at = np.array(rows, np.int64) + chunk.start
+    comms = chunk.comms
+    tids, times, periods = (arrays.tid[at].tolist(), arrays.time[at].tolist(),
+                            arrays.period[at].tolist())
+    cpus = ([f" [{cpu:03d}]" for cpu in arrays.cpu[at].tolist()] if with_cpu
+            else [""] * len(rows))
+    return [f"{comms[index]} {tid:5d}{cpu} {time // 1_000_000_000:5d}."
+            f"{time % 1_000_000_000 // 1000:06d}: {period:10d} {event}: "
+            for index, tid, cpu, time, period in zip(rows, tids, cpus, times, periods,
+                                                     strict=True)]
 
 
 def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, truncated: Any,

@@ -12,10 +12,13 @@ and checked for shape when read back.
 
 from __future__ import annotations
 
-import marshal
 import operator
+import struct
 import sys
+from array import array
+from collections.abc import Sequence
 from itertools import islice
+from typing import Any
 
 from ..cachedir import describe, load, store
 from ..elf.headers import find_build_id
@@ -54,7 +57,7 @@ def load_kallsyms(path: str = "/proc/kallsyms") -> SymbolTable | None:
 
 
 #: Kernel symbol tables in the cache: one per kernel build id (and payload format).
-KALLSYMS_KIND = "kernel/kallsyms.p1"
+KALLSYMS_KIND = "kernel/kallsyms.p3"
 
 
 def kernel_symbols_for(recorded_build_id: bytes | None) -> SymbolTable | None:
@@ -72,8 +75,7 @@ def kernel_symbols_for(recorded_build_id: bytes | None) -> SymbolTable | None:
             return cached
     table = load_kallsyms()
     if table is not None:
-        store(KALLSYMS_KIND, recorded_build_id,
-              marshal.dumps((table.starts, table.ends, table.names)), source)
+        store(KALLSYMS_KIND, recorded_build_id, _payload(table), source)
     return table
 
 
@@ -85,16 +87,51 @@ def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> bytes | None:
     return text.encode() if len(text) == 36 else None
 
 
+#: The entry: the number of symbols, their starts and ends (little-endian uint64 each),
+#: where each name starts in the names (uint32, one more than the symbols), then the
+#: names' UTF-8 bytes: read back as arrays in place, a name decoded when it is printed.
+_COUNT = struct.Struct("<Q")
+
+
+def _payload(table: SymbolTable) -> bytes:
+    encoded = [name.encode() for name in table.names]
+    offsets = array("I", [0])
+    for name in encoded:
+        offsets.append(offsets[-1] + len(name))
+    return b"".join([_COUNT.pack(len(table.starts)), array("Q", table.starts).tobytes(),
+                     array("Q", table.ends).tobytes(), offsets.tobytes(), *encoded])
+
+
+class _Names(Sequence[str]):
+    """Names decoded on demand from the entry's bytes (a table is printed from a few)."""
+
+    def __init__(self, offsets: array[int], blob: bytes) -> None:
+        self._offsets, self._blob = offsets, blob
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        offsets = self._offsets
+        return self._blob[offsets[index]:offsets[index + 1]].decode("utf-8", "replace")
+
+
 def _table_from(payload: bytes) -> SymbolTable | None:
     """The table a cache entry holds, or None if it is not a well-formed one."""
-    try:
-        starts, ends, names = marshal.loads(payload)
-    except (EOFError, ValueError, TypeError):
+    if len(payload) < _COUNT.size:
         return None
-    if not (isinstance(starts, list) and isinstance(ends, list) and isinstance(names, list)
-            and len(starts) == len(ends) == len(names)
-            and set(map(type, starts)) <= {int} and set(map(type, ends)) <= {int}
-            and set(map(type, names)) <= {str}
-            and all(map(operator.le, starts, islice(starts, 1, None)))):
+    count = _COUNT.unpack_from(payload)[0]
+    names_at = _COUNT.size + 20 * count + 4
+    if names_at > len(payload):
         return None
-    return SymbolTable.from_arrays(starts, ends, names)
+    starts, ends, offsets = array("Q"), array("Q"), array("I")
+    starts.frombytes(payload[_COUNT.size:_COUNT.size + 8 * count])
+    ends.frombytes(payload[_COUNT.size + 8 * count:_COUNT.size + 16 * count])
+    offsets.frombytes(payload[_COUNT.size + 16 * count:names_at])
+    if (offsets[0] != 0 or offsets[-1] != len(payload) - names_at
+            or not all(map(operator.le, offsets, islice(offsets, 1, None)))
+            or not all(map(operator.le, starts, islice(starts, 1, None)))):
+        return None
+    return SymbolTable.from_arrays(starts, ends, _Names(offsets, payload[names_at:]))

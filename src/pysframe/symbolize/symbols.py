@@ -19,7 +19,7 @@ import itertools
 import marshal
 import operator
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..cachedir import Source, combine, entry_path, load, store
 from ..elf import ElfError, ElfImage
@@ -94,13 +94,15 @@ class SymbolTable:
                     kept[-1] = symbol
             else:
                 kept.append(symbol)
-        self.starts = [s.start for s in kept]
-        self.ends = [s.end for s in kept]
-        self.names = [s.name for s in kept]
+        self.starts: Sequence[int] = [s.start for s in kept]
+        self.ends: Sequence[int] = [s.end for s in kept]
+        self.names: Sequence[str] = [s.name for s in kept]
 
     @classmethod
-    def from_arrays(cls, starts: list[int], ends: list[int], names: list[str]) -> SymbolTable:
-        """A table whose choices were made before (read back from the cache)."""
+    def from_arrays(cls, starts: Sequence[int], ends: Sequence[int], names: Sequence[str]
+                    ) -> SymbolTable:
+        """A table whose choices were made before (read back from the cache; any sequences:
+        lists, or arrays read in place)."""
         table = cls.__new__(cls)
         table.starts, table.ends, table.names = starts, ends, names
         return table
@@ -374,7 +376,7 @@ def _read_cached(build_id: bytes, source: Source) -> SymbolTable | None:
 
 def _write_cached(build_id: bytes, source: Source, table: SymbolTable) -> None:
     store(_cache_kind(build_id), build_id,
-          marshal.dumps((table.starts, table.ends, table.names)), source)
+          marshal.dumps((list(table.starts), list(table.ends), list(table.names))), source)
 
 
 # ----------------------------------------------------------------------------- by name
