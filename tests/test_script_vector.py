@@ -124,3 +124,35 @@ def test_jobs_print_the_same_text_in_the_same_order(monkeypatch: pytest.MonkeyPa
         assert status == 0
         texts.append(output.read_bytes())
     assert texts[0] == texts[1] == _text(path, "scalar", monkeypatch, tmp_path)
+
+
+def test_a_corrupt_table_costs_the_same_in_both_paths(tmp_path: Path) -> None:
+    """The Lua binary with an invalid FRE type in its hottest function: the batch pipeline
+    drops the table at the same fault, reports it once with its file offset, prints the
+    same text and exits 1, as the record path does (with -j 2 too)."""
+    import subprocess
+    import sys
+
+    from test_hostile_inputs import _bad_fre_type, isolated
+
+    recording = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+    if not recording.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    _, info_at = _bad_fre_type(directory / "lua")
+    runs = []
+    for engine, jobs in (("scalar", "1"), ("vector", "1"), ("vector", "2")):
+        (tmp_path / engine / jobs).mkdir(parents=True)
+        env = {**isolated(tmp_path / engine / jobs), ENGINE_VARIABLE: engine,
+               "PATH": "/usr/bin:/bin"}
+        runs.append(subprocess.run(
+            [sys.executable, "-m", "pysframe", "script", str(recording), "--binaries",
+             str(directory), "-j", jobs], capture_output=True, text=True, env=env,
+            timeout=300, check=False))
+    first = runs[0]
+    assert first.returncode == 1 and f"file offset {info_at:#x}" in first.stderr
+    assert len(first.stderr.splitlines()) == 1
+    for run in runs[1:]:
+        assert (run.returncode, run.stdout, run.stderr) == (
+            first.returncode, first.stdout, first.stderr)
