@@ -29,13 +29,16 @@ from ..records import record_class
 from ..sources.perf_data import Sample
 from .address_space import AddressSpace, Mapping, Module
 from .flat import (
+    CFA_SHIFT,
     FP_BASED,
     FP_SAVED,
     KIND_DEFAULT,
+    KIND_MASK,
     KIND_NONE,
     KIND_RARE,
     OUTERMOST,
     FlatTable,
+    MaskFunction,
     unpack_offsets,
 )
 from .flat_cache import cached_flat
@@ -104,29 +107,72 @@ class BatchResult:
 
 
 class _Space:
-    """One address-space snapshot as arrays: mapping bounds, their modules' flat tables and
-    bias, and the addresses of signal trampolines."""
+    """One address-space snapshot as arrays: its mappings, and one table of rows in runtime
+    addresses over all of them (each mapping's share of its module's flat table, bias
+    added; a "no rule" row where a mapping has no table, an unmapped row after each
+    mapping), so one ``searchsorted`` gives any pc's mapping and rule word; the addresses
+    of signal trampolines."""
 
-    def __init__(self, space: AddressSpace, modules: list[Module | None],
-                 module_of: list[int], sigreturns: list[int]) -> None:
-        mappings = space.mappings
-        self.mappings = list(mappings)
-        self.starts = np.array([m.start for m in mappings], dtype=np.uint64)
-        self.ends = np.array([m.end for m in mappings], dtype=np.uint64)
-        self.module_of = np.array(module_of, dtype=np.int64)
-        self.bias = np.array([m.module.bias if m.module else 0 for m in mappings],
-                             dtype=np.uint64)
-        #: The distinct modules; their flat tables are built when a sample first hits them.
-        self.modules = modules
+    def __init__(self, owner: BatchUnwinder, space: AddressSpace, sigreturns: list[int]
+                 ) -> None:
+        self.mappings = list(space.mappings)
         self.sigreturns = np.array(sorted(sigreturns), dtype=np.uint64)
+        starts: list[U64] = [np.zeros(1, np.uint64)]
+        words: list[U64] = [np.full(1, KIND_NONE, np.uint64)]
+        owners: list[npt.NDArray[np.int64]] = [np.full(1, -1, np.int64)]
+        #: PCMASK functions of every table (a MASK word's field indexes this list), and
+        #: the bias of the module each belongs to.
+        self.masks: list[tuple[MaskFunction, int]] = []
+        for index, mapping in enumerate(self.mappings):
+            rows, row_words = self._rows(owner, mapping)
+            starts += [rows, np.array([mapping.end], np.uint64)]
+            words += [row_words, np.full(1, KIND_NONE, np.uint64)]
+            owners += [np.full(len(rows), index, np.int64), np.full(1, -1, np.int64)]
+        self.starts = np.concatenate(starts)
+        self.words = np.concatenate(words)
+        self.owner = np.concatenate(owners)
 
-    def find(self, pcs: U64) -> npt.NDArray[np.int64]:
-        """The mapping index of each pc (-1: unmapped)."""
-        index = np.searchsorted(self.starts, pcs, side="right").astype(np.int64) - 1
-        inside = index >= 0
-        inside[inside] = pcs[inside] < self.ends[index[inside]]
-        index[~inside] = -1
-        return index
+    def _rows(self, owner: BatchUnwinder, mapping: Mapping) -> tuple[U64, U64]:
+        """The rows of ``mapping`` in runtime addresses (first row at its start)."""
+        start = np.array([mapping.start], np.uint64)
+        module = mapping.module
+        table = owner.table(module)
+        if table is None or module is None:
+            return start, np.full(1, KIND_NONE, np.uint64)
+        if table.rare_all:
+            return start, np.full(1, KIND_RARE, np.uint64)
+        bias = module.bias
+        low, high = mapping.start - bias, mapping.end - bias
+        if low < 0 or high > 1 << 63:
+            return start, np.full(1, KIND_RARE, np.uint64)
+        first = int(np.searchsorted(table.starts, np.uint64(low), "right")) - 1
+        last = int(np.searchsorted(table.starts, np.uint64(high), "left"))
+        rows = table.starts[max(first, 0):last].astype(np.uint64, copy=True)
+        row_words = table.words[max(first, 0):last].copy()
+        if first < 0:  # the mapping starts before the table's first row
+            rows = np.concatenate([np.array([low], np.uint64), rows])
+            row_words = np.concatenate([np.full(1, KIND_NONE, np.uint64), row_words])
+        rows[0] = low
+        masked = (row_words & np.uint64(3)) == KIND_MASK
+        if masked.any():
+            base = len(self.masks)
+            self.masks += [(mask, bias) for mask in table.masks]
+            row_words[masked] += np.uint64(base << CFA_SHIFT)
+        return rows + np.uint64(bias % (1 << 64)), row_words  # wraps like the addresses
+
+    def find(self, pcs: U64) -> tuple[npt.NDArray[np.int64], U64]:
+        """The mapping index (-1: unmapped) and rule word of each pc (MASK words resolved)."""
+        row = np.searchsorted(self.starts, pcs, side="right").astype(np.int64) - 1
+        words = self.words[row]
+        masked = np.flatnonzero((words & np.uint64(3)) == KIND_MASK)
+        for i in masked.tolist():
+            mask, bias = self.masks[int(words[i]) >> CFA_SHIFT]
+            words[i] = mask.word(int(pcs[i]) - bias)
+        return self.owner[row], words
+
+    def mapped(self, pcs: U64) -> npt.NDArray[np.bool_]:
+        """Whether each pc is in a mapping."""
+        return self.owner[np.searchsorted(self.starts, pcs, side="right") - 1] >= 0
 
 
 def _shared_buffer(samples: Sequence[BatchSample]
@@ -170,6 +216,8 @@ class BatchUnwinder:
         self.abi = unwinder.abi
         #: Flat tables by module, built on first use (modules kept, so ids stay unique).
         self._tables: dict[int, tuple[Module, FlatTable]] = {}
+        #: Snapshot arrays by address-space layout.
+        self._spaces: dict[int, _Space] = {}
         #: Signal-trampoline addresses by (module id, mapping start, pgoff).
         self._sigreturns: dict[tuple[int, int, int, int], list[int]] = {}
 
@@ -203,18 +251,16 @@ class BatchUnwinder:
         return found
 
     def _space(self, space: AddressSpace) -> _Space:
-        modules: list[Module | None] = []
-        index: dict[int, int] = {}
-        module_of = []
-        sigreturns: list[int] = []
-        for mapping in space.mappings:
-            key = id(mapping.module)
-            if key not in index:
-                index[key] = len(modules)
-                modules.append(mapping.module)
-            module_of.append(index[key])
-            sigreturns.extend(self._trampolines(mapping))
-        return _Space(space, modules, module_of, sigreturns)
+        """The snapshot's arrays (kept per layout: chunks of one layout share them)."""
+        found = self._spaces.get(space.version)
+        if found is None:
+            if len(self._spaces) > 64:
+                self._spaces.clear()
+            sigreturns: list[int] = []
+            for mapping in space.mappings:
+                sigreturns.extend(self._trampolines(mapping))
+            found = self._spaces[space.version] = _Space(self, space, sigreturns)
+        return found
 
     def unwind(self, space: AddressSpace, samples: Sequence[BatchSample]) -> BatchResult:
         """Unwind ``samples``, all taken in ``space`` as it is now."""
@@ -313,7 +359,7 @@ class _Batch:
         result, space = self.result, self.space
         pc = self.pc[rows]
         lookup = pc - np.uint64(1) if d else pc
-        mapping = space.find(lookup)
+        mapping, words = space.find(lookup)
         result.mappings[rows, d] = mapping
         if d + 1 >= self.depth:
             result.stops[rows] = _CODE[Stop.DEPTH]
@@ -321,7 +367,6 @@ class _Batch:
         handoff = np.zeros(len(rows), np.bool_)
         if space.sigreturns.size:
             handoff |= np.isin(pc, space.sigreturns)
-        words = self.rule_words(lookup, mapping)
         outermost = words == OUTERMOST
         handoff |= ((words & np.uint64(3)) == KIND_RARE) & ~outermost
         new_pc = np.zeros(len(rows), np.uint64)
@@ -355,21 +400,6 @@ class _Batch:
         result.methods[go, d + 1] = method[running]
         result.count[go] = d + 2
         return go
-
-    def rule_words(self, lookup: U64, mapping: npt.NDArray[np.int64]) -> U64:
-        """The rule word of each lookup pc (KIND_NONE where there is no table or row)."""
-        space = self.space
-        words = np.zeros(len(lookup), np.uint64)
-        mapped = mapping >= 0
-        modules = np.full(len(lookup), -1, np.int64)
-        modules[mapped] = space.module_of[mapping[mapped]]
-        for m in np.unique(modules[mapped]).tolist():
-            table = self.owner.table(space.modules[m])
-            if table is None:
-                continue
-            at = np.flatnonzero(modules == m)
-            words[at] = table.lookup(lookup[at] - space.bias[mapping[at]])
-        return words
 
     def step_default(self, rows: I64, at: I64, words: U64, new_pc: U64, new_sp: I64,
                      new_fp: U64, stop: npt.NDArray[np.int8], handoff: BOOL) -> None:
@@ -415,7 +445,7 @@ class _Batch:
         nonzero = good & (ra != 0)
         in_code = np.zeros(len(at), np.bool_)
         below = nonzero & (ra < np.uint64(self.user_limit))
-        in_code[below] = self.space.find(ra[below] - np.uint64(1)) >= 0
+        in_code[below] = self.space.mapped(ra[below] - np.uint64(1))
         bad_ra = nonzero & ~in_code
         stop[at[bad_ra]] = _CODE[Stop.BAD_RA]
         new_pc[at] = ra
