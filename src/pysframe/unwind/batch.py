@@ -329,6 +329,10 @@ class _Batch:
         unaligned = ok & ((offset & 7) != 0)
         good = ok & ~unaligned
         value = np.zeros(len(rows), np.uint64)
+        if len(self.views) == 1 and good.all():  # the common case: every word readable
+            (k, view), = self.views.items()
+            value[:] = view[(self.pos[rows] + offset) >> 3]
+            return value, good, unaligned
         at = np.flatnonzero(good)
         where = self.pos[rows[at]] + offset[at]
         if len(self.views) == 1:
@@ -366,7 +370,8 @@ class _Batch:
             return rows[:0]
         handoff = np.zeros(len(rows), np.bool_)
         if space.sigreturns.size:
-            handoff |= np.isin(pc, space.sigreturns)
+            for trampoline in space.sigreturns:  # one or two: cheaper than np.isin
+                handoff |= pc == trampoline
         outermost = words == OUTERMOST
         handoff |= ((words & np.uint64(3)) == KIND_RARE) & ~outermost
         new_pc = np.zeros(len(rows), np.uint64)
@@ -404,6 +409,8 @@ class _Batch:
     def step_default(self, rows: I64, at: I64, words: U64, new_pc: U64, new_sp: I64,
                      new_fp: U64, stop: npt.NDArray[np.int8], handoff: BOOL) -> None:
         """The default rule: CFA = SP/FP + offset, RA and maybe FP loaded from the CFA."""
+        if not len(at):
+            return
         r = rows[at]
         cfa_off, ra_off, fp_off = unpack_offsets(words)
         fp_based = (words & np.uint64(FP_BASED)) != 0
@@ -426,6 +433,8 @@ class _Batch:
                 new_fp: U64, stop: npt.NDArray[np.int8], handoff: BOOL) -> None:
         """The frame-pointer fallback: [fp] = caller's fp, [fp + 8] = return address, taken
         only if the return address could be one (else BAD_RA)."""
+        if not len(at):
+            return
         r = rows[at]
         fp_u = self.fp[r]
         big = fp_u >= np.uint64(GUARD)
