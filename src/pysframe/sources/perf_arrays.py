@@ -167,9 +167,8 @@ def _gathered(data: PerfData, offsets: I64, boundaries: I64,
             return None
         for name in _FIELDS:
             parts[name].append(block[name])
-        # From the start: the header scan already dropped (and so passed) these pages.
-        data.release_before(int(offsets[min(first + BLOCK, len(offsets)) - 1]), from_start=True)
-    data.release_before(len(data.buffer), from_start=True)
+        # The block's span: the header scan already dropped (and so passed) these pages.
+        data.release_range(int(offsets[first]), int(block["offset_end"]))
     fields = {name: np.concatenate(values) if values else np.zeros(0, np.int64)
               for name, values in parts.items()}
     if any(_time(record) >= 1 << 63 for _, _, record in others if record is not None) or (
@@ -224,6 +223,7 @@ def _block(words: U64, offsets: I64, slot: dict[int, int], register_count: int
     plain = ~(has_regs & (length > 0))
     zeros = np.zeros(len(at), np.uint64)
     return {
+        "offset_end": int((offsets + size).max()) if len(offsets) else 0,
         "misc": (head >> np.uint64(16)) & np.uint64(0xFFFF), "size": size,
         "pid_tid": words[at + slot[SAMPLE_TID]], "time": words[at + slot[SAMPLE_TIME]],
         "cpu": (words[at + slot[SAMPLE_CPU]] & np.uint64(0xFFFFFFFF)

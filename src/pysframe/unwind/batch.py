@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..format.constants import ABI
+from ..format.lookup import SFrameLookup
 from ..records import record_class
 from ..sources.perf_data import Sample
 from .address_space import AddressSpace, Mapping, Module
@@ -208,14 +209,19 @@ def _stacks(samples: Sequence[BatchSample]) -> tuple[I64, I64, npt.NDArray[np.ui
     return pos, length, np.frombuffer(copy, np.uint8)
 
 
+#: Address-space layouts whose arrays are kept (a recording of many processes cycles
+#: through layouts; each costs a few hundred KB for a libc-sized table).
+SPACES_KEPT = 8
+
+
 class BatchUnwinder:
     """Unwinds samples in bulk; the scalar ``unwinder`` handles what the batch does not."""
 
     def __init__(self, unwinder: Unwinder) -> None:
         self.scalar = unwinder
         self.abi = unwinder.abi
-        #: Flat tables by module, built on first use (modules kept, so ids stay unique).
-        self._tables: dict[int, tuple[Module, FlatTable]] = {}
+        #: Flat tables by SFrame lookup, built on first use (lookups kept, so ids stay unique).
+        self._tables: dict[int, tuple[SFrameLookup, FlatTable]] = {}
         #: Snapshot arrays by address-space layout.
         self._spaces: dict[int, _Space] = {}
         #: Signal-trampoline addresses by (module id, mapping start, pgoff).
@@ -225,10 +231,12 @@ class BatchUnwinder:
         """The module's flat table; None: no usable table (the frame-pointer fallback)."""
         if module is None or module.lookup is None or module.guard.fault is not None:
             return None
-        found = self._tables.get(id(module))
+        # By table, not by module: the modules of one file mapped by many processes (each
+        # rebased) share its lookup, and so one flat table.
+        found = self._tables.get(id(module.lookup))
         if found is None:
-            found = self._tables[id(module)] = (
-                module, cached_flat(module.lookup, self.abi, module.build_id))
+            found = self._tables[id(module.lookup)] = (
+                module.lookup, cached_flat(module.lookup, self.abi, module.build_id))
         return found[1]
 
     def _trampolines(self, mapping: Mapping) -> list[int]:
@@ -254,7 +262,7 @@ class BatchUnwinder:
         """The snapshot's arrays (kept per layout: chunks of one layout share them)."""
         found = self._spaces.get(space.version)
         if found is None:
-            if len(self._spaces) > 64:
+            if len(self._spaces) >= SPACES_KEPT:
                 self._spaces.clear()
             sigreturns: list[int] = []
             for mapping in space.mappings:
