@@ -1,0 +1,131 @@
+"""Bench: the floor of a pure-Python `sframe script` on the small recording, against perf.
+
+Issue 13 asks `sframe script` to be no slower than `perf script --no-inline` on the Lua
+fixture recording (3,171 samples, 66k frames). This bench measures the least any
+pure-Python implementation must do there: bench/floor_skeleton.py walks the records,
+parses the samples, prints kernel frames and steps the user frames with plans that
+pysframe decided beforehand (untimed), each line made once per pc; no imports beyond
+the standard library, no symbols, no side band, no time order, no checks. It is run
+alone and split over two forked processes (the best case of `-j 2`), in the same run
+as perf, the interpreter's bare start-up, the imports of our lean script path, and our
+real command.
+
+    python3 bench/script_floor.py [--recording DIR] [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import marshal
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import BENCH, FIXTURES, OUT, bench_environment, venv_sframe
+
+#: The modules our `script` path imports for a small recording (the lean scalar path).
+SCRIPT_IMPORTS = ("import pysframe.cli.entry, pysframe.cli.script, pysframe.sources.perf_data, "
+                  "pysframe.unwind.perf_session, pysframe.report.perf_script, "
+                  "pysframe.symbolize.symbolizer, pysframe.symbolize.kernel")
+
+
+def skeleton_arguments(data_path: Path, binaries: Path, plans_path: Path) -> list[str]:
+    """The skeleton's arguments; its plans decided by pysframe (one warm unwinding pass)."""
+    from pysframe.cli.script import open_recording
+    from pysframe.errors import Problems
+    from pysframe.sources.perf_records import (
+        SAMPLE_ADDR,
+        SAMPLE_CPU,
+        SAMPLE_ID,
+        SAMPLE_IDENTIFIER,
+        SAMPLE_IP,
+        SAMPLE_PERIOD,
+        SAMPLE_STREAM_ID,
+        SAMPLE_TID,
+        SAMPLE_TIME,
+    )
+    from pysframe.unwind.plans import DefaultPlan
+
+    data, unwinder = open_recording(str(data_path), [str(binaries)], Problems(lambda _: None))
+    with data:
+        for _ in unwinder.samples():
+            pass
+        plans = {key: (int(plan.sp_based), plan.cfa_offset, plan.ra_offset, plan.fp_offset)
+                 for _, table in unwinder.unwinder._plans._layouts.values()
+                 for key, plan in table.items() if type(plan) is DefaultPlan}
+        attr = data.attrs[0]
+        offset, size = data.data_offset, data.data_size
+    plans_path.write_bytes(marshal.dumps(plans))
+    prefix = [bit for bit in (SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_ADDR,
+                              SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_PERIOD)
+              if attr.sample_type & bit]
+    mask = attr.sample_regs_user
+
+    def register(perf_index: int) -> int:  # BP 6, SP 7, IP 8 in perf's x86-64 numbering
+        return (mask & ((1 << perf_index) - 1)).bit_count()
+
+    return [str(plans_path), str(data_path), str(offset), str(size), str(len(prefix)),
+            str(prefix.index(SAMPLE_TID)), str(prefix.index(SAMPLE_TIME)),
+            str(prefix.index(SAMPLE_PERIOD)), str(mask.bit_count()), str(register(6)),
+            str(register(7)), str(register(8))]
+
+
+def median_ms(argv: list[str], runs: int, env: dict[str, str] | None = None) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                       check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recording", default=str(FIXTURES / "real" / "lua-2.46-x86_64"))
+    parser.add_argument("--runs", type=int, default=21)
+    args = parser.parse_args()
+    perf = shutil.which("perf")
+    if perf is None:
+        sys.exit("bench: perf not found (apt-get install linux-perf)")
+    OUT.mkdir(parents=True, exist_ok=True)
+    sframe = venv_sframe()
+    python = str(Path(sframe[0]).parent / "python")
+    recording = Path(args.recording)
+    data = recording / "perf.data"
+    subprocess.run([perf, "buildid-cache", "--add", str(recording / "lua")], check=False,
+                   stderr=subprocess.DEVNULL)
+    skeleton = [python, str(BENCH / "floor_skeleton.py"),
+                *skeleton_arguments(data, recording, OUT / "floor-plans.marshal")]
+    env = bench_environment()
+    commands = {
+        "perf script --no-inline": [perf, "script", "--no-inline", "-i", str(data)],
+        "skeleton, one process": [*skeleton, "1"],
+        "skeleton, two processes": [*skeleton, "2"],
+        "python start-up": [python, "-c", "pass"],
+        "python + our script path's imports": [python, "-c", SCRIPT_IMPORTS],
+        "sframe script": [*sframe, "script", str(data), "--binaries", str(recording)],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(3):  # interleaved, so that the machine's drift falls on all alike
+        for name, argv in commands.items():
+            times[name].append(median_ms(argv, max(1, args.runs // 3), env))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    theirs = medians["perf script --no-inline"]
+    for name, value in medians.items():
+        print(f"  {name:38} {value:6.0f} ms  ({value / theirs:.2f}x perf's time)")
+    floor = medians["skeleton, two processes"] + (medians["python + our script path's imports"]
+                                                  - medians["python start-up"])
+    print(f"floor of a pure-Python implementation: two-process skeleton + imports = {floor:.0f} "
+          f"ms, {floor / theirs:.2f}x perf's time ({'below' if floor < theirs else 'not below'}"
+          " perf's, before any symbol lookup, side band or time order)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
