@@ -1,0 +1,149 @@
+"""A process's memory as the kernel's deferred unwinder sees it: VMAs and user reads.
+
+The model of an ``mm_struct``: mapped areas (start, end, executable, their bytes), word
+reads that fault outside them or above the user address limit (the kernel's
+``get_user`` fails there), and the per-process SFrame registry
+(:class:`~.registry.SFrameRegistry`) that the areas' changes drive: mapping an ELF
+file with ``PT_GNU_SFRAME`` registers its section, unmapping drops what it covered.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+
+from ..records import record_class
+
+#: x86-64 user addresses (47 bits; TASK_SIZE_MAX is one page below 2^47).
+USER_LIMIT = (1 << 47) - 4096
+
+
+@record_class
+class Vma:
+    """A mapped area ``[start, end)``; ``data`` its bytes (shorter: the rest reads 0,
+    as the zero fill after a file's end)."""
+
+    start: int
+    end: int
+    executable: bool
+    data: bytes
+    name: str = ""
+
+
+class Mm:
+    """Mapped areas of one process, its user-memory reads and its SFrame registry."""
+
+    def __init__(self, user_limit: int = USER_LIMIT, validation: bool = False) -> None:
+        from .registry import SFrameRegistry
+
+        self.user_limit = user_limit
+        self._vmas: list[Vma] = []
+        self._starts: list[int] = []
+        #: The sections registered for this process (sframe_add_section's maple tree).
+        self.sframes = SFrameRegistry(self, validation=validation)
+
+    # -- areas ---------------------------------------------------------------------
+
+    def mmap(self, start: int, size: int, data: bytes = b"", *, executable: bool = False,
+             name: str = "") -> Vma:
+        """Map ``size`` bytes at ``start`` (page alignment is the caller's business); an
+        overlapped part of an earlier area is unmapped first, as MAP_FIXED does."""
+        if size <= 0 or start < 0 or start + size > self.user_limit:
+            raise ValueError(f"cannot map {size:#x} bytes at {start:#x}")
+        self.munmap(start, size)
+        vma = Vma(start, start + size, executable, bytes(data[:size]), name)
+        index = bisect_right(self._starts, start)
+        self._vmas.insert(index, vma)
+        self._starts.insert(index, start)
+        return vma
+
+    def munmap(self, start: int, size: int) -> None:
+        """Unmap ``[start, start + size)``: areas are cut or dropped, and the SFrame
+        sections whose text or table lay there are removed."""
+        end = start + size
+        kept: list[Vma] = []
+        for vma in self._vmas:
+            if vma.end <= start or vma.start >= end:
+                kept.append(vma)
+                continue
+            if vma.start < start:
+                kept.append(Vma(vma.start, start, vma.executable, vma.data[:start - vma.start],
+                                vma.name))
+            if vma.end > end:
+                kept.append(Vma(end, vma.end, vma.executable, vma.data[end - vma.start:],
+                                vma.name))
+        self._vmas = kept
+        self._starts = [vma.start for vma in kept]
+        self.sframes.unmapped(start, end)
+
+    def vma_at(self, address: int) -> Vma | None:
+        """The area holding ``address`` (``vma_lookup``)."""
+        index = bisect_right(self._starts, address) - 1
+        if index >= 0 and address < self._vmas[index].end:
+            return self._vmas[index]
+        return None
+
+    @property
+    def vmas(self) -> tuple[Vma, ...]:
+        return tuple(self._vmas)
+
+    # -- user reads ------------------------------------------------------------------
+
+    def read_bytes(self, address: int, size: int) -> bytes | None:
+        """``size`` bytes at ``address`` from one area, or None (a fault)."""
+        if address < 0 or size < 0 or address + size > self.user_limit:
+            return None
+        vma = self.vma_at(address)
+        if vma is None or address + size > vma.end:
+            return None
+        offset = address - vma.start
+        chunk = vma.data[offset:offset + size]
+        return chunk + bytes(size - len(chunk))
+
+    def read(self, address: int) -> int | None:
+        """The 8-byte little-endian word at ``address`` (the unwinders' reader), or None."""
+        raw = self.read_bytes(address, 8)
+        return None if raw is None else int(struct.unpack("<Q", raw)[0])
+
+    def write(self, address: int, data: bytes) -> None:
+        """Store ``data`` (a test or a JIT writing its code and tables); it must lie in
+        one mapped area."""
+        vma = self.vma_at(address)
+        if vma is None or address + len(data) > vma.end:
+            raise ValueError(f"{len(data)} bytes at {address:#x} are not mapped")
+        offset = address - vma.start
+        padded = vma.data.ljust(offset, b"\0")
+        vma.data = padded[:offset] + data + padded[offset + len(data):]
+        self.sframes.written(address, address + len(data))
+
+
+PAGE = 4096
+
+
+def map_elf(mm: Mm, data: bytes, bias: int, name: str = "") -> list[Vma]:
+    """Map an ELF file's PT_LOAD segments at ``bias`` (page-granular, as the loader does)
+    and, when it has ``PT_GNU_SFRAME``, register its section for its executable text
+    (what the series adds to ``binfmt_elf``; a section the registry refuses is left out,
+    the mapping stands). Returns the areas mapped."""
+    from ..elf.headers import PT_GNU_SFRAME, PT_LOAD, read_file_header, read_program_headers
+
+    header = read_file_header(data, name or "<elf>")
+    segments = read_program_headers(data, header)
+    areas: list[Vma] = []
+    text: tuple[int, int] | None = None
+    for segment in segments:
+        if segment.type != PT_LOAD or not segment.memsz:
+            continue
+        start = (bias + segment.vaddr) & ~(PAGE - 1)
+        end = -(-(bias + segment.vaddr + segment.memsz) // PAGE) * PAGE
+        lead = bias + segment.vaddr - start
+        contents = bytes(lead) + bytes(data[segment.offset:segment.offset + segment.filesz])
+        executable = bool(segment.flags & 1)
+        areas.append(mm.mmap(start, end - start, contents, executable=executable, name=name))
+        if executable and text is None:
+            text = (bias + segment.vaddr, bias + segment.vaddr + segment.memsz)
+    for segment in segments:
+        if segment.type == PT_GNU_SFRAME and text is not None and segment.memsz:
+            table = bias + segment.vaddr
+            mm.sframes.add(table, table + segment.memsz, text[0], text[1], name)
+    return areas
