@@ -294,6 +294,28 @@ def test_registration_refuses_what_the_kernel_refuses() -> None:
     assert mm.sframes.remove(0x430000) == -errno.EINVAL
 
 
+def test_jit_code_registers_by_call_and_by_prctl() -> None:
+    from pysframe.deferred import PR_ADD_SFRAME, PR_REMOVE_SFRAME, SFrameRegistration
+
+    mm = Mm()
+    mm.mmap(TEXT, TEXT_SIZE, bytes(TEXT_SIZE), executable=True, name="[jit]")
+    data = table()
+    mm.mmap(TABLE, 0x1000, data)
+    mm.mmap(STACK_TOP - 0x1000, 0x1000)
+    mm.write(SP, words(F2 + 0x20, 0xAAAA, MAIN + 0x20, 0xBBBB, START + 0x10))
+    jit = SFrameRegistration(TABLE, len(data), TEXT, 0x1000)
+    assert unwind_user(mm, ENTRY).stop is UserStop.FP_BELOW_SP  # nothing registered: FP only
+    assert mm.sframes.register(jit) == 0
+    assert unwind_user(mm, ENTRY).stop is UserStop.OUTERMOST
+    assert mm.sframes.register(jit) == -errno.EEXIST
+    assert mm.sframes.unregister(jit) == 0 and len(mm.sframes) == 0
+    assert mm.sframes.register(SFrameRegistration(TABLE, 1 << 64, TEXT, 0x1000)) == (
+        -errno.EINVAL)
+    assert mm.sframes.prctl(PR_ADD_SFRAME, TABLE, TABLE + len(data), TEXT, TEXT + 0x1000) == 0
+    assert mm.sframes.prctl(PR_REMOVE_SFRAME, TABLE) == 0
+    assert mm.sframes.prctl("PR_SET_NAME", 1) == -errno.EINVAL
+
+
 def test_munmap_drops_the_sections_it_covers() -> None:
     mm = process()
     mm.munmap(TEXT + 0x1000, 0x1000)  # text the section does not describe: kept

@@ -16,18 +16,28 @@ from .infrastructure import (
     make_cookie,
 )
 from .mm import USER_LIMIT, Mm, Vma
-from .registry import Removal, SFrameRegistry, SFrameSection
+from .registry import (
+    PR_ADD_SFRAME,
+    PR_REMOVE_SFRAME,
+    Removal,
+    SFrameRegistration,
+    SFrameRegistry,
+    SFrameSection,
+)
 from .user_unwind import MAX_ENTRIES, EntryRegisters, UserStop, UserTrace, unwind_user
 
 __all__ = [
     "BITS_PER_LONG",
     "MAX_ENTRIES",
+    "PR_ADD_SFRAME",
+    "PR_REMOVE_SFRAME",
     "RESERVED_BITS",
     "USER_LIMIT",
     "DeferredUnwinder",
     "EntryRegisters",
     "Mm",
     "Removal",
+    "SFrameRegistration",
     "SFrameRegistry",
     "SFrameSection",
     "Task",

@@ -68,6 +68,21 @@ class Removal:
     reason: str
 
 
+@record_class
+class SFrameRegistration:
+    """The argument of the proposed ``sframe_register`` / ``sframe_unregister`` call."""
+
+    sframe_start: int
+    sframe_size: int
+    text_start: int
+    text_size: int
+
+
+#: The prctl variant's options (by name: their numbers are not settled upstream).
+PR_ADD_SFRAME, PR_REMOVE_SFRAME = "PR_ADD_SFRAME", "PR_REMOVE_SFRAME"
+_ADDRESS_LIMIT = 1 << 64
+
+
 class SFrameRegistry:
     """The sections of one process by text range (the kernel keeps a maple tree)."""
 
@@ -137,6 +152,27 @@ class SFrameRegistry:
         for section in self._sections:
             if section.sframe_start < end and start < section.sframe_end:
                 section.lookup = None
+
+    def register(self, what: SFrameRegistration) -> int:
+        """``sframe_register``: sizes that wrap around the address space are refused."""
+        if (what.sframe_start + what.sframe_size >= _ADDRESS_LIMIT
+                or what.text_start + what.text_size >= _ADDRESS_LIMIT):
+            return -errno.EINVAL
+        return self.add(what.sframe_start, what.sframe_start + what.sframe_size,
+                        what.text_start, what.text_start + what.text_size, "[registered]")
+
+    def unregister(self, what: SFrameRegistration) -> int:
+        """``sframe_unregister``: by the table's address."""
+        return self.remove(what.sframe_start)
+
+    def prctl(self, option: str, *arguments: int) -> int:
+        """``prctl(PR_ADD_SFRAME, sframe_start, sframe_end, text_start, text_end)`` and
+        ``prctl(PR_REMOVE_SFRAME, sframe_start)``; other options or arities: -EINVAL."""
+        if option == PR_ADD_SFRAME and len(arguments) == 4:
+            return self.add(*arguments, "[prctl]")
+        if option == PR_REMOVE_SFRAME and len(arguments) == 1:
+            return self.remove(arguments[0])
+        return -errno.EINVAL
 
     def _drop(self, section: SFrameSection, reason: str) -> None:
         index = self._sections.index(section)
