@@ -25,7 +25,8 @@ Call = tuple[str, dict[str, Any]]
 #: Options that take a value, and flags, per command: option -> argument name.
 _SCRIPT_VALUES = {"--binaries": "binaries", "-o": "output", "--output": "output",
                   "-j": "jobs", "--jobs": "jobs"}
-_SCRIPT_FLAGS = {"--show-stops": "show_stops"}
+_SCRIPT_FLAGS = {"--show-stops": "show_stops", "--merge-callchains": "merge_callchains",
+                 "--no-merge-callchains": "merge_callchains"}
 _STACK_VALUES = {"--core": "core", "--exe": "exe", "--max-depth": "max_depth",
                  "--timeout": "timeout"}
 _STACK_FLAGS = {"--json": "as_json", "--build-id": "show_build_id", "--modules": "modules",
@@ -50,7 +51,7 @@ def _tokens(args: list[str], values: dict[str, str], flags: dict[str, str]
             continue
         name, equals, value = token.partition("=")
         if name in flags and not equals:
-            options.append((flags[name], name != "--no-debuginfo"))
+            options.append((flags[name], not name.startswith("--no-")))
         elif name in values and name.startswith("--") and equals:
             options.append((values[name], value))
         elif token in values:
@@ -71,7 +72,7 @@ def _script_call(args: list[str]) -> Call | None:
         return None
     options, (perf_data,) = parsed
     kwargs: dict[str, Any] = {"binaries": [], "output": None, "show_stops": False,
-                              "jobs": None}
+                              "jobs": None, "merge_callchains": True}
     for name, value in options:
         if name == "binaries":
             kwargs["binaries"].append(value)

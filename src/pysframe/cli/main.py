@@ -154,14 +154,18 @@ def inject(file: str, output: str, version: str, as_gnu: bool) -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1, max=256), default=None,
               help="Processes unwinding a large recording (default: one per CPU); the "
                    "output is the same, in the same order.")
+@click.option("--merge-callchains/--no-merge-callchains", default=True, show_default=True,
+              help="Deferred user callchains (perf >= 6.19): join each to its samples, or "
+                   "print samples and deferred callchains apart, as perf does.")
 def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
-           show_stops: bool, jobs: int | None) -> None:
+           show_stops: bool, jobs: int | None, merge_callchains: bool) -> None:
     """Unwind a `perf record --call-graph dwarf` file with SFrame; print like `perf script
     --no-inline`."""
     from .script import run_script
 
     sys.exit(run_script(perf_data, binaries=list(binaries), output=output,
-                        show_stops=show_stops, report=report, jobs=jobs))
+                        show_stops=show_stops, report=report, jobs=jobs,
+                        merge_callchains=merge_callchains))
 
 
 @cli.command(name="report")

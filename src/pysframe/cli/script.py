@@ -92,13 +92,15 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def open_recording(path: str, binaries: list[str], problems: Problems) -> tuple[Any, Any]:
+def open_recording(path: str, binaries: list[str], problems: Problems,
+                   merge_callchains: bool = True) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder, or a one-line CommandError."""
     from ..sources.perf_data import open_perf_data
 
     data = open_perf_data(path)
     try:
-        unwinder = _engine()(data, binaries, problems=problems)
+        unwinder = _engine()(data, binaries, problems=problems,
+                             merge_callchains=merge_callchains)
     except ValueError as error:
         data.close()
         raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
@@ -115,7 +117,7 @@ PHASES_VARIABLE = "PYSFRAME_PHASE_TIMES"
 
 
 def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
-               report: Any, jobs: int | None = None) -> int:
+               report: Any, jobs: int | None = None, merge_callchains: bool = True) -> int:
     import os
     import time
 
@@ -129,7 +131,7 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
         refuse_inputs(output, [path])  # before any work
     problems = Problems(report)
     phases = Phases() if os.environ.get(PHASES_VARIABLE) else None
-    data, unwinder = open_recording(path, binaries, problems)
+    data, unwinder = open_recording(path, binaries, problems, merge_callchains)
     with data:
         kernel_ids = [entry.build_id for entry in data.build_ids() if entry.kernel
                       and entry.filename == "[kernel.kallsyms]"]
@@ -163,11 +165,29 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
             write_output(output, "".join(chunks).encode(), inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
+        missing = report_missing_deferred(path, unwinder, report)
     if phases is not None:
         sys.stdout.flush()
         phases.report(time.perf_counter() - start, unwinder.unwind_seconds or 0.0)
-    failed = data.skipped or problems or any(statuses)
+    failed = data.skipped or problems or any(statuses) or missing
     return EXIT_INVALID if failed else EXIT_OK
+
+
+def report_missing_deferred(path: str, unwinder: Any, report: Any) -> bool:
+    """One line for the samples whose deferred user callchain never came (the task exited
+    in the kernel, the record was lost); True if there are any."""
+    stitcher = getattr(unwinder, "stitcher", None)
+    if stitcher is None or not stitcher.missing:
+        return False
+    from ..sources.perf_deferred import deferred_cookie
+
+    first = stitcher.missing[0]
+    count = len(stitcher.missing)
+    report(f"{path}: {count} sample{'s' if count != 1 else ''} without the deferred user "
+           f"callchain they wait for (first at offset {first.offset:#x}: tid {first.tid}, "
+           f"cookie {deferred_cookie(first.callchain) or 0:#x}; the task exited in the kernel "
+           "or the record was lost): no user frames for them")
+    return True
 
 
 class Phases:
@@ -276,7 +296,8 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
         write_output(output, _profile_bytes(profile, form, data, kernel_id), inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
-    return EXIT_INVALID if data.skipped or problems else EXIT_OK
+        missing = report_missing_deferred(path, unwinder, report)
+    return EXIT_INVALID if data.skipped or problems or missing else EXIT_OK
 
 
 def _profile_bytes(profile: Any, form: str, data: Any, kernel_id: bytes | None) -> bytes:

@@ -7,6 +7,7 @@ from typing import cast
 
 from ..errors import Problems
 from ..sources.perf_data import EventAttr
+from ..sources.perf_deferred import deferred_cookie
 from ..sources.perf_records import SAMPLE_CPU
 from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
@@ -34,6 +35,16 @@ def event_name(attr: EventAttr | None) -> str:
         return "unknown"
     table = SOFTWARE_EVENTS if attr.type == 1 else HARDWARE_EVENTS if attr.type == 0 else {}
     return table.get(attr.config, f"raw-{attr.type}:{attr.config:#x}")
+
+
+def deferred_header(unwound: UnwoundSample) -> str:
+    """The first line of a deferred callchain shown apart (``--no-merge-callchains``)."""
+    sample = unwound.sample
+    seconds, nanoseconds = divmod(sample.time, 10**9)
+    cpu = (f" [{sample.cpu:03d}]" if sample.attr is not None
+           and sample.attr.sample_type & SAMPLE_CPU else "")
+    return (f"{unwound.comm} {sample.tid:5d}{cpu} {seconds:5d}.{nanoseconds // 1000:06d}: "
+            f"DEFERRED CALLCHAIN [cookie: {sample.deferred_record:x}]")
 
 
 def header(unwound: UnwoundSample, single_line: bool) -> str:
@@ -84,11 +95,17 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
                      f"({mapping.filename})" if mapping is not None
                      else f"{sample.ip:16x} [unknown] ([unknown])")
         return f"{header(unwound, True)} {where}\n"
+    if sample.deferred_record is not None:
+        return "\n".join([deferred_header(unwound), *user_lines(unwound, symbolizer, None)]
+                         ) + "\n\n"
     lines = [header(unwound, False)]
     if unwind.stop is Stop.RECORDED and not valid_callchain(sample.callchain):
         return lines[0] + "\n\n"  # perf drops a recorded chain with an unknown context
     if sample.callchain:
         lines += kernel_lines(sample.callchain, kernel)
+        cookie = deferred_cookie(sample.callchain)
+        if cookie is not None:  # shown apart: the user part is the record that follows
+            lines.append(f"\t{cookie:16x} (cookie) ([unknown])")
     lines += user_lines(unwound, symbolizer, lines_cache)
     if unwind.stop is Stop.COPY_ENDED:
         lines.append(TRUNCATED)

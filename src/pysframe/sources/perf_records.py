@@ -19,6 +19,8 @@ RECORD_COMM = 3
 RECORD_EXIT = 4
 RECORD_FORK = 7
 RECORD_SAMPLE = 9
+#: perf >= 6.19 (deferred user callchains): the user part of earlier samples.
+RECORD_CALLCHAIN_DEFERRED = 22
 RECORD_MMAP2 = 10
 RECORD_LOST_SAMPLES = 13
 RECORD_FINISHED_ROUND = 68
@@ -100,6 +102,9 @@ class Sample:
     attr: EventAttr | None = None
     #: Where ``stack`` lies in the file (-1: not in it, e.g. inflated from a compressed record).
     stack_offset: int = -1
+    #: Not a sample but a PERF_RECORD_CALLCHAIN_DEFERRED shown apart (``--no-merge-callchains``):
+    #: its cookie; the callchain is ``USER, ips...``.
+    deferred_record: int | None = None
 
     @property
     def cpumode(self) -> int:
@@ -157,7 +162,21 @@ class FinishedRound:
     offset: int
 
 
-Record = Sample | Mmap | Comm | Task | Lost | FinishedRound
+@record_class
+class CallchainDeferred:
+    """PERF_RECORD_CALLCHAIN_DEFERRED: the user callchain the kernel walked at the return
+    to user space, for the samples of thread ``tid`` that carry ``cookie``."""
+
+    offset: int
+    cookie: int
+    ips: tuple[int, ...]
+    pid: int = -1
+    tid: int = -1
+    time: int = 0
+    cpu: int = 0
+
+
+Record = Sample | Mmap | Comm | Task | Lost | FinishedRound | CallchainDeferred
 
 
 @record_class
@@ -239,7 +258,39 @@ class RecordParser:
             return Lost(base + offset, lost, self._trailer_time(buffer, offset, size))
         if kind == RECORD_FINISHED_ROUND:
             return FinishedRound(base + offset)
+        if kind == RECORD_CALLCHAIN_DEFERRED:
+            return self._callchain_deferred(buffer, offset, size, base)
         return None
+
+    def _callchain_deferred(self, buffer: memoryview, offset: int, size: int, base: int
+                            ) -> CallchainDeferred:
+        cookie, count = struct.unpack_from("<QQ", buffer, offset + 8)
+        if 24 + 8 * count + self._trailer_size() > size:
+            raise ValueError(f"deferred callchain of {count} entries runs past the record")
+        ips = struct.unpack_from(f"<{count}Q", buffer, offset + 24)
+        pid, tid, time, cpu = self._trailer(buffer, offset, size)
+        return CallchainDeferred(base + offset, cookie, ips, pid, tid, time, cpu)
+
+    def _trailer(self, buffer: memoryview, offset: int, size: int) -> tuple[int, int, int, int]:
+        """(pid, tid, time, cpu) of a non-sample record's sample_id_all trailer (-1, -1,
+        0, 0 for the fields it lacks)."""
+        attr = self.attrs[0]
+        pid = tid = -1
+        time = cpu = 0
+        if not attr.sample_id_all:
+            return pid, tid, time, cpu
+        position = offset + size - self._trailer_size()
+        for bit in (SAMPLE_TID, SAMPLE_TIME, SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU):
+            if not attr.sample_type & bit:
+                continue
+            if bit == SAMPLE_TID:
+                pid, tid = struct.unpack_from("<ii", buffer, position)
+            elif bit == SAMPLE_TIME:
+                time = int(_U64.unpack_from(buffer, position)[0])
+            elif bit == SAMPLE_CPU:
+                cpu = struct.unpack_from("<I", buffer, position)[0]
+            position += 8
+        return pid, tid, time, cpu
 
     def _trailer_size(self) -> int:
         attr = self.attrs[0]

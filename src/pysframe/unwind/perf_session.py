@@ -20,8 +20,14 @@ from ..format.constants import ABI
 from ..inputs import read_text
 from ..records import record_class
 from ..sources.perf_data import Comm, Mmap, PerfData, Record, Sample, Task
+from ..sources.perf_deferred import (
+    PERF_CONTEXT_USER_DEFERRED,
+    Stitcher,
+    defers_callchains,
+    kernel_part,
+)
 from ..sources.perf_order import time_ordered
-from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER
+from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER, CallchainDeferred
 from .address_space import AddressSpace, Mapping
 from .memory import StackMemory
 from .modules import BinaryFinder
@@ -108,8 +114,13 @@ class PerfUnwinder:
     """Streams the unwound samples of a recording, in ``perf script`` order."""
 
     def __init__(self, data: PerfData, binaries: Iterable[str] = (), max_depth: int = 127,
-                 use_cache: bool = True, problems: Problems | None = None) -> None:
+                 use_cache: bool = True, problems: Problems | None = None,
+                 merge_callchains: bool = True) -> None:
         self.data = data
+        #: Deferred user callchains (perf >= 6.19) joined to their samples, or shown
+        #: apart; None when the recording defers none.
+        self.stitcher = (Stitcher(merge_callchains)
+                         if defers_callchains(attr.flags for attr in data.attrs) else None)
         self.arch = data.arch or "x86_64"
         if self.arch not in PERF_REGS:
             raise ValueError(f"unsupported architecture {self.arch}")
@@ -152,8 +163,13 @@ class PerfUnwinder:
 
     def samples(self) -> Iterator[UnwoundSample]:
         clock = perf_counter if self.unwind_seconds is not None else None
-        for record in time_ordered(self.data):
-            if isinstance(record, Sample):
+        records: Iterable[Record] = time_ordered(self.data)
+        if self.stitcher is not None:
+            records = self.stitcher.stitched(records)
+        for record in records:
+            if isinstance(record, CallchainDeferred):
+                yield self._deferred_record(record)
+            elif isinstance(record, Sample):
                 if clock is None:
                     yield self._unwind(record)
                     continue
@@ -184,6 +200,16 @@ class PerfUnwinder:
                 self.spaces[record.pid] = self.spaces[record.ppid].copy()
             self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
 
+    def _deferred_record(self, record: CallchainDeferred) -> UnwoundSample:
+        """A deferred callchain shown apart (``--no-merge-callchains``), as a pseudo-sample
+        whose recorded chain is the user part."""
+        attr = self.data.attrs[0] if self.data.attrs else None
+        sample = Sample(record.offset, 2, record.ips[0] if record.ips else 0, record.pid,
+                        record.tid, record.time, cpu=record.cpu,
+                        callchain=(PERF_CONTEXT_USER, *record.ips), attr=attr,
+                        deferred_record=record.cookie)
+        return self._unwind(sample)
+
     def comm_of(self, sample: Sample) -> str:
         """The sample's thread name, as perf names it."""
         return (self.comms.get(sample.tid) or (self.comms.get(sample.pid) if sample.tid >= 0
@@ -209,11 +235,15 @@ class PerfUnwinder:
 #: GUEST_USER). Any other value >= -4095 makes perf drop the whole recorded chain: a
 #: frame-pointer walk can copy such a value from a user stack (-160 is common), and perf
 #: then prints the header alone.
-KNOWN_CONTEXTS = frozenset((1 << 64) - value for value in (32, 128, 512, 2048, 2176, 2560))
+KNOWN_CONTEXTS = frozenset((1 << 64) - value for value in (32, 128, 512, 2048, 2176, 2560,
+                                                            640))
 
 
 def valid_callchain(callchain: tuple[int, ...]) -> bool:
-    """Whether perf prints the recorded callchain (no unknown context marker in it)."""
+    """Whether perf prints the recorded callchain (no unknown context marker in it; the
+    cookie after USER_DEFERRED is no marker, whatever its value)."""
+    if PERF_CONTEXT_USER_DEFERRED in callchain:
+        callchain = kernel_part(callchain)
     return all(address < CONTEXT_MARKER_MIN or address in KNOWN_CONTEXTS
                for address in callchain)
 
@@ -244,7 +274,8 @@ def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
     """The user part of the sample's recorded callchain (after PERF_CONTEXT_USER; printed
     as recorded, return addresses unadjusted, as perf does), or, for a recording without
     callchains, the sample's ip alone (as frame 0, whatever its mode)."""
-    if sample.attr is not None and sample.attr.sample_type & SAMPLE_STACK_USER:
+    if sample.attr is not None and sample.attr.sample_type & SAMPLE_STACK_USER and (
+            sample.deferred_record is None):
         # The user part was to come from the stack copy, and this one has none (a thread
         # in execve, a kernel thread): perf prints no user frames.
         return Unwind(stop=Stop.NO_STACK)

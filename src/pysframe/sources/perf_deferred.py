@@ -1,0 +1,105 @@
+"""Deferred user callchains (perf >= 6.19, ``--call-graph fp,defer``), stitched as perf does.
+
+A sample taken in the kernel carries ``[KERNEL, kernel ips..., USER_DEFERRED, cookie]``
+(or only the last two): its user part comes later, in a PERF_RECORD_CALLCHAIN_DEFERRED
+record of the same thread, written at the thread's return to user space for every sample
+of that kernel entry. Merging (perf's default) holds each such sample until the next
+deferred record of its thread: a matching cookie replaces ``USER_DEFERRED, cookie``
+by ``USER, ips...``; a sample whose record never came (another cookie arrived first,
+or the data ended) keeps its kernel part only and is counted in :attr:`missing`. Not
+merging (``--no-merge-callchains``) delivers samples and deferred records as they come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from ..records import replace
+from .perf_records import CallchainDeferred, Record, Sample
+
+PERF_CONTEXT_USER = (1 << 64) - 512
+PERF_CONTEXT_USER_DEFERRED = (1 << 64) - 640
+#: perf's attribute flag bit ``defer_callchain``.
+FLAG_DEFER_CALLCHAIN = 1 << 38
+
+
+def deferred_cookie(callchain: tuple[int, ...]) -> int | None:
+    """The cookie of a callchain whose user part is deferred, or None."""
+    for index, address in enumerate(callchain):
+        if address == PERF_CONTEXT_USER_DEFERRED:
+            return callchain[index + 1] if index + 1 < len(callchain) else None
+    return None
+
+
+def kernel_part(callchain: tuple[int, ...]) -> tuple[int, ...]:
+    """The callchain up to its USER_DEFERRED marker."""
+    if PERF_CONTEXT_USER_DEFERRED not in callchain:
+        return callchain
+    return callchain[:callchain.index(PERF_CONTEXT_USER_DEFERRED)]
+
+
+class Stitcher:
+    """Feeds records through; holds and merges samples whose user part is deferred."""
+
+    def __init__(self, merge: bool = True) -> None:
+        self.merge = merge
+        self._held: dict[int, list[Sample]] = {}
+        #: Samples whose deferred record never came (printed with their kernel part).
+        self.missing: list[Sample] = []
+        #: Deferred records that matched no waiting sample (merging only).
+        self.unmatched = 0
+
+    def stitched(self, records: Iterable[Record]) -> Iterator[Record]:
+        """The records to deliver, in delivery order."""
+        for record in records:
+            if not self.merge:
+                self._note(record)
+                yield record
+            elif isinstance(record, Sample):
+                cookie = deferred_cookie(record.callchain)
+                if cookie is None:
+                    yield record
+                else:
+                    self._held.setdefault(record.tid, []).append(record)
+            elif isinstance(record, CallchainDeferred):
+                yield from self._release(record)
+            else:
+                yield record
+        for samples in self._held.values():
+            for sample in samples:
+                if self.merge:
+                    yield self._without_user(sample)
+                else:
+                    self.missing.append(sample)
+        self._held.clear()
+
+    def _note(self, record: Record) -> None:
+        """Shown apart: the samples still waiting, to count those whose record never comes."""
+        if isinstance(record, Sample) and deferred_cookie(record.callchain) is not None:
+            self._held.setdefault(record.tid, []).append(record)
+        elif isinstance(record, CallchainDeferred):
+            for sample in self._held.pop(record.tid, []):
+                if deferred_cookie(sample.callchain) != record.cookie:
+                    self.missing.append(sample)
+
+    def _release(self, record: CallchainDeferred) -> Iterator[Sample]:
+        waiting = self._held.pop(record.tid, [])
+        matched = False
+        for sample in waiting:
+            if deferred_cookie(sample.callchain) == record.cookie:
+                matched = True
+                chain = (*kernel_part(sample.callchain), PERF_CONTEXT_USER, *record.ips)
+                yield replace(sample, callchain=chain)
+            else:
+                yield self._without_user(sample)
+        if not matched:
+            self.unmatched += 1
+
+    def _without_user(self, sample: Sample) -> Sample:
+        self.missing.append(sample)
+        return replace(sample, callchain=kernel_part(sample.callchain))
+
+
+def defers_callchains(flags: Iterable[int]) -> bool:
+    """Whether any of these attribute flags asks for deferred user callchains."""
+    return any(flag & FLAG_DEFER_CALLCHAIN for flag in flags)
