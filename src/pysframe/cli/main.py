@@ -168,6 +168,32 @@ def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
                         merge_callchains=merge_callchains))
 
 
+@cli.command()
+@click.argument("recording", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The deferred-callchain recording to write.")
+@click.option("--binaries", multiple=True, type=click.Path(file_okay=False),
+              help="Directory to search (recursively) for the recorded binaries, matched by "
+                   "build id. Repeatable.")
+@click.option("--assume-sframe", is_flag=True,
+              help="Give every binary without a section the kernel takes our generated "
+                   "table (what a distribution built with --gsframe would have).")
+@click.option("--report", "show_report", is_flag=True,
+              help="Print what the kernel's unwinder would give: bytes per sample, walks "
+                   "saved by shared cookies, samples cut short by binary and why.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Also draw the report as an SVG bar chart into this file.")
+def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe: bool,
+          show_report: bool, plot: str | None) -> None:
+    """Write the recording the kernel's deferred SFrame unwinder would have made of a
+    `perf record --call-graph dwarf` file (perf >= 6.19's deferred callchains)."""
+    from .defer import run_defer
+
+    sys.exit(run_defer(recording, output=output, binaries=list(binaries),
+                       assume_sframe=assume_sframe, show_report=show_report, plot=plot,
+                       report=report))
+
+
 @cli.command(name="report")
 @click.argument("perf_data", type=click.Path(dir_okay=False))
 @click.option("--format", "form", type=click.Choice(["folded", "speedscope", "svg", "pprof"]),

@@ -9,6 +9,7 @@ file with ``PT_GNU_SFRAME`` registers its section, unmapping drops what it cover
 
 from __future__ import annotations
 
+import mmap
 import struct
 from bisect import bisect_right
 
@@ -26,7 +27,7 @@ class Vma:
     start: int
     end: int
     executable: bool
-    data: bytes
+    data: bytes | memoryview
     name: str = ""
 
 
@@ -39,19 +40,24 @@ class Mm:
         self.user_limit = user_limit
         self._vmas: list[Vma] = []
         self._starts: list[int] = []
+        #: A thread's stack copy ``(base, bytes)`` read before the areas (a perf sample's
+        #: STACK_USER: the stack beyond it reads as unmapped).
+        self.overlay: tuple[int, bytes | memoryview] | None = None
+        #: The ELF files :func:`map_elf` mapped, by name, with their SFrame outcome.
+        self.files: dict[str, int | None] = {}
         #: The sections registered for this process (sframe_add_section's maple tree).
         self.sframes = SFrameRegistry(self, validation=validation)
 
     # -- areas ---------------------------------------------------------------------
 
-    def mmap(self, start: int, size: int, data: bytes = b"", *, executable: bool = False,
-             name: str = "") -> Vma:
+    def mmap(self, start: int, size: int, data: bytes | memoryview = b"", *,
+             executable: bool = False, name: str = "") -> Vma:
         """Map ``size`` bytes at ``start`` (page alignment is the caller's business); an
         overlapped part of an earlier area is unmapped first, as MAP_FIXED does."""
         if size <= 0 or start < 0 or start + size > self.user_limit:
             raise ValueError(f"cannot map {size:#x} bytes at {start:#x}")
         self.munmap(start, size)
-        vma = Vma(start, start + size, executable, bytes(data[:size]), name)
+        vma = Vma(start, start + size, executable, data[:size], name)
         index = bisect_right(self._starts, start)
         self._vmas.insert(index, vma)
         self._starts.insert(index, start)
@@ -93,12 +99,27 @@ class Mm:
         """``size`` bytes at ``address`` from one area, or None (a fault)."""
         if address < 0 or size < 0 or address + size > self.user_limit:
             return None
+        if self.overlay is not None:
+            base, copy = self.overlay
+            if base <= address < base + len(copy):
+                return bytes(copy[address - base:address - base + size]) if (
+                    address + size <= base + len(copy)) else None
         vma = self.vma_at(address)
         if vma is None or address + size > vma.end:
             return None
         offset = address - vma.start
-        chunk = vma.data[offset:offset + size]
+        chunk = bytes(vma.data[offset:offset + size])
         return chunk + bytes(size - len(chunk))
+
+    def overlay_missed(self, address: int, reach: int = 1 << 23) -> bool:
+        """Whether ``address`` lies in the stack around the copy but outside it (below the
+        sampled SP, or past the copied bytes, within ``reach``): memory the live process
+        had and the recording did not keep."""
+        if self.overlay is None:
+            return False
+        base, copy = self.overlay
+        return base - 4096 <= address < base + reach and not (
+            base <= address and address + 8 <= base + len(copy))
 
     def read(self, address: int) -> int | None:
         """The 8-byte little-endian word at ``address`` (the unwinders' reader), or None."""
@@ -112,7 +133,7 @@ class Mm:
         if vma is None or address + len(data) > vma.end:
             raise ValueError(f"{len(data)} bytes at {address:#x} are not mapped")
         offset = address - vma.start
-        padded = vma.data.ljust(offset, b"\0")
+        padded = bytes(vma.data).ljust(offset, b"\0")
         vma.data = padded[:offset] + data + padded[offset + len(data):]
         self.sframes.written(address, address + len(data))
 
@@ -120,30 +141,45 @@ class Mm:
 PAGE = 4096
 
 
-def map_elf(mm: Mm, data: bytes, bias: int, name: str = "") -> list[Vma]:
-    """Map an ELF file's PT_LOAD segments at ``bias`` (page-granular, as the loader does)
-    and, when it has ``PT_GNU_SFRAME``, register its section for its executable text
-    (what the series adds to ``binfmt_elf``; a section the registry refuses is left out,
-    the mapping stands). Returns the areas mapped."""
+@record_class
+class MappedElf:
+    """What :func:`map_elf` did: the areas, the executable text, and the SFrame outcome:
+    0 registered, a negative errno refused, None (no ``PT_GNU_SFRAME``)."""
+
+    areas: list[Vma]
+    text: tuple[int, int] | None
+    sframe: int | None
+
+
+def map_elf(mm: Mm, data: bytes | memoryview | mmap.mmap, bias: int, name: str = ""
+            ) -> MappedElf:
+    """Map an ELF file's PT_LOAD segments at ``bias`` (page-granular, as the loader does;
+    the areas view ``data``, no copy) and, when it has ``PT_GNU_SFRAME``, register its
+    section for its executable text (what the series adds to ``binfmt_elf``; a section
+    the registry refuses is left out, the mapping stands)."""
     from ..elf.headers import PT_GNU_SFRAME, PT_LOAD, read_file_header, read_program_headers
 
-    header = read_file_header(data, name or "<elf>")
-    segments = read_program_headers(data, header)
-    areas: list[Vma] = []
-    text: tuple[int, int] | None = None
+    view = memoryview(data)
+    header = read_file_header(view, name or "<elf>")
+    segments = read_program_headers(view, header)
+    result = MappedElf([], None, None)
     for segment in segments:
         if segment.type != PT_LOAD or not segment.memsz:
             continue
         start = (bias + segment.vaddr) & ~(PAGE - 1)
         end = -(-(bias + segment.vaddr + segment.memsz) // PAGE) * PAGE
         lead = bias + segment.vaddr - start
-        contents = bytes(lead) + bytes(data[segment.offset:segment.offset + segment.filesz])
+        first = segment.offset - lead
+        if first < 0 or segment.offset + segment.filesz > len(view):
+            continue  # a segment the file does not hold: not mapped
         executable = bool(segment.flags & 1)
-        areas.append(mm.mmap(start, end - start, contents, executable=executable, name=name))
-        if executable and text is None:
-            text = (bias + segment.vaddr, bias + segment.vaddr + segment.memsz)
+        result.areas.append(mm.mmap(start, end - start, view[first:segment.offset + segment.filesz],
+                                    executable=executable, name=name))
+        if executable and result.text is None:
+            result.text = (bias + segment.vaddr, bias + segment.vaddr + segment.memsz)
     for segment in segments:
-        if segment.type == PT_GNU_SFRAME and text is not None and segment.memsz:
+        if segment.type == PT_GNU_SFRAME and result.text is not None and segment.memsz:
             table = bias + segment.vaddr
-            mm.sframes.add(table, table + segment.memsz, text[0], text[1], name)
-    return areas
+            result.sframe = mm.sframes.add(table, table + segment.memsz, *result.text, name)
+    mm.files[name] = result.sframe
+    return result

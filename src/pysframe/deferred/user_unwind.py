@@ -63,6 +63,8 @@ class UserTrace:
     stop: UserStop
     #: One per step taken: "sframe" or "fp".
     methods: list[str]
+    #: The address whose read faulted (stop FAULT).
+    fault: int | None = None
 
 
 @record_class
@@ -90,6 +92,7 @@ class _Walk:
     """One walk's state: ``unwind_user_state``."""
 
     def __init__(self, mm: Mm, registers: EntryRegisters) -> None:
+        self.fault: int | None = None
         self.mm = mm
         self.registers = registers
         self.ip, self.sp, self.fp = registers.ip, registers.sp, registers.fp
@@ -110,7 +113,7 @@ class _Walk:
             cfa = value
         cfa = (cfa + cfa_rule.offset) & 0xFFFFFFFFFFFFFFFF
         if cfa_rule.deref:
-            loaded = self.mm.read(cfa)
+            loaded = self._read(cfa)
             if loaded is None:
                 return UserStop.FAULT
             cfa = loaded
@@ -144,8 +147,14 @@ class _Walk:
             address = value + rule.offset
             if not rule.deref:
                 return address & 0xFFFFFFFFFFFFFFFF
-        loaded = self.mm.read(address)
+        loaded = self._read(address)
         return UserStop.FAULT if loaded is None else loaded
+
+    def _read(self, address: int) -> int | None:
+        value = self.mm.read(address)
+        if value is None:
+            self.fault = address
+        return value
 
     def _register(self, regnum: int) -> int | None:
         if not self.topmost:
@@ -183,6 +192,7 @@ def unwind_user(mm: Mm, registers: EntryRegisters | None, max_entries: int = MAX
         stop, method = _next(walk, mm, use_sframe, frame_pointers)
         if stop is not None:
             trace.stop = stop
+            trace.fault = walk.fault if stop is UserStop.FAULT else None
             return trace
         trace.methods.append(method)
 

@@ -181,3 +181,61 @@ def defer_attr(attr: bytearray) -> None:
     struct.pack_into("<Q", attr, ATTR_FLAGS, flags)
     struct.pack_into("<Q", attr, ATTR_REGS_USER, 0)
     struct.pack_into("<I", attr, ATTR_STACK_USER, 0)
+
+
+RECORD_SAMPLE = 9
+#: PERF_RECORD_COMPRESSED and COMPRESSED2: their records are not rewritten.
+_COMPRESSED = (81, 83)
+_MARKER_MIN = (1 << 64) - 4095
+
+
+def deferred_data(raw: bytes | memoryview, sample_type: int, register_count: int,
+                  cookie_of: Callable[[int], int | None], after: dict[int, bytes]
+                  ) -> tuple[bytes, int, int]:
+    """The data section of ``raw`` with every sample's user copy dropped and its user part
+    deferred: ``cookie_of(file offset)`` gives its cookie (None: a sample with no user
+    context, kept with its kernel part), ``after[file offset]`` the records written after
+    it. Returns (data, bytes of the samples before, bytes of samples and deferred records
+    after)."""
+    start, size = struct.unpack_from("<QQ", raw, 40)
+    offset, end = start, min(start + size, len(raw))
+    out: list[bytes] = []
+    before = written = 0
+    while offset + 8 <= end:
+        kind, misc, length = struct.unpack_from("<IHH", raw, offset)
+        if length < 8 or offset + length > end:
+            raise WriteError(f"record at offset {offset:#x} runs past the data section")
+        if kind in _COMPRESSED:
+            raise WriteError("compressed records (perf record -z) are not rewritten: "
+                             "decompress with `perf inject -i IN -o OUT` first")
+        chunk = bytes(raw[offset:offset + length])
+        if kind != RECORD_SAMPLE:
+            out.append(chunk)
+        else:
+            new = _deferred_sample(chunk, misc, sample_type, register_count, cookie_of(offset))
+            extra = after.get(offset, b"")
+            out += [new, extra]
+            before += length
+            written += len(new) + len(extra)
+        offset += length
+    return b"".join(out), before, written
+
+
+def _deferred_sample(chunk: bytes, misc: int, sample_type: int, register_count: int,
+                     cookie: int | None) -> bytes:
+    chain_start, chain_end, user_start, user_end = sample_parts(chunk, sample_type,
+                                                                register_count)
+    chain: list[int] = []
+    if chain_end > chain_start:
+        count = struct.unpack_from("<Q", chunk, chain_start)[0]
+        recorded = struct.unpack_from(f"<{count}Q", chunk, chain_start + 8)
+        # The kernel part: up to a user context (dwarf mode records none; fp mode does).
+        for address in recorded:
+            if address >= _MARKER_MIN and address != (1 << 64) - 128:
+                break
+            chain.append(address)
+    if cookie is not None:
+        chain += [PERF_CONTEXT_USER_DEFERRED, cookie]
+    return record(RECORD_SAMPLE, misc,
+                  chunk[8:chain_start] + struct.pack(f"<Q{len(chain)}Q", len(chain), *chain)
+                  + chunk[chain_end:user_start] + chunk[user_end:])

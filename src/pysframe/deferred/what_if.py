@@ -1,0 +1,259 @@
+"""What the kernel's SFrame deferred unwinder would have made of a ``--call-graph dwarf``
+recording: one walk per kernel entry, its trace shared by the entry's samples.
+
+The samples are read in ``perf script`` order with the recording's process model (our
+dwarf unwinder's session, whose chains are the yardstick). Consecutive samples of one
+thread taken in the kernel with unchanged user registers belong to one entry (a
+syscall or fault in progress); every sample taken in user mode is an entry of its own
+(the interrupt returns at once). Each entry is driven through the model
+(:class:`~.infrastructure.DeferredUnwinder`: enter, request, return to user space) over
+the process's memory (:class:`~.mm.Mm`: its ELF files mapped with their ``PT_GNU_SFRAME``
+sections registered as the kernel would, and the sample's stack copy, beyond which the
+stack reads as unmapped). With ``assume_sframe`` every binary the kernel has no section
+for gets our generated table (what a distribution rebuilt with ``--gsframe`` gives).
+
+Each sample then gets a verdict against our own chain: ``unwound`` (the same frames),
+``cut short`` (the kernel's chain is a proper prefix of ours) with the binary and why
+(no ``PT_GNU_SFRAME``, a table the kernel refuses, a frame only DWARF recovers, the
+frame limit), ``differs`` (another chain: a frame-pointer guess went elsewhere, or the
+kernel went further), or ``no user context`` (a kernel thread; nothing deferred).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..format.decode import decode
+from ..format.encode import encode
+from ..records import record_class
+from ..unwind.address_space import AddressSpace, Mapping
+from ..unwind.perf_session import PerfUnwinder, UnwoundSample
+from .infrastructure import DeferredUnwinder, Task, UnwindWork
+from .mm import Mm, map_elf
+from .user_unwind import EntryRegisters, UserStop, UserTrace
+
+#: perf caps every callchain, deferred ones too, at kernel.perf_event_max_stack.
+MAX_FRAMES = 127
+CUT_NO_SFRAME = "no PT_GNU_SFRAME"
+CUT_REFUSED = "table refused by the kernel"
+CUT_DWARF_ONLY = "frame only DWARF recovers"
+CUT_LIMIT = "frame limit"
+CUT_NO_BINARY = "no binary"
+#: The kernel would read the live stack where the recording holds no copy (below the
+#: sampled SP, or past the copied bytes): not the kernel's limit but the recording's.
+CUT_COPY = "beyond the recorded stack copy"
+DIFFERS_FP = "frame-pointer fallback went astray"
+DIFFERS_FURTHER = "kernel went further"
+DIFFERS_OTHER = "another chain"
+#: Where generated tables are placed in a process with ``assume_sframe``.
+_GENERATED_BASE = 0x6FFF00000000
+
+
+@record_class
+class Entry:
+    """One kernel entry: its cookie, its thread, its last sample, the deferred trace."""
+
+    cookie: int
+    pid: int
+    tid: int
+    cpu: int
+    last_time: int
+    #: File offset of its last sample in file order (the record is written after it).
+    last_offset: int
+    trace: UserTrace | None = None
+
+
+@record_class
+class Outcome:
+    """The verdict on one sample (keyed by its file offset)."""
+
+    cookie: int
+    verdict: str
+    reason: str = ""
+    binary: str = ""
+
+
+class WhatIf:
+    """Runs the kernel's model over ``session``'s samples (see the module docstring)."""
+
+    def __init__(self, session: PerfUnwinder, *, assume_sframe: bool = False,
+                 max_frames: int = MAX_FRAMES) -> None:
+        self.session = session
+        self.assume_sframe = assume_sframe
+        self.kernel = DeferredUnwinder(max_entries=max_frames)
+        work = self.kernel.init(self._delivered, "perf")
+        assert isinstance(work, UnwindWork)
+        self.work = work
+        self.entries: list[Entry] = []
+        self.outcomes: dict[int, Outcome] = {}
+        self._open: dict[int, tuple[Entry, tuple[int, ...], list[tuple[UnwoundSample, Mm]]]] = {}
+        self._tasks: dict[int, Task] = {}
+        self._mms: dict[tuple[int, int], Mm] = {}
+        self._delivering: Entry | None = None
+
+    def run(self) -> Iterator[UnwoundSample]:
+        """Drive every sample through the model; yields them as read (for progress)."""
+        for unwound in self.session.samples():
+            self._sample(unwound)
+            yield unwound
+        for tid in list(self._open):
+            self._close(tid)
+
+    # -- entries -----------------------------------------------------------------------
+
+    def _sample(self, unwound: UnwoundSample) -> None:
+        sample = unwound.sample
+        registers = self.session_registers(unwound)
+        if registers is None:
+            self._close(sample.tid)
+            self.outcomes[sample.offset] = Outcome(0, "no user context")
+            return
+        space = self.session.spaces.get(sample.pid) or AddressSpace()
+        mm = self._mm(sample.pid, space)
+        in_kernel = sample.cpumode == 1
+        key = tuple(sample.regs)
+        found = self._open.get(sample.tid)
+        if found is not None and in_kernel and found[1] == key:
+            entry, _, members = found
+            entry.last_time = sample.time
+            entry.last_offset = max(entry.last_offset, sample.offset)
+            members.append((unwound, mm))
+            return
+        self._close(sample.tid)
+        task = self._tasks.get(sample.tid)
+        if task is None:
+            task = self._tasks[sample.tid] = self.kernel.new_task(sample.tid, mm)
+        task.mm = mm
+        self.kernel.enter_kernel(task, EntryRegisters(*registers), sample.cpu)
+        _, cookie = self.kernel.request(self.work, task)
+        entry = Entry(cookie, sample.pid, sample.tid, sample.cpu, sample.time, sample.offset)
+        self.entries.append(entry)
+        self._open[sample.tid] = (entry, key, [(unwound, mm)])
+
+    def _close(self, tid: int) -> None:
+        """The thread returns to user space: the walk, the callback, the verdicts."""
+        found = self._open.pop(tid, None)
+        if found is None:
+            return
+        entry, _, members = found
+        task = self._tasks[tid]
+        last, mm = members[-1]
+        sample = last.sample
+        mm.overlay = (self._sp(last), sample.stack if sample.stack is not None else b"")
+        task.mm = mm
+        self._delivering = entry
+        self.kernel.return_to_user(task)
+        self._delivering = None
+        trace = entry.trace or UserTrace([], UserStop.NOT_USER, [])
+        for unwound, _ in members:
+            self.outcomes[unwound.sample.offset] = self._verdict(unwound, mm, trace,
+                                                                 entry.cookie)
+        mm.overlay = None
+
+    def _delivered(self, work: UnwindWork, trace: UserTrace, cookie: int) -> None:
+        """The tracer's callback: the trace of the entry being closed."""
+        del work
+        if self._delivering is not None and self._delivering.cookie == cookie:
+            self._delivering.trace = trace
+
+    # -- memory ------------------------------------------------------------------------
+
+    def _mm(self, pid: int, space: AddressSpace) -> Mm:
+        """The process's memory for its current layout (built once per layout)."""
+        key = (pid, space.version)
+        mm = self._mms.get(key)
+        if mm is None:
+            mm = self._mms[key] = Mm()
+            for mapping in space.mappings:
+                self._map(mm, mapping)
+        return mm
+
+    def _map(self, mm: Mm, mapping: Mapping) -> None:
+        module = mapping.module
+        if module is None or module.image is None or mapping.filename in mm.files:
+            return
+        try:
+            mapped = map_elf(mm, module.image.data, module.bias, mapping.filename)
+        except ValueError:  # ElfError: a file that is no ELF we map (it costs its frames)
+            mm.files[mapping.filename] = None
+            return
+        if self.assume_sframe and mapped.sframe != 0 and mapped.text is not None:
+            self._assume(mm, module, mapped.text, mapping.filename, len(mm.files))
+
+    def _assume(self, mm: Mm, module: object, text: tuple[int, int], name: str,
+                slot: int) -> None:
+        """Register our generated table for ``text`` (placed in a free area of its own)."""
+        from ..generate.cache import sframe_for
+        from ..generate.errors import GenerateError
+
+        image = getattr(module, "image", None)
+        bias = int(getattr(module, "bias", 0))
+        try:
+            data, address = sframe_for(image, version=3)  # type: ignore[arg-type]
+            section = decode(data, address + bias)
+            place = _GENERATED_BASE + slot * 0x4000000
+            section.address = place
+            moved = encode(section)
+        except (GenerateError, ValueError) as error:
+            del error
+            return
+        mm.mmap(place, -(-len(moved) // 4096) * 4096, moved, name=f"{name} (generated)")
+        mm.sframes.add(place, place + len(moved), text[0], text[1], f"{name} (generated)")
+
+    # -- verdicts ----------------------------------------------------------------------
+
+    def session_registers(self, unwound: UnwoundSample) -> tuple[int, int, int] | None:
+        """(ip, sp, fp) at kernel entry, or None without user registers or stack copy."""
+        from ..unwind.perf_session import sample_registers
+
+        sample = unwound.sample
+        if not sample.stack or not sample.regs:
+            return None
+        registers = sample_registers(sample, self.session.arch)
+        if registers is None:
+            return None
+        return registers.pc, registers.sp, registers.fp
+
+    def _sp(self, unwound: UnwoundSample) -> int:
+        registers = self.session_registers(unwound)
+        return registers[1] if registers is not None else 0
+
+    def _verdict(self, unwound: UnwoundSample, mm: Mm, trace: UserTrace, cookie: int
+                 ) -> Outcome:
+        ours = unwound.unwind.pcs
+        kernel = trace.entries
+        if kernel == ours[:len(kernel)] and len(kernel) == len(ours):
+            return Outcome(cookie, "unwound")
+        if kernel == ours[:len(kernel)] and kernel:
+            pc = kernel[-1]
+            mapping = _mapping_at(unwound, len(kernel) - 1)
+            binary = mapping.filename if mapping is not None else "[unknown]"
+            return Outcome(cookie, "cut short", self._why(mm, trace, pc, mapping), binary)
+        if ours == kernel[:len(ours)]:
+            return Outcome(cookie, "differs", DIFFERS_FURTHER)
+        # The frame whose step went elsewhere: the one before the first that differs.
+        first = next(index for index, (a, b) in enumerate(zip(ours, kernel, strict=False))
+                     if a != b)
+        mapping = _mapping_at(unwound, max(first - 1, 0))
+        binary = mapping.filename if mapping is not None else "[unknown]"
+        return Outcome(cookie, "differs",
+                       DIFFERS_FP if "fp" in trace.methods else DIFFERS_OTHER, binary)
+
+    def _why(self, mm: Mm, trace: UserTrace, pc: int, mapping: Mapping | None) -> str:
+        if trace.stop is UserStop.LIMIT:
+            return CUT_LIMIT
+        if trace.stop is UserStop.FAULT and trace.fault is not None and mm.overlay_missed(
+                trace.fault):
+            return CUT_COPY
+        if mapping is None or mapping.module is None:
+            return CUT_NO_BINARY
+        if mm.sframes.find_section(pc) is not None:
+            return CUT_DWARF_ONLY
+        status = mm.files.get(mapping.filename)
+        return CUT_REFUSED if status is not None and status != 0 else CUT_NO_SFRAME
+
+
+def _mapping_at(unwound: UnwoundSample, index: int) -> Mapping | None:
+    """The mapping our unwinder found for frame ``index``."""
+    mappings = unwound.mappings
+    return mappings[index] if index < len(mappings) else None
