@@ -44,8 +44,7 @@ def run_defer(path: str, *, output: str, binaries: list[str], assume_sframe: boo
             body, before, written = deferred_data(
                 data.buffer, attr.sample_type, attr.sample_regs_user.bit_count(),
                 cookies.get, after)
-            raw = bytes(data.buffer[:len(data.buffer)])
-            result = rewritten(raw, body, defer_attr)
+            result = rewritten(data.buffer, body, defer_attr)
         except WriteError as error:
             raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
         write_output(output, result, inputs=[path])

@@ -115,10 +115,12 @@ def callchain_deferred(cookie: int, ips: Iterable[int], trailer: bytes) -> bytes
                   + trailer)
 
 
-def rewritten(raw: bytes, data: bytes, patch_attr: Callable[[bytearray], None]) -> bytes:
+def rewritten(raw: bytes | memoryview, data: bytes, patch_attr: Callable[[bytearray], None]
+              ) -> bytes:
     """The file ``raw`` with ``data`` as its data section and every attribute passed
-    through ``patch_attr`` (a perf_event_attr's bytes, changed in place)."""
-    if len(raw) < 104 or raw[:8] != b"PERFILE2":
+    through ``patch_attr`` (a perf_event_attr's bytes, changed in place). ``raw`` may be
+    the mapped input: only its header, attributes and features are copied."""
+    if len(raw) < 104 or bytes(raw[:8]) != b"PERFILE2":
         raise WriteError("not a perf.data file (no PERFILE2 header)")
     attr_size, attrs_offset, attrs_size, start, size = struct.unpack_from("<QQQQQ", raw, 16)
     if start + size > len(raw) or attrs_offset + attrs_size > len(raw) or attr_size < 16:
@@ -128,7 +130,7 @@ def rewritten(raw: bytes, data: bytes, patch_attr: Callable[[bytearray], None]) 
     for at in range(attrs_offset, attrs_offset + attrs_size - attr_size + 1, attr_size):
         _patch(out, at, attr_size - 16, patch_attr)
     delta, table = len(data) - size, start + len(data)
-    features = int.from_bytes(raw[72:104], "little")
+    features = int.from_bytes(bytes(raw[72:104]), "little")
     for index in range(features.bit_count()):
         offset, length = struct.unpack_from("<QQ", out, table + 16 * index)
         if offset >= start + size:
