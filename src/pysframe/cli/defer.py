@@ -34,6 +34,9 @@ def run_defer(path: str, *, output: str, binaries: list[str], assume_sframe: boo
         if not data.attrs or any(attr.sample_type & _DWARF != _DWARF for attr in data.attrs):
             raise CommandError(f"{path}: not a --call-graph dwarf recording (samples need a "
                                "callchain, user registers and a user stack copy)", EXIT_INVALID)
+        if len({(attr.sample_type, attr.sample_regs_user) for attr in data.attrs}) > 1:
+            raise CommandError(f"{path}: events with different sample layouts are not "
+                               "rewritten", EXIT_INVALID)
         what_if = WhatIf(unwinder, assume_sframe=assume_sframe)
         for _ in _progress(what_if.run(), data):
             pass

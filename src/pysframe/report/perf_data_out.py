@@ -115,10 +115,13 @@ def callchain_deferred(cookie: int, ips: Iterable[int], trailer: bytes) -> bytes
                   + trailer)
 
 
-def rewritten(raw: bytes | memoryview, data: bytes, patch_attr: Callable[[bytearray], None]
-              ) -> bytes:
+#: Changes a perf_event_attr's bytes in place; given the event's index.
+AttrPatch = Callable[[bytearray, int], None]
+
+
+def rewritten(raw: bytes | memoryview, data: bytes, patch_attr: AttrPatch) -> bytes:
     """The file ``raw`` with ``data`` as its data section and every attribute passed
-    through ``patch_attr`` (a perf_event_attr's bytes, changed in place). ``raw`` may be
+    through ``patch_attr`` (with the event's index). ``raw`` may be
     the mapped input: only its header, attributes and features are copied."""
     if len(raw) < 104 or bytes(raw[:8]) != b"PERFILE2":
         raise WriteError("not a perf.data file (no PERFILE2 header)")
@@ -127,8 +130,9 @@ def rewritten(raw: bytes | memoryview, data: bytes, patch_attr: Callable[[bytear
         raise WriteError("the file's sections lie past its end")
     out = bytearray(raw[:start]) + data + raw[start + size:]
     struct.pack_into("<Q", out, 48, len(data))
-    for at in range(attrs_offset, attrs_offset + attrs_size - attr_size + 1, attr_size):
-        _patch(out, at, attr_size - 16, patch_attr)
+    for index, at in enumerate(range(attrs_offset, attrs_offset + attrs_size - attr_size + 1,
+                                     attr_size)):
+        _patch(out, at, attr_size - 16, patch_attr, index)
     delta, table = len(data) - size, start + len(data)
     features = int.from_bytes(bytes(raw[72:104]), "little")
     for index in range(features.bit_count()):
@@ -141,9 +145,9 @@ def rewritten(raw: bytes | memoryview, data: bytes, patch_attr: Callable[[bytear
     return bytes(out)
 
 
-def _patch(out: bytearray, at: int, size: int, patch_attr: Callable[[bytearray], None]) -> None:
+def _patch(out: bytearray, at: int, size: int, patch_attr: AttrPatch, index: int) -> None:
     attr = bytearray(out[at:at + size])
-    patch_attr(attr)
+    patch_attr(attr, index)
     out[at:at + size] = attr
 
 
@@ -153,8 +157,8 @@ def _feature_bit(features: int, index: int) -> int:
     return bits[index]
 
 
-def _patch_event_desc(out: bytearray, offset: int, length: int,
-                      patch_attr: Callable[[bytearray], None]) -> None:
+def _patch_event_desc(out: bytearray, offset: int, length: int, patch_attr: AttrPatch
+                      ) -> None:
     """EVENT_DESC: u32 count, u32 attr size, then per event: attr, u32 id count, a string
     (u32 length + bytes), the ids."""
     end = offset + length
@@ -162,24 +166,27 @@ def _patch_event_desc(out: bytearray, offset: int, length: int,
         return
     count, attr_size = struct.unpack_from("<II", out, offset)
     position = offset + 8
-    for _ in range(count):
+    for index in range(count):
         if position + attr_size + 8 > end:
             return
-        _patch(out, position, attr_size, patch_attr)
+        _patch(out, position, attr_size, patch_attr, index)
         position += attr_size
         ids = struct.unpack_from("<I", out, position)[0]
         name_length = struct.unpack_from("<I", out, position + 4)[0]
         position += 8 + name_length + 8 * ids
 
 
-def defer_attr(attr: bytearray) -> None:
+def defer_attr(attr: bytearray, index: int) -> None:
     """An attribute as ``--call-graph fp,defer`` sets it: no user registers or stack copy,
-    user callchains deferred and output (the writer keeps one event)."""
+    user callchains deferred; the deferred records output by the first event only (more
+    would duplicate them)."""
     sample_type, = struct.unpack_from("<Q", attr, ATTR_SAMPLE_TYPE)
     flags, = struct.unpack_from("<Q", attr, ATTR_FLAGS)
     struct.pack_into("<Q", attr, ATTR_SAMPLE_TYPE,
                      sample_type & ~(SAMPLE_REGS_USER | SAMPLE_STACK_USER))
-    flags = (flags & ~FLAG_EXCLUDE_CALLCHAIN_USER) | FLAG_DEFER_CALLCHAIN | FLAG_DEFER_OUTPUT
+    flags = (flags & ~(FLAG_EXCLUDE_CALLCHAIN_USER | FLAG_DEFER_OUTPUT)) | FLAG_DEFER_CALLCHAIN
+    if index == 0:
+        flags |= FLAG_DEFER_OUTPUT
     struct.pack_into("<Q", attr, ATTR_FLAGS, flags)
     struct.pack_into("<Q", attr, ATTR_REGS_USER, 0)
     struct.pack_into("<I", attr, ATTR_STACK_USER, 0)
