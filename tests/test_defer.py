@@ -110,6 +110,21 @@ def test_refuses_what_it_cannot_rewrite(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not RECORDINGS, reason="fixtures not present")
+def test_a_truncated_recording_gives_what_it_holds(tmp_path: Path) -> None:
+    recording = RECORDINGS[0]
+    cut = tmp_path / "cut.perf.data"
+    cut.write_bytes((recording / "perf.data").read_bytes()[:10_000_000])
+    out = tmp_path / "cut.defer.data"
+    run = sframe("defer", str(cut), "-o", str(out), "--binaries", str(recording), tmp=tmp_path)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "skipped at offset" in run.stderr
+    readable = sframe("script", str(cut), "--binaries", str(recording), tmp=tmp_path)
+    again = sframe("script", str(out), "--binaries", str(recording), tmp=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert user_frames(again.stdout).keys() == user_frames(readable.stdout).keys()
+
+
+@pytest.mark.skipif(not RECORDINGS, reason="fixtures not present")
 def test_perf_7_reads_what_defer_writes(tmp_path: Path) -> None:
     command = perf7()
     if command is None:

@@ -177,18 +177,22 @@ def test_a_malformed_deferred_record_is_skipped(tmp_path: Path, raw: bytes) -> N
     assert [frame_addresses(found[i]) for i in (0, 2, 3)] == [ips_for(i) for i in (0, 2, 3)]
 
 
-PERF7 = Path(__file__).resolve().parents[2] / "perf-new" / "root" / "usr" / "bin" / "perf"
+#: Where ../shared/toolchain/install-perf.sh may have unpacked a perf that reads deferred
+#: callchains: beside the checkout, or under bench/out (bench/perf_deferred.py puts it there).
+PERF_NEW = [Path(__file__).resolve().parents[2] / "perf-new",
+            Path(__file__).resolve().parents[1] / "bench" / "out" / "perf-new"]
 
 
 def perf7() -> list[str] | None:
-    """A perf that reads deferred callchains (../shared/toolchain/install-perf.sh into
-    ../perf-new), as its loader runs it; None when it is not there."""
-    root = PERF7.parents[2]
-    loader = root / "usr" / "lib" / "x86_64-linux-gnu" / "ld-linux-x86-64.so.2"
-    if not PERF7.exists() or not loader.exists():
-        return None
-    libraries = f"{root}/usr/lib/x86_64-linux-gnu:{root}/lib/x86_64-linux-gnu"
-    return [str(loader), "--library-path", libraries, str(PERF7)]
+    """That perf, as its own loader runs it; None when it is not there."""
+    for place in PERF_NEW:
+        root = place / "root"
+        perf = root / "usr" / "bin" / "perf"
+        loader = root / "usr" / "lib" / "x86_64-linux-gnu" / "ld-linux-x86-64.so.2"
+        if perf.exists() and loader.exists():
+            libraries = f"{root}/usr/lib/x86_64-linux-gnu:{root}/lib/x86_64-linux-gnu"
+            return [str(loader), "--library-path", libraries, str(perf)]
+    return None
 
 
 def normalized(text: str) -> list[str]:

@@ -126,15 +126,20 @@ def rewritten(raw: bytes | memoryview, data: bytes, patch_attr: AttrPatch) -> by
     if len(raw) < 104 or bytes(raw[:8]) != b"PERFILE2":
         raise WriteError("not a perf.data file (no PERFILE2 header)")
     attr_size, attrs_offset, attrs_size, start, size = struct.unpack_from("<QQQQQ", raw, 16)
-    if start + size > len(raw) or attrs_offset + attrs_size > len(raw) or attr_size < 16:
-        raise WriteError("the file's sections lie past its end")
-    out = bytearray(raw[:start]) + data + raw[start + size:]
+    if attrs_offset + attrs_size > len(raw) or attr_size < 16 or start > len(raw):
+        raise WriteError("the file's attribute or data section lies past its end")
+    features = int.from_bytes(bytes(raw[72:104]), "little")
+    table = start + size
+    if table + 16 * features.bit_count() > len(raw):
+        features, size = 0, len(raw) - start  # a truncated file: its features are gone
+    out = bytearray(raw[:start]) + data + raw[table:] if features else (
+        bytearray(raw[:start]) + data)
     struct.pack_into("<Q", out, 48, len(data))
+    out[72:104] = features.to_bytes(32, "little")
     for index, at in enumerate(range(attrs_offset, attrs_offset + attrs_size - attr_size + 1,
                                      attr_size)):
         _patch(out, at, attr_size - 16, patch_attr, index)
     delta, table = len(data) - size, start + len(data)
-    features = int.from_bytes(bytes(raw[72:104]), "little")
     for index in range(features.bit_count()):
         offset, length = struct.unpack_from("<QQ", out, table + 16 * index)
         if offset >= start + size:
@@ -212,8 +217,10 @@ def deferred_data(raw: bytes | memoryview, sample_type: int, register_count: int
     before = written = 0
     while offset + 8 <= end:
         kind, misc, length = struct.unpack_from("<IHH", raw, offset)
-        if length < 8 or offset + length > end:
-            raise WriteError(f"record at offset {offset:#x} runs past the data section")
+        if length < 8:
+            raise WriteError(f"record of {length} bytes at offset {offset:#x}")
+        if offset + length > end:
+            break  # a truncated file: the reader reported what it skipped
         if kind in _COMPRESSED:
             raise WriteError("compressed records (perf record -z) are not rewritten: "
                              "decompress with `perf inject -i IN -o OUT` first")
