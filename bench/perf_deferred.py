@@ -6,9 +6,7 @@ built, and with --assume-sframe), prints the report's figures (bytes per sample,
 saved by shared cookies, samples cut short by binary and why), and checks that perf's
 `perf script --no-inline` (merged) and `--no-merge-callchains` print the same user frames
 as `sframe script` on each file (perf 7 prints absolute addresses and names IRELATIVE PLT
-slots after their resolver; the symbols and files are compared). A frame-pointer step that
-goes astray can land in a data mapping, which perf names (`[heap]`, `[stack]`) and we print
-as `[unknown]` (we track executable mappings only): such blocks are counted apart.
+slots after their resolver; the symbols and files are compared).
 
     python3 bench/perf_deferred.py [--recording DIR]
 """
@@ -50,12 +48,6 @@ def frames(text: str) -> dict[tuple[str, str], list[tuple[str, str]]]:
     return found
 
 
-def _unnamed(frames: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Frames with data mappings' names as we print them (``[unknown]``)."""
-    return [(symbol, "([unknown])" if where in ("([heap])", "([stack])", "([anon])") else where)
-            for symbol, where in frames]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recording", default=str(FIXTURES / "real" / "lua-2.46-x86_64"))
@@ -85,12 +77,9 @@ def main() -> int:
                                     capture_output=True, text=True).stdout
             mine, perfs = frames(ours), frames(theirs)
             same = sum(1 for key in mine if perfs.get(key) == mine[key])
-            data_named = sum(1 for key in mine if perfs.get(key) != mine[key]
-                             and _unnamed(perfs.get(key, [])) == mine[key])
-            failures += same + data_named != len(mine) or mine.keys() != perfs.keys()
+            failures += same != len(mine) or mine.keys() != perfs.keys()
             print(f"  {version}, perf script --no-inline {' '.join(merge)}: {same:,} of "
-                  f"{len(mine):,} blocks with the same user frames as sframe script; "
-                  f"{data_named:,} differ only where perf names a data mapping")
+                  f"{len(mine):,} blocks with the same user frames as sframe script")
     return 1 if failures else 0
 
 

@@ -131,6 +131,8 @@ class PerfUnwinder:
                                            for attr in data.attrs)
         self.unwinder = Unwinder(ABI_OF_ARCH[self.arch], max_depth)
         self.spaces: dict[int, AddressSpace] = {}
+        #: Non-executable mappings per process, to name recorded frames that point there.
+        self.data_spaces: dict[int, AddressSpace] = {}
         self.comms: dict[int, str] = {}
         #: The recorded vDSO's build id; our own vDSO is used when it has the same one.
         self.vdso_id = build_ids.get(VDSO)
@@ -192,12 +194,16 @@ class PerfUnwinder:
                 self._space(record.pid).add(Mapping(
                     record.start, record.start + record.length, record.pgoff,
                     record.filename, record.build_id, module))
+            else:
+                self._data_map(record)
         elif isinstance(record, Comm):
             # An exec's new image: its MMAP2 records follow and replace the old mappings.
             self.comms[record.tid] = record.comm
         elif isinstance(record, Task) and not record.exit:
             if record.pid != record.ppid and record.ppid in self.spaces:
                 self.spaces[record.pid] = self.spaces[record.ppid].copy()
+            if record.pid != record.ppid and record.ppid in self.data_spaces:
+                self.data_spaces[record.pid] = self.data_spaces[record.ppid].copy()
             self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
 
     def _deferred_record(self, record: CallchainDeferred) -> UnwoundSample:
@@ -209,6 +215,19 @@ class PerfUnwinder:
                         callchain=(PERF_CONTEXT_USER, *record.ips), attr=attr,
                         deferred_record=record.cookie)
         return self._unwind(sample)
+
+    def _data_map(self, record: Mmap) -> None:
+        """A mapping of data (``mmap_data``: heap, stack, anonymous memory, files' data),
+        kept only to name a recorded frame that points there as perf names it: anonymous
+        memory with its absolute address (perf maps it 1:1), files at their offset."""
+        name = record.filename
+        anonymous = name.startswith(("[stack", "//anon", "/dev/zero", "/anon_hugepage")) or (
+            name == "[heap]")
+        space = self.data_spaces.get(record.pid)
+        if space is None:
+            space = self.data_spaces[record.pid] = AddressSpace()
+        space.add(Mapping(record.start, record.start + record.length,
+                          record.start if anonymous else record.pgoff, name, None))
 
     def comm_of(self, sample: Sample) -> str:
         """The sample's thread name, as perf names it."""
@@ -225,6 +244,15 @@ class PerfUnwinder:
             # No user registers and stack copy (a `-g`/LBR recording, a kernel thread, a
             # recording without callchains): the user frames the kernel recorded, if any.
             unwind = recorded_frames(sample, space)
+            data = self.data_spaces.get(sample.pid)
+            if data is not None and None in unwind.mappings:
+                named = [mapping if mapping is not None or pc >= KERNEL_START
+                         else data.find(pc) for mapping, pc in zip(unwind.mappings, unwind.pcs,
+                                                                    strict=False)]
+                if named != unwind.mappings:
+                    unwind.mappings[:len(named)] = named
+                    # Lines cached per layout would not see the data mappings: none kept.
+                    return UnwoundSample(sample, comm, unwind, unwind.mappings, 0)
         else:
             memory = StackMemory(registers.sp, sample.stack, self.arch == "s390x")
             unwind = self.unwinder.unwind(registers, memory, space)
