@@ -357,3 +357,46 @@ def test_base_register_rows_use_the_frame_pointer() -> None:
     assert mm.sframes.add(TABLE, TABLE + len(data), TEXT, TEXT + 0x1000) == 0
     trace = unwind_user(mm, EntryRegisters(ip=F1 + 8, sp=SP, fp=frame))
     assert trace.entries == [F1 + 8, START + 4] and trace.stop is UserStop.OUTERMOST
+
+
+def test_hostile_tables_cost_their_frames_never_the_walk() -> None:
+    """Mutated tables: registration refuses or takes them, a lookup that finds them bad
+    drops them; nothing raises and every walk ends with a stop reason."""
+    import random
+
+    from tests.support.mutations import mutations
+
+    rng = random.Random(14)
+    base = table()
+    for data in mutations(base, rng, 300):
+        mm = Mm(validation=rng.random() < 0.5)
+        mm.mmap(TEXT, TEXT_SIZE, bytes(TEXT_SIZE), executable=True)
+        mm.mmap(TABLE, 0x1000, data[:0x1000])
+        mm.mmap(STACK_TOP - 0x1000, 0x1000)
+        mm.write(SP, words(F2 + 0x20, 0xAAAA, MAIN + 0x20, 0xBBBB, START + 0x10))
+        result = mm.sframes.add(TABLE, TABLE + min(len(data), 0x1000), TEXT, TEXT + 0x1000)
+        assert result in (0, -errno.EINVAL, -errno.EFAULT)
+        trace = unwind_user(mm, ENTRY)
+        assert isinstance(trace.stop, UserStop) and 1 <= len(trace.entries) <= 510
+
+
+def test_an_elf_maps_only_what_it_holds() -> None:
+    import struct as layout
+
+    from pysframe.elf import ElfError
+
+    prog = FIXTURES / "2.46" / "x86_64" / "O2" / "prog"
+    if not prog.exists():
+        pytest.skip("fixtures not present")
+    data = bytearray(prog.read_bytes())
+    for cut in (40, len(data) // 3):  # truncated: one line, the caller drops the file
+        with pytest.raises(ElfError):
+            map_elf(Mm(), bytes(data[:cut]), 0x555555554000, "prog")
+    # A PT_LOAD whose file bytes lie past the end is not mapped; the others are.
+    phoff, = layout.unpack_from("<Q", data, 0x20)
+    entry = phoff + 56 * next(index for index in range(8) if layout.unpack_from(
+        "<I", data, phoff + 56 * index)[0] == 1)
+    layout.pack_into("<Q", data, entry + 32, 1 << 40)  # p_filesz
+    mm = Mm()
+    mapped = map_elf(mm, bytes(data), 0x555555554000, "prog")
+    assert mapped.areas and all(vma.end - vma.start < 1 << 30 for vma in mapped.areas)

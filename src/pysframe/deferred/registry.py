@@ -16,6 +16,7 @@ while unwinding is removed, and unmapping its text or its table drops it.
 from __future__ import annotations
 
 import errno
+import struct
 from bisect import bisect_right
 from typing import Protocol
 
@@ -189,7 +190,7 @@ class SFrameRegistry:
             return -errno.EFAULT
         try:
             header = SFrameReader(data, section.sframe_start).header
-        except SFrameError:
+        except (SFrameError, struct.error, ValueError):
             return -errno.EINVAL
         needed = F_FDE_SORTED | F_FDE_FUNC_START_PCREL
         if header.version != VERSION_3 or header.flags & needed != needed or header.auxhdr_len:
@@ -233,12 +234,12 @@ class SFrameRegistry:
                 return -errno.EFAULT
             try:
                 lookup = section.lookup = SFrameLookup(SFrameReader(data, section.sframe_start))
-            except SFrameError:
+            except (SFrameError, struct.error, ValueError, IndexError):
                 self._drop(section, "corrupt")
                 return -errno.EFAULT
         try:
             row = lookup.find_fre(ip)
-        except (SFrameError, IndexError, ValueError):
+        except (SFrameError, IndexError, ValueError, struct.error):
             self._drop(section, "corrupt")
             return -errno.EFAULT
         if row is None:

@@ -21,8 +21,10 @@ kernel went further), or ``no user context`` (a kernel thread; nothing deferred)
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 
+from ..errors import PysframeError
 from ..format.decode import decode
 from ..format.encode import encode
 from ..records import record_class
@@ -174,7 +176,7 @@ class WhatIf:
             return
         try:
             mapped = map_elf(mm, module.image.data, module.bias, mapping.filename)
-        except ValueError:  # ElfError: a file that is no ELF we map (it costs its frames)
+        except (PysframeError, ValueError, struct.error):  # it costs its own frames
             mm.files[mapping.filename] = None
             return
         if self.assume_sframe and mapped.sframe != 0 and mapped.text is not None:
@@ -184,7 +186,6 @@ class WhatIf:
                 slot: int) -> None:
         """Register our generated table for ``text`` (placed in a free area of its own)."""
         from ..generate.cache import sframe_for
-        from ..generate.errors import GenerateError
 
         image = getattr(module, "image", None)
         bias = int(getattr(module, "bias", 0))
@@ -194,8 +195,7 @@ class WhatIf:
             place = _GENERATED_BASE + slot * 0x4000000
             section.address = place
             moved = encode(section)
-        except (GenerateError, ValueError) as error:
-            del error
+        except (PysframeError, ValueError, struct.error):  # no table: its frames as built
             return
         mm.mmap(place, -(-len(moved) // 4096) * 4096, moved, name=f"{name} (generated)")
         mm.sframes.add(place, place + len(moved), text[0], text[1], f"{name} (generated)")
