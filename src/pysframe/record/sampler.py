@@ -1,0 +1,126 @@
+"""The BPF program that runs at each sample: who, when, where, and the stacks.
+
+One ring-buffer record per sample (:data:`RECORD`): process and thread, time, CPU, the
+user registers (from the sample's registers when it was taken in user mode; from the
+task's saved user registers, ``bpf_task_pt_regs``, when it was taken in the kernel),
+the kernel stack (``bpf_get_stack``) and the user stack walked in the program. This
+first walker follows frame pointers with the user-space tracer's checks (aligned, moving
+up, a non-zero return address); the SFrame walker replaces it where tables are loaded.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .asm import (
+    AND,
+    JEQ,
+    JGE,
+    JLE,
+    JNE,
+    JSET,
+    JSLE,
+    LSH,
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+    R6,
+    R7,
+    R8,
+    R9,
+    R10,
+    RSH,
+    Asm,
+)
+
+# Helpers.
+GET_CURRENT_PID_TGID, KTIME_GET_NS, GET_SMP_PROCESSOR_ID, MAP_LOOKUP_ELEM = 14, 5, 8, 1
+GET_STACK, PROBE_READ_USER, RINGBUF_RESERVE, RINGBUF_SUBMIT = 67, 112, 131, 132
+GET_CURRENT_TASK_BTF, TASK_PT_REGS = 158, 175
+#: x86-64 struct pt_regs offsets (the sample context starts with one).
+PT_BP, PT_IP, PT_CS, PT_SP = 32, 128, 136, 152
+MAX_FRAMES = 127
+#: Record layout: u32 kind, flags, pid, tid; u64 time; u32 cpu, kernel bytes, user frames,
+#: stop; u64 ip, sp, bp; u64 kernel[127]; u64 user[127].
+RECORD = struct.Struct("<IIIIQIIIIQQQ")
+KERNEL_AT = RECORD.size
+USER_AT = KERNEL_AT + 8 * MAX_FRAMES
+RECORD_SIZE = USER_AT + 8 * MAX_FRAMES
+FLAG_IN_KERNEL, FLAG_USER_REGS = 1, 2
+KIND_SAMPLE = 1
+#: Why a user walk ended.
+STOP_DEPTH, STOP_UNALIGNED, STOP_FAULT, STOP_ZERO, STOP_BACKWARDS = 1, 2, 3, 4, 5
+
+
+def sampler(ringbuf_fd: int, targets_fd: int | None) -> bytes:
+    """The program; ``targets_fd``: a hash map of process ids to sample (None: all)."""
+    a = Asm()
+    a.mov(R6, R1, reg=True)
+    a.call(GET_CURRENT_PID_TGID).mov(R7, R0, reg=True)
+    if targets_fd is not None:
+        a.mov(R1, R7, reg=True).alu(RSH, R1, 32)
+        a.stx(4, R10, -4, R1)
+        a.ld_map(R1, targets_fd).mov(R2, R10, reg=True).add(R2, -4)
+        a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, "out")
+    a.ld_map(R1, ringbuf_fd).mov(R2, RECORD_SIZE).mov(R3, 0).call(RINGBUF_RESERVE)
+    a.jump(JEQ, R0, 0, "out").mov(R8, R0, reg=True)
+    # kind, pid, tid, time, cpu
+    a.st(4, R8, 0, KIND_SAMPLE)
+    a.mov(R1, R7, reg=True).alu(RSH, R1, 32).stx(4, R8, 8, R1).stx(4, R8, 12, R7)
+    a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
+    a.call(GET_SMP_PROCESSOR_ID).stx(4, R8, 24, R0)
+    a.st(4, R8, 28, 0).st(4, R8, 32, 0).st(4, R8, 36, 0)
+    # Taken in user mode: the context's registers are the user's.
+    a.ldx(8, R1, R6, PT_CS).alu(AND, R1, 3).jump(JNE, R1, 3, "kernel")
+    a.st(4, R8, 4, FLAG_USER_REGS)
+    a.ldx(8, R1, R6, PT_IP).stx(8, R8, 40, R1)
+    a.ldx(8, R1, R6, PT_SP).stx(8, R8, 48, R1)
+    a.ldx(8, R1, R6, PT_BP).stx(8, R8, 56, R1)
+    a.goto("walk")
+    # Taken in the kernel: its stack, then the user registers saved at entry.
+    a.label("kernel")
+    a.st(4, R8, 4, FLAG_IN_KERNEL | FLAG_USER_REGS)
+    a.mov(R1, R6, reg=True).mov(R2, R8, reg=True).add(R2, KERNEL_AT)
+    a.mov(R3, 8 * MAX_FRAMES).mov(R4, 0).call(GET_STACK)
+    a.jump(JSLE, R0, 0, "no_kernel_stack")  # an error: no kernel frames
+    a.stx(4, R8, 28, R0)
+    a.label("no_kernel_stack")
+    a.call(GET_CURRENT_TASK_BTF).mov(R1, R0, reg=True).call(TASK_PT_REGS)
+    a.ldx(8, R1, R0, PT_IP).stx(8, R8, 40, R1)
+    a.ldx(8, R1, R0, PT_SP).stx(8, R8, 48, R1)
+    a.ldx(8, R1, R0, PT_BP).stx(8, R8, 56, R1)
+    _frame_pointer_walk(a)
+    a.label("submit")
+    a.mov(R1, R8, reg=True).mov(R2, 0).call(RINGBUF_SUBMIT)
+    a.label("out")
+    a.mov(R0, 0).exit()
+    return a.assemble()
+
+
+def _frame_pointer_walk(a: Asm) -> None:
+    """user[0] = ip; then [fp] = caller's fp, [fp + 8] = return address, while the frame
+    pointer is aligned, moves up and the return address is not 0 (R7: frame count, R9:
+    frame pointer)."""
+    a.label("walk")
+    a.ldx(8, R1, R8, 40).stx(8, R8, USER_AT, R1)
+    a.mov(R7, 1).ldx(8, R9, R8, 56)
+    a.label("step")
+    a.jump(JGE, R7, MAX_FRAMES, "depth")
+    a.jump(JSET, R9, 7, "unaligned").jump(JEQ, R9, 0, "unaligned")
+    a.mov(R1, R10, reg=True).add(R1, -16).mov(R2, 16).mov(R3, R9, reg=True)
+    a.call(PROBE_READ_USER).jump(JNE, R0, 0, "fault")
+    a.ldx(8, R1, R10, -8).jump(JEQ, R1, 0, "zero")
+    # user[count] = return address (count < 127: the verifier sees the bound)
+    a.mov(R2, R7, reg=True).alu(LSH, R2, 3).add(R2, R8, reg=True)
+    a.stx(8, R2, USER_AT, R1)
+    a.add(R7, 1)
+    a.ldx(8, R1, R10, -16).jump(JLE, R1, R9, "backwards", reg=True)
+    a.mov(R9, R1, reg=True).goto("step")
+    for name, code in (("depth", STOP_DEPTH), ("unaligned", STOP_UNALIGNED),
+                       ("fault", STOP_FAULT), ("zero", STOP_ZERO),
+                       ("backwards", STOP_BACKWARDS)):
+        a.label(name).st(4, R8, 36, code).goto("done")
+    a.label("done")
+    a.stx(4, R8, 32, R7)

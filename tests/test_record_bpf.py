@@ -1,0 +1,117 @@
+"""The eBPF pieces of ``sframe record``: the syscall layer, the assembler, the ring buffer and
+the sampling program, run for real (root and a kernel with BPF ring buffers; skipped with
+the reason elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pysframe.record import bpf_sys
+from pysframe.record.asm import JEQ, R0, R1, Asm, AsmError
+from pysframe.record.ringbuf import RingBuffer
+from pysframe.record.sampler import RECORD, USER_AT, sampler
+
+PROGRAM = r"""
+#include <stdlib.h>
+__attribute__((noinline)) long leaf(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i * i; return s; }
+__attribute__((noinline)) long middle(long n) { return leaf(n) + 1; }
+int main(int argc, char **argv) { long total = 0; long rounds = argc > 1 ? atol(argv[1]) : 300;
+  for (long r = 0; r < rounds; r++) total += middle(1000000); return total == 42; }
+"""
+
+
+def bpf_usable() -> str | None:
+    """Why BPF cannot be used here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (or CAP_BPF and CAP_PERFMON)"
+    try:
+        bpf_sys.map_create(bpf_sys.MAP_RINGBUF, 0, 0, 1 << 16, "probe").close()
+    except bpf_sys.BpfError as error:
+        return f"no BPF ring buffer here: {error}"
+    return None
+
+
+REASON = bpf_usable()
+needs_bpf = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+def objects() -> tuple[set[int], set[int]]:
+    return (set(bpf_sys.object_ids(bpf_sys.PROG_GET_NEXT_ID)),
+            set(bpf_sys.object_ids(bpf_sys.MAP_GET_NEXT_ID)))
+
+
+def settled(before: tuple[set[int], set[int]], seconds: float = 5.0) -> tuple[set[int], set[int]]:
+    """The loaded objects once the kernel has freed what was closed (it frees programs and
+    maps after an RCU grace period, not at close)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        now = objects()
+        if now == before or time.monotonic() > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def test_assembler_labels_and_wide_constants() -> None:
+    code = Asm().mov(R0, 0).jump(JEQ, R1, 0, "end").ld_imm64(R0, 0xFFFFFFFF00000001) \
+        .label("end").exit().assemble()
+    assert len(code) == 5 * 8
+    opcode, regs, offset, _ = struct.unpack_from("<BBhi", code, 8)
+    assert (opcode, regs & 15, offset) == (0x15, R1, 2)  # over the two-slot constant
+    assert struct.unpack_from("<i", code, 20)[0] == 1 and struct.unpack_from("<i", code, 28)[0] == -1
+    with pytest.raises(AsmError):
+        Asm().goto("nowhere").assemble()
+
+
+@needs_bpf
+def test_a_refused_program_says_why() -> None:
+    bad = Asm().exit().assemble()  # R0 never set
+    with pytest.raises(bpf_sys.BpfError) as raised:
+        bpf_sys.prog_load(bpf_sys.PROG_PERF_EVENT, bad, "bad")
+    assert "R0" in str(raised.value) and "EACCES" in str(raised.value)
+
+
+@needs_bpf
+def test_the_sampler_walks_frame_pointers_and_leaves_nothing(tmp_path: Path) -> None:
+    source = tmp_path / "spin.c"
+    source.write_text(PROGRAM)
+    binary = tmp_path / "spin"
+    subprocess.run(["gcc", "-O1", "-fno-omit-frame-pointer", "-o", str(binary), str(source)],
+                   check=True)
+    before = objects()
+    samples = []
+    with bpf_sys.Resources() as owned:
+        ring_fd = owned.own(bpf_sys.map_create(bpf_sys.MAP_RINGBUF, 0, 0, 1 << 20, "test_rb"))
+        program = owned.own(bpf_sys.prog_load(bpf_sys.PROG_PERF_EVENT,
+                                              sampler(int(ring_fd), None), "test_sampler"))
+        child = subprocess.Popen([str(binary), "200"])
+        attr = bytearray(128)  # cpu-clock at 999 Hz, inherited by threads
+        struct.pack_into("<IIQQQQQ", attr, 0, 1, 128, 0, 999, 0, 0, (1 << 10) | (1 << 1))
+        event = owned.own(bpf_sys.perf_event_open(bytes(attr), child.pid, -1))
+        bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_SET_BPF, int(program))
+        bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_ENABLE)
+        ring = RingBuffer(ring_fd, 1 << 20)
+        try:
+            while child.poll() is None:
+                ring.wait(50)
+                samples += [bytes(record) for record in ring.records()]
+            samples += [bytes(record) for record in ring.records()]
+        finally:
+            ring.close()
+            child.wait()
+    assert settled(before) == before  # every program and map released
+    assert len(samples) > 20
+    fields = [RECORD.unpack_from(record) for record in samples]
+    assert all(field[2] == child.pid for field in fields)
+    # Frame pointers: leaf -> middle -> main from the ring buffer.
+    deep = [field for field in fields if field[7] >= 3]
+    assert len(deep) > 0.5 * len(fields)
+    first = samples[fields.index(deep[0])]
+    chain = struct.unpack_from(f"<{deep[0][7]}Q", first, USER_AT)
+    assert chain[0] == deep[0][9]  # frame 0 is the sampled ip
