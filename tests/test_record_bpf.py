@@ -115,3 +115,74 @@ def test_the_sampler_walks_frame_pointers_and_leaves_nothing(tmp_path: Path) -> 
     first = samples[fields.index(deep[0])]
     chain = struct.unpack_from(f"<{deep[0][7]}Q", first, USER_AT)
     assert chain[0] == deep[0][9]  # frame 0 is the sampled ip
+
+
+def mapped(pid: int, name: str, seconds: float = 10.0) -> None:
+    """Wait until process ``pid`` maps a file whose path holds ``name``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/maps") as maps:
+            if name in maps.read():
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} never mapped {name}")
+
+
+@needs_bpf
+def test_the_sframe_walker_reaches_the_outermost_frame(tmp_path: Path) -> None:
+    """No frame pointers anywhere: every frame comes from the SFrame rows in the maps (the
+    program's table generated from its CFI, libc's too), as the user-space tracer uses."""
+    from pysframe.record.sampler import RECORD_SIZE
+    from pysframe.record.tables import TableLoader
+    from pysframe.record.walker import PROCS_VALUE, ROW, STOP_NAMES, STOP_OUTERMOST, walker
+
+    source = tmp_path / "spin.c"
+    source.write_text(PROGRAM.replace("int main(", "__attribute__((noinline)) int run(")
+                      .replace("return total == 42; }", "return total == 42; }\n"
+                               "int main(int argc, char **argv) { return run(argc, argv); }"))
+    binary = tmp_path / "spin"
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(binary), str(source)],
+                   check=True)
+    before = objects()
+    records = []
+    with bpf_sys.Resources() as owned:
+        ring_fd = owned.own(bpf_sys.map_create(bpf_sys.MAP_RINGBUF, 0, 0, 1 << 20, "t_rb"))
+        scratch = owned.own(bpf_sys.map_create(bpf_sys.MAP_PERCPU_ARRAY, 4, RECORD_SIZE, 1,
+                                               "t_scratch"))
+        procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 64, "t_procs"))
+        rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 1 << 17, "t_rows"))
+        code, blob, infos = walker(int(ring_fd), int(scratch), int(procs), int(rows))
+        btf = owned.own(bpf_sys.btf_load(blob))
+        program = owned.own(bpf_sys.prog_load(bpf_sys.PROG_PERF_EVENT, code, "t_walker",
+                                              btf=btf, func_info=infos))
+        child = subprocess.Popen([str(binary), "100000"])  # runs until killed
+        try:
+            mapped(child.pid, "libc.so")  # exec'd, and libc loaded
+            loader = TableLoader(rows, procs, 1 << 17)
+            assert loader.load_process(child.pid) >= 2  # the program and libc at least
+            attr = bytearray(128)
+            struct.pack_into("<IIQQQQQ", attr, 0, 1, 128, 0, 999, 0, 0, (1 << 10) | (1 << 1))
+            event = owned.own(bpf_sys.perf_event_open(bytes(attr), child.pid, -1))
+            bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_SET_BPF, int(program))
+            bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_ENABLE)
+            ring = RingBuffer(ring_fd, 1 << 20)
+            try:
+                while child.poll() is None and len(records) < 300:
+                    ring.wait(50)
+                    records += [bytes(record) for record in ring.records()]
+                records += [bytes(record) for record in ring.records()]
+            finally:
+                ring.close()
+        finally:
+            child.kill()
+            child.wait()
+    assert settled(before) == before
+    fields = [RECORD.unpack_from(record) for record in records]
+    assert len(fields) > 20
+    outermost = [field for field in fields if field[8] == STOP_OUTERMOST]
+    stops = {STOP_NAMES.get(field[8]) for field in fields}
+    assert len(outermost) >= 0.95 * len(fields), stops
+    # leaf or middle, run, main, __libc_start_call_main, __libc_start_main, _start
+    assert min(field[7] for field in outermost) >= 5

@@ -1,0 +1,61 @@
+"""The BTF a program with ``bpf_loop`` callbacks must carry: its functions' types.
+
+Written by hand from the BTF format (kernel Documentation/bpf/btf.rst): a header, type
+records, a string table. Only the kinds a function signature needs (INT, PTR,
+FUNC_PROTO, FUNC); :func:`function_btf` gives the blob and the ``func_info`` records
+(instruction offset, type id) that tie each function to its code.
+"""
+
+from __future__ import annotations
+
+import struct
+
+MAGIC, VERSION = 0xEB9F, 1
+KIND_INT, KIND_PTR, KIND_FUNC, KIND_FUNC_PROTO = 1, 2, 12, 13
+SIGNED = 1
+LINKAGE_STATIC, LINKAGE_GLOBAL = 0, 1
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.types = bytearray()
+        self.strings = bytearray(b"\0")
+        self.count = 0
+
+    def name(self, text: str) -> int:
+        offset = len(self.strings)
+        self.strings += text.encode() + b"\0"
+        return offset
+
+    def add(self, name: str, kind: int, vlen: int, size_or_type: int, extra: bytes = b"") -> int:
+        self.types += struct.pack("<III", self.name(name) if name else 0, (kind << 24) | vlen,
+                                  size_or_type) + extra
+        self.count += 1
+        return self.count
+
+    def blob(self) -> bytes:
+        header = struct.pack("<HBBIIIII", MAGIC, VERSION, 0, 24, 0, len(self.types),
+                             len(self.types), len(self.strings))
+        return header + bytes(self.types) + bytes(self.strings)
+
+
+def function_btf(main: str, callbacks: list[tuple[str, int]], main_offset: int = 0
+                 ) -> tuple[bytes, bytes]:
+    """BTF for a program ``int main(void *ctx)`` at ``main_offset`` and callbacks
+    ``long name(unsigned int index, void *ctx)`` at the given instruction offsets; returns
+    (blob, func_info records)."""
+    b = _Builder()
+    int_type = b.add("int", KIND_INT, 0, 4, struct.pack("<I", (SIGNED << 24) | 32))
+    long_type = b.add("long", KIND_INT, 0, 8, struct.pack("<I", (SIGNED << 24) | 64))
+    u32_type = b.add("unsigned int", KIND_INT, 0, 4, struct.pack("<I", 32))
+    void_pointer = b.add("", KIND_PTR, 0, 0)
+    main_proto = b.add("", KIND_FUNC_PROTO, 1, int_type,
+                       struct.pack("<II", b.name("ctx"), void_pointer))
+    records = [(main_offset, b.add(main, KIND_FUNC, LINKAGE_GLOBAL, main_proto))]
+    callback_proto = b.add("", KIND_FUNC_PROTO, 2, long_type,
+                           struct.pack("<IIII", b.name("index"), u32_type, b.name("ctx"),
+                                       void_pointer))
+    for name, offset in callbacks:
+        records.append((offset, b.add(name, KIND_FUNC, LINKAGE_STATIC, callback_proto)))
+    records.sort()
+    return b.blob(), b"".join(struct.pack("<II", offset, type_id) for offset, type_id in records)

@@ -1,0 +1,265 @@
+"""The SFrame user-stack walker in eBPF, and the maps it reads.
+
+Tables live in maps in the batch engine's flat layout (:mod:`pysframe.unwind.flat`):
+``rows`` is one array of ``{u64 link-time start, u64 rule word}`` holding every loaded
+binary's rows back to back; ``procs`` gives, per process, up to :data:`MAPPINGS`
+executable mappings ``{u64 start, end, bias; u32 first row, rows}``. A sample's record
+is built in a per-CPU scratch value and copied into the ring buffer whole.
+
+Each frame is one ``bpf_loop`` iteration (the verifier checks the step once, not once per
+frame), and the row search inside it is a nested ``bpf_loop`` of binary-search steps.
+One step: the mapping holding the pc (the exact pc in the topmost frame, the return
+address less one above it), its row; a default rule gives CFA = SP or FP + offset, RA
+(and maybe FP) loaded from the CFA; no row: the frame-pointer step (FP aligned and not
+below SP); the outermost row ends the walk; other rules (flexible V3 rules, PLT blocks)
+end it with their reason. The CFA must move up (the topmost frame may keep SP), the
+return address be non-zero, and at most :data:`~.sampler.MAX_FRAMES` frames are kept.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..unwind.flat import BIAS, CFA_SHIFT, FIELD_MASK, FP_SHIFT, OUTERMOST, RA_SHIFT
+from .asm import (
+    ADD,
+    AND,
+    JEQ,
+    JGE,
+    JGT,
+    JLT,
+    JNE,
+    JSET,
+    JSLT,
+    LSH,
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+    R5,
+    R6,
+    R7,
+    R8,
+    R9,
+    R10,
+    RSH,
+    SUB,
+    Asm,
+)
+from .btf import function_btf
+from .sampler import (
+    FLAG_IN_KERNEL,
+    FLAG_USER_REGS,
+    GET_CURRENT_PID_TGID,
+    GET_CURRENT_TASK_BTF,
+    GET_SMP_PROCESSOR_ID,
+    GET_STACK,
+    KERNEL_AT,
+    KIND_SAMPLE,
+    KTIME_GET_NS,
+    MAP_LOOKUP_ELEM,
+    MAX_FRAMES,
+    PROBE_READ_USER,
+    PT_BP,
+    PT_CS,
+    PT_IP,
+    PT_SP,
+    RECORD_SIZE,
+    STOP_BACKWARDS,
+    STOP_DEPTH,
+    STOP_FAULT,
+    STOP_ZERO,
+    TASK_PT_REGS,
+    USER_AT,
+)
+
+RINGBUF_OUTPUT, BPF_LOOP = 130, 181
+STOP_OUTERMOST, STOP_RARE, STOP_PLT, STOP_NO_RULE = 6, 7, 8, 9
+STOP_NAMES = {0: "", STOP_DEPTH: "frame limit", 2: "frame pointer not aligned",
+              STOP_FAULT: "unreadable stack", STOP_ZERO: "zero return address",
+              STOP_BACKWARDS: "CFA did not move up", STOP_OUTERMOST: "outermost frame",
+              STOP_RARE: "rule the BPF walker lacks", STOP_PLT: "PLT entry",
+              STOP_NO_RULE: "no rule and no usable frame pointer"}
+#: Executable mappings per process, and the layout of one: start, end, bias, first, rows.
+MAPPINGS = 64
+MAPPING = struct.Struct("<QQQII")
+PROCS_VALUE = 8 + MAPPINGS * MAPPING.size
+ROW = struct.Struct("<QQ")
+#: The walk's state, on the main program's stack (the loop callbacks' ``ctx``).
+STATE = -64
+PC, SP, FP, COUNT, STOP, TGID, TOPMOST, KEY, LO, HI = 0, 8, 16, 24, 28, 32, 36, 40, 48, 52
+
+
+def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int
+           ) -> tuple[bytes, bytes, bytes]:
+    """(instructions, BTF blob, func_info) of the sampling program with the SFrame walker."""
+    a = Asm()
+    _main(a, ringbuf_fd, scratch_fd)
+    a.label("frame_step")
+    _frame_step(a, scratch_fd, procs_fd, rows_fd)
+    a.label("search_step")
+    _search_step(a, rows_fd)
+    blob, infos = function_btf("sframe_sample", [("frame_step", a.offset_of("frame_step")),
+                                                  ("search_step", a.offset_of("search_step"))])
+    return a.assemble(), blob, infos
+
+
+def _main(a: Asm, ringbuf_fd: int, scratch_fd: int) -> None:
+    a.mov(R6, R1, reg=True)
+    a.st(4, R10, -4, 0).ld_map(R1, scratch_fd).mov(R2, R10, reg=True).add(R2, -4)
+    a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, "main_out").mov(R8, R0, reg=True)
+    a.call(GET_CURRENT_PID_TGID).mov(R7, R0, reg=True)
+    a.st(4, R8, 0, KIND_SAMPLE)
+    a.mov(R1, R7, reg=True).alu(RSH, R1, 32).stx(4, R8, 8, R1).stx(4, R8, 12, R7)
+    a.stx(4, R10, STATE + TGID, R1)
+    a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
+    a.call(GET_SMP_PROCESSOR_ID).stx(4, R8, 24, R0)
+    a.st(4, R8, 28, 0).st(4, R8, 32, 0).st(4, R8, 36, 0)
+    a.ldx(8, R1, R6, PT_CS).alu(AND, R1, 3).jump(JNE, R1, 3, "main_kernel")
+    # Taken in user mode: the sample's registers are the user's.
+    a.st(4, R8, 4, FLAG_USER_REGS)
+    a.ldx(8, R1, R6, PT_IP).stx(8, R8, 40, R1)
+    a.ldx(8, R1, R6, PT_SP).stx(8, R8, 48, R1)
+    a.ldx(8, R1, R6, PT_BP).stx(8, R8, 56, R1)
+    a.goto("main_walk")
+    # Taken in the kernel: its stack, and the user registers saved at entry (another
+    # pointer type: loaded by their own instructions).
+    a.label("main_kernel")
+    a.st(4, R8, 4, FLAG_IN_KERNEL | FLAG_USER_REGS)
+    a.mov(R1, R6, reg=True).mov(R2, R8, reg=True).add(R2, KERNEL_AT)
+    a.mov(R3, 8 * MAX_FRAMES).mov(R4, 0).call(GET_STACK)
+    a.jump(JSLT, R0, 0, "main_no_kernel")  # an error: no kernel frames
+    a.stx(4, R8, 28, R0)
+    a.label("main_no_kernel")
+    a.call(GET_CURRENT_TASK_BTF).mov(R1, R0, reg=True).call(TASK_PT_REGS)
+    a.ldx(8, R1, R0, PT_IP).stx(8, R8, 40, R1)
+    a.ldx(8, R1, R0, PT_SP).stx(8, R8, 48, R1)
+    a.ldx(8, R1, R0, PT_BP).stx(8, R8, 56, R1)
+    a.label("main_walk")
+    a.ldx(8, R1, R8, 40).stx(8, R10, STATE + PC, R1).stx(8, R8, USER_AT, R1)
+    a.ldx(8, R1, R8, 48).stx(8, R10, STATE + SP, R1)
+    a.ldx(8, R1, R8, 56).stx(8, R10, STATE + FP, R1)
+    a.st(4, R10, STATE + COUNT, 1).st(4, R10, STATE + STOP, STOP_DEPTH)
+    a.st(4, R10, STATE + TOPMOST, 1)
+    a.mov(R1, MAX_FRAMES - 1).ld_func(R2, "frame_step")
+    a.mov(R3, R10, reg=True).add(R3, STATE).mov(R4, 0).call(BPF_LOOP)
+    a.ldx(4, R1, R10, STATE + COUNT).stx(4, R8, 32, R1)
+    a.ldx(4, R1, R10, STATE + STOP).stx(4, R8, 36, R1)
+    a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True).mov(R3, RECORD_SIZE).mov(R4, 0)
+    a.call(RINGBUF_OUTPUT)
+    a.label("main_out")
+    a.mov(R0, 0).exit()
+
+
+def _frame_step(a: Asm, scratch_fd: int, procs_fd: int, rows_fd: int) -> None:
+    """long frame_step(u32 index, struct state *ctx): one frame; 1 ends the walk."""
+    a.mov(R9, R2, reg=True)
+    a.st(4, R10, -4, 0).ld_map(R1, scratch_fd).mov(R2, R10, reg=True).add(R2, -4)
+    a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, "step_end").mov(R8, R0, reg=True)
+    # R6: the pc to look up (exact at the top, return address - 1 above)
+    a.ldx(8, R6, R9, PC).ldx(4, R1, R9, TOPMOST).jump(JNE, R1, 0, "step_exact").add(R6, -1)
+    a.label("step_exact")
+    a.ldx(4, R1, R9, TGID).stx(4, R10, -8, R1)
+    a.ld_map(R1, procs_fd).mov(R2, R10, reg=True).add(R2, -8).call(MAP_LOOKUP_ELEM)
+    a.jump(JEQ, R0, 0, "fp_step").mov(R7, R0, reg=True)
+    # the mapping holding R6 (R3: index, R4: entry)
+    a.ldx(4, R1, R7, 0).mov(R3, 0)
+    a.label("scan")
+    a.jump(JGE, R3, MAPPINGS, "fp_step").jump(JGE, R3, R1, "fp_step", reg=True)
+    a.mov(R4, R3, reg=True).alu(LSH, R4, 5).add(R4, R7, reg=True)
+    a.ldx(8, R5, R4, 8).jump(JLT, R6, R5, "scan_next", reg=True)
+    a.ldx(8, R5, R4, 16).jump(JGE, R6, R5, "scan_next", reg=True)
+    a.ldx(8, R5, R4, 24).mov(R0, R6, reg=True).alu(SUB, R0, R5, reg=True).stx(8, R9, KEY, R0)
+    a.ldx(4, R5, R4, 32).stx(4, R9, LO, R5).stx(4, R10, -12, R5)
+    a.ldx(4, R0, R4, 36).alu(ADD, R0, R5, reg=True, wide=False).stx(4, R9, HI, R0)
+    a.goto("search")
+    a.label("scan_next")
+    a.add(R3, 1).goto("scan")
+    # the last row starting at or before the pc
+    a.label("search")
+    a.mov(R1, 32).ld_func(R2, "search_step").mov(R3, R9, reg=True).mov(R4, 0).call(BPF_LOOP)
+    a.ldx(4, R1, R9, LO).ldx(4, R2, R10, -12).jump(JGE, R2, R1, "fp_step", reg=True)
+    a.add(R1, -1).stx(4, R10, -16, R1)
+    a.ld_map(R1, rows_fd).mov(R2, R10, reg=True).add(R2, -16).call(MAP_LOOKUP_ELEM)
+    a.jump(JEQ, R0, 0, "fp_step").ldx(8, R7, R0, 8)
+    a.mov(R1, R7, reg=True).alu(AND, R1, 3)
+    a.jump(JEQ, R1, 0, "fp_step").jump(JEQ, R1, 3, "stop_plt")
+    a.jump(JEQ, R7, OUTERMOST, "stop_outermost").jump(JEQ, R1, 2, "stop_rare")
+    _default_rule(a)
+    _frame_pointer_rule(a)
+    _advance(a)
+
+
+def _field(a: Asm, dst: int, word: int, shift: int) -> None:
+    """dst = the signed offset field of rule word ``word`` at ``shift``."""
+    a.mov(dst, word, reg=True).alu(RSH, dst, shift).alu(AND, dst, FIELD_MASK).add(dst, -BIAS)
+
+
+def _default_rule(a: Asm) -> None:
+    """CFA = SP or FP + offset; RA from CFA + offset; FP from CFA + offset when saved."""
+    a.ldx(8, R6, R9, SP).jump(JSET, R7, 4, "cfa_from_fp").goto("cfa_base")
+    a.label("cfa_from_fp")
+    a.ldx(8, R6, R9, FP)
+    a.label("cfa_base")
+    _field(a, R1, R7, CFA_SHIFT)
+    a.add(R6, R1, reg=True)  # R6: CFA
+    _field(a, R3, R7, RA_SHIFT)
+    a.add(R3, R6, reg=True).mov(R1, R10, reg=True).add(R1, -24).mov(R2, 8)
+    a.call(PROBE_READ_USER).jump(JNE, R0, 0, "stop_fault")
+    a.ldx(8, R1, R9, FP).stx(8, R10, -32, R1)  # FP unchanged unless saved and readable
+    a.jump(JSET, R7, 8, "fp_saved").goto("advance")
+    a.label("fp_saved")
+    _field(a, R3, R7, FP_SHIFT)
+    a.add(R3, R6, reg=True).mov(R1, R10, reg=True).add(R1, -40).mov(R2, 8)
+    a.call(PROBE_READ_USER).jump(JNE, R0, 0, "advance")
+    a.ldx(8, R1, R10, -40).stx(8, R10, -32, R1).goto("advance")
+
+
+def _frame_pointer_rule(a: Asm) -> None:
+    """No row: [FP] = caller's FP, [FP + 8] = RA, CFA = FP + 16 (FP aligned, not below SP)."""
+    a.label("fp_step")
+    a.ldx(8, R3, R9, FP).jump(JSET, R3, 7, "stop_no_rule")
+    a.ldx(8, R1, R9, SP).jump(JLT, R3, R1, "stop_no_rule", reg=True)
+    a.mov(R6, R3, reg=True).add(R6, 16)
+    a.mov(R1, R10, reg=True).add(R1, -32).mov(R2, 16).call(PROBE_READ_USER)
+    a.jump(JNE, R0, 0, "stop_fault")
+
+
+def _advance(a: Asm) -> None:
+    """RA at R10-24, the caller's FP at R10-32, CFA in R6: the caller becomes the frame."""
+    a.label("advance")
+    a.ldx(8, R1, R10, -24).jump(JEQ, R1, 0, "stop_zero")
+    a.ldx(8, R2, R9, SP).jump(JGT, R6, R2, "moved_up", reg=True)
+    a.jump(JNE, R6, R2, "stop_backwards", reg=True)
+    a.ldx(4, R3, R9, TOPMOST).jump(JEQ, R3, 0, "stop_backwards")
+    a.label("moved_up")
+    a.ldx(4, R3, R9, COUNT).jump(JGE, R3, MAX_FRAMES, "stop_depth")
+    a.mov(R4, R3, reg=True).alu(LSH, R4, 3).add(R4, R8, reg=True).stx(8, R4, USER_AT, R1)
+    a.add(R3, 1).stx(4, R9, COUNT, R3)
+    a.stx(8, R9, PC, R1).stx(8, R9, SP, R6)
+    a.ldx(8, R1, R10, -32).stx(8, R9, FP, R1).st(4, R9, TOPMOST, 0)
+    a.mov(R0, 0).exit()
+    for name, code in (("stop_plt", STOP_PLT), ("stop_outermost", STOP_OUTERMOST),
+                       ("stop_rare", STOP_RARE), ("stop_fault", STOP_FAULT),
+                       ("stop_no_rule", STOP_NO_RULE), ("stop_zero", STOP_ZERO),
+                       ("stop_backwards", STOP_BACKWARDS), ("stop_depth", STOP_DEPTH)):
+        a.label(name).st(4, R9, STOP, code).goto("step_end")
+    a.label("step_end")
+    a.mov(R0, 1).exit()
+
+
+def _search_step(a: Asm, rows_fd: int) -> None:
+    """long search_step(u32 index, struct state *ctx): one halving of [LO, HI)."""
+    a.mov(R9, R2, reg=True)
+    a.ldx(4, R6, R9, LO).ldx(4, R7, R9, HI).jump(JGE, R6, R7, "search_done", reg=True)
+    a.mov(R1, R6, reg=True).add(R1, R7, reg=True).alu(RSH, R1, 1).stx(4, R10, -4, R1)
+    a.mov(R8, R1, reg=True)
+    a.ld_map(R1, rows_fd).mov(R2, R10, reg=True).add(R2, -4).call(MAP_LOOKUP_ELEM)
+    a.jump(JEQ, R0, 0, "search_done")
+    a.ldx(8, R1, R0, 0).ldx(8, R2, R9, KEY).jump(JGT, R1, R2, "search_lower", reg=True)
+    a.add(R8, 1).stx(4, R9, LO, R8).mov(R0, 0).exit()
+    a.label("search_lower")
+    a.stx(4, R9, HI, R8).mov(R0, 0).exit()
+    a.label("search_done")
+    a.mov(R0, 1).exit()
