@@ -26,6 +26,7 @@ SYS_BPF, SYS_PERF_EVENT_OPEN = 321, 298  # x86-64
 # bpf() commands.
 MAP_CREATE, MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_DELETE_ELEM = 0, 1, 2, 3
 PROG_LOAD, PROG_GET_NEXT_ID, MAP_GET_NEXT_ID, BTF_LOAD = 5, 11, 12, 18
+MAP_UPDATE_BATCH = 26
 # Map and program types.
 MAP_HASH, MAP_ARRAY, MAP_PERCPU_ARRAY, MAP_RINGBUF = 1, 2, 6, 27
 PROG_PERF_EVENT, PROG_TRACEPOINT = 7, 5
@@ -119,6 +120,16 @@ def _element(command: int, fd: Fd, key: bytes, value: ctypes.Array[ctypes.c_char
 def map_update(fd: Fd, key: bytes, value: bytes, flags: int = 0) -> None:
     buffer = ctypes.create_string_buffer(value, len(value))
     _element(MAP_UPDATE_ELEM, fd, key, buffer, flags, f"updating {fd.what}")
+
+
+def map_update_batch(fd: Fd, keys: bytes, values: bytes, count: int) -> None:
+    """Store ``count`` elements at once (Linux 5.6+): ``keys`` and ``values`` back to back."""
+    key_buffer = ctypes.create_string_buffer(keys, len(keys))
+    value_buffer = ctypes.create_string_buffer(values, len(values))
+    attr = bytearray(56)
+    struct.pack_into("<QQQQIIQQ", attr, 0, 0, 0, ctypes.addressof(key_buffer),
+                     ctypes.addressof(value_buffer), count, int(fd), 0, 0)
+    bpf(MAP_UPDATE_BATCH, attr, f"updating {fd.what} ({count} elements)")
 
 
 def map_lookup(fd: Fd, key: bytes, value_size: int) -> bytes | None:

@@ -43,8 +43,10 @@ GET_CURRENT_TASK_BTF, TASK_PT_REGS = 158, 175
 PT_BP, PT_IP, PT_CS, PT_SP = 32, 128, 136, 152
 MAX_FRAMES = 127
 #: Record layout: u32 kind, flags, pid, tid; u64 time; u32 cpu, kernel bytes, user frames,
-#: stop; u64 ip, sp, bp; u64 kernel[127]; u64 user[127].
-RECORD = struct.Struct("<IIIIQIIIIQQQ")
+#: stop; u64 ip, sp, bp, period; u64 kernel[127]; u64 user[127].
+RECORD = struct.Struct("<IIIIQIIIIQQQQ")
+#: The sample's period, in the program's context (struct bpf_perf_event_data).
+CTX_PERIOD = 168
 KERNEL_AT = RECORD.size
 USER_AT = KERNEL_AT + 8 * MAX_FRAMES
 RECORD_SIZE = USER_AT + 8 * MAX_FRAMES
@@ -72,6 +74,7 @@ def sampler(ringbuf_fd: int, targets_fd: int | None) -> bytes:
     a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
     a.call(GET_SMP_PROCESSOR_ID).stx(4, R8, 24, R0)
     a.st(4, R8, 28, 0).st(4, R8, 32, 0).st(4, R8, 36, 0)
+    a.ldx(8, R1, R6, CTX_PERIOD).stx(8, R8, 64, R1)
     # Taken in user mode: the context's registers are the user's.
     a.ldx(8, R1, R6, PT_CS).alu(AND, R1, 3).jump(JNE, R1, 3, "kernel")
     a.st(4, R8, 4, FLAG_USER_REGS)

@@ -9,12 +9,16 @@ mappings with their load bias and row range, from ``/proc/PID/maps``.
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
+
 from ..format.constants import ABI
 from ..sources.live import read_maps
 from ..unwind.flat_cache import cached_flat
 from ..unwind.modules import BinaryFinder
-from .bpf_sys import Fd, map_update
-from .walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW
+from .bpf_sys import Fd, map_update, map_update_batch
+from .walker import MAPPING, MAPPINGS, PROCS_VALUE
 
 
 class TableLoader:
@@ -39,14 +43,24 @@ class TableLoader:
             count = 0 if flat.rare_all else len(flat.starts)
             if count and self.used + count <= self.capacity:
                 first = self.used
-                for index, (start, word) in enumerate(zip(flat.starts.tolist(),
-                                                          flat.words.tolist(), strict=True)):
-                    map_update(self.rows, (first + index).to_bytes(4, "little"),
-                               ROW.pack(start, word))
+                keys = np.arange(first, first + count, dtype="<u4").tobytes()
+                values = np.column_stack((flat.starts, flat.words)).astype("<u8").tobytes()
+                map_update_batch(self.rows, keys, values, count)
                 self.used += count
                 found = (first, count)
         self.tables[key] = found
         return found
+
+    def prepare(self, path: str) -> int:
+        """Load the tables of an executable about to run, its interpreter and the libraries
+        it names (DT_NEEDED, one level, in the standard directories), so that after its
+        exec only its mappings are left to write. Returns the rows loaded."""
+        before = self.used
+        for candidate in [path, *_dependencies(path)]:
+            module = self.finder.module(os.path.realpath(candidate), None, 0, 0)
+            if module is not None:
+                self._table(_key(module), module)
+        return self.used - before
 
     def load_process(self, pid: int) -> int:
         """Write ``pid``'s entry from its maps; returns how many mappings have rows."""
@@ -54,13 +68,51 @@ class TableLoader:
         for entry in read_maps(pid):
             if "x" not in entry.perms or not entry.path.startswith("/"):
                 continue
-            module = self.finder.module(entry.path, None, entry.start, entry.pgoff)
+            module = self.finder.module(os.path.realpath(entry.path), None, entry.start,
+                                        entry.pgoff)
             if module is None:
                 continue
-            first, count = self._table((module.path, module.build_id), module)
+            first, count = self._table(_key(module), module)
             if count:
                 entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first, count))
         entries = entries[:MAPPINGS]
         value = len(entries).to_bytes(4, "little") + bytes(4) + b"".join(entries)
         map_update(self.procs, pid.to_bytes(4, "little"), value.ljust(PROCS_VALUE, b"\0"))
         return len(entries)
+
+
+def _key(module: object) -> tuple[str, bytes | None]:
+    """A binary's table key: its build id, else its real path (one table per file, however
+    it was reached)."""
+    build_id = getattr(module, "build_id", None)
+    return ("", build_id) if build_id else (os.path.realpath(str(getattr(module, "path", ""))),
+                                            None)
+
+
+#: Where the dynamic loader finds libraries on Debian-like x86-64 systems.
+LIBRARY_DIRECTORIES = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
+                       "/usr/lib64", "/lib", "/usr/lib")
+
+
+def _dependencies(path: str) -> list[str]:
+    """The interpreter and DT_NEEDED libraries of ``path`` found on disk (none if it is not
+    a dynamic ELF file)."""
+    from ..elf import ElfError, ElfImage
+
+    try:
+        elf = ElfImage(path).elf
+        found = []
+        for segment in elf.iter_segments():
+            if segment["p_type"] == "PT_INTERP":
+                found.append(segment.get_interp_name())
+        dynamic = elf.get_section_by_name(".dynamic")
+        names = [tag.needed for tag in dynamic.iter_tags("DT_NEEDED")] if dynamic else []
+    except (ElfError, OSError, ValueError, AttributeError):
+        return []
+    for name in names:
+        for directory in LIBRARY_DIRECTORIES:
+            candidate = os.path.join(directory, name)
+            if os.path.isfile(candidate):
+                found.append(candidate)
+                break
+    return found

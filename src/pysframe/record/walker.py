@@ -49,6 +49,7 @@ from .asm import (
 )
 from .btf import function_btf
 from .sampler import (
+    CTX_PERIOD,
     FLAG_IN_KERNEL,
     FLAG_USER_REGS,
     GET_CURRENT_PID_TGID,
@@ -116,6 +117,7 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int) -> None:
     a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
     a.call(GET_SMP_PROCESSOR_ID).stx(4, R8, 24, R0)
     a.st(4, R8, 28, 0).st(4, R8, 32, 0).st(4, R8, 36, 0)
+    a.ldx(8, R1, R6, CTX_PERIOD).stx(8, R8, 64, R1)
     a.ldx(8, R1, R6, PT_CS).alu(AND, R1, 3).jump(JNE, R1, 3, "main_kernel")
     # Taken in user mode: the sample's registers are the user's.
     a.st(4, R8, 4, FLAG_USER_REGS)

@@ -1,0 +1,46 @@
+"""``sframe record``: stacks walked in the kernel by the eBPF SFrame walker, into perf.data."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from .errors import EXIT_OK, EXIT_UNREADABLE, CommandError
+
+
+def run_record(*, pids: list[int], command: list[str], frequency: int,
+               duration: float | None, output: str, report: Any) -> int:
+    from ..record.bpf_sys import BpfError
+    from ..record.recorder import record
+    from .files import write_output
+
+    if bool(pids) == bool(command):
+        raise CommandError("give either -p PID or a command to run (after --)", EXIT_UNREADABLE)
+    if os.geteuid() != 0:
+        raise CommandError("recording with eBPF needs root (or CAP_BPF and CAP_PERFMON)",
+                           EXIT_UNREADABLE)
+    if not 1 <= frequency <= 100_000:
+        raise CommandError(f"-F {frequency}: the frequency must be 1 to 100000 Hz",
+                           EXIT_UNREADABLE)
+    try:
+        data, result = record(pids, command or None, frequency, duration, report)
+    except BpfError as error:
+        raise CommandError(f"the kernel refused: {error}{_missing(str(error))}",
+                           EXIT_UNREADABLE) from None
+    write_output(output, data)
+    walked = 100 * result.outermost / result.samples if result.samples else 0.0
+    sys.stderr.write(f"sframe record: {result.samples:,} samples ({walked:.1f}% walked to the "
+                     f"outermost frame), {len(data):,} bytes written to {output}\n")
+    return EXIT_OK
+
+
+def _missing(message: str) -> str:
+    """What the kernel lacks, when the error says so."""
+    if "bpf_loop" in message or "unknown func" in message:
+        return " (the kernel lacks bpf_loop: Linux 5.17 or later is needed)"
+    if "BTF" in message:
+        return " (the kernel lacks BTF: CONFIG_DEBUG_INFO_BTF)"
+    if "creating BPF map" in message and "sf_ring" in message:
+        return " (the kernel lacks BPF ring buffers: Linux 5.8 or later is needed)"
+    return ""

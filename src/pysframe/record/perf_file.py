@@ -1,0 +1,95 @@
+"""The perf.data file ``sframe record`` writes: one cpu-clock event, samples with kernel and
+user callchains, and the side band (MMAP2, COMM, FORK, EXIT) as the kernel wrote it.
+
+Layout from ``shared/spec/perf-and-ptrace.md`` §2: a 104-byte header, the attribute
+section (one ``perf_event_attr`` of 128 bytes and an empty id array), the data section,
+and no feature sections (build ids travel in the MMAP2 records, recorded with
+``build_id``). Sample type IP | TID | TIME | CALLCHAIN | CPU | PERIOD, ``sample_id_all``:
+every other record ends with ``{pid, tid, time, cpu}``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable
+
+from .sampler import FLAG_IN_KERNEL, KERNEL_AT, RECORD, USER_AT
+
+SAMPLE_TYPE = 0x1A7  # IP TID TIME CALLCHAIN CPU PERIOD
+#: attr flags: freq, sample_id_all, mmap, comm, task, exclude_guest (perf sets it), mmap2,
+#: comm_exec, build_id.
+ATTR_FLAGS = ((1 << 10) | (1 << 18) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 20) | (1 << 23) | (1 << 24)
+              | (1 << 34))
+PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER = (1 << 64) - 128, (1 << 64) - 512
+RECORD_SAMPLE = 9
+_HEADER = struct.Struct("<8sQQQQQQQQ32s")
+
+
+def event_attr(frequency: int, flags: int = ATTR_FLAGS, config: int = 0,
+               sample_type: int = SAMPLE_TYPE) -> bytes:
+    """A 128-byte perf_event_attr: software event ``config`` (0: cpu-clock) at
+    ``frequency`` Hz."""
+    attr = bytearray(128)
+    struct.pack_into("<IIQQQQQ", attr, 0, 1, 128, config, frequency, sample_type, 0, flags)
+    return bytes(attr)
+
+
+def sample_record(raw: bytes | memoryview) -> tuple[int, bytes]:
+    """(time, the PERF_RECORD_SAMPLE) of one walker record."""
+    (_, flags, pid, tid, time, cpu, kernel_bytes, user_count, _, ip, _, _,
+     period) = RECORD.unpack_from(raw)
+    kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
+    user = struct.unpack_from(f"<{min(user_count, 127)}Q", raw, USER_AT)
+    chain: list[int] = []
+    if flags & FLAG_IN_KERNEL and kernel:
+        chain += [PERF_CONTEXT_KERNEL, *kernel]
+    if user:
+        chain += [PERF_CONTEXT_USER, *user]
+    first = kernel[0] if flags & FLAG_IN_KERNEL and kernel else ip
+    body = struct.pack(f"<QIIQIIQQ{len(chain)}Q", first, pid, tid, time, cpu, 0, period,
+                       len(chain), *chain)
+    misc = 1 if flags & FLAG_IN_KERNEL else 2
+    return time, struct.pack("<IHH", RECORD_SAMPLE, misc, 8 + len(body)) + body
+
+
+def perf_data(attr: bytes, records: Iterable[bytes]) -> bytes:
+    """The whole file: header, attribute section, data section."""
+    data = b"".join(records)
+    attrs_at = _HEADER.size
+    attr_entry = attr + struct.pack("<QQ", 0, 0)
+    data_at = attrs_at + len(attr_entry)
+    header = _HEADER.pack(b"PERFILE2", _HEADER.size, len(attr_entry), attrs_at, len(attr_entry),
+                          data_at, len(data), 0, 0, bytes(32))
+    return header + attr_entry + data
+
+
+RECORD_MMAP2, RECORD_COMM = 10, 3
+PROT = {"r": 1, "w": 2, "x": 4}
+
+
+def _trailer(pid: int, tid: int, time: int) -> bytes:
+    return struct.pack("<iiQII", pid, tid, time, 0, 0)
+
+
+def _padded(name: str) -> bytes:
+    raw = name.encode("utf-8", "surrogateescape") + b"\0"
+    return raw + bytes(-len(raw) % 8)
+
+
+def comm_record(pid: int, tid: int, comm: str, time: int) -> bytes:
+    """A COMM record (as perf synthesizes one for a thread that was already running)."""
+    body = struct.pack("<ii", pid, tid) + _padded(comm) + _trailer(pid, tid, time)
+    return struct.pack("<IHH", RECORD_COMM, 0, 8 + len(body)) + body
+
+
+def mmap2_record(pid: int, start: int, end: int, pgoff: int, perms: str, device: int,
+                 inode: int, path: str, time: int) -> bytes:
+    """An MMAP2 record of an existing mapping (from /proc/PID/maps)."""
+    prot = sum(PROT.get(flag, 0) for flag in perms[:3])
+    flags = 0x01 if perms.endswith("s") else 0x02  # MAP_SHARED / MAP_PRIVATE
+    body = (struct.pack("<iiQQQIIQQII", pid, pid, start, end - start, pgoff,
+                        os.major(device), os.minor(device), inode, 0, prot, flags)
+            + _padded(path) + _trailer(pid, pid, time))
+    misc = 2 | (0 if "x" in perms else 0x2000)  # user; MMAP_DATA for non-executable
+    return struct.pack("<IHH", RECORD_MMAP2, misc, 8 + len(body)) + body

@@ -1,0 +1,288 @@
+"""``sframe record``: sample processes with the eBPF SFrame walker and write perf.data.
+
+A command is started held on a pipe until its events exist, so that its whole life is
+seen. Per target thread: a cpu-clock event running the walker, inherited by the threads
+and processes it creates, and a side-band event (MMAP2 with build ids, COMM, FORK, EXIT,
+on the monotonic clock the walker stamps samples with) whose records go into the file as
+the kernel wrote them. Tables are loaded from ``/proc/PID/maps`` at start and again when
+a process maps executable code, forks or execs; a process's entry is dropped at its exit.
+
+Everything the kernel holds for us (programs, maps, events, ring buffers) is owned by
+one :class:`~.bpf_sys.Resources` and released on every path: the end of the command,
+``--duration``, Ctrl-C, an error.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import struct
+import time
+from collections.abc import Callable
+
+from ..sources.live import read_maps
+from ..unwind.modules import BinaryFinder
+from . import bpf_sys as sys_bpf
+from .perf_file import (
+    ATTR_FLAGS,
+    SAMPLE_TYPE,
+    comm_record,
+    event_attr,
+    mmap2_record,
+    perf_data,
+    sample_record,
+)
+from .perf_ring import PerfRing
+from .ringbuf import RingBuffer
+from .sampler import RECORD, RECORD_SIZE
+from .tables import TableLoader
+from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, walker
+
+RING_BYTES = 1 << 24
+ROWS = 1 << 20
+MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
+#: side-band event flags: inherit, mmap, comm, task, sample_id_all, mmap2, comm_exec,
+#: use_clockid, build_id.
+SIDE_BAND_FLAGS = ((1 << 1) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 18) | (1 << 23)
+                   | (1 << 24) | (1 << 25) | (1 << 34))
+CLOCK_MONOTONIC = 1
+
+
+class Recording:
+    """What a recording produced: the file's records and counts for the summary."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, int, bytes]] = []
+        self.samples = 0
+        self.outermost = 0
+        self.lost = 0
+        #: Samples by the reason their user walk ended.
+        self.stops: dict[int, int] = {}
+
+
+def record(target_pids: list[int], command: list[str] | None, frequency: int,
+           duration: float | None, report: Callable[[str], None]) -> tuple[bytes, Recording]:
+    """Record ``command`` (started here) or the threads of ``target_pids``; returns the
+    perf.data bytes and the counts."""
+    result = Recording()
+    stop = {"now": False}
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    try:
+        with sys_bpf.Resources() as owned:
+            session = _Session(owned, frequency, result, report)
+            if command is not None:
+                executable = shutil.which(command[0])
+                if executable is not None:
+                    session.loader.prepare(executable)
+                child, release = _held_child(command)
+                targets = [child]
+                session.on_exec = True
+            else:
+                child, release = None, None
+                targets = [tid for pid in target_pids for tid in _threads(pid)]
+            for tid in targets:
+                session.follow(tid)
+            if command is None:  # a held command has not run its program yet
+                for pid in sorted({_tgid(tid) for tid in targets} - {0}):
+                    session.tables(pid)
+                    session.synthesize(pid)
+            session.enable()
+            if release is not None:
+                release()
+            deadline = None if duration is None else time.monotonic() + duration
+            while not stop["now"] and (deadline is None or time.monotonic() < deadline):
+                session.poll(50)
+                if child is not None and _reaped(child):
+                    break
+                if child is None and not any(os.path.exists(f"/proc/{pid}")
+                                             for pid in target_pids):
+                    break
+            session.poll(0)
+            session.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    result.records.sort(key=lambda item: (item[0], item[1]))
+    attr = event_attr(frequency, ATTR_FLAGS)
+    return perf_data(attr, (data for _, _, data in result.records)), result
+
+
+class _Session:
+    def __init__(self, owned: sys_bpf.Resources, frequency: int, result: Recording,
+                 report: Callable[[str], None]) -> None:
+        self.owned, self.frequency, self.result, self.report = owned, frequency, result, report
+        own = owned.own
+        self.ring_fd = own(sys_bpf.map_create(sys_bpf.MAP_RINGBUF, 0, 0, RING_BYTES, "sf_ring"))
+        scratch = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, RECORD_SIZE, 1, "sf_scratch"))
+        self.procs = own(sys_bpf.map_create(sys_bpf.MAP_HASH, 4, PROCS_VALUE, 4096, "sf_procs"))
+        rows = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS, "sf_rows"))
+        code, blob, infos = walker(int(self.ring_fd), int(scratch), int(self.procs), int(rows))
+        btf = own(sys_bpf.btf_load(blob))
+        self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
+                                             btf=btf, func_info=infos))
+        self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder())
+        self.ring = RingBuffer(self.ring_fd, RING_BYTES)
+        #: Woken by samples and by side-band records alike: a new mapping's table is
+        #: loaded as soon as the kernel reports it.
+        self.waiting = select.poll()
+        self.waiting.register(int(self.ring_fd), select.POLLIN)
+        self.side_bands: list[PerfRing] = []
+        self.events: list[sys_bpf.Fd] = []
+        self.sequence = 0
+        #: A command held before its exec: its events start at the exec.
+        self.on_exec = False
+
+    def follow(self, tid: int) -> None:
+        """A sampling event running the walker and a side-band event on thread ``tid``."""
+        # Disabled until enabled, or until the exec of a held command (enable_on_exec).
+        flags = (1 << 0) | (1 << 1) | (1 << 10) | ((1 << 12) if self.on_exec else 0)
+        sample = event_attr(self.frequency, flags)
+        event = self.owned.own(sys_bpf.perf_event_open(sample, tid, -1))
+        sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_SET_BPF, int(self.program))
+        self.events.append(event)
+        side = bytearray(event_attr(0, SIDE_BAND_FLAGS, config=9, sample_type=SAMPLE_TYPE))
+        struct.pack_into("<i", side, 92, CLOCK_MONOTONIC)
+        struct.pack_into("<I", side, 48, 1)  # wake up at every record
+        # An inherited event has a ring buffer only per CPU (the kernel refuses to map a
+        # per-task one): one side-band event per CPU.
+        for cpu in range(os.cpu_count() or 1):
+            band = self.owned.own(sys_bpf.perf_event_open(bytes(side), tid, cpu))
+            self.side_bands.append(PerfRing(band))
+            self.waiting.register(int(band), select.POLLIN)
+
+    def tables(self, pid: int) -> None:
+        try:
+            self.loader.load_process(pid)
+        except (OSError, sys_bpf.BpfError) as error:
+            self.report(f"process {pid}: its tables were not loaded: {error}")
+
+    def synthesize(self, pid: int) -> None:
+        """COMM and MMAP2 records of a process that was running before the recording, as
+        perf synthesizes them from /proc."""
+        now = time.monotonic_ns()
+        for tid in _threads(pid):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8",
+                          errors="replace") as handle:
+                    name = handle.read().strip()
+            except OSError:
+                continue
+            self._keep(now, comm_record(pid, tid, name, now))
+        try:
+            maps = read_maps(pid)
+        except OSError:
+            return
+        for entry in maps:
+            if entry.path:
+                self._keep(now, mmap2_record(pid, entry.start, entry.end, entry.pgoff,
+                                             entry.perms, entry.device, entry.inode,
+                                             entry.path, now))
+
+    def enable(self) -> None:
+        if self.on_exec:
+            return  # the kernel enables them at the exec
+        for event in self.events:
+            sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_ENABLE)
+
+    def poll(self, timeout_ms: int) -> None:
+        if timeout_ms:
+            try:
+                self.waiting.poll(timeout_ms)
+            except InterruptedError:
+                pass
+        for band in self.side_bands:
+            for data in band.records():
+                self._side_band(data)
+        for raw in self.ring.records():
+            stamp, data = sample_record(raw)
+            self.result.samples += 1
+            reason = RECORD.unpack_from(raw)[8]
+            self.result.outermost += reason == STOP_OUTERMOST
+            self.result.stops[reason] = self.result.stops.get(reason, 0) + 1
+            self._keep(stamp, data)
+
+    def _keep(self, stamp: int, data: bytes) -> None:
+        self.result.records.append((stamp, self.sequence, data))
+        self.sequence += 1
+
+    def _side_band(self, data: bytes) -> None:
+        kind, misc, size = struct.unpack_from("<IHH", data)
+        trailer = data[size - 24:size]
+        pid, _, stamp = struct.unpack_from("<iiQ", trailer) if len(trailer) == 24 else (0, 0, 0)
+        if kind == 2 or kind == 13:  # LOST / LOST_SAMPLES
+            self.result.lost += 1
+        self._keep(stamp, data)
+        if kind == MMAP2 and misc & 0x2000 == 0:  # executable code mapped
+            self.tables(pid)
+        elif kind == FORK:
+            child_pid, parent_pid = struct.unpack_from("<ii", data, 8)
+            if child_pid != parent_pid:
+                self.tables(child_pid)
+        elif kind == EXIT:
+            exited, parent = struct.unpack_from("<ii", data, 8)
+            tid = struct.unpack_from("<i", data, 16)[0]
+            if exited == tid:
+                try:
+                    sys_bpf.map_delete(self.procs, exited.to_bytes(4, "little"))
+                except sys_bpf.BpfError:
+                    pass
+            del parent
+
+    def close(self) -> None:
+        for event in self.events:
+            try:
+                sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_DISABLE)
+            except sys_bpf.BpfError:
+                pass
+        self.ring.close()
+        for band in self.side_bands:
+            band.close()
+
+
+def _held_child(command: list[str]) -> tuple[int, Callable[[], None]]:
+    """Fork ``command``, held before exec until the returned function is called."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait for the go, then become the command
+        try:
+            os.close(write_end)
+            os.read(read_end, 1)
+            os.close(read_end)
+            os.execvp(command[0], command)
+        except OSError as error:
+            os.write(2, f"sframe record: {command[0]}: {error.strerror}\n".encode())
+        os._exit(127)
+    os.close(read_end)
+
+    def release() -> None:
+        os.write(write_end, b"g")
+        os.close(write_end)
+
+    return pid, release
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+
+
+def _tgid(tid: int) -> int:
+    try:
+        with open(f"/proc/{tid}/status") as status:
+            for line in status:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return tid

@@ -1,0 +1,125 @@
+"""``sframe record`` end to end (root and a kernel with BPF ring buffers, bpf_loop and BTF;
+skipped with the reason elsewhere): a command and a running multi-threaded process recorded,
+the file read back by ``sframe script`` (and perf when installed), Ctrl-C leaving nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.test_record_bpf import REASON, objects, settled
+
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+SFRAME = [sys.executable, "-m", "pysframe"]
+
+BUSY = r"""
+#include <pthread.h>
+#include <stdlib.h>
+__attribute__((noinline)) long leaf(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i; return s; }
+__attribute__((noinline)) long middle(long n) { return leaf(n) + 1; }
+__attribute__((noinline)) void *worker(void *arg) { long rounds = (long)arg; long t = 0;
+  for (long r = 0; r != rounds; r++) t += middle(1000000); return (void *)t; }
+int main(int argc, char **argv) { long rounds = argc > 1 ? atol(argv[1]) : 400;
+  pthread_t threads[3];
+  for (int i = 0; i < 3; i++) pthread_create(&threads[i], 0, worker, (void *)rounds);
+  worker((void *)rounds);
+  for (int i = 0; i < 3; i++) pthread_join(threads[i], 0);
+  return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("record")
+    source = directory / "busy.c"
+    source.write_text(BUSY)
+    binary = directory / "busy"
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(binary),
+                    str(source)], check=True)
+    return binary
+
+
+def sframe(*arguments: str, tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp / "cache"))
+    return subprocess.run([*SFRAME, *arguments], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def chains(text: str) -> list[list[str]]:
+    """Each sample's frame symbols (without offsets), innermost first."""
+    out = []
+    for block in text.split("\n\n"):
+        lines = block.splitlines()[1:]
+        out.append([line.split()[1].split("+")[0] for line in lines if line.strip()])
+    return [chain for chain in out if chain or True]
+
+
+def test_a_command_is_recorded_with_whole_user_stacks(tmp_path: Path, busy: Path) -> None:
+    before = objects()
+    output = tmp_path / "busy.perf.data"
+    run = sframe("record", "-o", str(output), "--", str(busy), "150", tmp=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert settled(before) == before  # nothing left in the kernel
+    assert "walked to the outermost frame" in run.stderr
+    text = sframe("script", str(output), tmp=tmp_path)
+    assert text.returncode == 0, text.stderr
+    found = [chain for chain in chains(text.stdout) if chain]
+    assert len(found) > 100
+    user = [chain for chain in found if "leaf" in chain or "middle" in chain]
+    whole = [chain for chain in user if chain[-1] in ("_start", "clone3", "clone")]
+    assert len(whole) >= 0.95 * len(user), found[:3]
+    assert any("worker" in chain and "start_thread" in chain for chain in user)
+    perf = shutil.which("perf")
+    if perf is not None:  # perf reads the file too, with as many samples
+        theirs = subprocess.run([perf, "script", "-i", str(output)], capture_output=True,
+                                text=True, timeout=120)
+        assert theirs.returncode == 0, theirs.stderr[-300:]
+        assert theirs.stdout.count("cpu-clock") == text.stdout.count("cpu-clock")
+
+
+def test_a_running_process_is_recorded_for_a_while(tmp_path: Path, busy: Path) -> None:
+    target = subprocess.Popen([str(busy), "-1"])  # runs until killed
+    try:
+        time.sleep(0.3)
+        output = tmp_path / "pid.perf.data"
+        run = sframe("record", "-p", str(target.pid), "--duration", "1", "-o", str(output),
+                     tmp=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert target.poll() is None  # the target runs on
+    finally:
+        target.kill()
+        target.wait()
+    text = sframe("script", str(output), tmp=tmp_path).stdout
+    threads = {block.split()[1] for block in text.split("\n\n") if block.strip()}
+    assert len(threads) == 4  # main and its three workers
+    found = [chain for chain in chains(text) if "leaf" in chain]
+    assert len(found) > 100
+    assert sum(1 for chain in found if chain[-1] in ("_start", "clone3", "clone")) >= (
+        0.95 * len(found))
+
+
+def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path: Path, busy: Path) -> None:
+    before = objects()
+    output = tmp_path / "interrupted.perf.data"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    recorder = subprocess.Popen([*SFRAME, "record", "-o", str(output), "--", str(busy), "-1"],
+                                env=env, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    time.sleep(2)
+    os.killpg(recorder.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    _, errors = recorder.communicate(timeout=60)
+    assert recorder.returncode == 0, errors
+    assert "Traceback" not in errors
+    assert settled(before) == before
+    assert output.stat().st_size > 1000
+
+
+def test_wrong_usage_is_one_line(tmp_path: Path) -> None:
+    run = sframe("record", "-o", str(tmp_path / "x.data"), tmp=tmp_path)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
