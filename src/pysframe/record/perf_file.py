@@ -53,15 +53,36 @@ def sample_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     return time, struct.pack("<IHH", RECORD_SAMPLE, misc, 8 + len(body)) + body
 
 
-def perf_data(attr: bytes, records: Iterable[bytes]) -> bytes:
-    """The whole file: header, attribute section, data section."""
+FEATURE_BUILD_ID = 2
+
+
+def build_id_entry(build_id: bytes, filename: str, kernel: bool) -> bytes:
+    """One record of the BUILD_ID feature: perf's ``build_id_event`` (pid -1: the host)."""
+    name = filename.encode("utf-8", "surrogateescape") + b"\0"
+    name += bytes(-len(name) % 64)  # perf pads names to 64 bytes
+    body = struct.pack("<i", -1) + build_id[:20].ljust(20, b"\0") + bytes(
+        [min(len(build_id), 20)]) + bytes(3) + name
+    misc = (1 if kernel else 2) | 0x8000  # the size byte is valid
+    return struct.pack("<IHH", 0, misc, 8 + len(body)) + body
+
+
+def perf_data(attr: bytes, records: Iterable[bytes], build_ids: Iterable[bytes] = ()) -> bytes:
+    """The whole file: header, attribute section, data section, and the BUILD_ID feature
+    when ``build_ids`` (records of :func:`build_id_entry`) are given."""
     data = b"".join(records)
     attrs_at = _HEADER.size
     attr_entry = attr + struct.pack("<QQ", 0, 0)
     data_at = attrs_at + len(attr_entry)
+    entries = b"".join(build_ids)
+    features = b""
+    bitmap = 0
+    if entries:
+        bitmap |= 1 << FEATURE_BUILD_ID
+        body_at = data_at + len(data) + 16  # after the one-entry feature table
+        features = struct.pack("<QQ", body_at, len(entries)) + entries
     header = _HEADER.pack(b"PERFILE2", _HEADER.size, len(attr_entry), attrs_at, len(attr_entry),
-                          data_at, len(data), 0, 0, bytes(32))
-    return header + attr_entry + data
+                          data_at, len(data), 0, 0, bitmap.to_bytes(32, "little"))
+    return header + attr_entry + data + features
 
 
 RECORD_MMAP2, RECORD_COMM = 10, 3
@@ -93,3 +114,29 @@ def mmap2_record(pid: int, start: int, end: int, pgoff: int, perms: str, device:
             + _padded(path) + _trailer(pid, pid, time))
     misc = 2 | (0 if "x" in perms else 0x2000)  # user; MMAP_DATA for non-executable
     return struct.pack("<IHH", RECORD_MMAP2, misc, 8 + len(body)) + body
+
+
+RECORD_MMAP = 1
+
+
+def kernel_mmap_record(text_start: int) -> bytes:
+    """The kernel's text mapping, as perf synthesizes it (``[kernel.kallsyms]_text`` from
+    ``_text`` to the top of the address space): perf names kernel frames through it."""
+    length = (1 << 64) - text_start
+    body = (struct.pack("<iiQQQ", -1, 0, text_start, length, text_start)
+            + _padded("[kernel.kallsyms]_text") + _trailer(-1, 0, 0))
+    return struct.pack("<IHH", RECORD_MMAP, 1, 8 + len(body)) + body
+
+
+def kernel_text_start(path: str = "/proc/kallsyms") -> int | None:
+    """The address of ``_text`` (None when kallsyms hides addresses)."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) >= 3 and fields[2] == "_text":
+                    address = int(fields[0], 16)
+                    return address or None
+    except (OSError, ValueError):
+        return None
+    return None

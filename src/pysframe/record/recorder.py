@@ -28,8 +28,11 @@ from . import bpf_sys as sys_bpf
 from .perf_file import (
     ATTR_FLAGS,
     SAMPLE_TYPE,
+    build_id_entry,
     comm_record,
     event_attr,
+    kernel_mmap_record,
+    kernel_text_start,
     mmap2_record,
     perf_data,
     sample_record,
@@ -60,6 +63,8 @@ class Recording:
         self.lost = 0
         #: Samples by the reason their user walk ended.
         self.stops: dict[int, int] = {}
+        #: Build ids of the binaries mapped by the targets, by path.
+        self.binaries: dict[str, bytes] = {}
 
 
 def record(target_pids: list[int], command: list[str] | None, frequency: int,
@@ -72,6 +77,9 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
     try:
         with sys_bpf.Resources() as owned:
             session = _Session(owned, frequency, result, report)
+            text = kernel_text_start()
+            if text is not None:
+                session.keep(0, kernel_mmap_record(text))
             if command is not None:
                 executable = shutil.which(command[0])
                 if executable is not None:
@@ -101,11 +109,30 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                     break
             session.poll(0)
             session.close()
+            result.binaries = session.loader.build_ids
+            for path, reason in session.loader.refused.items():
+                report(f"{path}: its .sframe is not loaded, the kernel's rules refuse it "
+                       f"({reason}); its frames fall back to frame pointers")
     finally:
         signal.signal(signal.SIGINT, previous)
     result.records.sort(key=lambda item: (item[0], item[1]))
     attr = event_attr(frequency, ATTR_FLAGS)
-    return perf_data(attr, (data for _, _, data in result.records)), result
+    return perf_data(attr, (data for _, _, data in result.records),
+                     _build_ids(result.binaries)), result
+
+
+def _build_ids(binaries: dict[str, bytes]) -> list[bytes]:
+    """BUILD_ID entries: the running kernel's (so that kernel frames are named when the file
+    is read on this kernel) and every binary whose table was loaded."""
+    from ..symbolize.kernel import running_kernel_build_id
+
+    entries = []
+    kernel = running_kernel_build_id()
+    if kernel:
+        entries.append(build_id_entry(kernel, "[kernel.kallsyms]", kernel=True))
+    entries += [build_id_entry(build_id, path, kernel=False)
+                for path, build_id in sorted(binaries.items())]
+    return entries
 
 
 class _Session:
@@ -168,14 +195,14 @@ class _Session:
                     name = handle.read().strip()
             except OSError:
                 continue
-            self._keep(now, comm_record(pid, tid, name, now))
+            self.keep(now, comm_record(pid, tid, name, now))
         try:
             maps = read_maps(pid)
         except OSError:
             return
         for entry in maps:
             if entry.path:
-                self._keep(now, mmap2_record(pid, entry.start, entry.end, entry.pgoff,
+                self.keep(now, mmap2_record(pid, entry.start, entry.end, entry.pgoff,
                                              entry.perms, entry.device, entry.inode,
                                              entry.path, now))
 
@@ -200,9 +227,9 @@ class _Session:
             reason = RECORD.unpack_from(raw)[8]
             self.result.outermost += reason == STOP_OUTERMOST
             self.result.stops[reason] = self.result.stops.get(reason, 0) + 1
-            self._keep(stamp, data)
+            self.keep(stamp, data)
 
-    def _keep(self, stamp: int, data: bytes) -> None:
+    def keep(self, stamp: int, data: bytes) -> None:
         self.result.records.append((stamp, self.sequence, data))
         self.sequence += 1
 
@@ -212,7 +239,7 @@ class _Session:
         pid, _, stamp = struct.unpack_from("<iiQ", trailer) if len(trailer) == 24 else (0, 0, 0)
         if kind == 2 or kind == 13:  # LOST / LOST_SAMPLES
             self.result.lost += 1
-        self._keep(stamp, data)
+        self.keep(stamp, data)
         if kind == MMAP2 and misc & 0x2000 == 0:  # executable code mapped
             self.tables(pid)
         elif kind == FORK:

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from ..errors import PysframeError
 from ..format.constants import ABI
 from ..sources.live import read_maps
 from ..unwind.flat_cache import cached_flat
@@ -31,6 +32,11 @@ class TableLoader:
         self.used = 0
         #: (path, build id) -> (first row, rows); (0, 0): no table.
         self.tables: dict[tuple[str, bytes | None], tuple[int, int]] = {}
+        #: Build ids of the binaries the targets mapped, by path (for the file's BUILD_ID).
+        self.build_ids: dict[str, bytes] = {}
+        #: Binaries whose own table the kernel's rules refuse (not loaded: their frames
+        #: fall back to frame pointers), with the first reason.
+        self.refused: dict[str, str] = {}
 
     def _table(self, key: tuple[str, bytes | None], module: object) -> tuple[int, int]:
         found = self.tables.get(key)
@@ -38,6 +44,10 @@ class TableLoader:
             return found
         lookup = getattr(module, "lookup", None)
         found = (0, 0)
+        refusal = _kernel_refusal(module)
+        if refusal is not None:
+            self.refused[str(getattr(module, "path", ""))] = refusal
+            lookup = None
         if lookup is not None:
             flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, key[1])
             count = 0 if flat.rare_all else len(flat.starts)
@@ -72,6 +82,9 @@ class TableLoader:
                                         entry.pgoff)
             if module is None:
                 continue
+            identity = _build_id_of(module)
+            if identity:
+                self.build_ids[entry.path] = identity
             first, count = self._table(_key(module), module)
             if count:
                 entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first, count))
@@ -79,6 +92,34 @@ class TableLoader:
         value = len(entries).to_bytes(4, "little") + bytes(4) + b"".join(entries)
         map_update(self.procs, pid.to_bytes(4, "little"), value.ljust(PROCS_VALUE, b"\0"))
         return len(entries)
+
+
+def _kernel_refusal(module: object) -> str | None:
+    """Why the kernel would refuse the binary's own .sframe (``sframe validate --kernel``),
+    or None (no own table: ours is generated from its CFI; or a table it takes)."""
+    from ..format.validation import ERROR, validate
+
+    image = getattr(module, "image", None)
+    if image is None:
+        return None
+    try:
+        sections = image.sframe_sections()
+    except (PysframeError, ValueError):
+        return "unreadable .sframe"
+    for section in sections:
+        findings = [finding for finding in validate(section.raw, section.address, kernel=True)
+                    if finding.severity == ERROR]
+        if findings:
+            return findings[0].message
+    return None
+
+
+def _build_id_of(module: object) -> bytes | None:
+    image = getattr(module, "image", None)
+    try:
+        return image.build_id() if image is not None else None
+    except (PysframeError, ValueError):
+        return None
 
 
 def _key(module: object) -> tuple[str, bytes | None]:
