@@ -123,3 +123,36 @@ def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path: Path, busy: Path) -> 
 def test_wrong_usage_is_one_line(tmp_path: Path) -> None:
     run = sframe("record", "-o", str(tmp_path / "x.data"), tmp=tmp_path)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_events_and_refusals(tmp_path: Path, busy: Path) -> None:
+    output = tmp_path / "task.perf.data"
+    run = sframe("record", "-e", "task-clock", "-o", str(output), "--", str(busy), "30",
+                 tmp=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "task-clock:" in sframe("script", str(output), tmp=tmp_path).stdout
+    # An event the machine lacks (no hardware counters in most VMs) is one line, and the
+    # command it was to record is not left to run unrecorded.
+    marker = tmp_path / "ran"
+    attempt = sframe("record", "-e", "cycles", "-o", str(tmp_path / "c.data"), "--", "sh",
+                     "-c", f"touch {marker}", tmp=tmp_path)
+    if attempt.returncode != 0:
+        assert attempt.returncode == 2 and len(attempt.stderr.strip().splitlines()) == 1
+        assert not marker.exists()
+
+
+def test_a_table_the_kernel_refuses_is_not_loaded(tmp_path: Path) -> None:
+    lua = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "lua-2.44-x86_64"
+    if not (lua / "lua").exists():
+        pytest.skip("fixtures not present")
+    output = tmp_path / "lua.perf.data"
+    script = tmp_path / "loop.lua"
+    script.write_text("local s = 0 for i = 1, 3e7 do s = s + i % 7 end print(s)\n")
+    run = sframe("record", "-o", str(output), "--", str(lua / "lua"), str(script), tmp=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "kernel's rules refuse it (the kernel registers only SFrame version 3" in run.stderr
+    # binutils 2.44 wrote version 2: the walker has no rows for lua, its frames fall back to
+    # frame pointers (which it was built without), so no chain reaches _start through it.
+    text = sframe("script", str(output), tmp=tmp_path).stdout
+    lua_frames = [block for block in text.split("\n\n") if "(" + str(lua / "lua") + ")" in block]
+    assert lua_frames and not any(" _start+" in block for block in lua_frames)

@@ -202,17 +202,22 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
               help="Samples per second per thread.")
 @click.option("--duration", type=click.FloatRange(min=0), default=None,
               help="Stop after this many seconds (default: when the command ends, or Ctrl-C).")
+@click.option("-e", "--event", default="cpu-clock", show_default=True,
+              type=click.Choice(["cpu-clock", "task-clock", "cycles", "instructions",
+                                 "cache-references", "cache-misses", "branches",
+                                 "branch-misses"]),
+              help="The event that takes the samples.")
 @click.option("-o", "--output", default="perf.data", show_default=True,
               type=click.Path(dir_okay=False))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(pids: tuple[int, ...], frequency: int, duration: float | None, output: str,
-           command: tuple[str, ...]) -> None:
+def record(pids: tuple[int, ...], frequency: int, duration: float | None, event: str,
+           output: str, command: tuple[str, ...]) -> None:
     """Sample a command (after --) or processes (-p) with stacks walked in the kernel by an
     eBPF program from SFrame tables; write perf.data (root, Linux 5.17+ with BTF)."""
     from .record import run_record
 
     sys.exit(run_record(pids=list(pids), command=list(command), frequency=frequency,
-                        duration=duration, output=output, report=report))
+                        duration=duration, output=output, report=report, event=event))
 
 
 @cli.command(name="report")

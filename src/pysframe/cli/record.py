@@ -10,7 +10,8 @@ from .errors import EXIT_OK, EXIT_UNREADABLE, CommandError
 
 
 def run_record(*, pids: list[int], command: list[str], frequency: int,
-               duration: float | None, output: str, report: Any) -> int:
+               duration: float | None, output: str, report: Any, event: str = "cpu-clock"
+               ) -> int:
     from ..record.bpf_sys import BpfError
     from ..record.recorder import record
     from .files import write_output
@@ -24,7 +25,7 @@ def run_record(*, pids: list[int], command: list[str], frequency: int,
         raise CommandError(f"-F {frequency}: the frequency must be 1 to 100000 Hz",
                            EXIT_UNREADABLE)
     try:
-        data, result = record(pids, command or None, frequency, duration, report)
+        data, result = record(pids, command or None, frequency, duration, report, event)
     except BpfError as error:
         raise CommandError(f"the kernel refused: {error}{_missing(str(error))}",
                            EXIT_UNREADABLE) from None
@@ -37,6 +38,8 @@ def run_record(*, pids: list[int], command: list[str], frequency: int,
 
 def _missing(message: str) -> str:
     """What the kernel lacks, when the error says so."""
+    if "perf_event_open" in message and "ENOENT" in message:
+        return " (this event is not supported here: no such counter, e.g. in a VM)"
     if "bpf_loop" in message or "unknown func" in message:
         return " (the kernel lacks bpf_loop: Linux 5.17 or later is needed)"
     if "BTF" in message:

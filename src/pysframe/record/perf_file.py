@@ -26,12 +26,19 @@ RECORD_SAMPLE = 9
 _HEADER = struct.Struct("<8sQQQQQQQQ32s")
 
 
+#: The events ``-e`` takes: name -> (perf type, config), as perf names them.
+EVENTS = {"cpu-clock": (1, 0), "task-clock": (1, 1), "cycles": (0, 0), "instructions": (0, 1),
+          "cache-references": (0, 2), "cache-misses": (0, 3), "branches": (0, 4),
+          "branch-misses": (0, 5)}
+
+
 def event_attr(frequency: int, flags: int = ATTR_FLAGS, config: int = 0,
-               sample_type: int = SAMPLE_TYPE) -> bytes:
-    """A 128-byte perf_event_attr: software event ``config`` (0: cpu-clock) at
+               sample_type: int = SAMPLE_TYPE, event_type: int = 1) -> bytes:
+    """A 128-byte perf_event_attr: event (``event_type``, ``config``; default cpu-clock) at
     ``frequency`` Hz."""
     attr = bytearray(128)
-    struct.pack_into("<IIQQQQQ", attr, 0, 1, 128, config, frequency, sample_type, 0, flags)
+    struct.pack_into("<IIQQQQQ", attr, 0, event_type, 128, config, frequency, sample_type, 0,
+                     flags)
     return bytes(attr)
 
 

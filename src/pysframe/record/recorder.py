@@ -27,6 +27,7 @@ from ..unwind.modules import BinaryFinder
 from . import bpf_sys as sys_bpf
 from .perf_file import (
     ATTR_FLAGS,
+    EVENTS,
     SAMPLE_TYPE,
     build_id_entry,
     comm_record,
@@ -68,7 +69,8 @@ class Recording:
 
 
 def record(target_pids: list[int], command: list[str] | None, frequency: int,
-           duration: float | None, report: Callable[[str], None]) -> tuple[bytes, Recording]:
+           duration: float | None, report: Callable[[str], None], event: str = "cpu-clock"
+           ) -> tuple[bytes, Recording]:
     """Record ``command`` (started here) or the threads of ``target_pids``; returns the
     perf.data bytes and the counts."""
     result = Recording()
@@ -77,9 +79,11 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
     try:
         with sys_bpf.Resources() as owned:
             session = _Session(owned, frequency, result, report)
+            session.event = EVENTS[event]
             text = kernel_text_start()
             if text is not None:
                 session.keep(0, kernel_mmap_record(text))
+            child, release = None, None
             if command is not None:
                 executable = shutil.which(command[0])
                 if executable is not None:
@@ -88,15 +92,20 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                 targets = [child]
                 session.on_exec = True
             else:
-                child, release = None, None
                 targets = [tid for pid in target_pids for tid in _threads(pid)]
-            for tid in targets:
-                session.follow(tid)
-            if command is None:  # a held command has not run its program yet
-                for pid in sorted({_tgid(tid) for tid in targets} - {0}):
-                    session.tables(pid)
-                    session.synthesize(pid)
-            session.enable()
+            try:
+                for tid in targets:
+                    session.follow(tid)
+                if command is None:  # a held command has not run its program yet
+                    for pid in sorted({_tgid(tid) for tid in targets} - {0}):
+                        session.tables(pid)
+                        session.synthesize(pid)
+                session.enable()
+            except BaseException:
+                if child is not None:  # never let the command run unrecorded
+                    os.kill(child, signal.SIGKILL)
+                    os.waitpid(child, 0)
+                raise
             if release is not None:
                 release()
             deadline = None if duration is None else time.monotonic() + duration
@@ -116,7 +125,8 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
     finally:
         signal.signal(signal.SIGINT, previous)
     result.records.sort(key=lambda item: (item[0], item[1]))
-    attr = event_attr(frequency, ATTR_FLAGS)
+    event_type, config = EVENTS[event]
+    attr = event_attr(frequency, ATTR_FLAGS, config=config, event_type=event_type)
     return perf_data(attr, (data for _, _, data in result.records),
                      _build_ids(result.binaries)), result
 
@@ -159,12 +169,15 @@ class _Session:
         self.sequence = 0
         #: A command held before its exec: its events start at the exec.
         self.on_exec = False
+        #: The sampling event: (perf type, config).
+        self.event = EVENTS["cpu-clock"]
 
     def follow(self, tid: int) -> None:
         """A sampling event running the walker and a side-band event on thread ``tid``."""
         # Disabled until enabled, or until the exec of a held command (enable_on_exec).
         flags = (1 << 0) | (1 << 1) | (1 << 10) | ((1 << 12) if self.on_exec else 0)
-        sample = event_attr(self.frequency, flags)
+        sample = event_attr(self.frequency, flags, config=self.event[1],
+                            event_type=self.event[0])
         event = self.owned.own(sys_bpf.perf_event_open(sample, tid, -1))
         sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_SET_BPF, int(self.program))
         self.events.append(event)

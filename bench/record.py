@@ -1,0 +1,104 @@
+"""Bench: the cost of recording with `sframe record` against `perf record --call-graph dwarf`.
+
+A CPU-bound C program (fixed work: rounds of a loop under three calls, built -O2 without
+frame pointers) is timed bare, under `sframe record -F 999` and under
+`perf record --call-graph dwarf -F 999`, interleaved, medians of --runs runs each; the
+overhead is the extra wall time of the workload over its bare time (issue 15: at most 2%).
+Also: bytes written per sample by each, and the share of `sframe record`'s samples walked to
+the outermost frame. Ours is the console script of bench/out/venv (bytecode caching on).
+
+    python3 bench/record.py [--rounds N] [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import OUT, bench_environment, venv_sframe
+
+WORKLOAD = r"""
+#include <stdlib.h>
+__attribute__((noinline)) long leaf(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i; return s; }
+__attribute__((noinline)) long middle(long n) { return leaf(n) + 1; }
+__attribute__((noinline)) long outer(long rounds) { long t = 0; for (long r = 0; r < rounds; r++) t += middle(1000000); return t; }
+int main(int argc, char **argv) { return outer(argc > 1 ? atol(argv[1]) : 2000) == 42; }
+"""
+
+
+def workload() -> Path:
+    source, binary = OUT / "record-workload.c", OUT / "record-workload"
+    source.write_text(WORKLOAD)
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(binary), str(source)],
+                   check=True)
+    return binary
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    start = time.perf_counter()
+    run = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=env, check=False)
+    elapsed = time.perf_counter() - start
+    if run.returncode not in (0, 1):
+        sys.exit(f"bench: {argv[0]} failed ({run.returncode}): {run.stderr.strip()[-300:]}")
+    return elapsed, run.stderr
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench: sframe record needs root")
+    perf = shutil.which("perf")
+    OUT.mkdir(parents=True, exist_ok=True)
+    sframe, env = venv_sframe(), bench_environment()
+    binary = workload()
+    ours_file, perf_file = OUT / "record.sframe.data", OUT / "record.perf.data"
+    command = [str(binary), str(args.rounds)]
+    timed([*sframe, "record", "-o", str(ours_file), "--", *command], env)  # warm caches
+    times: dict[str, list[float]] = {"bare": [], "sframe record": [], "perf record": []}
+    summary = ""
+    for _ in range(args.runs):
+        times["bare"].append(timed(command)[0])
+        took, summary = timed([*sframe, "record", "-F", "999", "-o", str(ours_file), "--",
+                               *command], env)
+        times["sframe record"].append(took)
+        if perf is not None:
+            times["perf record"].append(timed([perf, "record", "-q", "-F", "999", "-e",
+                                               "cpu-clock", "--call-graph", "dwarf", "-o",
+                                               str(perf_file), "--", *command])[0])
+    bare = statistics.median(times["bare"])
+    print(f"workload: {binary.name} {args.rounds} (bare {bare * 1000:.0f} ms, median of "
+          f"{args.runs})")
+    for name in ("sframe record", "perf record"):
+        if times[name]:
+            value = statistics.median(times[name])
+            print(f"  {name:14} {value * 1000:7.0f} ms  overhead {100 * (value - bare) / bare:+5.1f}%"
+                  + ("  (goal <= 2%)" if name == "sframe record" else ""))
+    found = re.search(r"([\d,]+) samples \(([\d.]+)% walked", summary)
+    if found:
+        samples = int(found[1].replace(",", ""))
+        print(f"  sframe record: {samples:,} samples, {found[2]}% walked to the outermost frame, "
+              f"{ours_file.stat().st_size / max(samples, 1):,.0f} bytes per sample")
+    if perf is not None and perf_file.exists():
+        report = subprocess.run([perf, "script", "-F", "ip", "-i", str(perf_file)],
+                                capture_output=True, text=True, check=False).stdout
+        samples = max(1, sum(1 for line in report.splitlines() if line.strip()))
+        print(f"  perf record --call-graph dwarf: {perf_file.stat().st_size / samples:,.0f} "
+              f"bytes per sample ({samples:,} samples)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
