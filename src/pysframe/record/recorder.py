@@ -45,6 +45,9 @@ from .tables import TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, walker
 
 RING_BYTES = 1 << 24
+#: How often the ring buffer is drained (the walker does not wake us per sample); the side
+#: band wakes us at once (a new mapping's table is loaded without waiting).
+POLL_MS = 50
 ROWS = 1 << 20
 MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
 #: side-band event flags: inherit, mmap, comm, task, sample_id_all, mmap2, comm_exec,
@@ -110,7 +113,7 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                 release()
             deadline = None if duration is None else time.monotonic() + duration
             while not stop["now"] and (deadline is None or time.monotonic() < deadline):
-                session.poll(50)
+                session.poll(POLL_MS)
                 if child is not None and _reaped(child):
                     break
                 if child is None and not any(os.path.exists(f"/proc/{pid}")
@@ -183,7 +186,10 @@ class _Session:
         self.events.append(event)
         side = bytearray(event_attr(0, SIDE_BAND_FLAGS, config=9, sample_type=SAMPLE_TYPE))
         struct.pack_into("<i", side, 92, CLOCK_MONOTONIC)
-        struct.pack_into("<I", side, 48, 1)  # wake up at every record
+        # Wake up as soon as a record is there (watermark of 1 byte: wakeup_events counts
+        # samples only, and this event has none): a new mapping's table is loaded at once.
+        struct.pack_into("<I", side, 48, 1)
+        struct.pack_into("<Q", side, 40, struct.unpack_from("<Q", side, 40)[0] | (1 << 14))
         # An inherited event has a ring buffer only per CPU (the kernel refuses to map a
         # per-task one): one side-band event per CPU.
         for cpu in range(os.cpu_count() or 1):
