@@ -31,6 +31,9 @@ def run_record(*, pids: list[int], command: list[str], frequency: int,
                            EXIT_UNREADABLE) from None
     write_output(output, data)
     walked = 100 * result.outermost / result.samples if result.samples else 0.0
+    if result.gone:
+        report(f"{len(result.gone)} process{'es' if len(result.gone) != 1 else ''} ended before "
+               "their tables were loaded: their samples have frame-pointer stacks only")
     sys.stderr.write(f"sframe record: {result.samples:,} samples ({walked:.1f}% walked to the "
                      f"outermost frame), {len(data):,} bytes written to {output}\n")
     return EXIT_OK

@@ -69,6 +69,10 @@ class Recording:
         self.stops: dict[int, int] = {}
         #: Build ids of the binaries mapped by the targets, by path.
         self.binaries: dict[str, bytes] = {}
+        #: Processes that ended before their tables could be loaded, and those whose
+        #: tables failed to load (reported once each).
+        self.gone: set[int] = set()
+        self.failed: set[int] = set()
 
 
 def record(target_pids: list[int], command: list[str] | None, frequency: int,
@@ -200,8 +204,12 @@ class _Session:
     def tables(self, pid: int) -> None:
         try:
             self.loader.load_process(pid)
+        except FileNotFoundError:
+            self.result.gone.add(pid)  # ended before its side band was read: FP walks only
         except (OSError, sys_bpf.BpfError) as error:
-            self.report(f"process {pid}: its tables were not loaded: {error}")
+            if pid not in self.result.failed:
+                self.result.failed.add(pid)
+                self.report(f"process {pid}: its tables were not loaded: {error}")
 
     def synthesize(self, pid: int) -> None:
         """COMM and MMAP2 records of a process that was running before the recording, as
