@@ -34,8 +34,10 @@ def run_record(*, pids: list[int], command: list[str], frequency: int,
     if result.gone:
         report(f"{len(result.gone)} process{'es' if len(result.gone) != 1 else ''} ended before "
                "their tables were loaded: their samples have frame-pointer stacks only")
+    cost = (f"; the walker took {result.walker_ns / 1000:.1f} us per sample"
+            if result.walker_ns else "")
     sys.stderr.write(f"sframe record: {result.samples:,} samples ({walked:.1f}% walked to the "
-                     f"outermost frame), {len(data):,} bytes written to {output}\n")
+                     f"outermost frame{cost}), {len(data):,} bytes written to {output}\n")
     return EXIT_OK
 
 

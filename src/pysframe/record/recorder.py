@@ -69,6 +69,9 @@ class Recording:
         self.stops: dict[int, int] = {}
         #: Build ids of the binaries mapped by the targets, by path.
         self.binaries: dict[str, bytes] = {}
+        #: The walker's own run time per sample, in ns, when the kernel counts it
+        #: (sysctl kernel.bpf_stats_enabled=1); 0 otherwise.
+        self.walker_ns = 0.0
         #: Processes that ended before their tables could be loaded, and those whose
         #: tables failed to load (reported once each).
         self.gone: set[int] = set()
@@ -284,6 +287,7 @@ class _Session:
             del parent
 
     def close(self) -> None:
+        self.result.walker_ns = _run_time(self.program)
         for event in self.events:
             try:
                 sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_DISABLE)
@@ -314,6 +318,17 @@ def _held_child(command: list[str]) -> tuple[int, Callable[[], None]]:
         os.close(write_end)
 
     return pid, release
+
+
+def _run_time(program: sys_bpf.Fd) -> float:
+    """ns per run of ``program`` from its fdinfo (0 unless BPF run statistics are on)."""
+    try:
+        with open(f"/proc/self/fdinfo/{int(program)}") as info:
+            fields = dict(line.split(":", 1) for line in info if ":" in line)
+        runs = int(fields.get("run_cnt", "0").strip() or 0)
+        return int(fields.get("run_time_ns", "0").strip() or 0) / runs if runs else 0.0
+    except (OSError, ValueError):
+        return 0.0
 
 
 def _reaped(pid: int) -> bool:
