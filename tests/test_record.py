@@ -157,3 +157,25 @@ def test_a_table_the_kernel_refuses_is_not_loaded(tmp_path: Path) -> None:
     lua_frames = [block for block in text.split("\n\n")
                   if "(" + os.path.realpath(lua / "lua") + ")" in block]
     assert lua_frames and not any(" _start+" in block for block in lua_frames)
+
+
+def test_system_wide(tmp_path: Path, busy: Path) -> None:
+    """-a: every CPU, every process (tables loaded for all at start); the busy program's
+    samples are walked whole, kernel threads keep their names and no user frames."""
+    target = subprocess.Popen([str(busy), "-1"])
+    try:
+        time.sleep(0.3)
+        output = tmp_path / "all.perf.data"
+        run = sframe("record", "-a", "--duration", "1", "-o", str(output), tmp=tmp_path,
+                     timeout=600)
+        assert run.returncode == 0, run.stderr
+    finally:
+        target.kill()
+        target.wait()
+    text = sframe("script", str(output), tmp=tmp_path).stdout
+    blocks = [block for block in text.split("\n\n") if block.strip()]
+    mine = [block for block in blocks if block.split()[1] == str(target.pid)
+            or block.startswith("busy ")]
+    assert len(mine) > 100
+    whole = [block for block in mine if " _start+" in block or " clone3+" in block]
+    assert len(whole) >= 0.95 * len(mine)

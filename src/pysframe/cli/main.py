@@ -198,6 +198,8 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
                               "allow_interspersed_args": False})
 @click.option("-p", "--pid", "pids", multiple=True, type=click.IntRange(min=1),
               help="Record this running process (all its threads). Repeatable.")
+@click.option("-a", "--all-cpus", "system_wide", is_flag=True,
+              help="Record every process on every CPU (until --duration or Ctrl-C).")
 @click.option("-F", "--freq", "frequency", default=999, show_default=True,
               help="Samples per second per thread.")
 @click.option("--duration", type=click.FloatRange(min=0), default=None,
@@ -210,14 +212,15 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
 @click.option("-o", "--output", default="perf.data", show_default=True,
               type=click.Path(dir_okay=False))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(pids: tuple[int, ...], frequency: int, duration: float | None, event: str,
-           output: str, command: tuple[str, ...]) -> None:
+def record(pids: tuple[int, ...], system_wide: bool, frequency: int, duration: float | None,
+           event: str, output: str, command: tuple[str, ...]) -> None:
     """Sample a command (after --) or processes (-p) with stacks walked in the kernel by an
     eBPF program from SFrame tables; write perf.data (root, Linux 5.17+ with BTF)."""
     from .record import run_record
 
     sys.exit(run_record(pids=list(pids), command=list(command), frequency=frequency,
-                        duration=duration, output=output, report=report, event=event))
+                        duration=duration, output=output, report=report, event=event,
+                        system_wide=system_wide))
 
 
 @cli.command(name="report")

@@ -10,14 +10,15 @@ from .errors import EXIT_OK, EXIT_UNREADABLE, CommandError
 
 
 def run_record(*, pids: list[int], command: list[str], frequency: int,
-               duration: float | None, output: str, report: Any, event: str = "cpu-clock"
-               ) -> int:
+               duration: float | None, output: str, report: Any, event: str = "cpu-clock",
+               system_wide: bool = False) -> int:
     from ..record.bpf_sys import BpfError
     from ..record.recorder import record
     from .files import write_output
 
-    if bool(pids) == bool(command):
-        raise CommandError("give either -p PID or a command to run (after --)", EXIT_UNREADABLE)
+    if (bool(pids) + bool(command) + system_wide) != 1:
+        raise CommandError("give one of -p PID, -a, or a command to run (after --)",
+                           EXIT_UNREADABLE)
     if os.geteuid() != 0:
         raise CommandError("recording with eBPF needs root (or CAP_BPF and CAP_PERFMON)",
                            EXIT_UNREADABLE)
@@ -25,7 +26,8 @@ def run_record(*, pids: list[int], command: list[str], frequency: int,
         raise CommandError(f"-F {frequency}: the frequency must be 1 to 100000 Hz",
                            EXIT_UNREADABLE)
     try:
-        data, result = record(pids, command or None, frequency, duration, report, event)
+        data, result = record(pids, command or None, frequency, duration, report, event,
+                              system_wide)
     except BpfError as error:
         raise CommandError(f"the kernel refused: {error}{_missing(str(error))}",
                            EXIT_UNREADABLE) from None

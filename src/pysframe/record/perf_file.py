@@ -51,7 +51,7 @@ def sample_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     chain: list[int] = []
     if flags & FLAG_IN_KERNEL and kernel:
         chain += [PERF_CONTEXT_KERNEL, *kernel]
-    if user:
+    if user and user[0]:  # a kernel thread has no user context (its "user" ip reads 0)
         chain += [PERF_CONTEXT_USER, *user]
     first = kernel[0] if flags & FLAG_IN_KERNEL and kernel else ip
     body = struct.pack(f"<QIIQIIQQ{len(chain)}Q", first, pid, tid, time, cpu, 0, period,

@@ -79,10 +79,10 @@ class Recording:
 
 
 def record(target_pids: list[int], command: list[str] | None, frequency: int,
-           duration: float | None, report: Callable[[str], None], event: str = "cpu-clock"
-           ) -> tuple[bytes, Recording]:
-    """Record ``command`` (started here) or the threads of ``target_pids``; returns the
-    perf.data bytes and the counts."""
+           duration: float | None, report: Callable[[str], None], event: str = "cpu-clock",
+           system_wide: bool = False) -> tuple[bytes, Recording]:
+    """Record ``command`` (started here), the threads of ``target_pids``, or with
+    ``system_wide`` every process; returns the perf.data bytes and the counts."""
     result = Recording()
     stop = {"now": False}
     previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
@@ -101,15 +101,23 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                 child, release = _held_child(command)
                 targets = [child]
                 session.on_exec = True
+            elif system_wide:
+                targets = [-1]
             else:
                 targets = [tid for pid in target_pids for tid in _threads(pid)]
             try:
                 for tid in targets:
                     session.follow(tid)
                 if command is None:  # a held command has not run its program yet
-                    for pid in sorted({_tgid(tid) for tid in targets} - {0}):
+                    pids = (_processes() if system_wide
+                            else sorted({_tgid(tid) for tid in targets} - {0}))
+                    session.prefetch(pids)
+                    for pid in pids:
                         session.tables(pid)
                         session.synthesize(pid)
+                    if system_wide:  # kernel threads: their names only
+                        for pid in sorted(set(_processes(kernel_threads=True)) - set(pids)):
+                            session.synthesize(pid)
                 session.enable()
             except BaseException:
                 if child is not None:  # never let the command run unrecorded
@@ -123,8 +131,8 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                 session.poll(POLL_MS)
                 if child is not None and _reaped(child):
                     break
-                if child is None and not any(os.path.exists(f"/proc/{pid}")
-                                             for pid in target_pids):
+                if child is None and not system_wide and not any(
+                        os.path.exists(f"/proc/{pid}") for pid in target_pids):
                     break
             session.poll(0)
             session.close()
@@ -183,15 +191,19 @@ class _Session:
         self.event = EVENTS["cpu-clock"]
 
     def follow(self, tid: int) -> None:
-        """A sampling event running the walker and a side-band event on thread ``tid``."""
+        """A sampling event running the walker and a side-band event on thread ``tid``
+        (-1: every thread of every CPU: ``-a``)."""
         # Disabled until enabled, or until the exec of a held command (enable_on_exec).
-        flags = (1 << 0) | (1 << 1) | (1 << 10) | ((1 << 12) if self.on_exec else 0)
+        inherit = 0 if tid < 0 else 1 << 1
+        flags = (1 << 0) | inherit | (1 << 10) | ((1 << 12) if self.on_exec else 0)
         sample = event_attr(self.frequency, flags, config=self.event[1],
                             event_type=self.event[0])
-        event = self.owned.own(sys_bpf.perf_event_open(sample, tid, -1))
-        sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_SET_BPF, int(self.program))
-        self.events.append(event)
-        side = bytearray(event_attr(0, SIDE_BAND_FLAGS, config=9, sample_type=SAMPLE_TYPE))
+        for cpu in ([-1] if tid >= 0 else range(os.cpu_count() or 1)):
+            event = self.owned.own(sys_bpf.perf_event_open(sample, tid, cpu))
+            sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_SET_BPF, int(self.program))
+            self.events.append(event)
+        side_flags = SIDE_BAND_FLAGS & ~(1 << 1) if tid < 0 else SIDE_BAND_FLAGS
+        side = bytearray(event_attr(0, side_flags, config=9, sample_type=SAMPLE_TYPE))
         struct.pack_into("<i", side, 92, CLOCK_MONOTONIC)
         # Wake up as soon as a record is there (watermark of 1 byte: wakeup_events counts
         # samples only, and this event has none): a new mapping's table is loaded at once.
@@ -213,6 +225,20 @@ class _Session:
             if pid not in self.result.failed:
                 self.result.failed.add(pid)
                 self.report(f"process {pid}: its tables were not loaded: {error}")
+
+    def prefetch(self, pids: list[int]) -> None:
+        """Generate the tables the processes' binaries lack in parallel (first run)."""
+        files: set[tuple[str, bytes | None]] = set()
+        for pid in pids:
+            try:
+                files.update((entry.path, None) for entry in read_maps(pid)
+                             if "x" in entry.perms and entry.path.startswith("/"))
+            except OSError:
+                continue
+        try:
+            self.loader.finder.prefetch(sorted(files), progress=False)
+        except (OSError, ValueError):
+            pass
 
     def synthesize(self, pid: int) -> None:
         """COMM and MMAP2 records of a process that was running before the recording, as
@@ -337,6 +363,20 @@ def _reaped(pid: int) -> bool:
     except ChildProcessError:
         return True
     return done == pid
+
+
+def _processes(kernel_threads: bool = False) -> list[int]:
+    """Every process with user mappings (with ``kernel_threads``: every process)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/maps") as maps:
+                    if kernel_threads or maps.read(1):
+                        found.append(int(name))
+            except OSError:
+                continue
+    return sorted(found)
 
 
 def _threads(pid: int) -> list[int]:

@@ -49,7 +49,7 @@ class TableLoader:
             self.refused[str(getattr(module, "path", ""))] = refusal
             lookup = None
         if lookup is not None:
-            flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, key[1])
+            flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, key[1] or _build_id_of(module))
             count = 0 if flat.rare_all else len(flat.starts)
             if count and self.used + count <= self.capacity:
                 first = self.used
