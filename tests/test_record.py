@@ -45,8 +45,17 @@ def busy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return binary
 
 
+#: One private cache for the module's runs (tables are generated once, not per test).
+CACHE: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    CACHE["home"] = str(tmp_path_factory.mktemp("record-cache"))
+
+
 def sframe(*arguments: str, tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp / "cache"))
+    env = dict(os.environ, XDG_CACHE_HOME=CACHE.get("home", str(tmp / "cache")))
     return subprocess.run([*SFRAME, *arguments], capture_output=True, text=True, env=env,
                           timeout=timeout)
 
@@ -107,7 +116,7 @@ def test_a_running_process_is_recorded_for_a_while(tmp_path: Path, busy: Path) -
 def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path: Path, busy: Path) -> None:
     before = objects()
     output = tmp_path / "interrupted.perf.data"
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env = dict(os.environ, XDG_CACHE_HOME=CACHE.get("home", str(tmp_path / "cache")))
     recorder = subprocess.Popen([*SFRAME, "record", "-o", str(output), "--", str(busy), "-1"],
                                 env=env, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
