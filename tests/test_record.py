@@ -85,11 +85,14 @@ def test_a_command_is_recorded_with_whole_user_stacks(tmp_path: Path, busy: Path
     assert len(whole) >= 0.95 * len(user), found[:3]
     assert any("worker" in chain and "start_thread" in chain for chain in user)
     perf = shutil.which("perf")
-    if perf is not None:  # perf reads the file too, with as many samples
+    if perf is not None:  # perf reads the file too, and prints the same text
         theirs = subprocess.run([perf, "script", "-i", str(output)], capture_output=True,
                                 text=True, timeout=120)
         assert theirs.returncode == 0, theirs.stderr[-300:]
         assert theirs.stdout.count("cpu-clock") == text.stdout.count("cpu-clock")
+        same = [" ".join(line.split()) for line in theirs.stdout.splitlines()] == [
+            " ".join(line.split()) for line in text.stdout.splitlines()]
+        assert same, "perf script and sframe script differ on the recording"
 
 
 def test_a_running_process_is_recorded_for_a_while(tmp_path: Path, busy: Path) -> None:

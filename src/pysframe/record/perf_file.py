@@ -126,24 +126,28 @@ def mmap2_record(pid: int, start: int, end: int, pgoff: int, perms: str, device:
 RECORD_MMAP = 1
 
 
-def kernel_mmap_record(text_start: int) -> bytes:
+def kernel_mmap_record(text_start: int, text_end: int | None = None) -> bytes:
     """The kernel's text mapping, as perf synthesizes it (``[kernel.kallsyms]_text`` from
-    ``_text`` to the top of the address space): perf names kernel frames through it."""
-    length = (1 << 64) - text_start
+    ``_text`` to ``_etext``, else to the top of the address space): perf names kernel
+    frames through it."""
+    length = (text_end if text_end and text_end > text_start else 1 << 64) - text_start
     body = (struct.pack("<iiQQQ", -1, 0, text_start, length, text_start)
             + _padded("[kernel.kallsyms]_text") + _trailer(-1, 0, 0))
     return struct.pack("<IHH", RECORD_MMAP, 1, 8 + len(body)) + body
 
 
-def kernel_text_start(path: str = "/proc/kallsyms") -> int | None:
-    """The address of ``_text`` (None when kallsyms hides addresses)."""
+def kernel_text(path: str = "/proc/kallsyms") -> tuple[int, int | None] | None:
+    """(``_text``, ``_etext``) of the running kernel (None when kallsyms hides addresses)."""
+    found: dict[str, int] = {}
     try:
         with open(path) as handle:
             for line in handle:
                 fields = line.split()
-                if len(fields) >= 3 and fields[2] == "_text":
-                    address = int(fields[0], 16)
-                    return address or None
+                if len(fields) >= 3 and fields[2] in ("_text", "_etext"):
+                    found[fields[2]] = int(fields[0], 16)
+                    if len(found) == 2:
+                        break
     except (OSError, ValueError):
         return None
-    return None
+    start = found.get("_text")
+    return (start, found.get("_etext")) if start else None

@@ -33,7 +33,7 @@ from .perf_file import (
     comm_record,
     event_attr,
     kernel_mmap_record,
-    kernel_text_start,
+    kernel_text,
     mmap2_record,
     perf_data,
     sample_record,
@@ -90,9 +90,9 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
         with sys_bpf.Resources() as owned:
             session = _Session(owned, frequency, result, report)
             session.event = EVENTS[event]
-            text = kernel_text_start()
+            text = kernel_text()
             if text is not None:
-                session.keep(0, kernel_mmap_record(text))
+                session.keep(0, kernel_mmap_record(*text))
             child, release = None, None
             if command is not None:
                 executable = shutil.which(command[0])
