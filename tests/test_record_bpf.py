@@ -58,6 +58,27 @@ def settled(before: tuple[set[int], set[int]], seconds: float = 5.0) -> tuple[se
         time.sleep(0.05)
 
 
+def sampled(owned: bpf_sys.Resources, program: bpf_sys.Fd, ring_fd: bpf_sys.Fd,
+            child: subprocess.Popen[bytes], limit: int | None = None) -> list[bytes]:
+    """The ring buffer's records while ``program`` samples ``child`` (cpu-clock at 999 Hz,
+    inherited by its threads), until it ends or ``limit`` records came."""
+    attr = bytearray(128)
+    struct.pack_into("<IIQQQQQ", attr, 0, 1, 128, 0, 999, 0, 0, (1 << 10) | (1 << 1))
+    event = owned.own(bpf_sys.perf_event_open(bytes(attr), child.pid, -1))
+    bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_SET_BPF, int(program))
+    bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_ENABLE)
+    records: list[bytes] = []
+    ring = RingBuffer(ring_fd, 1 << 20)
+    try:
+        while child.poll() is None and (limit is None or len(records) < limit):
+            ring.wait(50)
+            records += [bytes(record) for record in ring.records()]
+        records += [bytes(record) for record in ring.records()]
+    finally:
+        ring.close()
+    return records
+
+
 def test_assembler_labels_and_wide_constants() -> None:
     code = Asm().mov(R0, 0).jump(JEQ, R1, 0, "end").ld_imm64(R0, 0xFFFFFFFF00000001) \
         .label("end").exit().assemble()
@@ -85,25 +106,14 @@ def test_the_sampler_walks_frame_pointers_and_leaves_nothing(tmp_path: Path) -> 
     subprocess.run(["gcc", "-O1", "-fno-omit-frame-pointer", "-o", str(binary), str(source)],
                    check=True)
     before = objects()
-    samples = []
     with bpf_sys.Resources() as owned:
         ring_fd = owned.own(bpf_sys.map_create(bpf_sys.MAP_RINGBUF, 0, 0, 1 << 20, "test_rb"))
         program = owned.own(bpf_sys.prog_load(bpf_sys.PROG_PERF_EVENT,
                                               sampler(int(ring_fd), None), "test_sampler"))
         child = subprocess.Popen([str(binary), "200"])
-        attr = bytearray(128)  # cpu-clock at 999 Hz, inherited by threads
-        struct.pack_into("<IIQQQQQ", attr, 0, 1, 128, 0, 999, 0, 0, (1 << 10) | (1 << 1))
-        event = owned.own(bpf_sys.perf_event_open(bytes(attr), child.pid, -1))
-        bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_SET_BPF, int(program))
-        bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_ENABLE)
-        ring = RingBuffer(ring_fd, 1 << 20)
         try:
-            while child.poll() is None:
-                ring.wait(50)
-                samples += [bytes(record) for record in ring.records()]
-            samples += [bytes(record) for record in ring.records()]
+            samples = sampled(owned, program, ring_fd, child)
         finally:
-            ring.close()
             child.wait()
     assert settled(before) == before  # every program and map released
     assert len(samples) > 20
@@ -146,7 +156,6 @@ def test_the_sframe_walker_reaches_the_outermost_frame(tmp_path: Path) -> None:
     subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(binary), str(source)],
                    check=True)
     before = objects()
-    records = []
     with bpf_sys.Resources() as owned:
         ring_fd = owned.own(bpf_sys.map_create(bpf_sys.MAP_RINGBUF, 0, 0, 1 << 20, "t_rb"))
         scratch = owned.own(bpf_sys.map_create(bpf_sys.MAP_PERCPU_ARRAY, 4, RECORD_SIZE, 1,
@@ -162,19 +171,7 @@ def test_the_sframe_walker_reaches_the_outermost_frame(tmp_path: Path) -> None:
             mapped(child.pid, "libc.so")  # exec'd, and libc loaded
             loader = TableLoader(rows, procs, 1 << 17)
             assert loader.load_process(child.pid) >= 2  # the program and libc at least
-            attr = bytearray(128)
-            struct.pack_into("<IIQQQQQ", attr, 0, 1, 128, 0, 999, 0, 0, (1 << 10) | (1 << 1))
-            event = owned.own(bpf_sys.perf_event_open(bytes(attr), child.pid, -1))
-            bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_SET_BPF, int(program))
-            bpf_sys.ioctl(event, bpf_sys.PERF_EVENT_IOC_ENABLE)
-            ring = RingBuffer(ring_fd, 1 << 20)
-            try:
-                while child.poll() is None and len(records) < 300:
-                    ring.wait(50)
-                    records += [bytes(record) for record in ring.records()]
-                records += [bytes(record) for record in ring.records()]
-            finally:
-                ring.close()
+            records = sampled(owned, program, ring_fd, child, limit=300)
         finally:
             child.kill()
             child.wait()

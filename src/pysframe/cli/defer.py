@@ -23,7 +23,7 @@ def run_defer(path: str, *, output: str, binaries: list[str], assume_sframe: boo
     from ..report.defer_report import build_report, report_svg, report_text
     from ..report.perf_data_out import WriteError, defer_attr, deferred_data, rewritten
     from .files import refuse_inputs, write_output
-    from .script import open_recording
+    from .script import open_recording, progress_bar
 
     refuse_inputs(output, [path])
     if plot is not None:
@@ -38,7 +38,7 @@ def run_defer(path: str, *, output: str, binaries: list[str], assume_sframe: boo
             raise CommandError(f"{path}: events with different sample layouts are not "
                                "rewritten", EXIT_INVALID)
         what_if = WhatIf(unwinder, assume_sframe=assume_sframe)
-        for _ in _progress(what_if.run(), data):
+        for _ in progress_bar(what_if.run(), data, "what the kernel would unwind"):
             pass
         attr = data.attrs[0]
         after = _deferred_records(what_if, attr.sample_type)
@@ -77,16 +77,3 @@ def _deferred_records(what_if: Any, sample_type: int) -> dict[int, bytes]:
             entry.cookie, entry.trace.entries, trailer)
     return after
 
-
-def _progress(items: Any, data: Any) -> Any:
-    """The samples, with a progress bar on stderr when it is a terminal."""
-    if not sys.stderr.isatty():
-        yield from items
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True) as progress:
-        task = progress.add_task("what the kernel would unwind", total=data.data_size)
-        for unwound in items:
-            progress.update(task, completed=unwound.sample.offset - data.data_offset)
-            yield unwound

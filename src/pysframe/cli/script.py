@@ -263,7 +263,7 @@ def _with_stops(samples: Any) -> Any:
         yield unwound
 
 
-def _progress(samples: Any, data: Any) -> Any:
+def progress_bar(samples: Any, data: Any, description: str = "unwinding") -> Any:
     """A progress bar on stderr (by position in the data section) when it is a terminal."""
     if not sys.stderr.isatty():
         yield from samples
@@ -271,7 +271,7 @@ def _progress(samples: Any, data: Any) -> Any:
     from rich.progress import Progress
 
     with Progress(transient=True) as progress:
-        task = progress.add_task("unwinding", total=data.data_size)
+        task = progress.add_task(description, total=data.data_size)
         for unwound in samples:
             progress.update(task, completed=unwound.sample.offset - data.data_offset)
             yield unwound
@@ -291,7 +291,7 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
         kernel_id = next((entry.build_id for entry in data.build_ids() if entry.kernel
                           and entry.filename == "[kernel.kallsyms]"), None)
         kernel = kernel_symbols_for(kernel_id)
-        profile = collect(_progress(_located(path, unwinder.samples()), data), problems,
+        profile = collect(progress_bar(_located(path, unwinder.samples()), data), problems,
                           kernel)
         write_output(output, _profile_bytes(profile, form, data, kernel_id), inputs=[path])
         for offset, reason in data.skipped:

@@ -68,38 +68,44 @@ def sampler(ringbuf_fd: int, targets_fd: int | None) -> bytes:
         a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, "out")
     a.ld_map(R1, ringbuf_fd).mov(R2, RECORD_SIZE).mov(R3, 0).call(RINGBUF_RESERVE)
     a.jump(JEQ, R0, 0, "out").mov(R8, R0, reg=True)
-    # kind, pid, tid, time, cpu
-    a.st(4, R8, 0, KIND_SAMPLE)
-    a.mov(R1, R7, reg=True).alu(RSH, R1, 32).stx(4, R8, 8, R1).stx(4, R8, 12, R7)
-    a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
-    a.call(GET_SMP_PROCESSOR_ID).stx(4, R8, 24, R0)
-    a.st(4, R8, 28, 0).st(4, R8, 32, 0).st(4, R8, 36, 0)
-    a.ldx(8, R1, R6, CTX_PERIOD).stx(8, R8, 64, R1)
-    # Taken in user mode: the context's registers are the user's.
-    a.ldx(8, R1, R6, PT_CS).alu(AND, R1, 3).jump(JNE, R1, 3, "kernel")
-    a.st(4, R8, 4, FLAG_USER_REGS)
-    a.ldx(8, R1, R6, PT_IP).stx(8, R8, 40, R1)
-    a.ldx(8, R1, R6, PT_SP).stx(8, R8, 48, R1)
-    a.ldx(8, R1, R6, PT_BP).stx(8, R8, 56, R1)
-    a.goto("walk")
-    # Taken in the kernel: its stack, then the user registers saved at entry.
-    a.label("kernel")
-    a.st(4, R8, 4, FLAG_IN_KERNEL | FLAG_USER_REGS)
-    a.mov(R1, R6, reg=True).mov(R2, R8, reg=True).add(R2, KERNEL_AT)
-    a.mov(R3, 8 * MAX_FRAMES).mov(R4, 0).call(GET_STACK)
-    a.jump(JSLE, R0, 0, "no_kernel_stack")  # an error: no kernel frames
-    a.stx(4, R8, 28, R0)
-    a.label("no_kernel_stack")
-    a.call(GET_CURRENT_TASK_BTF).mov(R1, R0, reg=True).call(TASK_PT_REGS)
-    a.ldx(8, R1, R0, PT_IP).stx(8, R8, 40, R1)
-    a.ldx(8, R1, R0, PT_SP).stx(8, R8, 48, R1)
-    a.ldx(8, R1, R0, PT_BP).stx(8, R8, 56, R1)
+    sample_fields(a, "walk")
     _frame_pointer_walk(a)
     a.label("submit")
     a.mov(R1, R8, reg=True).mov(R2, 0).call(RINGBUF_SUBMIT)
     a.label("out")
     a.mov(R0, 0).exit()
     return a.assemble()
+
+
+def sample_fields(a: Asm, then: str) -> None:
+    """Fill the record at R8 but for its walk (R6: the context, R7: the pid/tgid word):
+    kind, process, thread, time, CPU, period, the user registers (the sample's in user
+    mode; in the kernel, its stack and the registers saved at entry, loaded by their own
+    instructions: another pointer type), then go to ``then``."""
+    a.st(4, R8, 0, KIND_SAMPLE)
+    a.mov(R1, R7, reg=True).alu(RSH, R1, 32).stx(4, R8, 8, R1).stx(4, R8, 12, R7)
+    a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
+    a.call(GET_SMP_PROCESSOR_ID).stx(4, R8, 24, R0)
+    a.st(4, R8, 28, 0).st(4, R8, 32, 0).st(4, R8, 36, 0)
+    a.ldx(8, R1, R6, CTX_PERIOD).stx(8, R8, 64, R1)
+    a.ldx(8, R1, R6, PT_CS).alu(AND, R1, 3).jump(JNE, R1, 3, "fields_kernel")
+    a.st(4, R8, 4, FLAG_USER_REGS)
+    a.ldx(8, R1, R6, PT_IP).stx(8, R8, 40, R1)
+    a.ldx(8, R1, R6, PT_SP).stx(8, R8, 48, R1)
+    a.ldx(8, R1, R6, PT_BP).stx(8, R8, 56, R1)
+    a.goto(then)
+    a.label("fields_kernel")
+    a.st(4, R8, 4, FLAG_IN_KERNEL | FLAG_USER_REGS)
+    a.mov(R1, R6, reg=True).mov(R2, R8, reg=True).add(R2, KERNEL_AT)
+    a.mov(R3, 8 * MAX_FRAMES).mov(R4, 0).call(GET_STACK)
+    a.jump(JSLE, R0, 0, "fields_no_kernel_stack")  # an error: no kernel frames
+    a.stx(4, R8, 28, R0)
+    a.label("fields_no_kernel_stack")
+    a.call(GET_CURRENT_TASK_BTF).mov(R1, R0, reg=True).call(TASK_PT_REGS)
+    a.ldx(8, R1, R0, PT_IP).stx(8, R8, 40, R1)
+    a.ldx(8, R1, R0, PT_SP).stx(8, R8, 48, R1)
+    a.ldx(8, R1, R0, PT_BP).stx(8, R8, 56, R1)
+    a.goto(then)
 
 
 def _frame_pointer_walk(a: Asm) -> None:

@@ -30,7 +30,6 @@ from .asm import (
     JLT,
     JNE,
     JSET,
-    JSLT,
     LSH,
     R0,
     R1,
@@ -49,30 +48,17 @@ from .asm import (
 )
 from .btf import function_btf
 from .sampler import (
-    CTX_PERIOD,
-    FLAG_IN_KERNEL,
-    FLAG_USER_REGS,
     GET_CURRENT_PID_TGID,
-    GET_CURRENT_TASK_BTF,
-    GET_SMP_PROCESSOR_ID,
-    GET_STACK,
-    KERNEL_AT,
-    KIND_SAMPLE,
-    KTIME_GET_NS,
     MAP_LOOKUP_ELEM,
     MAX_FRAMES,
     PROBE_READ_USER,
-    PT_BP,
-    PT_CS,
-    PT_IP,
-    PT_SP,
     RECORD_SIZE,
     STOP_BACKWARDS,
     STOP_DEPTH,
     STOP_FAULT,
     STOP_ZERO,
-    TASK_PT_REGS,
     USER_AT,
+    sample_fields,
 )
 
 RINGBUF_OUTPUT, BPF_LOOP = 130, 181
@@ -112,34 +98,9 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int) -> None:
     a.st(4, R10, -4, 0).ld_map(R1, scratch_fd).mov(R2, R10, reg=True).add(R2, -4)
     a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, "main_out").mov(R8, R0, reg=True)
     a.call(GET_CURRENT_PID_TGID).mov(R7, R0, reg=True)
-    a.st(4, R8, 0, KIND_SAMPLE)
-    a.mov(R1, R7, reg=True).alu(RSH, R1, 32).stx(4, R8, 8, R1).stx(4, R8, 12, R7)
-    a.stx(4, R10, STATE + TGID, R1)
-    a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
-    a.call(GET_SMP_PROCESSOR_ID).stx(4, R8, 24, R0)
-    a.st(4, R8, 28, 0).st(4, R8, 32, 0).st(4, R8, 36, 0)
-    a.ldx(8, R1, R6, CTX_PERIOD).stx(8, R8, 64, R1)
-    a.ldx(8, R1, R6, PT_CS).alu(AND, R1, 3).jump(JNE, R1, 3, "main_kernel")
-    # Taken in user mode: the sample's registers are the user's.
-    a.st(4, R8, 4, FLAG_USER_REGS)
-    a.ldx(8, R1, R6, PT_IP).stx(8, R8, 40, R1)
-    a.ldx(8, R1, R6, PT_SP).stx(8, R8, 48, R1)
-    a.ldx(8, R1, R6, PT_BP).stx(8, R8, 56, R1)
-    a.goto("main_walk")
-    # Taken in the kernel: its stack, and the user registers saved at entry (another
-    # pointer type: loaded by their own instructions).
-    a.label("main_kernel")
-    a.st(4, R8, 4, FLAG_IN_KERNEL | FLAG_USER_REGS)
-    a.mov(R1, R6, reg=True).mov(R2, R8, reg=True).add(R2, KERNEL_AT)
-    a.mov(R3, 8 * MAX_FRAMES).mov(R4, 0).call(GET_STACK)
-    a.jump(JSLT, R0, 0, "main_no_kernel")  # an error: no kernel frames
-    a.stx(4, R8, 28, R0)
-    a.label("main_no_kernel")
-    a.call(GET_CURRENT_TASK_BTF).mov(R1, R0, reg=True).call(TASK_PT_REGS)
-    a.ldx(8, R1, R0, PT_IP).stx(8, R8, 40, R1)
-    a.ldx(8, R1, R0, PT_SP).stx(8, R8, 48, R1)
-    a.ldx(8, R1, R0, PT_BP).stx(8, R8, 56, R1)
+    sample_fields(a, "main_walk")
     a.label("main_walk")
+    a.ldx(4, R1, R8, 8).stx(4, R10, STATE + TGID, R1)
     a.ldx(8, R1, R8, 40).stx(8, R10, STATE + PC, R1).stx(8, R8, USER_AT, R1)
     a.ldx(8, R1, R8, 48).stx(8, R10, STATE + SP, R1)
     a.ldx(8, R1, R8, 56).stx(8, R10, STATE + FP, R1)
