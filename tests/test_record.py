@@ -164,11 +164,14 @@ def test_a_table_the_kernel_refuses_is_not_loaded(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "kernel's rules refuse it (the kernel registers only SFrame version 3" in run.stderr
     # binutils 2.44 wrote version 2: the walker has no rows for lua, its frames fall back to
-    # frame pointers (which it was built without), so no chain reaches _start through it.
+    # frame pointers (which it was built without), so its chains stop in lua; only a
+    # register that happens to hold a stack address can carry one further (seen: 1 of
+    # ~2,000 samples), where a loaded table takes 99% to _start.
     text = sframe("script", str(output), tmp=tmp_path).stdout
     lua_frames = [block for block in text.split("\n\n")
                   if "(" + os.path.realpath(lua / "lua") + ")" in block]
-    assert lua_frames and not any(" _start+" in block for block in lua_frames)
+    assert lua_frames
+    assert sum(" _start+" in block for block in lua_frames) <= 0.05 * len(lua_frames)
 
 
 def test_system_wide(tmp_path: Path, busy: Path) -> None:
