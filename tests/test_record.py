@@ -4,6 +4,7 @@ the file read back by ``sframe script`` (and perf when installed), Ctrl-C leavin
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import signal
@@ -69,6 +70,18 @@ def chains(text: str) -> list[list[str]]:
     return [chain for chain in out if chain or True]
 
 
+def assert_same_text(perf: str, ours: str) -> None:
+    """perf script's text and ours, line for line up to white space; the first lines that
+    differ are shown when they do not."""
+    theirs_lines = [" ".join(line.split()) for line in perf.splitlines()]
+    our_lines = [" ".join(line.split()) for line in ours.splitlines()]
+    if theirs_lines == our_lines:
+        return
+    diff = list(difflib.unified_diff(theirs_lines, our_lines, "perf script", "sframe script",
+                                     n=6, lineterm=""))
+    raise AssertionError("perf script and sframe script differ:\n" + "\n".join(diff[:60]))
+
+
 def test_a_command_is_recorded_with_whole_user_stacks(tmp_path: Path, busy: Path) -> None:
     before = objects()
     output = tmp_path / "busy.perf.data"
@@ -90,9 +103,7 @@ def test_a_command_is_recorded_with_whole_user_stacks(tmp_path: Path, busy: Path
                                 text=True, timeout=120)
         assert theirs.returncode == 0, theirs.stderr[-300:]
         assert theirs.stdout.count("cpu-clock") == text.stdout.count("cpu-clock")
-        same = [" ".join(line.split()) for line in theirs.stdout.splitlines()] == [
-            " ".join(line.split()) for line in text.stdout.splitlines()]
-        assert same, "perf script and sframe script differ on the recording"
+        assert_same_text(theirs.stdout, text.stdout)
 
 
 def test_a_running_process_is_recorded_for_a_while(tmp_path: Path, busy: Path) -> None:
