@@ -81,10 +81,10 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     source, program = directory / "signals.c", directory / "signals"
     source.write_text(SIGNAL_PROGRAM)
     subprocess.run(["gcc", "-O2", "-o", str(program), str(source)], check=True, timeout=120)
-    return [record(directory / "signals.data", [str(program), "40000"], "-F", "2000",
+    return [record(directory / "signals.data", [str(program), "60000"], "-F", "2000",
                    "--call-graph", "dwarf,4096"),
-            record(directory / "shell.data", ["sh", "-c", f"{program} 8000; {program} 8000; "
-                                              f"{program} 8000"], "-F", "2000",
+            record(directory / "shell.data", ["sh", "-c", f"{program} 12000; {program} 12000; "
+                                              f"{program} 12000"], "-F", "2000",
                    "--call-graph", "dwarf,4096")]
 
 
@@ -97,7 +97,9 @@ def test_recordings_made_here_print_the_same(recordings: list[Path],
     for path in recordings:
         with open_perf_data(str(path)) as data:
             arrays = sample_arrays(data)
-            assert arrays is not None and len(arrays.offset) > 100
+            # The count depends on the machine's speed and perf's sample-rate throttling
+            # (CI once saw 99): enough to hold chains of every kind, not a figure.
+            assert arrays is not None and len(arrays.offset) > 40
             assert path.name != "shell.data" or len(arrays.events) > 10
         scalar = _text(path, "scalar", monkeypatch, tmp_path)
         assert _text(path, "vector", monkeypatch, tmp_path) == scalar, path.name
