@@ -209,18 +209,22 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
                                  "cache-references", "cache-misses", "branches",
                                  "branch-misses"]),
               help="The event that takes the samples.")
+@click.option("--defer", is_flag=True,
+              help="Walk the user stack of a sample taken in a system call once, when the "
+                   "thread returns to user space, shared by every sample of that entry "
+                   "(the kernel's deferred unwinding; perf >= 6.19 reads the file).")
 @click.option("-o", "--output", default="perf.data", show_default=True,
               type=click.Path(dir_okay=False))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(pids: tuple[int, ...], system_wide: bool, frequency: int, duration: float | None,
-           event: str, output: str, command: tuple[str, ...]) -> None:
+           event: str, defer: bool, output: str, command: tuple[str, ...]) -> None:
     """Sample a command (after --) or processes (-p) with stacks walked in the kernel by an
     eBPF program from SFrame tables; write perf.data (root, Linux 5.17+ with BTF)."""
     from .record import run_record
 
     sys.exit(run_record(pids=list(pids), command=list(command), frequency=frequency,
                         duration=duration, output=output, report=report, event=event,
-                        system_wide=system_wide))
+                        system_wide=system_wide, defer=defer))
 
 
 @cli.command(name="report")

@@ -11,7 +11,7 @@ from .errors import EXIT_OK, EXIT_UNREADABLE, CommandError
 
 def run_record(*, pids: list[int], command: list[str], frequency: int,
                duration: float | None, output: str, report: Any, event: str = "cpu-clock",
-               system_wide: bool = False) -> int:
+               system_wide: bool = False, defer: bool = False) -> int:
     from ..record.bpf_sys import BpfError
     from ..record.recorder import record
     from .files import write_output
@@ -27,19 +27,25 @@ def run_record(*, pids: list[int], command: list[str], frequency: int,
                            EXIT_UNREADABLE)
     try:
         data, result = record(pids, command or None, frequency, duration, report, event,
-                              system_wide)
+                              system_wide, defer)
     except BpfError as error:
         raise CommandError(f"the kernel refused: {error}{_missing(str(error))}",
                            EXIT_UNREADABLE) from None
     write_output(output, data)
-    walked = 100 * result.outermost / result.samples if result.samples else 0.0
+    walked = 100 * result.outermost / result.walks if result.walks else 0.0
     if result.gone:
         report(f"{len(result.gone)} process{'es' if len(result.gone) != 1 else ''} ended before "
                "their tables were loaded: their samples have frame-pointer stacks only")
     cost = (f"; the walker took {result.walker_ns / 1000:.1f} us per sample"
             if result.walker_ns else "")
+    # (Walks, not samples: with --defer, one walk serves the samples of a kernel entry.)
     sys.stderr.write(f"sframe record: {result.samples:,} samples ({walked:.1f}% walked to the "
                      f"outermost frame{cost}), {len(data):,} bytes written to {output}\n")
+    if defer:
+        saved = result.requests - result.deferred_walks
+        report(f"--defer: {result.requests:,} samples taken in system calls asked for their "
+               f"user stack; {result.deferred_walks:,} walks made at the return to user space "
+               f"({saved:,} saved by shared cookies); {result.walks:,} walks in all")
     return EXIT_OK
 
 

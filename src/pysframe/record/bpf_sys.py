@@ -26,10 +26,10 @@ SYS_BPF, SYS_PERF_EVENT_OPEN = 321, 298  # x86-64
 # bpf() commands.
 MAP_CREATE, MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_DELETE_ELEM = 0, 1, 2, 3
 PROG_LOAD, PROG_GET_NEXT_ID, MAP_GET_NEXT_ID, BTF_LOAD = 5, 11, 12, 18
-MAP_UPDATE_BATCH = 26
+RAW_TRACEPOINT_OPEN, MAP_UPDATE_BATCH = 17, 26
 # Map and program types.
-MAP_HASH, MAP_ARRAY, MAP_PERCPU_ARRAY, MAP_RINGBUF = 1, 2, 6, 27
-PROG_PERF_EVENT, PROG_TRACEPOINT = 7, 5
+MAP_HASH, MAP_ARRAY, MAP_PERCPU_ARRAY, MAP_LRU_HASH, MAP_RINGBUF = 1, 2, 6, 9, 27
+PROG_PERF_EVENT, PROG_TRACEPOINT, PROG_RAW_TRACEPOINT = 7, 5, 17
 # perf_event ioctls.
 PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_DISABLE, PERF_EVENT_IOC_SET_BPF = 0x2400, 0x2401, 0x40042408
 LOG_SIZE = 1 << 20
@@ -188,6 +188,14 @@ def btf_load(blob: bytes) -> Fd:
         text = log.value.decode(errors="replace").strip().splitlines()
         raise _failure("loading BTF", code, ": " + " | ".join(text[-4:]) if text else "")
     return Fd(int(result), "BTF")
+
+
+def raw_tracepoint_open(name: str, program: Fd) -> Fd:
+    """Attach ``program`` to the raw tracepoint ``name``; closing the result detaches it."""
+    text = ctypes.create_string_buffer(name.encode())
+    attr = struct.pack("<QI", ctypes.addressof(text), int(program))
+    return Fd(bpf(RAW_TRACEPOINT_OPEN, attr, f"attaching to the tracepoint {name}"),
+              f"raw tracepoint {name}")
 
 
 def object_ids(command: int) -> Iterator[int]:

@@ -14,6 +14,13 @@ import os
 import struct
 from collections.abc import Iterable
 
+from ..report.perf_data_out import (
+    FLAG_DEFER_CALLCHAIN,
+    FLAG_DEFER_OUTPUT,
+    PERF_CONTEXT_USER_DEFERRED,
+    callchain_deferred,
+    sample_id_trailer,
+)
 from .sampler import FLAG_IN_KERNEL, KERNEL_AT, RECORD, USER_AT
 
 SAMPLE_TYPE = 0x1A7  # IP TID TIME CALLCHAIN CPU PERIOD
@@ -21,6 +28,8 @@ SAMPLE_TYPE = 0x1A7  # IP TID TIME CALLCHAIN CPU PERIOD
 #: comm_exec, build_id.
 ATTR_FLAGS = ((1 << 10) | (1 << 18) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 20) | (1 << 23) | (1 << 24)
               | (1 << 34))
+#: ``--defer``: user callchains come in CALLCHAIN_DEFERRED records, written by this event.
+DEFER_FLAGS = FLAG_DEFER_CALLCHAIN | FLAG_DEFER_OUTPUT
 PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER = (1 << 64) - 128, (1 << 64) - 512
 RECORD_SAMPLE = 9
 _HEADER = struct.Struct("<8sQQQQQQQQ32s")
@@ -45,7 +54,7 @@ def event_attr(frequency: int, flags: int = ATTR_FLAGS, config: int = 0,
 def sample_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     """(time, the PERF_RECORD_SAMPLE) of one walker record."""
     (_, flags, pid, tid, time, cpu, kernel_bytes, user_count, _, ip, _, _,
-     period) = RECORD.unpack_from(raw)
+     period, _) = RECORD.unpack_from(raw)
     kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
     user = struct.unpack_from(f"<{min(user_count, 127)}Q", raw, USER_AT)
     chain: list[int] = []
@@ -58,6 +67,30 @@ def sample_record(raw: bytes | memoryview) -> tuple[int, bytes]:
                        len(chain), *chain)
     misc = 1 if flags & FLAG_IN_KERNEL else 2
     return time, struct.pack("<IHH", RECORD_SAMPLE, misc, 8 + len(body)) + body
+
+
+def request_record(raw: bytes | memoryview) -> tuple[int, bytes]:
+    """(time, the PERF_RECORD_SAMPLE) of a ``--defer`` request: the kernel stack, then
+    ``USER_DEFERRED`` and the entry's cookie, as perf >= 6.19 writes such a sample."""
+    (_, _, pid, tid, time, cpu, kernel_bytes, _, _, _, _, _, period,
+     cookie) = RECORD.unpack_from(raw)
+    kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
+    chain = [PERF_CONTEXT_KERNEL, *kernel] if kernel else []
+    chain += [PERF_CONTEXT_USER_DEFERRED, cookie]
+    body = struct.pack(f"<QIIQIIQQ{len(chain)}Q", kernel[0] if kernel else 0, pid, tid, time,
+                       cpu, 0, period, len(chain), *chain)
+    return time, struct.pack("<IHH", RECORD_SAMPLE, 1, 8 + len(body)) + body
+
+
+def deferred_record(raw: bytes | memoryview) -> tuple[int, bytes]:
+    """(time, the PERF_RECORD_CALLCHAIN_DEFERRED) of a walk made at the return to user
+    space: the cookie and the user stack, with the file's sample_id trailer."""
+    (_, _, pid, tid, time, cpu, _, user_count, _, _, _, _, _,
+     cookie) = RECORD.unpack_from(raw)
+    user = struct.unpack_from(f"<{min(user_count, 127)}Q", raw, USER_AT)
+    chain = list(user) if user and user[0] else []  # plain addresses, as perf writes them
+    trailer = sample_id_trailer(SAMPLE_TYPE, pid, tid, time, cpu)
+    return time, callchain_deferred(cookie, chain, trailer)
 
 
 FEATURE_BUILD_ID = 2

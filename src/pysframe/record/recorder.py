@@ -25,22 +25,26 @@ from collections.abc import Callable
 from ..sources.live import read_maps
 from ..unwind.modules import BinaryFinder
 from . import bpf_sys as sys_bpf
+from .defer_walk import RETURN_HOOKS, deferring_walker, return_walker
 from .perf_file import (
     ATTR_FLAGS,
+    DEFER_FLAGS,
     EVENTS,
     SAMPLE_TYPE,
     build_id_entry,
     comm_record,
+    deferred_record,
     event_attr,
     kernel_mmap_record,
     kernel_text,
     mmap2_record,
     perf_data,
+    request_record,
     sample_record,
 )
 from .perf_ring import PerfRing
 from .ringbuf import RingBuffer
-from .sampler import RECORD, RECORD_SIZE
+from .sampler import KIND_DEFERRED, KIND_REQUEST, RECORD, RECORD_SIZE
 from .tables import TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, walker
 
@@ -49,6 +53,10 @@ RING_BYTES = 1 << 24
 #: band wakes us at once (a new mapping's table is loaded without waiting).
 POLL_MS = 50
 ROWS = 1 << 20
+#: ``--defer``: threads that may wait for their walk at once (an LRU map: the entries
+#: exited threads leave are pushed out), and how long the last requests are waited for.
+PENDING = 1 << 16
+DRAIN_MS = 100
 MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
 #: side-band event flags: inherit, mmap, comm, task, sample_id_all, mmap2, comm_exec,
 #: use_clockid, build_id.
@@ -76,19 +84,27 @@ class Recording:
         #: tables failed to load (reported once each).
         self.gone: set[int] = set()
         self.failed: set[int] = set()
+        #: ``--defer``: samples that asked for their user stack, and the walks made at
+        #: the return to user space (the difference: walks the shared cookies saved).
+        self.requests = 0
+        self.deferred_walks = 0
+        #: Walks of user stacks made (at the sample, or deferred).
+        self.walks = 0
 
 
 def record(target_pids: list[int], command: list[str] | None, frequency: int,
            duration: float | None, report: Callable[[str], None], event: str = "cpu-clock",
-           system_wide: bool = False) -> tuple[bytes, Recording]:
+           system_wide: bool = False, defer: bool = False) -> tuple[bytes, Recording]:
     """Record ``command`` (started here), the threads of ``target_pids``, or with
-    ``system_wide`` every process; returns the perf.data bytes and the counts."""
+    ``system_wide`` every process; with ``defer``, samples taken in system calls have
+    their user stacks walked at the return to user space (:mod:`.defer_walk`). Returns
+    the perf.data bytes and the counts."""
     result = Recording()
     stop = {"now": False}
     previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     try:
         with sys_bpf.Resources() as owned:
-            session = _Session(owned, frequency, result, report)
+            session = _Session(owned, frequency, result, report, defer)
             session.event = EVENTS[event]
             text = kernel_text()
             if text is not None:
@@ -134,6 +150,9 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                 if child is None and not system_wide and not any(
                         os.path.exists(f"/proc/{pid}") for pid in target_pids):
                     break
+            session.stop_sampling()
+            if defer:  # walks asked for by the last samples come at their threads' returns
+                session.poll(DRAIN_MS)
             session.poll(0)
             session.close()
             result.binaries = session.loader.build_ids
@@ -144,7 +163,8 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
         signal.signal(signal.SIGINT, previous)
     result.records.sort(key=lambda item: (item[0], item[1]))
     event_type, config = EVENTS[event]
-    attr = event_attr(frequency, ATTR_FLAGS, config=config, event_type=event_type)
+    attr = event_attr(frequency, ATTR_FLAGS | (DEFER_FLAGS if defer else 0), config=config,
+                      event_type=event_type)
     return perf_data(attr, (data for _, _, data in result.records),
                      _build_ids(result.binaries)), result
 
@@ -165,14 +185,28 @@ def _build_ids(binaries: dict[str, bytes]) -> list[bytes]:
 
 class _Session:
     def __init__(self, owned: sys_bpf.Resources, frequency: int, result: Recording,
-                 report: Callable[[str], None]) -> None:
+                 report: Callable[[str], None], defer: bool = False) -> None:
         self.owned, self.frequency, self.result, self.report = owned, frequency, result, report
         own = owned.own
         self.ring_fd = own(sys_bpf.map_create(sys_bpf.MAP_RINGBUF, 0, 0, RING_BYTES, "sf_ring"))
         scratch = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, RECORD_SIZE, 1, "sf_scratch"))
         self.procs = own(sys_bpf.map_create(sys_bpf.MAP_HASH, 4, PROCS_VALUE, 4096, "sf_procs"))
         rows = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS, "sf_rows"))
-        code, blob, infos = walker(int(self.ring_fd), int(scratch), int(self.procs), int(rows))
+        maps = (int(self.ring_fd), int(scratch), int(self.procs), int(rows))
+        if defer:
+            self.pending = own(sys_bpf.map_create(sys_bpf.MAP_LRU_HASH, 4, 8, PENDING,
+                                                  "sf_pending"))
+            counter = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, 8, 1, "sf_entries"))
+            code, blob, infos = deferring_walker(*maps, int(self.pending), int(counter))
+            for hook in RETURN_HOOKS:
+                hook_code, hook_blob, hook_infos = return_walker(
+                    *maps, int(self.pending), at_exit=hook == "sched_process_exit")
+                hook_program = own(sys_bpf.prog_load(
+                    sys_bpf.PROG_RAW_TRACEPOINT, hook_code, f"sframe_{hook}",
+                    btf=own(sys_bpf.btf_load(hook_blob)), func_info=hook_infos))
+                own(sys_bpf.raw_tracepoint_open(hook, hook_program))
+        else:
+            code, blob, infos = walker(*maps)
         btf = own(sys_bpf.btf_load(blob))
         self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
                                              btf=btf, func_info=infos))
@@ -278,12 +312,25 @@ class _Session:
             for data in band.records():
                 self._side_band(data)
         for raw in self.ring.records():
-            stamp, data = sample_record(raw)
-            self.result.samples += 1
-            reason = RECORD.unpack_from(raw)[8]
-            self.result.outermost += reason == STOP_OUTERMOST
-            self.result.stops[reason] = self.result.stops.get(reason, 0) + 1
+            kind = RECORD.unpack_from(raw)[0]
+            if kind == KIND_REQUEST:
+                stamp, data = request_record(raw)
+                self.result.requests += 1
+            elif kind == KIND_DEFERRED:
+                stamp, data = deferred_record(raw)
+                self.result.deferred_walks += 1
+                self._walked(raw)
+            else:
+                stamp, data = sample_record(raw)
+                self._walked(raw)
+            self.result.samples += kind != KIND_DEFERRED
             self.keep(stamp, data)
+
+    def _walked(self, raw: bytes | memoryview) -> None:
+        reason = RECORD.unpack_from(raw)[8]
+        self.result.walks += 1
+        self.result.outermost += reason == STOP_OUTERMOST
+        self.result.stops[reason] = self.result.stops.get(reason, 0) + 1
 
     def keep(self, stamp: int, data: bytes) -> None:
         self.result.records.append((stamp, self.sequence, data))
@@ -312,13 +359,15 @@ class _Session:
                     pass
             del parent
 
-    def close(self) -> None:
-        self.result.walker_ns = _run_time(self.program)
+    def stop_sampling(self) -> None:
         for event in self.events:
             try:
                 sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_DISABLE)
             except sys_bpf.BpfError:
                 pass
+
+    def close(self) -> None:
+        self.result.walker_ns = _run_time(self.program)
         self.ring.close()
         for band in self.side_bands:
             band.close()

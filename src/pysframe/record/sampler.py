@@ -43,15 +43,18 @@ GET_CURRENT_TASK_BTF, TASK_PT_REGS = 158, 175
 PT_BP, PT_IP, PT_CS, PT_SP = 32, 128, 136, 152
 MAX_FRAMES = 127
 #: Record layout: u32 kind, flags, pid, tid; u64 time; u32 cpu, kernel bytes, user frames,
-#: stop; u64 ip, sp, bp, period; u64 kernel[127]; u64 user[127].
-RECORD = struct.Struct("<IIIIQIIIIQQQQ")
+#: stop; u64 ip, sp, bp, period, cookie; u64 kernel[127]; u64 user[127].
+RECORD = struct.Struct("<IIIIQIIIIQQQQQ")
+COOKIE_AT = 72
 #: The sample's period, in the program's context (struct bpf_perf_event_data).
 CTX_PERIOD = 168
 KERNEL_AT = RECORD.size
 USER_AT = KERNEL_AT + 8 * MAX_FRAMES
 RECORD_SIZE = USER_AT + 8 * MAX_FRAMES
 FLAG_IN_KERNEL, FLAG_USER_REGS = 1, 2
-KIND_SAMPLE = 1
+#: A sample with its user stack; a sample whose user stack is deferred (``--defer``: kernel
+#: stack and cookie only); a deferred walk (cookie and user stack, at the return to user).
+KIND_SAMPLE, KIND_REQUEST, KIND_DEFERRED = 1, 2, 3
 #: Why a user walk ended.
 STOP_DEPTH, STOP_UNALIGNED, STOP_FAULT, STOP_ZERO, STOP_BACKWARDS = 1, 2, 3, 4, 5
 
@@ -87,7 +90,7 @@ def sample_fields(a: Asm, then: str) -> None:
     a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
     a.call(GET_SMP_PROCESSOR_ID).stx(4, R8, 24, R0)
     a.st(4, R8, 28, 0).st(4, R8, 32, 0).st(4, R8, 36, 0)
-    a.ldx(8, R1, R6, CTX_PERIOD).stx(8, R8, 64, R1)
+    a.ldx(8, R1, R6, CTX_PERIOD).stx(8, R8, 64, R1).st(8, R8, COOKIE_AT, 0)
     a.ldx(8, R1, R6, PT_CS).alu(AND, R1, 3).jump(JNE, R1, 3, "fields_kernel")
     a.st(4, R8, 4, FLAG_USER_REGS)
     a.ldx(8, R1, R6, PT_IP).stx(8, R8, 40, R1)

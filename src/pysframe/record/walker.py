@@ -19,6 +19,7 @@ return address be non-zero, and at most :data:`~.sampler.MAX_FRAMES` frames are 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from ..unwind.flat import BIAS, CFA_SHIFT, FIELD_MASK, FP_SHIFT, OUTERMOST, RA_SHIFT
 from .asm import (
@@ -79,26 +80,34 @@ STATE = -64
 PC, SP, FP, COUNT, STOP, TGID, TOPMOST, KEY, LO, HI = 0, 8, 16, 24, 28, 32, 36, 40, 48, 52
 
 
-def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int
+#: Fills the record before the walk (R6: the context, R7: the pid/tgid word, R8: the
+#: record), then jumps to ``main_walk``, to ``main_output`` (no walk) or ``main_out``
+#: (nothing to send). The stack below :data:`STATE` is its own.
+Fill = Callable[[Asm], None]
+
+
+def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
+           fill: Fill | None = None, name: str = "sframe_sample"
            ) -> tuple[bytes, bytes, bytes]:
-    """(instructions, BTF blob, func_info) of the sampling program with the SFrame walker."""
+    """(instructions, BTF blob, func_info) of the sampling program with the SFrame walker;
+    ``fill``: what fills the record (default: the sample's fields, then the walk)."""
     a = Asm()
-    _main(a, ringbuf_fd, scratch_fd)
+    _main(a, ringbuf_fd, scratch_fd, fill or (lambda asm: sample_fields(asm, "main_walk")))
     a.label("frame_step")
     _frame_step(a, scratch_fd, procs_fd, rows_fd)
     a.label("search_step")
     _search_step(a, rows_fd)
-    blob, infos = function_btf("sframe_sample", [("frame_step", a.offset_of("frame_step")),
-                                                  ("search_step", a.offset_of("search_step"))])
+    blob, infos = function_btf(name, [("frame_step", a.offset_of("frame_step")),
+                                      ("search_step", a.offset_of("search_step"))])
     return a.assemble(), blob, infos
 
 
-def _main(a: Asm, ringbuf_fd: int, scratch_fd: int) -> None:
+def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, fill: Fill) -> None:
     a.mov(R6, R1, reg=True)
     a.st(4, R10, -4, 0).ld_map(R1, scratch_fd).mov(R2, R10, reg=True).add(R2, -4)
     a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, "main_out").mov(R8, R0, reg=True)
     a.call(GET_CURRENT_PID_TGID).mov(R7, R0, reg=True)
-    sample_fields(a, "main_walk")
+    fill(a)
     a.label("main_walk")
     a.ldx(4, R1, R8, 8).stx(4, R10, STATE + TGID, R1)
     a.ldx(8, R1, R8, 40).stx(8, R10, STATE + PC, R1).stx(8, R8, USER_AT, R1)
@@ -112,6 +121,7 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int) -> None:
     a.ldx(4, R1, R10, STATE + STOP).stx(4, R8, 36, R1)
     # No wake-up per sample: the reader drains the buffer in batches (every 50 ms), so the
     # sampled CPU does not send it an interrupt 1000 times a second.
+    a.label("main_output")
     a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True).mov(R3, RECORD_SIZE)
     a.mov(R4, BPF_RB_NO_WAKEUP).call(RINGBUF_OUTPUT)
     a.label("main_out")

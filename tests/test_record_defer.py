@@ -1,0 +1,137 @@
+"""``sframe record --defer`` (root and BPF, as tests/test_record.py): samples taken in system
+calls ask for their user stack and get it once per kernel entry, at the return to user
+space; the file is perf's 6.19 deferred-callchain ABI, stitched by ``sframe script`` and,
+when a perf >= 6.19 is installed beside the checkout, by ``perf script`` too."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from tests.test_perf_deferred import perf7
+from tests.test_record_bpf import REASON, objects, settled
+
+from pysframe.deferred.infrastructure import cookie_parts
+from pysframe.sources.perf_data import open_perf_data
+from pysframe.sources.perf_deferred import deferred_cookie
+from pysframe.sources.perf_records import CallchainDeferred, Sample
+
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+#: Most of its time in long reads of /dev/zero (64 MiB each: several samples per system
+#: call), some in user code, and an exit that unmaps the touched buffer.
+KERNEL_HEAVY = r"""
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+static char buffer[1 << 26];
+__attribute__((noinline)) void reader(int fd, int n) {
+  for (int i = 0; i < n; i++) if (read(fd, buffer, sizeof buffer) < 0) exit(1); }
+__attribute__((noinline)) void zeroes(int n) {
+  int fd = open("/dev/zero", O_RDONLY); reader(fd, n); close(fd); }
+__attribute__((noinline)) long user_work(long n) {
+  volatile long s = 0; for (long i = 0; i < n; i++) s += i; return s; }
+int main(int argc, char **argv) { int rounds = argc > 1 ? atoi(argv[1]) : 20;
+  for (int r = 0; r < rounds; r++) { zeroes(2); user_work(2000000); }
+  return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(the --defer recording of the program, sframe record's stderr)."""
+    directory = tmp_path_factory.mktemp("defer")
+    (directory / "heavy.c").write_text(KERNEL_HEAVY)
+    program = directory / "heavy"
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(program),
+                    str(directory / "heavy.c")], check=True)
+    before = objects()
+    output = directory / "heavy.perf.data"
+    run = subprocess.run([sys.executable, "-m", "pysframe", "record", "--defer", "-o",
+                          str(output), "--", str(program), "20"], capture_output=True,
+                         text=True, timeout=300,
+                         env=dict(os.environ, XDG_CACHE_HOME=str(directory / "cache")))
+    assert run.returncode == 0, run.stderr
+    assert settled(before) == before  # the tracepoint programs and maps are gone too
+    return output, run.stderr
+
+
+def records(path: Path) -> tuple[list[Sample], list[CallchainDeferred]]:
+    samples, deferred = [], []
+    with open_perf_data(str(path)) as data:
+        for record in data.records():
+            if isinstance(record, Sample):
+                samples.append(record)
+            elif isinstance(record, CallchainDeferred):
+                deferred.append(record)
+    return samples, deferred
+
+
+def test_one_walk_per_kernel_entry_shared_by_its_samples(recording: tuple[Path, str]) -> None:
+    path, stderr = recording
+    samples, deferred = records(path)
+    cookies = Counter(cookie for cookie in (deferred_cookie(sample.callchain)
+                                            for sample in samples) if cookie is not None)
+    walked = Counter(record.cookie for record in deferred)
+    assert sum(cookies.values()) > 30  # samples in read() asked for their stacks
+    assert max(walked.values()) == 1  # one walk per entry
+    assert set(cookies) == set(walked)  # every request was answered, nothing else walked
+    assert sum(cookies.values()) - len(walked) > len(walked) / 2  # shared cookies saved walks
+    for cookie in walked:  # the kernel's rule: CPU + 1 low, an odd entry count high
+        cpu, count = cookie_parts(cookie)
+        assert 0 <= cpu < (os.cpu_count() or 1) and count & 1
+    shared = f"({sum(cookies.values()) - len(walked):,} saved by shared cookies)"
+    assert f"{sum(cookies.values()):,} samples taken in system calls" in stderr
+    assert shared in stderr, stderr
+    # A record follows the samples of its entry, from the same thread.
+    first_sample = {}
+    for sample in samples:
+        cookie = deferred_cookie(sample.callchain)
+        if cookie is not None:
+            first_sample.setdefault(cookie, sample)
+    for record in deferred:
+        asked = first_sample[record.cookie]
+        assert record.tid == asked.tid and record.time >= asked.time
+
+
+def symbols(text: str) -> list[list[str]]:
+    """Each sample's frame names, innermost first, without perf 7's inlined frames."""
+    found = []
+    for block in text.strip().split("\n\n"):
+        lines = block.splitlines()[1:]
+        found.append([re.sub(r"\+0x[0-9a-f]+$", "", line.split()[1]) for line in lines
+                      if line.strip() and "(inlined)" not in line])
+    return found
+
+
+def test_stitched_chains_reach_the_program_entry(recording: tuple[Path, str],
+                                                 tmp_path: Path) -> None:
+    path, _ = recording
+    run = subprocess.run([sys.executable, "-m", "pysframe", "script", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr  # no sample waits for a record that never came
+    chains = symbols(run.stdout)
+    reads = [chain for chain in chains if "reader" in chain]
+    assert len(reads) > 30
+    assert all(chain[-1] == "_start" and "read_zero" in chain for chain in reads), reads[:2]
+    command = perf7()
+    if command is None:
+        return  # (test_perf_deferred.py says how to install one)
+    theirs = subprocess.run([*command, "script", "-i", str(path)], capture_output=True,
+                            text=True, timeout=120)
+    assert theirs.returncode == 0, theirs.stderr[-300:]
+    assert symbols(theirs.stdout) == chains
+
+
+def test_without_merging_the_records_are_printed_apart(recording: tuple[Path, str]) -> None:
+    path, _ = recording
+    run = subprocess.run([sys.executable, "-m", "pysframe", "script", "--no-merge-callchains",
+                          str(path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    _, deferred = records(path)
+    assert run.stdout.count("DEFERRED CALLCHAIN") == len(deferred)
