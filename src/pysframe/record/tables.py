@@ -5,6 +5,10 @@ A binary's table (its own ``.sframe`` merged with its CFI, or generated from the
 cached too) and written into the ``rows`` array at the next free index: processes that
 map the same file share it. A process's entry in ``procs`` lists its executable
 mappings with their load bias and row range, from ``/proc/PID/maps``.
+
+PLT blocks (PCMASK functions: rows that repeat every ``rep_size`` bytes) are written
+out as plain rows, one run per stub (:func:`walker_rows`): the walker's one binary
+search then covers them, at a few rows per stub.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import numpy as np
 from ..errors import PysframeError
 from ..format.constants import ABI
 from ..sources.live import read_maps
+from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat
 from ..unwind.modules import BinaryFinder
 from .bpf_sys import Fd, map_update, map_update_batch
@@ -50,11 +55,12 @@ class TableLoader:
             lookup = None
         if lookup is not None:
             flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, key[1] or _build_id_of(module))
-            count = 0 if flat.rare_all else len(flat.starts)
+            starts, words = walker_rows(flat)
+            count = len(starts)
             if count and self.used + count <= self.capacity:
                 first = self.used
                 keys = np.arange(first, first + count, dtype="<u4").tobytes()
-                values = np.column_stack((flat.starts, flat.words)).astype("<u8").tobytes()
+                values = np.column_stack((starts, words)).astype("<u8").tobytes()
                 map_update_batch(self.rows, keys, values, count)
                 self.used += count
                 found = (first, count)
@@ -92,6 +98,42 @@ class TableLoader:
         value = len(entries).to_bytes(4, "little") + bytes(4) + b"".join(entries)
         map_update(self.procs, pid.to_bytes(4, "little"), value.ljust(PROCS_VALUE, b"\0"))
         return len(entries)
+
+
+#: A PLT block written out as more rows than this keeps its one MASK row (the walk stops
+#: there, with its reason): no real PLT comes near it.
+MAX_PLT_ROWS = 1 << 16
+
+
+def walker_rows(flat: FlatTable) -> tuple[np.ndarray, np.ndarray]:
+    """(row starts, rule words) for the walker: ``flat``'s, each MASK row replaced by the
+    rows of every repetition of its block (the pc's word equals ``flat.lookup``'s)."""
+    if flat.rare_all:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    masked = np.flatnonzero((flat.words & np.uint64(3)) == KIND_MASK)
+    if not len(masked):
+        return flat.starts, flat.words
+    starts: list[np.ndarray] = []
+    words: list[np.ndarray] = []
+    done = 0
+    for index in masked.tolist():
+        block = flat.masks[int(flat.words[index]) >> CFA_SHIFT]
+        offsets = np.array(block.row_starts, dtype=np.uint64)
+        repeats = -(-(block.end - block.start) // block.rep_size)
+        if repeats * len(offsets) > MAX_PLT_ROWS or not len(offsets):
+            continue
+        bases = block.start + block.rep_size * np.arange(repeats, dtype=np.uint64)
+        block_starts = (bases[:, None] + offsets[None, :]).ravel()
+        block_words = np.tile(np.array(block.words, dtype=np.uint64), repeats)
+        inside = block_starts < block.end
+        starts += [flat.starts[done:index], np.array([block.start], np.uint64),
+                   block_starts[inside]]
+        words += [flat.words[done:index], np.array([KIND_NONE], np.uint64),
+                  block_words[inside]]
+        done = index + 1
+    starts.append(flat.starts[done:])
+    words.append(flat.words[done:])
+    return np.concatenate(starts), np.concatenate(words)
 
 
 def _kernel_refusal(module: object) -> str | None:

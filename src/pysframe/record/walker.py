@@ -11,8 +11,9 @@ frame), and the row search inside it is a nested ``bpf_loop`` of binary-search s
 One step: the mapping holding the pc (the exact pc in the topmost frame, the return
 address less one above it), its row; a default rule gives CFA = SP or FP + offset, RA
 (and maybe FP) loaded from the CFA; no row: the frame-pointer step (FP aligned and not
-below SP); the outermost row ends the walk; other rules (flexible V3 rules, PLT blocks)
-end it with their reason. The CFA must move up (the topmost frame may keep SP), the
+below SP); the outermost row ends the walk; other rules (flexible V3 rules, and a PLT
+block too large to be written out as rows: :func:`.tables.walker_rows`) end it with
+their reason. The CFA must move up (the topmost frame may keep SP), the
 return address be non-zero, and at most :data:`~.sampler.MAX_FRAMES` frames are kept.
 """
 
