@@ -117,8 +117,11 @@ def test_stitched_chains_reach_the_program_entry(recording: tuple[Path, str],
     assert run.returncode == 0, run.stderr  # no sample waits for a record that never came
     chains = symbols(run.stdout)
     reads = [chain for chain in chains if "reader" in chain]
-    assert len(reads) > 30
-    assert all(chain[-1] == "_start" and "read_zero" in chain for chain in reads), reads[:2]
+    # (in reader but not in read_zero: taken in user mode, or in the kernel after the
+    # read, e.g. in the return hook's own program)
+    assert sum("read_zero" in chain for chain in reads) > 30
+    assert all(chain[-1] == "_start" for chain in reads), [
+        chain for chain in reads if chain[-1] != "_start"][:2]
     command = perf7()
     if command is None:
         return  # (test_perf_deferred.py says how to install one)

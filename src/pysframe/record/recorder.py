@@ -198,9 +198,15 @@ class _Session:
                                                   "sf_pending"))
             counter = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, 8, 1, "sf_entries"))
             code, blob, infos = deferring_walker(*maps, int(self.pending), int(counter))
+            # The sampling program interrupts the return programs (a perf event's program
+            # is kept from running inside a kprobe's, not a raw tracepoint's): they build
+            # their records in scratch of their own.
+            returning = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, RECORD_SIZE, 1,
+                                               "sf_scratch_ret"))
+            hook_maps = (maps[0], int(returning), maps[2], maps[3])
             for hook in RETURN_HOOKS:
                 hook_code, hook_blob, hook_infos = return_walker(
-                    *maps, int(self.pending), at_exit=hook == "sched_process_exit")
+                    *hook_maps, int(self.pending), at_exit=hook == "sched_process_exit")
                 hook_program = own(sys_bpf.prog_load(
                     sys_bpf.PROG_RAW_TRACEPOINT, hook_code, f"sframe_{hook}",
                     btf=own(sys_bpf.btf_load(hook_blob)), func_info=hook_infos))
