@@ -3,10 +3,15 @@ written out as plain rows give every pc the rule the batch tracer's lookup gives
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.test_record_bpf import REASON, mapped
 
 from conftest import FIXTURES
 from pysframe.format.constants import ABI
@@ -31,3 +36,75 @@ def test_every_pc_gets_the_batch_lookups_rule(path: Path) -> None:
     index = np.searchsorted(starts, pcs, side="right").astype(np.int64) - 1
     found = np.where(index >= 0, words[np.maximum(index, 0)], np.uint64(0))
     assert np.array_equal(found, flat.lookup(pcs))
+
+
+def _spin(tmp_path: Path) -> Path:
+    source = tmp_path / "spin.c"
+    source.write_text("int main(void) { for (volatile long i = 0; ; i++) ; }\n")
+    binary = tmp_path / "spin"
+    subprocess.run(["gcc", "-O2", "-o", str(binary), str(source)], check=True)
+    return binary
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_tables_are_shared_and_freed_with_their_last_process(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Two processes of one program share its rows; they are freed when the last of them
+    has gone (its exit, or an exec the sweep sees with no record saying so), and a table
+    loaded later takes the freed range instead of new rows."""
+    from pysframe.record import bpf_sys
+    from pysframe.record.tables import TableLoader
+    from pysframe.record.walker import PROCS_VALUE, ROW
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    binary = _spin(tmp_path)
+    children: list[subprocess.Popen[bytes]] = []
+
+    def start(*command: str) -> subprocess.Popen[bytes]:
+        children.append(subprocess.Popen(list(command)))
+        mapped(children[-1].pid, "libc.so")
+        return children[-1]
+
+    def stop(child: subprocess.Popen[bytes]) -> None:
+        child.kill()
+        child.wait()
+
+    try:
+        with bpf_sys.Resources() as owned:
+            procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 64, "t_procs"))
+            rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 1 << 17,
+                                                "t_rows"))
+            loader = TableLoader(rows, procs, 1 << 17)
+            first, second = start(str(binary)), start(str(binary))
+            assert loader.load_process(first.pid) >= 2  # the program and libc
+            loaded = dict(loader.tables)
+            assert loader.load_process(second.pid) >= 2
+            assert loader.tables == loaded  # shared, not loaded twice
+            spin_rows = next(count for (path, _), (_, count) in loader.tables.items()
+                             if path.endswith("/spin"))
+            stop(first)
+            loader.drop_process(first.pid)
+            assert loader.freed_tables == 0  # the second still maps both
+            assert bpf_sys.map_lookup(procs, first.pid.to_bytes(4, "little"), PROCS_VALUE) is None
+            shell = start("sh", "-c", f"sleep 0.5; exec {sys.executable} -c "
+                                      "'import time; time.sleep(30)'")
+            loader.load_process(shell.pid)
+            stop(second)
+            loader.sweep()  # the second is gone: dropped; its program's rows freed
+            assert second.pid not in loader.process_tables
+            assert (loader.freed_tables, loader.freed_rows) == (1, spin_rows)
+            high_water = loader.used
+            third = start(str(binary))  # the program again: into the freed range
+            loader.load_process(third.pid)
+            assert loader.used == high_water and loader.freed_rows == spin_rows
+            time.sleep(0.8)  # the shell has become python3
+            assert os.readlink(f"/proc/{shell.pid}/exe").startswith(sys.executable[:5])
+            loader.sweep()
+            assert loader.freed_tables == 2  # sh's table: its only process exec'd
+            in_use = sum(count for _, count in loader.tables.values())
+            assert in_use + sum(size for _, size in loader.free) == loader.used
+    finally:
+        for child in children:
+            stop(child)
+

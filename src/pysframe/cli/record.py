@@ -41,6 +41,10 @@ def run_record(*, pids: list[int], command: list[str], frequency: int,
     # (Walks, not samples: with --defer, one walk serves the samples of a kernel entry.)
     sys.stderr.write(f"sframe record: {result.samples:,} samples ({walked:.1f}% walked to the "
                      f"outermost frame{cost}), {len(data):,} bytes written to {output}\n")
+    if result.freed_tables:
+        report(f"the tables of {result.freed_tables} binar"
+               f"{'ies' if result.freed_tables != 1 else 'y'} no target mapped any more were "
+               "freed")
     if defer:
         saved = result.requests - result.deferred_walks
         report(f"--defer: {result.requests:,} samples taken in system calls asked for their "

@@ -56,6 +56,9 @@ ROWS = 1 << 20
 #: ``--defer``: threads that may wait for their walk at once (an LRU map: the entries
 #: exited threads leave are pushed out), and how long the last requests are waited for.
 PENDING = 1 << 16
+#: How often the targets' maps are read again for code unmapped without a record
+#: (``dlclose``), so that tables no process maps are freed; less often with ``-a``.
+SWEEP_S, SWEEP_ALL_S = 2.0, 10.0
 DRAIN_MS = 100
 MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
 #: side-band event flags: inherit, mmap, comm, task, sample_id_all, mmap2, comm_exec,
@@ -90,6 +93,8 @@ class Recording:
         self.deferred_walks = 0
         #: Walks of user stacks made (at the sample, or deferred).
         self.walks = 0
+        #: Tables freed when no target mapped them any more.
+        self.freed_tables = 0
 
 
 def record(target_pids: list[int], command: list[str] | None, frequency: int,
@@ -143,8 +148,13 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
             if release is not None:
                 release()
             deadline = None if duration is None else time.monotonic() + duration
+            sweep_every = SWEEP_ALL_S if system_wide else SWEEP_S
+            next_sweep = time.monotonic() + sweep_every
             while not stop["now"] and (deadline is None or time.monotonic() < deadline):
                 session.poll(POLL_MS)
+                if time.monotonic() >= next_sweep:
+                    session.loader.sweep()
+                    next_sweep = time.monotonic() + sweep_every
                 if child is not None and _reaped(child):
                     break
                 if child is None and not system_wide and not any(
@@ -156,6 +166,7 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
             session.poll(0)
             session.close()
             result.binaries = session.loader.build_ids
+            result.freed_tables = session.loader.freed_tables
             for path, reason in session.loader.refused.items():
                 report(f"{path}: its .sframe is not loaded, the kernel's rules refuse it "
                        f"({reason}); its frames fall back to frame pointers")
@@ -359,10 +370,7 @@ class _Session:
             exited, parent = struct.unpack_from("<ii", data, 8)
             tid = struct.unpack_from("<i", data, 16)[0]
             if exited == tid:
-                try:
-                    sys_bpf.map_delete(self.procs, exited.to_bytes(4, "little"))
-                except sys_bpf.BpfError:
-                    pass
+                self.loader.drop_process(exited)
             del parent
 
     def stop_sampling(self) -> None:

@@ -2,9 +2,13 @@
 
 A binary's table (its own ``.sframe`` merged with its CFI, or generated from the CFI, as
 ``sframe script`` uses; cached by build id) is flattened (:mod:`pysframe.unwind.flat`,
-cached too) and written into the ``rows`` array at the next free index: processes that
-map the same file share it. A process's entry in ``procs`` lists its executable
-mappings with their load bias and row range, from ``/proc/PID/maps``.
+cached too) and written into the ``rows`` array at the first free range that holds it:
+processes that map the same file share it. A process's entry in ``procs`` lists its
+executable mappings with their load bias and row range, from ``/proc/PID/maps``.
+
+A table is counted by the processes whose entry names it; when the last of them exits or
+stops mapping it (its entry rewritten without it), its rows go back to the free ranges,
+after the entries no longer point at them.
 
 PLT blocks (PCMASK functions: rows that repeat every ``rep_size`` bytes) are written
 out as plain rows, one run per stub (:func:`walker_rows`): the walker's one binary
@@ -23,7 +27,7 @@ from ..sources.live import read_maps
 from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat
 from ..unwind.modules import BinaryFinder
-from .bpf_sys import Fd, map_update, map_update_batch
+from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch
 from .walker import MAPPING, MAPPINGS, PROCS_VALUE
 
 
@@ -34,7 +38,17 @@ class TableLoader:
                  ) -> None:
         self.rows, self.procs, self.capacity = rows, procs, capacity
         self.finder = finder or BinaryFinder()
+        #: Rows handed out (the high-water mark) and the ranges given back, (first, rows).
         self.used = 0
+        self.free: list[tuple[int, int]] = []
+        #: The tables each process's entry names, and the processes naming each table.
+        self.process_tables: dict[int, set[tuple[str, bytes | None]]] = {}
+        self.users: dict[tuple[str, bytes | None], set[int]] = {}
+        #: Tables freed, and their rows (for the summary and the tests).
+        self.freed_tables = 0
+        self.freed_rows = 0
+        #: The executable mappings each entry was written from (to skip unchanged ones).
+        self.fingerprints: dict[int, int] = {}
         #: (path, build id) -> (first row, rows); (0, 0): no table.
         self.tables: dict[tuple[str, bytes | None], tuple[int, int]] = {}
         #: Build ids of the binaries the targets mapped, by path (for the file's BUILD_ID).
@@ -57,33 +71,106 @@ class TableLoader:
             flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, key[1] or _build_id_of(module))
             starts, words = walker_rows(flat)
             count = len(starts)
-            if count and self.used + count <= self.capacity:
-                first = self.used
+            first = self._allocate(count) if count else None
+            if first is not None:
                 keys = np.arange(first, first + count, dtype="<u4").tobytes()
                 values = np.column_stack((starts, words)).astype("<u8").tobytes()
                 map_update_batch(self.rows, keys, values, count)
-                self.used += count
                 found = (first, count)
         self.tables[key] = found
         return found
+
+    def _allocate(self, count: int) -> int | None:
+        """The first row of ``count`` free rows (a freed range first), or None: full."""
+        for index, (first, size) in enumerate(self.free):
+            if size >= count:
+                if size == count:
+                    del self.free[index]
+                else:
+                    self.free[index] = (first + count, size - count)
+                return first
+        if self.used + count > self.capacity:
+            return None
+        self.used += count
+        return self.used - count
+
+    def _release(self, key: tuple[str, bytes | None]) -> None:
+        """The table is named by no entry any more: its rows are free (adjacent ranges
+        merged), and it is loaded again if a process maps it later."""
+        first, count = self.tables.pop(key, (0, 0))
+        self.users.pop(key, None)
+        if not count:
+            return
+        self.freed_tables += 1
+        self.freed_rows += count
+        merged: list[tuple[int, int]] = []
+        for start, size in sorted([*self.free, (first, count)]):
+            if merged and merged[-1][0] + merged[-1][1] == start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + size)
+            else:
+                merged.append((start, size))
+        self.free = merged
+
+    def _name(self, pid: int, keys: set[tuple[str, bytes | None]]) -> None:
+        """``pid``'s entry now names ``keys``: tables no process names any more are freed
+        (called after the entry was written or deleted)."""
+        before = self.process_tables.pop(pid, set())
+        if keys:
+            self.process_tables[pid] = keys
+        for key in keys - before:
+            self.users.setdefault(key, set()).add(pid)
+        for key in before - keys:
+            users = self.users.get(key)
+            if users is not None:
+                users.discard(pid)
+                if not users:
+                    self._release(key)
+
+    def drop_process(self, pid: int) -> None:
+        """The process exited: its entry is deleted and its tables counted down."""
+        try:
+            map_delete(self.procs, pid.to_bytes(4, "little"))
+        except BpfError:
+            pass  # it had no entry
+        self.fingerprints.pop(pid, None)
+        self._name(pid, set())
+
+    def sweep(self) -> None:
+        """Entries of processes whose executable mappings changed with no record saying
+        so (``dlclose``: perf reports no munmap) are rewritten; those of processes gone
+        are dropped."""
+        for pid in list(self.process_tables):
+            try:
+                self.load_process(pid, if_changed=True)
+            except FileNotFoundError:
+                self.drop_process(pid)
+            except (OSError, BpfError):
+                continue
 
     def prepare(self, path: str) -> int:
         """Load the tables of an executable about to run, its interpreter and the libraries
         it names (DT_NEEDED, one level, in the standard directories), so that after its
         exec only its mappings are left to write. Returns the rows loaded."""
-        before = self.used
+        loaded = 0
         for candidate in [path, *_dependencies(path)]:
             module = self.finder.module(os.path.realpath(candidate), None, 0, 0)
-            if module is not None:
-                self._table(_key(module), module)
-        return self.used - before
+            if module is not None and _key(module) not in self.tables:
+                loaded += self._table(_key(module), module)[1]
+        return loaded
 
-    def load_process(self, pid: int) -> int:
-        """Write ``pid``'s entry from its maps; returns how many mappings have rows."""
-        entries = []
-        for entry in read_maps(pid):
-            if "x" not in entry.perms or not entry.path.startswith("/"):
-                continue
+    def load_process(self, pid: int, if_changed: bool = False) -> int:
+        """Write ``pid``'s entry from its maps (``if_changed``: only if its executable
+        mappings changed since); returns how many mappings have rows."""
+        entries: list[bytes] = []
+        keys: set[tuple[str, bytes | None]] = set()
+        code = [entry for entry in read_maps(pid)
+                if "x" in entry.perms and entry.path.startswith("/")]
+        fingerprint = hash(tuple((entry.start, entry.end, entry.inode, entry.path)
+                                 for entry in code))
+        if if_changed and self.fingerprints.get(pid) == fingerprint:
+            return -1
+        self.fingerprints[pid] = fingerprint
+        for entry in code:
             module = self.finder.module(os.path.realpath(entry.path), None, entry.start,
                                         entry.pgoff)
             if module is None:
@@ -91,12 +178,14 @@ class TableLoader:
             identity = _build_id_of(module)
             if identity:
                 self.build_ids[entry.path] = identity
-            first, count = self._table(_key(module), module)
-            if count:
+            key = _key(module)
+            first, count = self._table(key, module)
+            if count and len(entries) < MAPPINGS:
                 entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first, count))
-        entries = entries[:MAPPINGS]
+                keys.add(key)
         value = len(entries).to_bytes(4, "little") + bytes(4) + b"".join(entries)
         map_update(self.procs, pid.to_bytes(4, "little"), value.ljust(PROCS_VALUE, b"\0"))
+        self._name(pid, keys)
         return len(entries)
 
 
