@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import sys
 from typing import Any
 
@@ -18,6 +19,12 @@ def run_record(*, pids: list[int], command: list[str], frequency: int,
 
     if (bool(pids) + bool(command) + system_wide) != 1:
         raise CommandError("give one of -p PID, -a, or a command to run (after --)",
+                           EXIT_UNREADABLE)
+    machine = platform.machine()
+    if machine not in ("x86_64", "amd64"):
+        # The programs read x86-64 registers and pt_regs; the bpf() call number is x86-64's.
+        raise CommandError(f"recording with eBPF walks x86-64 stacks only; this machine is "
+                           f"{machine} (record with perf and read it with sframe script)",
                            EXIT_UNREADABLE)
     if os.geteuid() != 0:
         raise CommandError("recording with eBPF needs root (or CAP_BPF and CAP_PERFMON)",
