@@ -1,7 +1,8 @@
 """Bench: does `sframe record` see the same profile as `perf record --call-graph dwarf`?
 
-For each workload (a C program built with SFrame by the fixtures' binutils when present,
-else with -O2 and no frame pointers (its table generated from CFI); the Lua fixture program;
+For each workload (a C program built -O2 without frame pointers, with `.sframe` from the
+fixtures' binutils when install.sh has unpacked them, else with its table generated from
+its CFI; the Lua fixture program;
 python3 running a small script), record it once with `sframe record` and once with
 `perf record --call-graph dwarf` (unwound by `sframe script`), fold both with
 `sframe report --format folded`, and compare: the stacks holding at least 1% of the
@@ -88,6 +89,19 @@ def compare(name: str, ours: Counter[str], theirs: Counter[str]) -> bool:
     return agree
 
 
+def sframe_toolchain() -> Path | None:
+    """gcc's -B directory of a binutils that emits SFrame V3 (as ../shared/toolchain/install.sh
+    unpacks it: $SFRAME_TC, /opt/sframe-tc or sframe-tc beside the checkout), or None."""
+    roots = [Path(os.environ["SFRAME_TC"])] if os.environ.get("SFRAME_TC") else []
+    roots += [Path("/opt/sframe-tc"), Path(__file__).resolve().parents[2] / "sframe-tc"]
+    for root in roots:
+        for version in ("2.47.50", "2.46"):
+            candidate = root / "gcc-B" / version / "x86_64"
+            if (candidate / "as").exists():
+                return candidate
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8000)
@@ -99,12 +113,16 @@ def main() -> int:
     sframe, env = venv_sframe(), bench_environment()
     source, program = OUT / "agreement.c", OUT / "agreement"
     source.write_text(C_WORKLOAD)
-    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(program), str(source)],
-                   check=True)
+    gnu = sframe_toolchain()
+    with_sframe = ["-B", str(gnu), "-Wa,--gsframe"] if gnu is not None else []
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", *with_sframe, "-o", str(program),
+                    str(source)], check=True)
+    c_name = (f"C -O2, no frame pointers, .sframe from GNU as/ld {gnu.parent.name}"
+              if gnu is not None else "C -O2, no frame pointers (table generated from CFI)")
     script = OUT / "agreement.py"
     script.write_text(PYTHON_WORKLOAD)
     lua = FIXTURES / "real" / "lua-2.46-x86_64"
-    workloads = {"C -O2, no frame pointers": ([str(program), str(args.rounds)], []),
+    workloads = {c_name: ([str(program), str(args.rounds)], []),
                  "Lua fixture (binutils 2.46 .sframe)": ([str(lua / "lua"),
                                                           str(lua / "bench.lua")], [str(lua)]),
                  "python3 (generated tables)": ([shutil.which("python3", path="/usr/bin")
