@@ -127,12 +127,15 @@ def test_a_running_process_is_recorded_for_a_while(tmp_path: Path, busy: Path) -
         0.95 * len(found))
 
 
-def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path: Path, busy: Path) -> None:
+@pytest.mark.parametrize("mode", [[], ["--defer"]], ids=["walk", "defer"])
+def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path: Path, busy: Path,
+                                                 mode: list[str]) -> None:
+    """(With --defer, the tracepoint programs and their maps are released too.)"""
     before = objects()
     output = tmp_path / "interrupted.perf.data"
     env = dict(os.environ, XDG_CACHE_HOME=CACHE.get("home", str(tmp_path / "cache")))
-    recorder = subprocess.Popen([*SFRAME, "record", "-o", str(output), "--", str(busy), "-1"],
-                                env=env, stderr=subprocess.PIPE, text=True,
+    recorder = subprocess.Popen([*SFRAME, "record", *mode, "-o", str(output), "--", str(busy),
+                                 "-1"], env=env, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
     time.sleep(2)
     os.killpg(recorder.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group

@@ -147,19 +147,8 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                 raise
             if release is not None:
                 release()
-            deadline = None if duration is None else time.monotonic() + duration
-            sweep_every = SWEEP_ALL_S if system_wide else SWEEP_S
-            next_sweep = time.monotonic() + sweep_every
-            while not stop["now"] and (deadline is None or time.monotonic() < deadline):
-                session.poll(POLL_MS)
-                if time.monotonic() >= next_sweep:
-                    session.loader.sweep()
-                    next_sweep = time.monotonic() + sweep_every
-                if child is not None and _reaped(child):
-                    break
-                if child is None and not system_wide and not any(
-                        os.path.exists(f"/proc/{pid}") for pid in target_pids):
-                    break
+            _until_done(session, stop, duration, child,
+                        None if system_wide else target_pids)
             session.stop_sampling()
             if defer:  # walks asked for by the last samples come at their threads' returns
                 session.poll(DRAIN_MS)
@@ -178,6 +167,25 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                       event_type=event_type)
     return perf_data(attr, (data for _, _, data in result.records),
                      _build_ids(result.binaries)), result
+
+
+def _until_done(session: _Session, stop: dict[str, bool], duration: float | None,
+                child: int | None, target_pids: list[int] | None) -> None:
+    """Drain, load tables and sweep until Ctrl-C, ``duration``, the end of the command
+    ``child`` or of every process of ``target_pids`` (None: ``-a``, no end of its own)."""
+    deadline = None if duration is None else time.monotonic() + duration
+    sweep_every = SWEEP_S if target_pids is not None else SWEEP_ALL_S
+    next_sweep = time.monotonic() + sweep_every
+    while not stop["now"] and (deadline is None or time.monotonic() < deadline):
+        session.poll(POLL_MS)
+        if time.monotonic() >= next_sweep:
+            session.loader.sweep()
+            next_sweep = time.monotonic() + sweep_every
+        if child is not None and _reaped(child):
+            return
+        if child is None and target_pids is not None and not any(
+                os.path.exists(f"/proc/{pid}") for pid in target_pids):
+            return
 
 
 def _build_ids(binaries: dict[str, bytes]) -> list[bytes]:
