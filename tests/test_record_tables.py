@@ -81,8 +81,9 @@ def test_tables_are_shared_and_freed_with_their_last_process(tmp_path: Path,
             loaded = dict(loader.tables)
             assert loader.load_process(second.pid) >= 2
             assert loader.tables == loaded  # shared, not loaded twice
-            spin_rows = next(count for (path, _), (_, count) in loader.tables.items()
-                             if path.endswith("/spin"))
+            spin = loader.finder.module(str(binary), None, 0, 0)
+            assert spin is not None and spin.image is not None
+            spin_rows = loader.tables[("", spin.image.build_id())][1]  # keyed by build id
             stop(first)
             loader.drop_process(first.pid)
             assert loader.freed_tables == 0  # the second still maps both

@@ -256,7 +256,7 @@ def _build_id_of(module: object) -> bytes | None:
 def _key(module: object) -> tuple[str, bytes | None]:
     """A binary's table key: its build id, else its real path (one table per file, however
     it was reached)."""
-    build_id = getattr(module, "build_id", None)
+    build_id = _build_id_of(module)  # (a file rebuilt at the same path is another table)
     return ("", build_id) if build_id else (os.path.realpath(str(getattr(module, "path", ""))),
                                             None)
 
