@@ -138,3 +138,17 @@ def test_without_merging_the_records_are_printed_apart(recording: tuple[Path, st
     assert run.returncode == 0, run.stderr
     _, deferred = records(path)
     assert run.stdout.count("DEFERRED CALLCHAIN") == len(deferred)
+
+
+def test_report_folds_the_stitched_stacks(recording: tuple[Path, str], tmp_path: Path) -> None:
+    path, _ = recording
+    folded = tmp_path / "heavy.folded"
+    run = subprocess.run([sys.executable, "-m", "pysframe", "report", str(path), "--format",
+                          "folded", "-o", str(folded)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    weights = {line.rpartition(" ")[0]: int(line.rpartition(" ")[2])
+               for line in folded.read_text().splitlines()}
+    # user frames from the deferred walk, kernel frames from the sample, in one stack
+    joined = [stack for stack in weights if ";reader;" in stack and "read_zero_[k]" in stack]
+    assert joined and all(stack.startswith("heavy;_start;") for stack in joined)
