@@ -1,0 +1,194 @@
+"""A growable SFrame section for JIT code: functions added, invalidated and compacted.
+
+The design in the seeds (LSFMM "SFrame for JIT code"): the runtime appends a function's
+FDE and rows as it compiles the code, marks them invalid when it frees the code, and
+reclaims the space later, when it suits it ("compaction"); FDEs need not be sorted.
+
+Kept here as an arena, as a runtime would hold it: each function's FRE block (V3: its
+attribute record and rows, encoded once, by :mod:`pysframe.format.encode`) is appended
+to the FRE area; invalidating a function leaves its block as a hole and drops its index
+entry. :meth:`GrowableSection.section_bytes` gives the section at any moment: today's V3
+format has no "invalid" bit, and ``sframe validate`` wants the FRE blocks to tile their
+sub-section, so the holes are left out there (a copy), and ``SFRAME_F_FDE_SORTED`` is set
+only while the live functions happen to be in address order. :meth:`compact` reclaims
+the holes and sorts the index; after it, the arena is the section's FRE sub-section as
+it stands. The caller's ``budget`` bounds the arena and index together: an add that does
+not fit compacts first, then fails with :class:`SectionFull`.
+
+Lookups (:meth:`GrowableSection.find`) work between any two operations, from a sorted list
+of the live functions' starts (the index order is not needed for them).
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right, insort
+from itertools import pairwise
+
+from ..format.constants import (
+    ABI,
+    F_FDE_FUNC_START_PCREL,
+    F_FDE_SORTED,
+    FDE_SIZE,
+    HEADER_SIZE,
+    MAGIC,
+    VERSION_3,
+    PCType,
+)
+from ..format.encode import encode
+from ..format.model import FDE, FRE, Section
+from ..records import field, record_class
+
+#: The size of an FDE index entry in a V3 section.
+ENTRY_SIZE = FDE_SIZE[VERSION_3]
+
+
+class SectionFull(ValueError):
+    """The function does not fit the section's budget, even after compaction."""
+
+
+@record_class
+class JitFunction:
+    """A live (or invalidated) function: its FDE and where its FRE block sits."""
+
+    fde: FDE
+    block_at: int
+    block: bytes
+    valid: bool = True
+    #: Its row starts, for lookups (the FDE's rows, in order).
+    row_starts: list[int] = field(default_factory=list)
+
+
+class GrowableSection:
+    """An SFrame V3 section a JIT runtime grows function by function."""
+
+    def __init__(self, abi: ABI = ABI.AMD64_ENDIAN_LITTLE, *, budget: int = 1 << 20,
+                 address: int = 0) -> None:
+        self.abi, self.budget, self.address = ABI(abi), budget, address
+        self._arena = bytearray()
+        #: The index, in its order (appended; sorted by compaction); live functions only.
+        self._index: list[JitFunction] = []
+        #: Live functions by start, and their starts, sorted (for lookups).
+        self._by_start: dict[int, JitFunction] = {}
+        self._starts: list[int] = []
+        self.holes = 0
+
+    # -- the operations ----------------------------------------------------------------
+
+    def add(self, fde: FDE) -> None:
+        """Add a function (its range and rows, as the generator builds them). It must not
+        overlap a live function; invalidate the old code first."""
+        if fde.size <= 0:
+            raise ValueError(f"function at {fde.start:#x} has no size")
+        if self._overlapping(fde.start, fde.end):
+            raise ValueError(f"function {fde.start:#x}..{fde.end:#x} overlaps a live function")
+        block = _fre_block(fde, self.abi)
+        if self.footprint + ENTRY_SIZE + len(block) > self.budget:
+            self.compact()
+            if self.footprint + ENTRY_SIZE + len(block) > self.budget:
+                raise SectionFull(f"function {fde.start:#x} needs {ENTRY_SIZE + len(block)} "
+                                  f"bytes; {self.budget - self.footprint} of the budget of "
+                                  f"{self.budget} are left after compaction")
+        function = JitFunction(fde, len(self._arena), block,
+                               row_starts=[fre.start for fre in fde.fres])
+        self._arena += block
+        self._index.append(function)
+        self._by_start[fde.start] = function
+        insort(self._starts, fde.start)
+
+    def invalidate(self, start: int) -> None:
+        """The code at ``start`` was freed: its rows go (their space is a hole until
+        :meth:`compact`)."""
+        function = self._by_start.pop(start, None)
+        if function is None:
+            raise KeyError(f"no live function starts at {start:#x}")
+        function.valid = False
+        self._starts.pop(bisect_right(self._starts, start) - 1)
+        self._index.remove(function)
+        self.holes += len(function.block)
+
+    def compact(self) -> int:
+        """Reclaim the holes and sort the index by address; returns the bytes reclaimed."""
+        reclaimed = self.holes
+        self._index.sort(key=lambda function: function.fde.start)
+        arena = bytearray()
+        for function in self._index:
+            function.block_at = len(arena)
+            arena += function.block
+        self._arena, self.holes = arena, 0
+        return reclaimed
+
+    # -- reading it ----------------------------------------------------------------------
+
+    @property
+    def footprint(self) -> int:
+        """Bytes the runtime holds: header, index entries and the FRE arena (holes too)."""
+        return HEADER_SIZE + ENTRY_SIZE * len(self._index) + len(self._arena)
+
+    @property
+    def functions(self) -> list[FDE]:
+        """The live functions, in index order."""
+        return [function.fde for function in self._index]
+
+    @property
+    def is_sorted(self) -> bool:
+        return all(a.fde.start < b.fde.start for a, b in pairwise(self._index))
+
+    def find(self, pc: int) -> tuple[FDE, FRE] | None:
+        """The live function holding ``pc`` and its row for ``pc`` (None: no function,
+        or ``pc`` before the function's first row)."""
+        at = bisect_right(self._starts, pc) - 1
+        if at < 0:
+            return None
+        function = self._by_start[self._starts[at]]
+        fde = function.fde
+        if not fde.start <= pc < fde.end:
+            return None
+        offset = pc - fde.start
+        if fde.pc_type == PCType.MASK and fde.rep_size:
+            offset %= fde.rep_size
+        row = bisect_right(function.row_starts, offset) - 1
+        return None if row < 0 else (fde, fde.fres[row])
+
+    def section_bytes(self) -> bytes:
+        """The section now: V3, PC-relative starts, the live functions in index order
+        (``SFRAME_F_FDE_SORTED`` when that order is by address), holes left out."""
+        flags = F_FDE_FUNC_START_PCREL | (F_FDE_SORTED if self.is_sorted else 0)
+        if self.holes:
+            blocks, offsets = bytearray(), []
+            for function in self._index:
+                offsets.append(len(blocks))
+                blocks += function.block
+            fre_area = bytes(blocks)
+        else:
+            offsets = [function.block_at for function in self._index]
+            fre_area = bytes(self._arena)
+        order = ">" if self.abi.big_endian else "<"
+        fixed_ra = -8 if self.abi.is_amd64 else 0
+        num_fres = sum(len(function.fde.fres) for function in self._index)
+        out = bytearray(struct.pack(order + "HBBBbbB", MAGIC, VERSION_3, flags, int(self.abi),
+                                    0, fixed_ra, 0))
+        out += struct.pack(order + "IIIII", len(self._index), num_fres, len(fre_area), 0,
+                           len(self._index) * ENTRY_SIZE)
+        for position, (function, offset) in enumerate(zip(self._index, offsets, strict=True)):
+            entry_at = HEADER_SIZE + position * ENTRY_SIZE
+            relative = function.fde.start - self.address - entry_at
+            out += struct.pack(order + "qII", relative, function.fde.size, offset)
+        return bytes(out + fre_area)
+
+    def _overlapping(self, start: int, end: int) -> bool:
+        at = bisect_right(self._starts, end - 1) - 1
+        if at < 0:
+            return False
+        other = self._by_start[self._starts[at]].fde
+        return other.end > start
+
+
+def _fre_block(fde: FDE, abi: ABI) -> bytes:
+    """The function's FRE block as a V3 section holds it (attribute record, then rows),
+    from the format's own encoder (one function alone: its block follows its entry)."""
+    alone = encode(Section(VERSION_3, abi, cfa_fixed_ra_offset=-8 if abi.is_amd64 else 0,
+                           fdes=[FDE(fde.start, fde.size, list(fde.fres), fde.pc_type,
+                                     fde.fde_type, fde.pauth_key_b, fde.signal,
+                                     fde.rep_size, fde.fre_type)]))
+    return alone[HEADER_SIZE + ENTRY_SIZE:]
