@@ -146,6 +146,8 @@ def _walk_core(core: str, finder: Any, space: Any, unwinder: Any, exe: str | Non
                        f"are not unwound{hint}")
         if module is not None or build_id is not None:
             space.add(mapping)
+    for problem in _add_jit_code(core_file.memory.read_bytes, space):
+        report(f"warning: {problem}")
     walked = [_Walked(thread.tid, "", _unwind(thread.registers, core_file.memory, space,
                                               unwinder))
               for thread in core_file.threads]
@@ -173,6 +175,7 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
         tid, maps = live_maps(pid)
         # Open every module (and generate missing SFrame) before the target is stopped.
         warnings = _add_live_modules(pid, tid, maps, finder, space, refused)
+        warnings += _add_live_jit_code(pid, tid, space)
     except LiveError as error:
         raise CommandError(str(error), EXIT_UNREADABLE) from None
     walked: list[_Walked] = []
@@ -225,6 +228,42 @@ def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, spa
         if memory_fd >= 0:
             os.close(memory_fd)
     return list(warnings.values())
+
+
+def _add_jit_code(read_bytes: Any, space: Any) -> list[str]:
+    """The code a JIT registered through the GDB JIT interface, as mappings of ``space``;
+    returns the problems (none when the target has no JIT descriptor)."""
+    from ..sources.jit_interface import jit_objects
+    from ..unwind.jit_modules import add_jit_code, descriptor_address, jit_mappings
+
+    descriptor = descriptor_address(space)
+    if descriptor is None:
+        return []
+    objects, problems = jit_objects(read_bytes, descriptor)
+    mappings, more = jit_mappings(objects)
+    add_jit_code(space, mappings)
+    return problems + more
+
+
+def _add_live_jit_code(pid: int, tid: int, space: Any) -> list[str]:
+    """:func:`_add_jit_code` of a live process, read before it is stopped."""
+    from ..sources.live import LiveError, open_memory
+
+    try:
+        memory_fd = open_memory(pid, tid)
+    except LiveError:
+        return []
+
+    def read_bytes(address: int, size: int) -> bytes | None:
+        try:
+            return os.pread(memory_fd, size, address)
+        except (OSError, OverflowError):
+            return None
+
+    try:
+        return [f"warning: {problem}" for problem in _add_jit_code(read_bytes, space)]
+    finally:
+        os.close(memory_fd)
 
 
 def _live_module(pid: int, entry: MapEntry, maps: list[MapEntry], finder: Any,

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from ..symbolize.frames import FrameNamer
 from ..symbolize.symbolizer import SymbolHit
 from ..unwind.address_space import Mapping
+from ..unwind.jit_modules import JIT_FILENAME
 from ..unwind.unwinder import EXACT_PC, Unwind
 from .errors import EXIT_INVALID, EXIT_OK
 
@@ -103,8 +104,11 @@ def print_text(threads: list[NamedThread], show_build_id: bool, modules: bool) -
 
 def _frame_lines(frame: NamedFrame, number: int, show_build_id: bool) -> list[str]:
     mapping = frame.mapping
-    where = (f"{mapping.filename}+{frame.pc - mapping.start + mapping.pgoff:#x}"
-             if mapping and mapping.filename else "[unknown]")
+    if mapping is not None and mapping.filename == JIT_FILENAME:
+        where = JIT_FILENAME  # code with no file: its offset would be into nothing
+    else:
+        where = (f"{mapping.filename}+{frame.pc - mapping.start + mapping.pgoff:#x}"
+                 if mapping and mapping.filename else "[unknown]")
     build_id = frame.build_id()
     if show_build_id and build_id:
         where += f" {build_id}"
