@@ -62,3 +62,14 @@ def test_jit_frames_are_unwound_and_named_as_gdb_names_them(
     from_core = sframe_stacks("--core", core, cache=tmp_path)
     assert list(from_core.values()) == list(ours.values())
     same_as_gdb(from_core, gdb_stacks(os.readlink(f"/proc/{pid}/exe"), core))
+
+
+def test_demo_jit_prints_the_jit_frames_and_ends_its_child(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "pysframe", "demo", "--jit"],
+                         capture_output=True, text=True, timeout=180,
+                         env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)))
+    assert run.returncode == 0, run.stderr
+    pid = int(run.stdout.split("PID ", 1)[1].split(":", 1)[0])
+    for name in JIT_NAMES:
+        assert f"{name}+0x13 ([jit])" in run.stdout
+    assert not os.path.exists(f"/proc/{pid}")  # ended (and reaped)

@@ -20,10 +20,12 @@ import tempfile
 import time
 from importlib import resources
 
-from .errors import EXIT_OK, CommandError
+from .errors import EXIT_OK, EXIT_UNREADABLE, CommandError
 
 CHILD = "demo-child"
 CHILD_CHAIN = "main -> outer -> middle -> inner -> wait_for_parent -> read(2)"
+JIT_CHAIN = ("Python -> ctypes -> jit_interpret -> jit_evaluate -> jit_apply -> "
+             "jit_call_native -> pause(2)")
 
 
 def run_demo() -> int:
@@ -50,6 +52,55 @@ def run_demo() -> int:
                 return dump_demo(f"could not read the child's stack: {error.message}")
         finally:
             _end(child)
+
+
+def run_jit_demo() -> int:
+    """Start the example JIT (:mod:`pysframe.jit.example`), print its stack with the JIT
+    frames named, and end it."""
+    if os.uname().machine != "x86_64" or not sys.platform.startswith("linux"):
+        raise CommandError(f"the example JIT writes x86-64 code (this is "
+                           f"{os.uname().machine})", EXIT_UNREADABLE)
+    child = subprocess.Popen([sys.executable, "-m", "pysframe.jit.example", "--lifetime", "60"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stderr is not None
+        ready, _, _ = select.select([child.stdout], [], [], 30)
+        line = child.stdout.readline() if ready else b""
+        if not line.startswith(b"ready "):
+            child.kill()
+            why = child.stderr.read().decode(errors="replace").strip().splitlines()
+            raise CommandError("the example JIT did not start"
+                               + (f": {why[-1]}" if why else ""), EXIT_UNREADABLE)
+        if not _blocked(child.pid):
+            raise CommandError("the example JIT did not block in pause()", EXIT_UNREADABLE)
+        print(f"Started the example JIT, PID {child.pid}: {JIT_CHAIN}, its code registered "
+              "through the GDB JIT interface.\n")
+        print(f"$ sframe stack --modules {child.pid}\n", flush=True)
+        from .stack import run_stack
+
+        return run_stack(child.pid, as_json=False, show_build_id=False, max_depth=64,
+                         modules=True)
+    finally:
+        child.terminate()
+        child.wait()
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _blocked(pid: int, timeout: float = 10.0) -> bool:
+    """True once ``pid`` sleeps (state S)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "S":
+                    return True
+        except OSError:
+            return False
+        time.sleep(0.005)
+    return False
 
 
 def _wait_until_blocked(child: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:

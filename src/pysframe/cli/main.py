@@ -289,14 +289,16 @@ def stack(pid: int | None, core: str | None, exe: str | None, as_json: bool,
 @cli.command()
 @click.option("--section", "section_only", is_flag=True,
               help="Only dump the built-in demo SFrame section (no child process).")
-def demo(section_only: bool) -> None:
+@click.option("--jit", is_flag=True,
+              help="Start the example JIT instead: its stack, through its JIT frames.")
+def demo(section_only: bool, jit: bool) -> None:
     """Start a small child process, print its stack with `sframe stack`, and end it
     (or, with --section, dump the built-in demo SFrame section)."""
-    from .demo import dump_demo, run_demo
+    from .demo import dump_demo, run_demo, run_jit_demo
 
     if section_only:
         sys.exit(dump_demo(None))
-    sys.exit(run_demo())
+    sys.exit(run_jit_demo() if jit else run_demo())
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ registers each one with debuggers through the GDB JIT interface (:mod:`.runtime`
 ``--jitdump DIR``, writes perf's ``jit-PID.dump`` (:mod:`.jitdump`), then calls the first
 function: the process blocks in ``pause`` under the JIT frames until it gets a signal.
 
-    python -m pysframe.jit.example [--jitdump DIR] [--spin]
+    python -m pysframe.jit.example [--jitdump DIR] [--spin] [--lifetime S]
 
 ``--spin`` loops in the innermost JIT function instead of blocking (for profilers).
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import mmap
+import signal
 import struct
 import sys
 
@@ -101,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jitdump", metavar="DIR", help="also write perf's jit-PID.dump")
     parser.add_argument("--spin", action="store_true", help="loop instead of blocking")
+    parser.add_argument("--lifetime", type=int, default=0, metavar="S",
+                        help="end after S seconds (SIGALRM; default: run until a signal)")
     args = parser.parse_args(argv)
+    if args.lifetime > 0:
+        signal.alarm(args.lifetime)  # the default action ends the process, even in pause()
     from .runtime import JitRegistry
 
     pairs = parse(PROGRAM)
