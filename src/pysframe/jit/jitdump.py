@@ -33,7 +33,7 @@ class JitDump:
         self._file.write(HEADER.pack(MAGIC, VERSION, HEADER.size, EM_X86_64, 0, os.getpid(),
                                      time.monotonic_ns(), 0))
         # The marker: an executable mapping of the file, kept while the dump is open.
-        self._marker = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_PRIVATE,
+        self._marker = mmap.mmap(fd, HEADER.size, mmap.MAP_PRIVATE,
                                  mmap.PROT_READ | mmap.PROT_EXEC)
         self._index = 0
 
@@ -47,21 +47,21 @@ class JitDump:
         self._index += 1
 
     def _unwinding_info(self, function: JitCode) -> None:
-        # perf places the unwinding data right after the code in the ELF file it makes
-        # (perf inject --jit), 16-byte aligned: the .eh_frame's addresses are relative to
-        # there, and its .eh_frame_hdr (version 1, pc-relative pointer, sorted table)
-        # follows the .eh_frame.
-        eh_address = _align(function.address + len(function.code), 16)
+        # perf inject --jit places the unwinding data after the code in the ELF file it
+        # makes, at the code's size rounded up to 8 bytes (its .text starts 8-aligned):
+        # the .eh_frame's addresses are relative to there, and its .eh_frame_hdr (version
+        # 1, pc-relative pointer, data-relative sorted table) follows the .eh_frame.
+        eh_address = function.address + _align(len(function.code), 8)
         eh_frame = eh_frame_bytes([function], eh_address)
         header_at = eh_address + len(eh_frame)
         fde_at = eh_address + _cie_size(eh_frame)
         hdr = (bytes([1, 0x1B, 0x03, 0x3B])
                + struct.pack("<iI", eh_address - (header_at + 4), 1)
                + struct.pack("<ii", function.address - header_at, fde_at - header_at))
-        data = eh_frame + hdr
-        data += bytes(-len(data) % 8)
+        data = eh_frame + hdr  # the header last: perf takes it from the end
         self._record(JIT_CODE_UNWINDING_INFO,
-                     struct.pack("<QQQ", len(data), len(hdr), len(data)) + data)
+                     struct.pack("<QQQ", len(data), len(hdr), len(data)) + data
+                     + bytes(-len(data) % 8))
 
     def _record(self, kind: int, body: bytes) -> None:
         self._file.write(RECORD.pack(kind, RECORD.size + len(body), time.monotonic_ns()) + body)

@@ -108,6 +108,21 @@ def symfile(functions: Sequence[JitCode], tables: UnwindTables) -> bytes:
                  (".strtab", SHT_STRTAB, 0, 0, bytes(strtab), 0, 0, 1, 0)])
 
 
+def code_object(name: str, address: int, code: bytes, eh_frame: bytes, eh_address: int
+                ) -> bytes:
+    """An ELF object of one function known only from its code and ``.eh_frame`` (at
+    ``eh_address``), as a jitdump describes it: ``.text``, ``.eh_frame``, a symbol."""
+    symbols = bytes(24) + struct.pack("<IBBHQQ", 1, 0x12, 0, 1, address, len(code))
+    sections = [(".text", SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, address, code, 0, 0, 16, 0)]
+    if eh_frame:
+        sections.append((".eh_frame", SHT_PROGBITS, SHF_ALLOC, eh_address, eh_frame, 0, 0, 8,
+                         0))
+    link = len(sections) + 2  # .symtab's string table follows it
+    sections += [(".symtab", SHT_SYMTAB, 0, 0, symbols, link, 1, 8, 24),
+                 (".strtab", SHT_STRTAB, 0, 0, b"\0" + name.encode() + b"\0", 0, 0, 1, 0)]
+    return _elf(sections)
+
+
 def eh_frame_bytes(functions: Sequence[JitCode], address: int) -> bytes:
     """``.eh_frame`` at ``address``: one CIE (``zR``, PC-relative 4-byte addresses) and an
     FDE per function, then the zero terminator."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import Problems, PysframeError
 from ..format.errors import SFrameError
-from ..records import field, record_class
+from ..records import field, record_class, replace
 
 if TYPE_CHECKING:  # types only: the model neither opens files nor decodes tables
     from ..elf import ElfImage
@@ -107,8 +107,19 @@ class AddressSpace:
     version: int = 0
 
     def add(self, mapping: Mapping) -> None:
-        # A new mapping replaces whatever it overlaps (exec, dlclose + dlopen ...).
-        kept = [m for m in self.mappings if m.end <= mapping.start or m.start >= mapping.end]
+        # A new mapping replaces what it overlaps (exec, dlclose + dlopen ...); the parts of
+        # an older mapping outside it stay, as perf keeps them (perf inject --jit maps each
+        # function's file over the start of the next one's).
+        kept = []
+        for m in self.mappings:
+            if m.end <= mapping.start or m.start >= mapping.end:
+                kept.append(m)
+                continue
+            if m.start < mapping.start:
+                kept.append(replace(m, end=mapping.start))
+            if m.end > mapping.end:
+                kept.append(replace(m, start=mapping.end,
+                                    pgoff=m.pgoff + (mapping.end - m.start)))
         kept.append(mapping)
         kept.sort(key=lambda m: m.start)
         self.mappings = kept

@@ -19,6 +19,7 @@ from ..errors import Problems, PysframeError
 from ..format.constants import ABI
 from ..inputs import read_text
 from ..records import record_class
+from ..sources.jitdump import is_jitdump, read_jitdump
 from ..sources.perf_data import Comm, Mmap, PerfData, Record, Sample, Task
 from ..sources.perf_deferred import (
     PERF_CONTEXT_USER_DEFERRED,
@@ -29,6 +30,7 @@ from ..sources.perf_deferred import (
 from ..sources.perf_order import time_ordered
 from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER, CallchainDeferred
 from .address_space import AddressSpace, Mapping
+from .jit_modules import jitdump_mappings
 from .memory import StackMemory
 from .modules import BinaryFinder
 from .unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
@@ -126,6 +128,9 @@ class PerfUnwinder:
             raise ValueError(f"unsupported architecture {self.arch}")
         build_ids = {entry.filename: entry.build_id for entry in data.build_ids()}
         self.finder = BinaryFinder(binaries, build_ids, use_cache, problems)
+        self.problems = problems
+        #: JIT code read from jitdump files, by the dump's path.
+        self._jitdumps: dict[str, list[Mapping]] = {}
         # -g, -a -g and recordings without callchains have no stack copies to unwind.
         self.finder.symbols_only = not any(attr.sample_type & SAMPLE_STACK_USER
                                            for attr in data.attrs)
@@ -185,7 +190,9 @@ class PerfUnwinder:
     def side_band(self, record: Record) -> None:
         """Follow the process model: MMAP/MMAP2 map code, COMM names, FORK copies."""
         if isinstance(record, Mmap):
-            if record.executable and not record.filename.startswith("//anon"):
+            if record.executable and is_jitdump(record.filename):
+                self._jit_code(record)  # the marker mapping of a JIT's jitdump
+            elif record.executable and not record.filename.startswith("//anon"):
                 path, build_id = record.filename, record.build_id
                 if path == VDSO:
                     build_id = build_id or self.vdso_id
@@ -205,6 +212,21 @@ class PerfUnwinder:
             if record.pid != record.ppid and record.ppid in self.data_spaces:
                 self.data_spaces[record.pid] = self.data_spaces[record.ppid].copy()
             self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
+
+    def _jit_code(self, record: Mmap) -> None:
+        """The code a jitdump describes, as mappings of the process (the dump read once;
+        its problems reported once)."""
+        found = self._jitdumps.get(record.filename)
+        if found is None:
+            loads, problems = read_jitdump(record.filename)
+            mappings, more = jitdump_mappings(loads, record.filename)
+            found = self._jitdumps[record.filename] = mappings
+            for problem in problems + more:
+                if self.problems is not None:  # costs the dump's frames, not the run
+                    self.problems.add(PysframeError(problem))
+        space = self._space(record.pid)
+        for mapping in found:
+            space.add(mapping)
 
     def _deferred_record(self, record: CallchainDeferred) -> UnwoundSample:
         """A deferred callchain shown apart (``--no-merge-callchains``), as a pseudo-sample
