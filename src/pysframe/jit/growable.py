@@ -6,8 +6,8 @@ reclaims the space later, when it suits it ("compaction"); FDEs need not be sort
 
 Kept here as an arena, as a runtime would hold it: each function's FRE block (V3: its
 attribute record and rows, encoded once, by :mod:`pysframe.format.encode`) is appended
-to the FRE area; invalidating a function leaves its block as a hole and drops its index
-entry. :meth:`GrowableSection.section_bytes` gives the section at any moment: today's V3
+to the FRE area and its entry to the index; invalidating a function marks its entry dead
+and leaves its block as a hole (O(log n): nothing moves). :meth:`GrowableSection.section_bytes` gives the section at any moment: today's V3
 format has no "invalid" bit, and ``sframe validate`` wants the FRE blocks to tile their
 sub-section, so the holes are left out there (a copy), and ``SFRAME_F_FDE_SORTED`` is set
 only while the live functions happen to be in address order. :meth:`compact` reclaims
@@ -71,7 +71,9 @@ class GrowableSection:
         #: Live functions by start, and their starts, sorted (for lookups).
         self._by_start: dict[int, JitFunction] = {}
         self._starts: list[int] = []
+        #: FRE bytes and index entries of invalidated functions, until compaction.
         self.holes = 0
+        self.dead = 0
 
     # -- the operations ----------------------------------------------------------------
 
@@ -102,37 +104,42 @@ class GrowableSection:
         function = self._by_start.pop(start, None)
         if function is None:
             raise KeyError(f"no live function starts at {start:#x}")
-        function.valid = False
+        function.valid = False  # its index entry stays, dead, until compaction
         self._starts.pop(bisect_right(self._starts, start) - 1)
-        self._index.remove(function)
         self.holes += len(function.block)
+        self.dead += 1
 
     def compact(self) -> int:
         """Reclaim the holes and sort the index by address; returns the bytes reclaimed."""
-        reclaimed = self.holes
-        self._index.sort(key=lambda function: function.fde.start)
+        reclaimed = self.holes + ENTRY_SIZE * self.dead
+        self._index = sorted(self._live(), key=lambda function: function.fde.start)
         arena = bytearray()
         for function in self._index:
             function.block_at = len(arena)
             arena += function.block
-        self._arena, self.holes = arena, 0
+        self._arena, self.holes, self.dead = arena, 0, 0
         return reclaimed
 
     # -- reading it ----------------------------------------------------------------------
 
     @property
     def footprint(self) -> int:
-        """Bytes the runtime holds: header, index entries and the FRE arena (holes too)."""
+        """Bytes the runtime holds: header, index entries and the FRE arena (the dead
+        entries and holes too, until compaction)."""
         return HEADER_SIZE + ENTRY_SIZE * len(self._index) + len(self._arena)
+
+    def _live(self) -> list[JitFunction]:
+        return [function for function in self._index if function.valid] if self.dead else (
+            self._index)
 
     @property
     def functions(self) -> list[FDE]:
         """The live functions, in index order."""
-        return [function.fde for function in self._index]
+        return [function.fde for function in self._live()]
 
     @property
     def is_sorted(self) -> bool:
-        return all(a.fde.start < b.fde.start for a, b in pairwise(self._index))
+        return all(a.fde.start < b.fde.start for a, b in pairwise(self._live()))
 
     def find(self, pc: int) -> tuple[FDE, FRE] | None:
         """The live function holding ``pc`` and its row for ``pc`` (None: no function,
@@ -154,23 +161,24 @@ class GrowableSection:
         """The section now: V3, PC-relative starts, the live functions in index order
         (``SFRAME_F_FDE_SORTED`` when that order is by address), holes left out."""
         flags = F_FDE_FUNC_START_PCREL | (F_FDE_SORTED if self.is_sorted else 0)
+        live = self._live()
         if self.holes:
             blocks, offsets = bytearray(), []
-            for function in self._index:
+            for function in live:
                 offsets.append(len(blocks))
                 blocks += function.block
             fre_area = bytes(blocks)
         else:
-            offsets = [function.block_at for function in self._index]
+            offsets = [function.block_at for function in live]
             fre_area = bytes(self._arena)
         order = ">" if self.abi.big_endian else "<"
         fixed_ra = -8 if self.abi.is_amd64 else 0
-        num_fres = sum(len(function.fde.fres) for function in self._index)
+        num_fres = sum(len(function.fde.fres) for function in live)
         out = bytearray(struct.pack(order + "HBBBbbB", MAGIC, VERSION_3, flags, int(self.abi),
                                     0, fixed_ra, 0))
-        out += struct.pack(order + "IIIII", len(self._index), num_fres, len(fre_area), 0,
-                           len(self._index) * ENTRY_SIZE)
-        for position, (function, offset) in enumerate(zip(self._index, offsets, strict=True)):
+        out += struct.pack(order + "IIIII", len(live), num_fres, len(fre_area), 0,
+                           len(live) * ENTRY_SIZE)
+        for position, (function, offset) in enumerate(zip(live, offsets, strict=True)):
             entry_at = HEADER_SIZE + position * ENTRY_SIZE
             relative = function.fde.start - self.address - entry_at
             out += struct.pack(order + "qII", relative, function.fde.size, offset)
