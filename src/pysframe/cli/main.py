@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -225,6 +226,29 @@ def record(pids: tuple[int, ...], system_wide: bool, frequency: int, duration: f
     sys.exit(run_record(pids=list(pids), command=list(command), frequency=frequency,
                         duration=duration, output=output, report=report, event=event,
                         system_wide=system_wide, defer=defer))
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1,
+              show_default="one per CPU", help="Processes judging files in parallel.")
+@click.option("--dask", metavar="ADDRESS",
+              help="Judge the files on a Dask cluster at ADDRESS ('local': a local cluster "
+                   "of -j workers) instead of the process pool; the same JSON.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write every file's facts and the totals as JSON.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Write a self-contained HTML report.")
+@click.option("--no-cache", is_flag=True,
+              help="Judge every file again (default: results cached by file content).")
+def audit(paths: tuple[str, ...], jobs: int, dask: str | None, json_path: str | None,
+          html_path: str | None, no_cache: bool) -> None:
+    """SFrame over files, directories, archives and packages: which sections, the kernel's
+    verdict, coverage of the CFI's functions and why not, disagreement with the CFI, size."""
+    from .audit import run_audit
+
+    sys.exit(run_audit(list(paths), jobs=jobs, dask=dask, json_path=json_path,
+                       html_path=html_path, use_cache=not no_cache))
 
 
 @cli.command(name="report")

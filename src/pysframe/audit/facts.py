@@ -1,0 +1,178 @@
+"""What ``sframe audit`` says of one ELF file: its SFrame sections, whether the kernel would
+take them, how much of the code they cover and why not the rest, whether they agree with
+the file's CFI, and their size against ``.eh_frame``.
+
+Each file is judged alone, from its bytes (a path on disk, or an archive member read into
+memory), and the result is a plain JSON-able dict, so that it can cross a process or a
+Dask worker and sit in the cache keyed by the file's content. A file that is not ELF, or
+is damaged, gets a result that says so; it never stops the audit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ..cfi.eh_frame import parse_eh_frame
+from ..elf import ElfError, ElfImage
+from ..errors import PysframeError
+from ..format.constants import ABI
+from ..format.decode import SFrameReader
+from ..format.validation import ERROR, validate
+from ..generate.compare import compare_with_cfi, section_for_comparison
+from ..generate.section import PLT_SECTIONS, generate
+
+#: Bumped when the facts change, so that cached results of an older audit are not reused.
+FACTS_VERSION = 1
+#: Disagreements with the CFI kept per file (the count is always whole).
+KEPT_MESSAGES = 5
+
+
+def audit_bytes(name: str, data: bytes) -> dict[str, Any]:
+    """The facts of the file ``name`` whose contents are ``data``."""
+    result: dict[str, Any] = {"path": name, "size": len(data)}
+    if data[:4] != b"\x7fELF":
+        result["kind"] = "not ELF"
+        return result
+    try:
+        image = ElfImage(name, data)
+        result.update(kind="ELF", type=image.elf_type, machine=image.machine)
+        _sframe(image, result)
+        _coverage(image, result)
+    except (ElfError, PysframeError, ValueError, KeyError, IndexError) as error:
+        # What we cannot read (32-bit x86 relocations, say) is not damage in the file.
+        result["kind"] = "unsupported ELF" if "unsupported" in str(error) else "damaged ELF"
+        result["error"] = str(error)
+    return result
+
+
+def _sframe(image: ElfImage, result: dict[str, Any]) -> None:
+    """The SFrame sections: version, ABI, counts, size, validity (and the kernel's view)."""
+    sections = []
+    relocatable = image.elf_type == "REL"
+    text = None if relocatable else image.executable_ranges()
+    for section in image.sframe_sections():
+        entry: dict[str, Any] = {"name": section.name, "size": len(section.raw)}
+        contents = section.relocated if relocatable else section.raw
+        try:
+            header = SFrameReader(contents, section.address).header
+            entry.update(version=header.version, abi=_abi_name(header.abi),
+                         fdes=header.num_fdes, fres=header.num_fres)
+        except PysframeError as error:
+            entry["error"] = str(error)
+        errors = [f for f in validate(contents, section.address, text, relocatable=relocatable)
+                  if f.severity == ERROR]
+        entry["valid"] = not errors
+        if errors:
+            entry["first_error"] = errors[0].message
+        if not relocatable:
+            refusal = [f for f in validate(section.raw, section.address, kernel=True)
+                       if f.severity == ERROR]
+            entry["kernel_ok"] = not refusal
+            if refusal:
+                entry["kernel_refuses"] = refusal[0].message
+        sections.append(entry)
+    result["sframe"] = sections
+
+
+def _abi_name(value: int) -> str:
+    try:
+        return ABI(value).name
+    except ValueError:
+        return f"unknown ({value})"
+
+
+def _coverage(image: ElfImage, result: dict[str, Any]) -> None:
+    """The functions of ``.eh_frame``, those without an SFrame FDE and why, the executable
+    symbols no CFI describes, the disagreements with the CFI, and the sizes."""
+    found = image.section(".eh_frame", relocated=True)
+    result["eh_frame_size"] = len(found[0]) if found else 0
+    if found is None:
+        result["functions"] = 0
+        return
+    data, address, _ = found
+    fdes, _ = parse_eh_frame(data, address, big_endian=image.big_endian,
+                             address_size=image.elf_class // 8)
+    functions = {(fde.pc_begin, fde.pc_range) for fde in fdes if fde.pc_range}
+    result["functions"] = len(functions)
+    covered: set[tuple[int, int]] = set()
+    for section in image.sframe_sections():
+        try:
+            reader = SFrameReader(section.relocated if image.elf_type == "REL" else section.raw,
+                                  section.address)
+            covered |= {(entry.start, entry.size) for entry in reader.fdes()}
+        except PysframeError:
+            continue
+    missing = functions - covered
+    result["without_sframe"] = len(missing) if result["sframe"] else len(functions)
+    reasons: Counter[str] = Counter()
+    if missing and result["sframe"]:
+        reasons.update(_reasons(image, missing))
+    result["reasons"] = dict(reasons.most_common())
+    result["no_cfi_symbols"] = _symbols_without_cfi(image, functions)
+    if result["sframe"] and image.elf_type != "REL":
+        _against_cfi(image, result)
+
+
+def _reasons(image: ElfImage, missing: set[tuple[int, int]]) -> Counter[str]:
+    """Why functions of the CFI have no SFrame FDE: gas's reason when our translation of
+    their CFI would have skipped them too (.cfi_escape, DRAP on V2, ...), PLT stubs, or
+    none given (an object assembled without --gsframe)."""
+    reasons: Counter[str] = Counter()
+    try:
+        skipped = {(start, size): reason for start, size, reason in generate(image).skipped}
+    except PysframeError:
+        skipped = {}
+    stubs = image.section_ranges(*PLT_SECTIONS)
+    for start, size in missing:
+        reason = skipped.get((start, size))
+        if reason is None and any(lo <= start < hi for lo, hi in stubs.values()):
+            reason = "PLT stub"
+        reasons[_short(reason) if reason else "no SFrame FDE (assembled without --gsframe?)"] += 1
+    return reasons
+
+
+def _short(reason: str) -> str:
+    """A reason without its per-function details (register numbers, offsets)."""
+    return reason.split(":", 1)[0].split(" (", 1)[0]
+
+
+def _symbols_without_cfi(image: ElfImage, functions: set[tuple[int, int]]) -> int:
+    """Function symbols in executable code that no CFI covers (hand-written asm)."""
+    try:
+        section = image.section_by_name(".symtab") or image.section_by_name(".dynsym")
+        if section is None:
+            return 0
+        ranges = sorted(functions)
+        starts = [start for start, _ in ranges]
+        from bisect import bisect_right
+
+        count = 0
+        for symbol in section.iter_symbols():
+            if symbol["st_info"]["type"] != "STT_FUNC" or symbol["st_shndx"] == "SHN_UNDEF":
+                continue
+            value = int(symbol["st_value"])
+            if not value or not symbol["st_size"]:
+                continue
+            at = bisect_right(starts, value) - 1
+            if at < 0 or value >= ranges[at][0] + ranges[at][1]:
+                count += 1
+        return count
+    except (ElfError, ValueError, KeyError, AttributeError):
+        return 0
+
+
+def _against_cfi(image: ElfImage, result: dict[str, Any]) -> None:
+    disagreements = 0
+    kept: list[str] = []
+    for section in image.sframe_sections():
+        try:
+            data = section_for_comparison(image, section.raw, section.relocated)
+            found, _ = compare_with_cfi(image, data, section.address)
+        except PysframeError as error:
+            kept.append(f"not compared: {error}")
+            continue
+        disagreements += len(found)
+        kept += [f"{item.pc:#x}: {item.message}" for item in found[:KEPT_MESSAGES - len(kept)]]
+    result["cfi_disagreements"] = disagreements
+    result["cfi_examples"] = kept[:KEPT_MESSAGES]

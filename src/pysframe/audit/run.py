@@ -1,0 +1,164 @@
+"""Auditing many files: finding them, judging each once (cached by content), in order, on a
+process pool or a Dask cluster, and the running totals.
+
+Files are found in a stable order (each directory's entries sorted; symbolic links and
+anything not a regular file are left out, counted) and judged by :func:`audit_path`,
+whose results come back in that order whatever runs them: a window of at most
+:data:`WINDOW` files per worker is in flight, so memory stays flat however many files
+there are. A result is cached under the SHA-256 of the file's bytes (and the facts'
+version): a rerun after an interruption or an update judges only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from .. import cachedir
+from .archives import members
+from .facts import FACTS_VERSION, audit_bytes
+
+#: Files in flight per worker.
+WINDOW = 8
+#: A file larger than this is not read (reported as such).
+MAX_FILE = 2 << 30
+CACHE_KIND = f"audit/facts.v{FACTS_VERSION}"
+
+
+def find_files(paths: Iterable[str], skipped: Counter[str]) -> Iterator[str]:
+    """Regular files under ``paths`` (files or directories), in a stable order; what is
+    left out is counted in ``skipped`` by kind."""
+    for path in paths:
+        try:
+            status = os.lstat(path)
+        except OSError:
+            skipped["unreadable"] += 1
+            continue
+        if stat.S_ISDIR(status.st_mode):
+            yield from _walk(path, skipped)
+        elif stat.S_ISREG(status.st_mode):
+            yield path
+        else:
+            skipped["not a regular file"] += 1
+
+
+def _walk(top: str, skipped: Counter[str]) -> Iterator[str]:
+    try:
+        entries = sorted(os.scandir(top), key=lambda entry: entry.name)
+    except OSError:
+        skipped["unreadable"] += 1
+        return
+    for entry in entries:
+        try:
+            if entry.is_symlink():
+                skipped["symbolic link"] += 1
+            elif entry.is_dir(follow_symlinks=False):
+                yield from _walk(entry.path, skipped)
+            elif entry.is_file(follow_symlinks=False):
+                yield entry.path
+            else:
+                skipped["not a regular file"] += 1
+        except OSError:
+            skipped["unreadable"] += 1
+
+
+def audit_path(path: str, use_cache: bool = True) -> list[dict[str, Any]]:
+    """The facts of the file at ``path``: one per ELF file (an archive or a package gives
+    one per member), none for other files; cached by content."""
+    try:
+        data = _read_regular(path)
+    except OSError as error:
+        return [{"path": path, "kind": "unreadable", "error": error.strerror or str(error)}]
+    digest = hashlib.sha256(data).digest()
+    key = digest[:20]
+    source = cachedir.describe(len(data), [digest, FACTS_VERSION.to_bytes(4, "little")])
+    if use_cache:
+        cached = cachedir.load(CACHE_KIND, key, source)
+        if cached is not None:
+            try:  # stored by member name: the same bytes may sit at another path
+                return [dict(item, path=path + item.pop("member"))
+                        for item in json.loads(cached)]
+            except (ValueError, KeyError, TypeError, AttributeError):
+                pass
+    results = []
+    for member, contents in members(data):
+        facts = audit_bytes(path + member, contents)
+        if facts.get("kind") != "not ELF":
+            results.append((member, facts))
+    if use_cache:
+        stored = [dict(facts, member=member) for member, facts in results]
+        for item in stored:
+            del item["path"]
+        cachedir.store(CACHE_KIND, key, json.dumps(stored).encode(), source)
+    return [facts for _, facts in results]
+
+
+def _read_regular(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(0, "not a regular file")
+        if status.st_size > MAX_FILE:
+            raise OSError(0, f"{status.st_size:,} bytes: larger than audited")
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, 1 << 22)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def on_pool(paths: Iterable[str], jobs: int, use_cache: bool = True
+            ) -> Iterator[list[dict[str, Any]]]:
+    """The results of ``paths`` in order, from ``jobs`` processes (1: in this one)."""
+    if jobs <= 1:
+        for path in paths:
+            yield audit_path(path, use_cache)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield from _windowed(lambda path: pool.submit(audit_path, path, use_cache), paths,
+                             jobs * WINDOW)
+
+
+def on_dask(paths: Iterable[str], address: str, jobs: int, use_cache: bool = True
+            ) -> Iterator[list[dict[str, Any]]]:
+    """The results of ``paths`` in order, from a Dask cluster (``local``: a local one of
+    ``jobs`` single-threaded worker processes)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise RuntimeError("--dask needs Dask: pip install 'dask[distributed]'") from None
+    cluster = (LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1,  # type: ignore[no-untyped-call]
+                            processes=True, dashboard_address=None)
+               if address == "local" else None)
+    client = Client(cluster if cluster is not None else address)  # type: ignore[no-untyped-call]
+    try:
+        workers = max(len(client.scheduler_info().get("workers", {})), 1)
+        yield from _windowed(
+            lambda path: client.submit(audit_path, path, use_cache, pure=False), paths,
+            workers * WINDOW)
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
+        if cluster is not None:
+            cluster.close()
+
+
+def _windowed(submit: Callable[[str], Any], paths: Iterable[str], window: int
+              ) -> Iterator[list[dict[str, Any]]]:
+    """Results in submission order with at most ``window`` in flight."""
+    pending: deque[Future[list[dict[str, Any]]]] = deque()
+    for path in paths:
+        pending.append(submit(path))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()

@@ -1,0 +1,149 @@
+"""``sframe audit PATH...``: SFrame coverage, validity and cost over files, directories,
+archives and packages, on a process pool or Dask; a summary table, ``--json``, ``--html``."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
+from .files import refuse_inputs
+
+
+def run_audit(paths: list[str], *, jobs: int, dask: str | None, json_path: str | None,
+              html_path: str | None, use_cache: bool) -> int:
+    from ..audit.run import find_files, on_dask, on_pool
+    from ..audit.summary import Totals
+
+    for path in (json_path, html_path):
+        if path is not None:
+            refuse_inputs(path, paths)
+    skipped: Counter[str] = Counter()
+    # The paths are listed first (strings only: the progress bar's total); the results
+    # stream past and only the totals are kept.
+    ordered = list(find_files(paths, skipped))
+    for output in (json_path, html_path):
+        if output is not None:
+            _refuse_audited(output, ordered)
+    began = time.monotonic()
+    try:
+        results = (on_dask(ordered, dask, jobs, use_cache) if dask is not None
+                   else on_pool(ordered, jobs, use_cache))
+        totals = Totals()
+        writer = _JsonWriter(json_path) if json_path else None
+        try:
+            for path, found in _progress(zip(ordered, results, strict=True), len(ordered)):
+                totals.add_file(path, found)
+                if writer is not None:
+                    for facts in found:
+                        writer.file(facts)
+            if writer is not None:
+                writer.finish(totals.as_json())
+        finally:
+            if writer is not None:
+                writer.abandon()
+    except RuntimeError as error:
+        raise CommandError(str(error), EXIT_UNREADABLE) from None
+    elapsed = time.monotonic() - began
+    if html_path is not None:
+        from ..audit.html import html_report
+
+        _write_text(html_path, html_report(totals.as_json(), paths))
+    _print_table(totals, skipped, elapsed, sys.stdout)
+    return EXIT_INVALID if totals.invalid or totals.damaged else EXIT_OK
+
+
+def _refuse_audited(output: str, files: list[str]) -> None:
+    """An output must not replace a file being audited (found inside a directory given)."""
+    try:
+        target = os.stat(output)
+    except OSError:
+        return
+    for path in files:
+        try:
+            status = os.lstat(path)
+        except OSError:
+            continue
+        if (status.st_dev, status.st_ino) == (target.st_dev, target.st_ino):
+            raise CommandError(f"{output}: refusing to write over a file being audited",
+                               EXIT_UNREADABLE)
+
+
+def _progress(items: Any, total: int) -> Iterator[Any]:
+    if not sys.stderr.isatty():
+        yield from items
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("auditing", total=total)
+        for item in items:
+            progress.advance(task)
+            yield item
+
+
+def _print_table(totals: Any, skipped: Counter[str], elapsed: float, out: TextIO) -> None:
+    rows = totals.table()
+    if skipped:
+        rows.append(("left out", ", ".join(f"{count:,} {kind}" for kind, count in
+                                           sorted(skipped.items()))))
+    rows.append(("wall time", f"{elapsed:.1f} s"))
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        out.write(f"{label:<{width}}  {value}\n")
+
+
+class _JsonWriter:
+    """The JSON report written as the results come (a temporary file beside the output,
+    renamed over it at the end: a regular file is replaced whole or not at all)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            status = os.lstat(path)
+            if not stat.S_ISREG(status.st_mode):
+                raise CommandError(f"{path}: cannot write: not a regular file",
+                                   EXIT_UNREADABLE)
+        except FileNotFoundError:
+            pass
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            fd, self.temporary = tempfile.mkstemp(prefix=".sframe-audit-", dir=directory)
+        except OSError as error:
+            raise CommandError(f"{path}: cannot write: {error.strerror}",
+                               EXIT_UNREADABLE) from None
+        self.handle = os.fdopen(fd, "w", encoding="utf-8")
+        self.handle.write('{"audit": 1, "files": [')
+        self.first = True
+        self.done = False
+
+    def file(self, facts: dict[str, Any]) -> None:
+        self.handle.write(("\n" if self.first else ",\n") + json.dumps(facts, sort_keys=True))
+        self.first = False
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        self.handle.write('\n], "summary": ' + json.dumps(summary, sort_keys=True) + "}\n")
+        self.handle.close()
+        os.replace(self.temporary, self.path)
+        self.done = True
+
+    def abandon(self) -> None:
+        if not self.done:
+            self.handle.close()
+            try:
+                os.unlink(self.temporary)
+            except OSError:
+                pass
+
+
+def _write_text(path: str, text: str) -> None:
+    from .files import write_output
+
+    write_output(path, text.encode())

@@ -1,0 +1,123 @@
+"""``sframe audit``: facts per ELF file (fixtures of binutils 2.40, 2.44 and 2.46), archives
+whose members mix SFrame versions, what is left out, the same JSON from one process, a
+pool and a Dask local cluster, results cached by content, and the HTML report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.skipif(not (FIXTURES / "2.46").exists(),
+                                reason="no fixture binaries (../shared/fixtures) here")
+
+
+def audit(*arguments: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pysframe", "audit", *arguments],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, XDG_CACHE_HOME=str(cache)))
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Programs of three binutils (V1, V2, V3), an archive of V2 and V3 objects, a file
+    that is not ELF, and a symbolic link."""
+    root = tmp_path_factory.mktemp("audit")
+    (root / "bin").mkdir()
+    for version in ("2.40", "2.44", "2.46"):
+        shutil.copy(FIXTURES / version / "x86_64" / "O2" / "prog", root / "bin" / f"prog-{version}")
+    (root / "lib").mkdir()
+    objects = [root / "lib" / "old.o", root / "lib" / "new.o"]
+    shutil.copy(FIXTURES / "2.44" / "x86_64" / "O2" / "cfi.o", objects[0])
+    shutil.copy(FIXTURES / "2.46" / "x86_64" / "O2" / "cfi.o", objects[1])
+    if shutil.which("ar") is None:
+        pytest.skip("needs ar")
+    subprocess.run(["ar", "rcs", str(root / "lib" / "libmixed.a"), *map(str, objects)],
+                   check=True)
+    for item in objects:
+        item.unlink()
+    (root / "lib" / "README").write_text("not ELF\n")
+    (root / "bin" / "link").symlink_to(root / "bin" / "prog-2.46")
+    return root
+
+
+def test_facts_totals_and_what_is_left_out(tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "audit.json"
+    run = audit(str(tree), "-j", "1", "--json", str(out), cache=tmp_path / "cache")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(out.read_text())
+    files = {Path(item["path"]).name: item for item in report["files"]}
+    assert set(files) == {"prog-2.40", "prog-2.44", "prog-2.46", "libmixed.a(old.o)",
+                          "libmixed.a(new.o)"}
+    versions = {name: [s["version"] for s in item["sframe"]] for name, item in files.items()}
+    assert versions["prog-2.40"] == [1] and versions["prog-2.44"] == [2]
+    assert versions["prog-2.46"] == [3]
+    # The kernel takes V3 only.
+    assert [s["kernel_ok"] for s in files["prog-2.46"]["sframe"]] == [True]
+    assert "version 3" in files["prog-2.44"]["sframe"][0]["kernel_refuses"]
+    # Coverage: the C run-time's functions were not assembled with --gsframe; ld's
+    # .plt.got rule is named where it disagrees with the CFI.
+    program = files["prog-2.46"]
+    assert 0 < program["without_sframe"] < program["functions"]
+    assert "PLT stub" in program["reasons"] or program["reasons"]
+    assert any("plt.got" in example for example in program["cfi_examples"])
+    summary = report["summary"]
+    assert summary["files"] == 5 and summary["not_elf"] == 1  # the README
+    assert summary["versions"] == {"V1": 1, "V2": 2, "V3": 2}
+    assert [s["version"] for s in files["libmixed.a(old.o)"]["sframe"]] == [2]
+    assert list(summary["mixed_versions"]) == [str(tree / "lib" / "libmixed.a")]
+    assert "1 symbolic link" in run.stdout and "a 2.46 link fails" in run.stdout
+
+
+def test_pool_and_dask_give_the_same_json(tree: Path, tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    outputs = {}
+    for name, options in (("one", ["-j", "1"]), ("pool", ["-j", "2"]),
+                          ("dask", ["-j", "2", "--dask", "local"])):
+        out = tmp_path / f"{name}.json"
+        run = audit(str(tree), *options, "--no-cache", "--json", str(out),
+                    cache=tmp_path / "cache")
+        assert run.returncode == 0, run.stderr
+        outputs[name] = out.read_bytes()
+    assert outputs["one"] == outputs["pool"] == outputs["dask"]
+
+
+def test_results_are_cached_by_content(tree: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    assert audit(str(tree), "--json", str(first), cache=cache).returncode == 0
+    entries = list((cache / "pysframe" / "audit").rglob("*.facts.v1"))
+    assert len(entries) == 5  # three programs, the archive, the README (nothing to say)
+    assert audit(str(tree), "--json", str(second), cache=cache).returncode == 0
+    assert first.read_bytes() == second.read_bytes()
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(tree / "bin", copy, symlinks=True)
+    third = tmp_path / "third.json"
+    assert audit(str(copy), "--json", str(third), cache=cache).returncode == 0
+    paths = [item["path"] for item in json.loads(third.read_text())["files"]]
+    assert all(path.startswith(str(copy)) for path in paths)  # cached facts, new paths
+
+
+def test_html_report_is_self_contained_and_sortable(tree: Path, tmp_path: Path) -> None:
+    page = tmp_path / "audit.html"
+    assert audit(str(tree), "--html", str(page), cache=tmp_path / "cache").returncode == 0
+    text = page.read_text()
+    assert "<svg id='chart'" in text and "<table id='directories'>" in text
+    assert "addEventListener('click'" in text  # the table sorts by a clicked column
+    assert "http" not in text.replace("http-equiv", "")  # nothing fetched from elsewhere
+    assert str(tree / "bin") in text and str(tree / "lib") in text
+
+
+def test_an_archive_is_never_written_and_outputs_are_checked(tree: Path, tmp_path: Path) -> None:
+    archive = tree / "lib" / "libmixed.a"
+    before = archive.read_bytes()
+    run = audit(str(tree), "--json", str(archive), cache=tmp_path / "cache")
+    assert run.returncode != 0 and len(run.stderr.strip().splitlines()) == 1
+    assert archive.read_bytes() == before
