@@ -88,7 +88,7 @@ def _chart(rows: list[tuple[Any, ...]]) -> str:
                     f"<title>coverage {row[4]}%</title></rect>"
                     f"<rect class='size' x='300' y='{y + 10}' width='{2 * min(row[6], 100):.1f}'"
                     f" height='9'><title>size {row[6]}% of .eh_frame</title></rect>")
-    legend = ("<text x='300' y='12'>coverage % (blue), SFrame size as % of .eh_frame "
+    legend = ("<text x='0' y='12'>coverage % (blue), SFrame size as % of .eh_frame "
               "(orange)</text>")
     return (f"<h2>Per directory</h2><svg id='chart' width='560' height='{height}'>{legend}"
             + "".join(bars) + "</svg>")
