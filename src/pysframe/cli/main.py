@@ -251,6 +251,28 @@ def audit(paths: tuple[str, ...], jobs: int, dask: str | None, json_path: str | 
                        html_path=html_path, use_cache=not no_cache))
 
 
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def upgrade(file: str, output: str) -> None:
+    """Rewrite the SFrame V2 sections of a relocatable object or static archive as V3 (what
+    binutils 2.46's ld links); FILE is left untouched."""
+    from .upgrade import run_upgrade
+
+    sys.exit(run_upgrade(file, output))
+
+
+@cli.command(name="strip")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def strip_command(file: str, output: str) -> None:
+    """Write FILE without its SFrame sections (what ld's --discard-sframe gives); FILE is
+    left untouched."""
+    from .upgrade import run_strip
+
+    sys.exit(run_strip(file, output))
+
+
 @cli.command(name="report")
 @click.argument("perf_data", type=click.Path(dir_okay=False))
 @click.option("--format", "form", type=click.Choice(["folded", "speedscope", "svg", "pprof"]),

@@ -1,0 +1,120 @@
+"""``sframe strip``: a copy of an ELF file without its SFrame sections, what ld's
+``--discard-sframe`` gives at link time.
+
+The section headers of ``.sframe`` (every SFrame section) and of the relocation sections
+applying to them are dropped and the rest renumbered: ``e_shstrndx``, ``sh_link`` (and
+``sh_info`` of relocation sections), the members of section groups and the symbols'
+section indices follow (a symbol of a dropped section becomes absolute). A linked file's
+``PT_GNU_SFRAME`` program header becomes ``PT_NULL`` (its bytes stay where the loaded
+segment has them: no segment can shrink without moving the code). Written by hand, as
+``inject``: the new section header table is appended and nothing else moves but the
+symbol tables' index fields, rewritten in place.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..elf import ElfImage
+from ..elf.headers import SectionHeader
+from .errors import GenerateError
+
+SHT_SYMTAB, SHT_RELA, SHT_REL, SHT_DYNSYM, SHT_GROUP = 2, 4, 9, 11, 17
+SHT_SYMTAB_SHNDX = 18
+SHN_LORESERVE, SHN_ABS, SHN_XINDEX = 0xFF00, 0xFFF1, 0xFFFF
+PT_GNU_SFRAME, PT_NULL = 0x6474E554, 0
+_SECTION = struct.Struct("<IIQQQQIIQQ")
+_SYMBOL = struct.Struct("<IBBHQQ")
+
+
+def strip_sframe(image: ElfImage) -> tuple[bytes, int]:
+    """The file without its SFrame sections, and how many sections were dropped."""
+    if image.elf_class != 64 or image.big_endian:
+        raise GenerateError("only 64-bit little-endian files are stripped")
+    data = bytearray(image.data)
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if not shoff or shnum == 0 or shentsize != _SECTION.size:
+        raise GenerateError("no usable section header table")
+    headers = [list(_SECTION.unpack_from(data, shoff + i * shentsize)) for i in range(shnum)]
+    sframe = {section.number for section in _sframe_headers(image)}
+    if not sframe:
+        return bytes(data), 0
+    dropped = sframe | {i for i, h in enumerate(headers)
+                        if h[1] in (SHT_RELA, SHT_REL) and h[7] in sframe}
+    if shstrndx in dropped:
+        raise GenerateError("the section name table is an SFrame section?")
+    new_index: dict[int, int] = {}
+    for old in range(shnum):
+        if old not in dropped:
+            new_index[old] = len(new_index)
+    kept = []
+    for old, header in enumerate(headers):
+        if old in dropped:
+            continue
+        header = list(header)
+        if 0 < header[6] < shnum:
+            header[6] = new_index.get(header[6], 0)  # sh_link
+        if header[1] in (SHT_RELA, SHT_REL) and 0 < header[7] < shnum:
+            header[7] = new_index.get(header[7], 0)  # sh_info: the section relocated
+        if header[1] in (SHT_SYMTAB, SHT_DYNSYM):
+            _renumber_symbols(data, header, new_index)
+        elif header[1] == SHT_GROUP:
+            _renumber_group(data, header, new_index)
+        kept.append(header)
+    table = b"".join(_SECTION.pack(*header) for header in kept)
+    data += bytes(-len(data) % 8)
+    at = len(data)
+    data += table
+    struct.pack_into("<Q", data, 0x28, at)  # e_shoff
+    struct.pack_into("<HHH", data, 0x3A, shentsize, len(kept), new_index[shstrndx])
+    _drop_segment(data)
+    return bytes(data), len(dropped)
+
+
+def _sframe_headers(image: ElfImage) -> list[SectionHeader]:
+    found: list[SectionHeader] = []
+    offsets = {section.file_offset for section in image.sframe_sections()
+               if section.found_by != "segment"}
+    for header in image.section_headers():
+        if header.offset in offsets and header.size and (
+                header.name == ".sframe" or header.type == 0x6FFFFFF4):
+            found.append(header)
+    return found
+
+
+def _renumber_symbols(data: bytearray, header: list[int], new_index: dict[int, int]) -> None:
+    offset, size, entsize = header[4], header[5], header[9] or _SYMBOL.size
+    if entsize != _SYMBOL.size or offset + size > len(data):
+        raise GenerateError("a symbol table of an unexpected layout")
+    for at in range(offset, offset + size - size % entsize, entsize):
+        name, info, other, shndx, value, length = _SYMBOL.unpack_from(data, at)
+        if 0 < shndx < SHN_LORESERVE:
+            moved = new_index.get(shndx)
+            if moved is None:  # a symbol of a dropped section: keep it, absolute
+                shndx, info = SHN_ABS, info & 0xF0
+            else:
+                shndx = moved
+            _SYMBOL.pack_into(data, at, name, info, other, shndx, value, length)
+        elif shndx == SHN_XINDEX:
+            raise GenerateError("extended section indices (SHN_XINDEX) are not supported")
+
+
+def _renumber_group(data: bytearray, header: list[int], new_index: dict[int, int]) -> None:
+    offset, size = header[4], header[5]
+    words = list(struct.unpack_from(f"<{size // 4}I", data, offset))
+    members = [new_index[w] for w in words[1:] if w in new_index]
+    words = [words[0], *members] + [0] * (len(words) - 1 - len(members))
+    struct.pack_into(f"<{len(words)}I", data, offset, *words)
+    header[5] = 4 * (1 + len(members))
+
+
+def _drop_segment(data: bytearray) -> None:
+    phoff = struct.unpack_from("<Q", data, 0x20)[0]
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    if not phoff or phentsize < 56:
+        return
+    for i in range(phnum):
+        at = phoff + i * phentsize
+        if struct.unpack_from("<I", data, at)[0] == PT_GNU_SFRAME:
+            struct.pack_into("<I", data, at, PT_NULL)

@@ -1,0 +1,164 @@
+"""``sframe upgrade``: SFrame V2 sections of relocatable objects rewritten as V3, so that
+they link with binutils 2.46 and later (whose ld ignores V2 input sections, "unexpected
+SFrame section type", and so drops every function they describe).
+
+In an object, a V2 FDE's 32-bit start field is PC-relative through a relocation (gas
+writes ``R_X86_64_PC32``, ``R_AARCH64_PREL32``, ``R_390_PC32`` against the function's
+section, the function's offset in the addend, whether or not the 2.45 erratum flag is
+set). V3's field is 64 bits wide: the section is converted with the format's own
+:func:`~pysframe.format.encode.convert` and re-encoded, and each relocation is moved to
+its FDE's new field and widened to the 64-bit PC-relative type, same symbol, same addend.
+The section becomes ``SHT_GNU_SFRAME`` as gas 2.46 writes it.
+
+The file is rewritten as ``inject`` does (written by hand: no Python library writes ELF):
+the new section contents and a new section header table are appended, nothing else
+moves. Static archives are rebuilt member by member, their symbol index (``/``, and
+``/SYM64/``) with the members' new offsets. The input is never changed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..elf import ElfImage
+from ..format.constants import HEADER_SIZE, VERSION_2, VERSION_3
+from ..format.decode import decode
+from ..format.encode import convert, encode
+from .errors import GenerateError
+
+SHT_RELA, SHT_GNU_SFRAME = 4, 0x6FFFFFF4
+#: (machine, 32-bit PC-relative type) -> 64-bit PC-relative type.
+WIDER = {("EM_X86_64", 2): 24, ("EM_AARCH64", 261): 260, ("EM_S390", 5): 23}
+_SECTION = struct.Struct("<IIQQQQIIQQ")
+_RELA = struct.Struct("<QQq")
+V2_ENTRY, V3_ENTRY = 20, 16
+
+
+def upgrade_object(image: ElfImage) -> bytes | None:
+    """The file with its V2 SFrame sections as V3 (None: it has none to upgrade)."""
+    if image.elf_type != "REL" or image.elf_class != 64 or image.big_endian:
+        if image.elf_type != "REL":
+            raise GenerateError("only relocatable objects (.o) and archives are upgraded: "
+                                "a linked file's SFrame is rebuilt by `sframe generate`")
+        raise GenerateError("only 64-bit little-endian objects are upgraded")
+    data = bytearray(image.data)
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [list(_SECTION.unpack_from(data, shoff + i * shentsize)) for i in range(shnum)]
+    names = image.section_headers()
+    changed = False
+    for section in image.sframe_sections():
+        index = next((h.number for h in names if h.name == section.name
+                      and h.offset == section.file_offset), None)
+        if index is None:
+            continue
+        raw = bytes(data[headers[index][4]:headers[index][4] + headers[index][5]])
+        if decode(raw).version != VERSION_2:
+            continue
+        v3 = encode(convert(decode(raw), VERSION_3))
+        relocations = [i for i, h in enumerate(headers) if h[1] == SHT_RELA and h[7] == index]
+        for rela_index in relocations:
+            table = bytes(data[headers[rela_index][4]:
+                               headers[rela_index][4] + headers[rela_index][5]])
+            new_table = _widened(table, image.machine, len(decode(raw).fdes))
+            headers[rela_index][4] = _append(data, new_table, 8)
+            headers[rela_index][5] = len(new_table)
+        headers[index][4] = _append(data, v3, 8)
+        headers[index][5] = len(v3)
+        headers[index][1] = SHT_GNU_SFRAME
+        changed = True
+    if not changed:
+        return None
+    table_at = _append(data, b"".join(_SECTION.pack(*h) for h in headers), 8)
+    struct.pack_into("<Q", data, 0x28, table_at)
+    del shstrndx
+    return bytes(data)
+
+
+def _widened(table: bytes, machine: str, fde_count: int) -> bytes:
+    """The V2 start-field relocations moved to the V3 fields and widened to 64 bits."""
+    out = bytearray()
+    for at in range(0, len(table) - len(table) % _RELA.size, _RELA.size):
+        offset, info, addend = _RELA.unpack_from(table, at)
+        kind, symbol = info & 0xFFFFFFFF, info >> 32
+        fde, within = divmod(offset - HEADER_SIZE, V2_ENTRY)
+        wider = WIDER.get((machine, kind))
+        if offset < HEADER_SIZE or within != 0 or fde >= fde_count or wider is None:
+            raise GenerateError(f"relocation at {offset:#x} (type {kind}) is not a V2 "
+                                "FDE start field: not upgraded")
+        out += _RELA.pack(HEADER_SIZE + fde * V3_ENTRY, (symbol << 32) | wider, addend)
+    return bytes(out)
+
+
+def _append(data: bytearray, blob: bytes, alignment: int) -> int:
+    data += bytes(-len(data) % alignment)
+    at = len(data)
+    data += blob
+    return at
+
+
+# --- static archives ----------------------------------------------------------------------
+
+AR_MAGIC = b"!<arch>\n"
+
+
+def upgrade_archive(data: bytes) -> tuple[bytes, int]:
+    """The archive with every member's V2 SFrame upgraded (the symbol index rewritten for
+    the new member offsets), and how many members changed."""
+    members = _split_archive(data)
+    changed = 0
+    new_members: list[tuple[bytes, bytes, int]] = []
+    for header, contents, old_offset in members:
+        name = header[:16]
+        if contents.startswith(b"\x7fELF") and not name.startswith((b"/ ", b"// ",
+                                                                    b"/SYM64/")):
+            upgraded = upgrade_object(ElfImage("member", contents))
+            if upgraded is not None:
+                contents = upgraded
+                changed += 1
+        new_members.append((header, contents, old_offset))
+    # Lay the members out (the index keeps its size: same symbols, same count).
+    position = len(AR_MAGIC)
+    moved: dict[int, int] = {}
+    for _, contents, old_offset in new_members:
+        moved[old_offset] = position
+        position += 60 + len(contents) + (len(contents) & 1)
+    out = bytearray(AR_MAGIC)
+    for header, contents, _ in new_members:
+        if header.startswith(b"/ ") or header.startswith(b"/SYM64/"):
+            contents = _moved_index(contents, moved, wide=header.startswith(b"/SYM64/"))
+        out += header[:48] + str(len(contents)).encode().ljust(10) + b"`\n"
+        out += contents + (b"\n" if len(contents) & 1 else b"")
+    return bytes(out), changed
+
+
+def _split_archive(data: bytes) -> list[tuple[bytes, bytes, int]]:
+    if not data.startswith(AR_MAGIC):
+        raise GenerateError("not an ar archive")
+    members = []
+    offset = len(AR_MAGIC)
+    while offset + 60 <= len(data):
+        header = data[offset:offset + 60]
+        if header[58:60] != b"`\n":
+            raise GenerateError(f"damaged archive member header at offset {offset:#x}")
+        size = int(header[48:58].decode("ascii").strip() or "0")
+        if offset + 60 + size > len(data):
+            raise GenerateError(f"archive member at offset {offset:#x} runs past the end")
+        members.append((header, data[offset + 60:offset + 60 + size], offset))
+        offset += 60 + size + (size & 1)
+    return members
+
+
+def _moved_index(index: bytes, moved: dict[int, int], wide: bool) -> bytes:
+    """The archive's symbol index with each member offset replaced by its new one."""
+    width = 8 if wide else 4
+    fmt = ">Q" if wide else ">I"
+    count = struct.unpack_from(fmt, index)[0]
+    out = bytearray(index)
+    for i in range(count):
+        at = width * (1 + i)
+        old = struct.unpack_from(fmt, index, at)[0]
+        if old not in moved:
+            raise GenerateError(f"archive index names offset {old:#x}, no member starts there")
+        struct.pack_into(fmt, out, at, moved[old])
+    return bytes(out)
