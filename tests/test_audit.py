@@ -121,3 +121,26 @@ def test_an_archive_is_never_written_and_outputs_are_checked(tree: Path, tmp_pat
     run = audit(str(tree), "--json", str(archive), cache=tmp_path / "cache")
     assert run.returncode != 0 and len(run.stderr.strip().splitlines()) == 1
     assert archive.read_bytes() == before
+
+
+def test_a_debian_package_is_opened(tmp_path: Path) -> None:
+    if shutil.which("dpkg-deb") is None:
+        pytest.skip("needs dpkg-deb to build a package")
+    root = tmp_path / "pkg"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        "Package: sframe-audit-test\nVersion: 1.0\nArchitecture: amd64\n"
+        "Maintainer: test <test@example.invalid>\nDescription: test\n")
+    (root / "usr" / "bin").mkdir(parents=True)
+    shutil.copy(FIXTURES / "2.46" / "x86_64" / "O2" / "prog", root / "usr" / "bin" / "prog")
+    (root / "usr" / "share").mkdir()
+    (root / "usr" / "share" / "notes.txt").write_text("not ELF\n")
+    package = tmp_path / "test.deb"
+    subprocess.run(["dpkg-deb", "-Zxz", "--build", str(root), str(package)], check=True,
+                   capture_output=True)
+    out = tmp_path / "deb.json"
+    run = audit(str(package), "--json", str(out), cache=tmp_path / "cache")
+    assert run.returncode == 0, run.stderr
+    files = json.loads(out.read_text())["files"]
+    assert [item["path"] for item in files] == [f"{package}(usr/bin/prog)"]
+    assert [s["version"] for s in files[0]["sframe"]] == [3]
