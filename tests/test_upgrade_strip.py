@@ -22,13 +22,17 @@ from pysframe.format.decode import SFrameReader
 pytestmark = pytest.mark.skipif(not (FIXTURES / "2.44").exists(),
                                 reason="no fixture objects (../shared/fixtures) here")
 SOURCES = ["cfi", "control", "deep", "extras", "main", "many"]
-#: Functions gas 2.44 described with other rows than gas 2.46 (why, in the closing note of
-#: the issue): an RA kept in a register, an undefined RA, .cfi_remember_state.
-OLDER_GAS_ROWS = {"f_register", "f_undef_ra", "f_remember"}
-#: Functions only gas 2.46 describes (2.44 skipped .cfi_escape, a CFA on another register,
-#: DRAP).
-ONLY_NEWER_GAS = {"asm_escape_nop", "asm_escape_expr", "f_escape", "f_cfa_rbx",
-                  "realigned_vla"}
+#: Per architecture: the objects linked, the functions gas 2.44 described with other rows
+#: than gas 2.46 (an RA kept in a register, an undefined RA, .cfi_remember_state /
+#: .cfi_restore_state), and those only gas 2.46 describes (2.44 skipped .cfi_escape, a CFA
+#: on another register, DRAP).
+LINKED = {
+    "x86_64": (["cfi", "control", "deep", "edge", "extras", "main", "many", "realign",
+                "recurse", "signals", "stackuse"],
+               {"f_register", "f_undef_ra", "f_remember"},
+               {"asm_escape_nop", "asm_escape_expr", "f_escape", "f_cfa_rbx", "realigned_vla"}),
+    "aarch64": (SOURCES, {"asm_remember"}, {"asm_escape_nop", "asm_escape_expr"}),
+}
 
 
 def sframe(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -89,13 +93,14 @@ def test_objects_are_upgraded_row_for_row(arch: str, tmp_path: Path) -> None:
         assert kinds == ({24} if arch == "x86_64" else {260})  # PC64 / PREL64
 
 
-def test_upgraded_objects_link_with_binutils_2_46_and_later(tmp_path: Path) -> None:
-    ld = newer_tool("ld")
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_upgraded_objects_link_with_binutils_2_46_and_later(arch: str, tmp_path: Path) -> None:
+    ld = newer_tool("ld" if arch == "x86_64" else "aarch64-ld")
     if ld is None:
         pytest.skip("no binutils >= 2.46 here: ../shared/toolchain/install.sh --prefix "
                     "../sframe-tc 2.47.50")
-    old_dir, new_dir = FIXTURES / "2.44" / "x86_64" / "O2", FIXTURES / "2.46" / "x86_64" / "O2"
-    names = [*SOURCES, "edge", "realign", "recurse", "signals", "stackuse"]
+    names, older_rows, only_newer = LINKED[arch]
+    old_dir, new_dir = FIXTURES / "2.44" / arch / "O2", FIXTURES / "2.46" / arch / "O2"
     upgraded = []
     for name in names:
         out = tmp_path / f"{name}.o"
@@ -120,8 +125,8 @@ def test_upgraded_objects_link_with_binutils_2_46_and_later(tmp_path: Path) -> N
                 if symbol["st_info"]["type"] == "STT_FUNC"}
     differ = {names_at[start] for (start, size), rows in ours.items()
               if theirs.get((start, size)) != rows}
-    assert differ == OLDER_GAS_ROWS
-    assert {names_at[start] for start, _ in set(theirs) - set(ours)} == ONLY_NEWER_GAS
+    assert differ == older_rows
+    assert {names_at[start] for start, _ in set(theirs) - set(ours)} == only_newer
 
 
 def test_an_archive_mixing_v2_and_v3_is_upgraded_and_links(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ class Totals:
     reasons: Counter[str] = field(default_factory=Counter)
     no_cfi_symbols: int = 0
     disagreements: int = 0
+    causes: Counter[str] = field(default_factory=Counter)
     files_disagreeing: int = 0
     sframe_bytes: int = 0
     eh_frame_bytes: int = 0
@@ -91,6 +92,7 @@ class Totals:
         self.no_cfi_symbols += int(facts.get("no_cfi_symbols", 0))
         count = int(facts.get("cfi_disagreements", 0))
         self.disagreements += count
+        self.causes.update(facts.get("cfi_causes", {}))
         self.files_disagreeing += count > 0
         self.eh_frame_bytes += int(facts.get("eh_frame_size", 0))
         directory[5] += int(facts.get("eh_frame_size", 0))
@@ -114,6 +116,7 @@ class Totals:
             "reasons": dict(self.reasons.most_common()),
             "symbols_without_cfi": self.no_cfi_symbols,
             "cfi_disagreements": self.disagreements,
+            "cfi_disagreement_causes": dict(self.causes.most_common()),
             "files_disagreeing": self.files_disagreeing,
             "sframe_bytes": self.sframe_bytes, "eh_frame_bytes": self.eh_frame_bytes,
             "mixed_versions": self.mixed,
@@ -147,6 +150,8 @@ class Totals:
         ]
         for reason, count in self.reasons.most_common(5):
             rows.append(("  no FDE: " + reason, f"{count:,}"))
+        for cause, count in self.causes.most_common(5):
+            rows.append(("  disagreeing: " + cause, f"{count:,} row{'s' if count != 1 else ''}"))
         for path, versions in sorted(self.mixed.items())[:10]:
             rows.append(("mixed versions", f"{path}: {', '.join(versions)} (a 2.46 link fails)"))
         return rows
