@@ -24,8 +24,9 @@ from .. import cachedir
 from .archives import members
 from .facts import FACTS_VERSION, audit_bytes
 
-#: Files in flight per worker.
+#: Files in flight per worker; files per Dask task.
 WINDOW = 8
+DASK_BATCH = 16
 #: A file larger than this is not read (reported as such).
 MAX_FILE = 2 << 30
 CACHE_KIND = f"audit/facts.v{FACTS_VERSION}"
@@ -143,21 +144,40 @@ def on_dask(paths: Iterable[str], address: str, jobs: int, use_cache: bool = Tru
     client = Client(cluster if cluster is not None else address)  # type: ignore[no-untyped-call]
     try:
         workers = max(len(client.scheduler_info().get("workers", {})), 1)
-        yield from _windowed(
-            lambda path: client.submit(audit_path, path, use_cache, pure=False), paths,
-            workers * WINDOW)
+        # Batches of files per task: a task's round trip through the scheduler costs more
+        # than judging a small file.
+        for batch in _windowed(
+                lambda group: client.submit(audit_batch, group, use_cache, pure=False),
+                _batches(paths, DASK_BATCH), workers * 2):
+            yield from batch
     finally:
         client.close()  # type: ignore[no-untyped-call]
         if cluster is not None:
             cluster.close()
 
 
-def _windowed(submit: Callable[[str], Any], paths: Iterable[str], window: int
-              ) -> Iterator[list[dict[str, Any]]]:
-    """Results in submission order with at most ``window`` in flight."""
-    pending: deque[Future[list[dict[str, Any]]]] = deque()
+def audit_batch(paths: list[str], use_cache: bool = True) -> list[list[dict[str, Any]]]:
+    """:func:`audit_path` of each of ``paths`` (one Dask task)."""
+    return [audit_path(path, use_cache) for path in paths]
+
+
+def _batches(paths: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
     for path in paths:
-        pending.append(submit(path))
+        batch.append(path)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _windowed(submit: Callable[[Any], Any], items: Iterable[Any], window: int
+              ) -> Iterator[Any]:
+    """Results in submission order with at most ``window`` in flight."""
+    pending: deque[Future[Any]] = deque()
+    for item in items:
+        pending.append(submit(item))
         if len(pending) >= window:
             yield pending.popleft().result()
     while pending:
