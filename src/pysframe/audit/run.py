@@ -118,22 +118,23 @@ def _read_regular(path: str) -> bytes:
         os.close(fd)
 
 
-def on_pool(paths: Iterable[str], jobs: int, use_cache: bool = True
-            ) -> Iterator[list[dict[str, Any]]]:
-    """The results of ``paths`` in order, from ``jobs`` processes (1: in this one)."""
+Results = Iterator[tuple[str, list[dict[str, Any]]]]
+
+
+def on_pool(paths: Iterable[str], jobs: int, use_cache: bool = True) -> Results:
+    """(path, results) of ``paths`` in order, from ``jobs`` processes (1: this one)."""
     if jobs <= 1:
         for path in paths:
-            yield audit_path(path, use_cache)
+            yield path, audit_path(path, use_cache)
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         yield from _windowed(lambda path: pool.submit(audit_path, path, use_cache), paths,
                              jobs * WINDOW)
 
 
-def on_dask(paths: Iterable[str], address: str, jobs: int, use_cache: bool = True
-            ) -> Iterator[list[dict[str, Any]]]:
-    """The results of ``paths`` in order, from a Dask cluster (``local``: a local one of
-    ``jobs`` single-threaded worker processes)."""
+def on_dask(paths: Iterable[str], address: str, jobs: int, use_cache: bool = True) -> Results:
+    """(path, results) of ``paths`` in order, from a Dask cluster (``local``: a local one
+    of ``jobs`` single-threaded worker processes)."""
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -146,10 +147,10 @@ def on_dask(paths: Iterable[str], address: str, jobs: int, use_cache: bool = Tru
         workers = max(len(client.scheduler_info().get("workers", {})), 1)
         # Batches of files per task: a task's round trip through the scheduler costs more
         # than judging a small file.
-        for batch in _windowed(
+        for group, batch in _windowed(
                 lambda group: client.submit(audit_batch, group, use_cache, pure=False),
                 _batches(paths, DASK_BATCH), workers * 2):
-            yield from batch
+            yield from zip(group, batch, strict=True)
     finally:
         client.close()  # type: ignore[no-untyped-call]
         if cluster is not None:
@@ -173,12 +174,14 @@ def _batches(paths: Iterable[str], size: int) -> Iterator[list[str]]:
 
 
 def _windowed(submit: Callable[[Any], Any], items: Iterable[Any], window: int
-              ) -> Iterator[Any]:
-    """Results in submission order with at most ``window`` in flight."""
-    pending: deque[Future[Any]] = deque()
+              ) -> Iterator[tuple[Any, Any]]:
+    """(item, result) in submission order with at most ``window`` in flight."""
+    pending: deque[tuple[Any, Future[Any]]] = deque()
     for item in items:
-        pending.append(submit(item))
+        pending.append((item, submit(item)))
         if len(pending) >= window:
-            yield pending.popleft().result()
+            item, future = pending.popleft()
+            yield item, future.result()
     while pending:
-        yield pending.popleft().result()
+        item, future = pending.popleft()
+        yield item, future.result()

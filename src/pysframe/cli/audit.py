@@ -26,20 +26,16 @@ def run_audit(paths: list[str], *, jobs: int, dask: str | None, json_path: str |
         if path is not None:
             refuse_inputs(path, paths)
     skipped: Counter[str] = Counter()
-    # The paths are listed first (strings only: the progress bar's total); the results
-    # stream past and only the totals are kept.
-    ordered = list(find_files(paths, skipped))
-    for output in (json_path, html_path):
-        if output is not None:
-            _refuse_audited(output, ordered)
+    # Paths and results stream past; only the totals are kept (memory stays flat).
+    files = _not_outputs(find_files(paths, skipped), [json_path, html_path])
     began = time.monotonic()
     try:
-        results = (on_dask(ordered, dask, jobs, use_cache) if dask is not None
-                   else on_pool(ordered, jobs, use_cache))
+        results = (on_dask(files, dask, jobs, use_cache) if dask is not None
+                   else on_pool(files, jobs, use_cache))
         totals = Totals()
         writer = _JsonWriter(json_path) if json_path else None
         try:
-            for path, found in _progress(zip(ordered, results, strict=True), len(ordered)):
+            for path, found in _progress(results):
                 totals.add_file(path, found)
                 if writer is not None:
                     for facts in found:
@@ -60,30 +56,38 @@ def run_audit(paths: list[str], *, jobs: int, dask: str | None, json_path: str |
     return EXIT_INVALID if totals.invalid or totals.damaged else EXIT_OK
 
 
-def _refuse_audited(output: str, files: list[str]) -> None:
-    """An output must not replace a file being audited (found inside a directory given)."""
-    try:
-        target = os.stat(output)
-    except OSError:
-        return
-    for path in files:
+def _not_outputs(files: Iterator[str], outputs: list[str | None]) -> Iterator[str]:
+    """``files``, stopping with an error at one that an output would replace."""
+    targets = set()
+    for output in outputs:
         try:
-            status = os.lstat(path)
+            status = os.stat(output) if output is not None else None
         except OSError:
             continue
-        if (status.st_dev, status.st_ino) == (target.st_dev, target.st_ino):
-            raise CommandError(f"{output}: refusing to write over a file being audited",
-                               EXIT_UNREADABLE)
+        if status is not None:
+            targets.add((status.st_dev, status.st_ino))
+    for path in files:
+        if targets:
+            try:
+                status = os.lstat(path)
+            except OSError:
+                status = None
+            if status is not None and (status.st_dev, status.st_ino) in targets:
+                raise CommandError(f"{path}: refusing to write an output over a file being "
+                                   "audited", EXIT_UNREADABLE)
+        yield path
 
 
-def _progress(items: Any, total: int) -> Iterator[Any]:
+def _progress(items: Iterator[Any]) -> Iterator[Any]:
+    """A progress bar on stderr (files judged so far) when it is a terminal."""
     if not sys.stderr.isatty():
         yield from items
         return
-    from rich.progress import Progress
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    with Progress(transient=True) as progress:
-        task = progress.add_task("auditing", total=total)
+    with Progress(SpinnerColumn(), TextColumn("auditing: {task.completed:,} files"),
+                  TimeElapsedColumn(), transient=True) as progress:
+        task = progress.add_task("auditing", total=None)
         for item in items:
             progress.advance(task)
             yield item
