@@ -68,6 +68,14 @@ def test_facts_totals_and_what_is_left_out(tree: Path, tmp_path: Path) -> None:
     assert 0 < program["without_sframe"] < program["functions"]
     assert "PLT stub" in program["reasons"] or program["reasons"]
     assert any("plt.got" in example for example in program["cfi_examples"])
+    # Every disagreement with the CFI has a known cause: the three rows gas 2.44 wrote
+    # wrong, ld's .plt.got rule in both.
+    older = files["prog-2.44"]["cfi_causes"]
+    assert "other" not in older and "other" not in program["cfi_causes"]
+    assert any(cause.startswith("gas 2.44: rows from a .cfi_restore_state") for cause in older)
+    assert any("RA kept in a register" in cause for cause in older)
+    assert any("RA undefined" in cause for cause in older)
+    assert list(program["cfi_causes"]) == [next(c for c in older if "plt.got" in c)]
     summary = report["summary"]
     assert summary["files"] == 5 and summary["not_elf"] == 1  # the README
     assert summary["versions"] == {"V1": 1, "V2": 2, "V3": 2}
@@ -93,7 +101,7 @@ def test_results_are_cached_by_content(tree: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     assert audit(str(tree), "--json", str(first), cache=cache).returncode == 0
-    entries = list((cache / "pysframe" / "audit").rglob("*.facts.v2"))
+    entries = list((cache / "pysframe" / "audit").rglob("*.facts.v3"))
     assert len(entries) == 5  # three programs, the archive, the README (nothing to say)
     assert audit(str(tree), "--json", str(second), cache=cache).returncode == 0
     assert first.read_bytes() == second.read_bytes()

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..cfi.eh_frame import parse_eh_frame
+from ..cfi.eh_frame import fde_instructions, parse_eh_frame
+from ..cfi.instructions import DW_CFA_advance_loc, DW_CFA_restore_state, DW_CFA_set_loc
 from ..elf import ElfError, ElfImage
 from ..errors import PysframeError
 from ..format.constants import ABI
@@ -23,7 +24,7 @@ from ..generate.compare import compare_with_cfi, section_for_comparison
 from ..generate.section import PLT_SECTIONS, generate
 
 #: Bumped when the facts change, so that cached results of an older audit are not reused.
-FACTS_VERSION = 2
+FACTS_VERSION = 3
 #: Disagreements with the CFI kept per file (the count is always whole).
 KEPT_MESSAGES = 5
 
@@ -180,9 +181,39 @@ def cause_of(message: str) -> str:
     return "other"
 
 
+RESTORE_STATE_CAUSE = "gas 2.44: rows from a .cfi_restore_state on lost the restored state"
+
+
+def _restore_state_rows(image: ElfImage) -> list[tuple[int, int]]:
+    """``[from, to)``: from a function's first restore of a remembered state to its end."""
+    found = image.section(".eh_frame", relocated=True)
+    if found is None:
+        return []
+    data, address, _ = found
+    fdes, _ = parse_eh_frame(data, address, big_endian=image.big_endian,
+                             address_size=image.elf_class // 8)
+    rows: list[tuple[int, int]] = []
+    for fde in fdes:
+        try:
+            instructions = fde_instructions(data, fde, image.big_endian, address)
+        except (PysframeError, ValueError):
+            continue
+        location = fde.pc_begin
+        for insn in instructions:
+            if insn.op == DW_CFA_advance_loc:
+                location += insn.a
+            elif insn.op == DW_CFA_set_loc:
+                location = insn.a
+            elif insn.op == DW_CFA_restore_state:
+                rows.append((location, fde.pc_begin + fde.pc_range))
+                break
+    return rows
+
+
 def _against_cfi(image: ElfImage, result: dict[str, Any]) -> None:
     disagreements = 0
     causes: Counter[str] = Counter()
+    restored: list[tuple[int, int]] | None = None
     kept: list[str] = []
     for section in image.sframe_sections():
         try:
@@ -192,7 +223,13 @@ def _against_cfi(image: ElfImage, result: dict[str, Any]) -> None:
             kept.append(f"not compared: {error}")
             continue
         disagreements += len(found)
-        causes.update(cause_of(item.message) for item in found)
+        for item in found:
+            cause = cause_of(item.message)
+            if cause == "other":
+                restored = _restore_state_rows(image) if restored is None else restored
+                if any(start <= item.pc < end for start, end in restored):
+                    cause = RESTORE_STATE_CAUSE
+            causes[cause] += 1
         kept += [f"{item.pc:#x}: {item.message}" for item in found[:KEPT_MESSAGES - len(kept)]]
     result["cfi_disagreements"] = disagreements
     result["cfi_causes"] = dict(causes.most_common())
