@@ -124,37 +124,43 @@ def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
     so chains end at ``_start``'s "RA undefined" row instead of running out of
     rules, and the rows of its PLT stubs replaced by correct ones (GNU ld writes CFA
     SP+16 for x86-64 ``.plt.got`` entries, which have SP+8). Generated and merged tables sit at address 0 (link-time starts), are
-    validated (see the module's description) and cached by build id. When no valid
+    validated (see the module's description) and cached by build id (a file without one
+    by the digest of what its table is made from). When no valid
     table can be made, a file's own table is used as it is; a file without one raises
     :class:`GenerateError`.
     """
     own = image.sframe_sections()
     if own and not merge_cfi:
         return own[0].raw, own[0].address
-    build_id = image.build_id() if use_cache else None
     kind = entry_kind(version, "merged" if own else "generated")
-    source = table_source(image) if build_id else None
-    if build_id and source is not None:
-        cached = load(kind, build_id, source)
+    source = table_source(image) if use_cache else None
+    key = cache_key(image, source) if source is not None else None
+    if key is not None and source is not None:
+        cached = load(kind, key, source)
         if cached is not None and _readable(cached):
             return cached, 0
     data = _valid_table(image, own[0].raw if own else None, own[0].address if own else 0,
                         version)
     if data is None:
         return own[0].raw, own[0].address  # _valid_table raises when there is no own table
-    if build_id and source is not None:
-        store(kind, build_id, data, source)
+    if key is not None and source is not None:
+        store(kind, key, data, source)
     return data, 0
+
+
+def cache_key(image: ElfImage, source: Source) -> bytes:
+    """The cache entry's name: the file's build id, else the digest of the bytes its
+    table is made from (a file without build id is cached too: the entry is checked
+    against those bytes either way)."""
+    return image.build_id() or b"sha:" + source.digest[:16]
 
 
 def cached_table(image: ElfImage, *, version: int = 3) -> bytes | None:
     """The table (at address 0) :func:`sframe_for` would take from the cache for
-    ``image``, or None (always for a file without build id, whose table is not kept)."""
-    build_id = image.build_id()
-    if not build_id:
-        return None
+    ``image``, or None."""
     kind = entry_kind(version, "merged" if image.sframe_sections() else "generated")
-    cached = load(kind, build_id, table_source(image))
+    source = table_source(image)
+    cached = load(kind, cache_key(image, source), source)
     return cached if cached is not None and _readable(cached) else None
 
 
