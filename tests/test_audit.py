@@ -152,3 +152,8 @@ def test_a_debian_package_is_opened(tmp_path: Path) -> None:
     files = json.loads(out.read_text())["files"]
     assert [item["path"] for item in files] == [f"{package}(usr/bin/prog)"]
     assert [s["version"] for s in files[0]["sframe"]] == [3]
+
+
+def test_a_missing_path_is_one_line(tmp_path: Path) -> None:
+    run = audit(str(tmp_path / "missing"), cache=tmp_path / "cache")
+    assert run.returncode == 2 and run.stderr.strip().endswith("no such file or directory")

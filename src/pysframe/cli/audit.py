@@ -22,9 +22,15 @@ def run_audit(paths: list[str], *, jobs: int, dask: str | None, json_path: str |
     from ..audit.run import find_files, on_dask, on_pool
     from ..audit.summary import Totals
 
-    for path in (json_path, html_path):
-        if path is not None:
-            refuse_inputs(path, paths)
+    for path in paths:  # a path that is not there is a mistake, not something to skip
+        try:
+            os.lstat(path)
+        except OSError as error:
+            raise CommandError(f"{path}: {(error.strerror or str(error)).lower()}",
+                               EXIT_UNREADABLE) from None
+    for output in (json_path, html_path):
+        if output is not None:
+            refuse_inputs(output, paths)
     skipped: Counter[str] = Counter()
     # Paths and results stream past; only the totals are kept (memory stays flat).
     files = _not_outputs(find_files(paths, skipped), [json_path, html_path])

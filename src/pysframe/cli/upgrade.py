@@ -28,7 +28,7 @@ def run_upgrade(path: str, output: str) -> int:
                 return EXIT_INVALID
             out, what = upgraded, "upgraded to SFrame V3"
     except (GenerateError, ElfError, PysframeError, ValueError) as error:
-        raise CommandError(f"{path}: {error}", EXIT_UNREADABLE) from None
+        raise CommandError(_about(path, error), EXIT_UNREADABLE) from None
     write_output(output, out, [path])
     sys.stderr.write(f"sframe upgrade: {path}: {what}, written to {output}\n")
     return EXIT_OK
@@ -44,7 +44,7 @@ def run_strip(path: str, output: str) -> int:
     try:
         out, dropped = strip_sframe(ElfImage(path, data))
     except (GenerateError, ElfError, PysframeError, ValueError) as error:
-        raise CommandError(f"{path}: {error}", EXIT_UNREADABLE) from None
+        raise CommandError(_about(path, error), EXIT_UNREADABLE) from None
     if not dropped:
         sys.stderr.write(f"sframe strip: {path}: no SFrame section, nothing to strip\n")
         return EXIT_INVALID
@@ -52,3 +52,9 @@ def run_strip(path: str, output: str) -> int:
     sys.stderr.write(f"sframe strip: {path}: {dropped} section{'s' if dropped != 1 else ''} "
                      f"dropped, written to {output}\n")
     return EXIT_OK
+
+
+def _about(path: str, error: Exception) -> str:
+    """The error's line, naming ``path`` once."""
+    text = str(error)
+    return text if text.startswith(f"{path}:") else f"{path}: {text}"
