@@ -27,12 +27,17 @@ __attribute__((noinline)) long lib_outer(long n) { return lib_inner(n) + 1; }
 long lib_work(long rounds) { long t = 0; for (long r = 0; r < rounds; r++) t += lib_outer(1000000);
   return t; }
 """
+#: The worker waits a moment after dlopen: the library's table is loaded when the side band
+#: reports its mapping (a few ms, and generating its merged table the first time), and the
+#: samples taken before that have no rows for it; the test is about what follows.
 WORKER = r"""
 #include <dlfcn.h>
 #include <stdio.h>
+#include <unistd.h>
 int main(int argc, char **argv) {
   void *library = dlopen(argv[1], RTLD_NOW);
   if (!library) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+  usleep(500000);
   long (*work)(long) = (long (*)(long))dlsym(library, "lib_work");
   return work(250) == 42; }
 """
