@@ -10,6 +10,7 @@ is damaged, gets a result that says so; it never stops the audit.
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 from typing import Any
 
@@ -29,7 +30,7 @@ FACTS_VERSION = 3
 KEPT_MESSAGES = 5
 
 
-def audit_bytes(name: str, data: bytes) -> dict[str, Any]:
+def audit_bytes(name: str, data: bytes | mmap.mmap) -> dict[str, Any]:
     """The facts of the file ``name`` whose contents are ``data``."""
     result: dict[str, Any] = {"path": name, "size": len(data)}
     if data[:4] != b"\x7fELF":

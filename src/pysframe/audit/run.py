@@ -21,6 +21,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from .. import cachedir
+from ..inputs import InputError, load
 from .archives import members
 from .facts import FACTS_VERSION, audit_bytes
 
@@ -72,10 +73,10 @@ def _walk(top: str, skipped: Counter[str]) -> Iterator[str]:
 def audit_path(path: str, use_cache: bool = True) -> list[dict[str, Any]]:
     """The facts of the file at ``path``: one per ELF file (an archive or a package gives
     one per member), none for other files; cached by content."""
-    try:
-        data = _read_regular(path)
-    except OSError as error:
-        return [{"path": path, "kind": "unreadable", "error": error.strerror or str(error)}]
+    try:  # small files read, large ones mapped; a symbolic link is not followed
+        data = load(path, max_size=MAX_FILE, min_size=0, follow_symlinks=False)
+    except InputError as error:
+        return [{"path": path, "kind": "unreadable", "error": error.message}]
     digest = hashlib.sha256(data).digest()
     key = digest[:20]
     source = cachedir.describe(len(data), [digest, FACTS_VERSION.to_bytes(4, "little")])
@@ -98,24 +99,6 @@ def audit_path(path: str, use_cache: bool = True) -> list[dict[str, Any]]:
             del item["path"]
         cachedir.store(CACHE_KIND, key, json.dumps(stored).encode(), source)
     return [facts for _, facts in results]
-
-
-def _read_regular(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise OSError(0, "not a regular file")
-        if status.st_size > MAX_FILE:
-            raise OSError(0, f"{status.st_size:,} bytes: larger than audited")
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.read(fd, 1 << 22)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
 
 
 Results = Iterator[tuple[str, list[dict[str, Any]]]]

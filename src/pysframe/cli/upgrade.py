@@ -11,9 +11,10 @@ from .files import read_file, write_output
 
 def run_upgrade(path: str, output: str) -> int:
     from ..elf import ElfError, ElfImage
+    from ..elf.archive import AR_MAGIC
     from ..errors import PysframeError
     from ..generate.errors import GenerateError
-    from ..generate.upgrade import AR_MAGIC, upgrade_archive, upgrade_object
+    from ..generate.upgrade import upgrade_archive, upgrade_object
 
     data = bytes(read_file(path))
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 
 from ..elf import ElfImage
+from ..elf.archive import AR_MAGIC, SPECIAL, ArchiveError, ar_entries
 from ..format.constants import HEADER_SIZE, VERSION_2, VERSION_3
 from ..format.decode import decode
 from ..format.encode import convert, encode
@@ -99,19 +100,17 @@ def _append(data: bytearray, blob: bytes, alignment: int) -> int:
 
 # --- static archives ----------------------------------------------------------------------
 
-AR_MAGIC = b"!<arch>\n"
-
-
 def upgrade_archive(data: bytes) -> tuple[bytes, int]:
     """The archive with every member's V2 SFrame upgraded (the symbol index rewritten for
     the new member offsets), and how many members changed."""
-    members = _split_archive(data)
+    try:
+        members = [(m.header, m.contents, m.offset, m.raw_name) for m in ar_entries(data)]
+    except ArchiveError as error:
+        raise GenerateError(str(error)) from None
     changed = 0
     new_members: list[tuple[bytes, bytes, int]] = []
-    for header, contents, old_offset in members:
-        name = header[:16]
-        if contents.startswith(b"\x7fELF") and not name.startswith((b"/ ", b"// ",
-                                                                    b"/SYM64/")):
+    for header, contents, old_offset, name in members:
+        if contents.startswith(b"\x7fELF") and name not in SPECIAL:
             upgraded = upgrade_object(ElfImage("member", contents))
             if upgraded is not None:
                 contents = upgraded
@@ -130,23 +129,6 @@ def upgrade_archive(data: bytes) -> tuple[bytes, int]:
         out += header[:48] + str(len(contents)).encode().ljust(10) + b"`\n"
         out += contents + (b"\n" if len(contents) & 1 else b"")
     return bytes(out), changed
-
-
-def _split_archive(data: bytes) -> list[tuple[bytes, bytes, int]]:
-    if not data.startswith(AR_MAGIC):
-        raise GenerateError("not an ar archive")
-    members = []
-    offset = len(AR_MAGIC)
-    while offset + 60 <= len(data):
-        header = data[offset:offset + 60]
-        if header[58:60] != b"`\n":
-            raise GenerateError(f"damaged archive member header at offset {offset:#x}")
-        size = int(header[48:58].decode("ascii").strip() or "0")
-        if offset + 60 + size > len(data):
-            raise GenerateError(f"archive member at offset {offset:#x} runs past the end")
-        members.append((header, data[offset + 60:offset + 60 + size], offset))
-        offset += 60 + size + (size & 1)
-    return members
 
 
 def _moved_index(index: bytes, moved: dict[int, int], wide: bool) -> bytes:

@@ -9,11 +9,10 @@ with a problem (one line naming the file and offset), and what came before it is
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import struct
 
+from ..inputs import InputError, load
 from ..records import record_class
 
 MAGIC = 0x4A695444
@@ -55,11 +54,9 @@ def is_jitdump(path: str) -> bool:
 def read_jitdump(path: str) -> tuple[list[CodeLoad], list[str]]:
     """The code loads of the dump at ``path`` and the problems met (a truncated or
     damaged dump keeps the loads before the damage)."""
-    try:
-        data = _read_regular(path)
-    except OSError as error:
-        return [], [f"{path}: {error.strerror or error}"]
-    except JitDumpError as error:
+    try:  # small files read, large ones mapped; a symbolic link is not followed
+        data = load(path, max_size=MAX_DUMP, min_size=0, follow_symlinks=False)
+    except InputError as error:
         return [], [str(error)]
     if len(data) < _HEADER.size:
         return [], [str(JitDumpError(path, 0, "shorter than a jitdump header"))]
@@ -112,25 +109,3 @@ def _unwinding(body: bytes) -> tuple[bytes, int]:
     if size > len(body) - _UNWIND.size or header_size > size:
         raise ValueError("JIT_CODE_UNWINDING_INFO: sizes run past the record")
     return body[_UNWIND.size:_UNWIND.size + size], header_size
-
-
-def _read_regular(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise JitDumpError(path, 0, "not a regular file")
-        if info.st_size > MAX_DUMP:
-            raise JitDumpError(path, 0, f"{info.st_size:,} bytes, over the "
-                                        f"{MAX_DUMP >> 20} MiB a jitdump may take")
-        chunks = []
-        left = info.st_size
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
