@@ -22,7 +22,7 @@ from ..format.constants import ABI
 from ..format.decode import SFrameReader
 from ..format.validation import ERROR, validate
 from ..generate.compare import compare_with_cfi, section_for_comparison
-from ..generate.section import PLT_SECTIONS, generate
+from ..generate.section import PLT_SECTIONS, Generated, generate
 
 #: Bumped when the facts change, so that cached results of an older audit are not reused.
 FACTS_VERSION = 3
@@ -107,24 +107,42 @@ def _coverage(image: ElfImage, result: dict[str, Any]) -> None:
             continue
     missing = functions - covered
     result["without_sframe"] = len(missing) if result["sframe"] else len(functions)
+    made = _Made(image)  # our translation of the CFI, made once for both uses below
     reasons: Counter[str] = Counter()
     if missing and result["sframe"]:
-        reasons.update(_reasons(image, missing))
+        reasons.update(_reasons(image, missing, made))
     result["reasons"] = dict(reasons.most_common())
     result["no_cfi_symbols"] = _symbols_without_cfi(image, functions)
     if result["sframe"] and image.elf_type != "REL":
-        _against_cfi(image, result)
+        _against_cfi(image, result, made)
 
 
-def _reasons(image: ElfImage, missing: set[tuple[int, int]]) -> Counter[str]:
+class _Made:
+    """``generate(image, version=3, address=...)`` of one file, made once per address."""
+
+    def __init__(self, image: ElfImage) -> None:
+        self.image = image
+        self._made: dict[int, Generated | None] = {}
+
+    def at(self, address: int) -> Generated | None:
+        """The generated section at ``address`` (None: the CFI gives none)."""
+        if address not in self._made:
+            try:
+                self._made[address] = generate(self.image, version=3, address=address)
+            except PysframeError:
+                self._made[address] = None
+        return self._made[address]
+
+
+def _reasons(image: ElfImage, missing: set[tuple[int, int]], made: _Made) -> Counter[str]:
     """Why functions of the CFI have no SFrame FDE: gas's reason when our translation of
     their CFI would have skipped them too (.cfi_escape, DRAP on V2, ...), PLT stubs, or
     none given (an object assembled without --gsframe)."""
     reasons: Counter[str] = Counter()
-    try:
-        skipped = {(start, size): reason for start, size, reason in generate(image).skipped}
-    except PysframeError:
-        skipped = {}
+    sections = image.sframe_sections()
+    generated = made.at(sections[0].address if sections else 0)
+    skipped = ({(start, size): reason for start, size, reason in generated.skipped}
+               if generated is not None else {})
     stubs = image.section_ranges(*PLT_SECTIONS)
     for start, size in missing:
         reason = skipped.get((start, size))
@@ -211,7 +229,7 @@ def _restore_state_rows(image: ElfImage) -> list[tuple[int, int]]:
     return rows
 
 
-def _against_cfi(image: ElfImage, result: dict[str, Any]) -> None:
+def _against_cfi(image: ElfImage, result: dict[str, Any], made: _Made) -> None:
     disagreements = 0
     causes: Counter[str] = Counter()
     restored: list[tuple[int, int]] | None = None
@@ -219,7 +237,8 @@ def _against_cfi(image: ElfImage, result: dict[str, Any]) -> None:
     for section in image.sframe_sections():
         try:
             data = section_for_comparison(image, section.raw, section.relocated)
-            found, _ = compare_with_cfi(image, data, section.address)
+            found, _ = compare_with_cfi(image, data, section.address,
+                                        made.at(section.address))
         except PysframeError as error:
             kept.append(f"not compared: {error}")
             continue

@@ -109,16 +109,7 @@ def _wait_until_blocked(child: subprocess.Popen[bytes], timeout: float = 10.0) -
     ready, _, _ = select.select([child.stdout], [], [], timeout)
     if not ready or child.stdout.readline() != b"ready\n":
         return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{child.pid}/stat") as handle:
-                if handle.read().rsplit(")", 1)[1].split()[0] == "S":
-                    return True
-        except OSError:
-            return False
-        time.sleep(0.005)
-    return False
+    return _blocked(child.pid, timeout)
 
 
 def _end(child: subprocess.Popen[bytes]) -> None:

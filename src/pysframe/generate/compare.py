@@ -25,7 +25,7 @@ from ..format.constants import F_FDE_FUNC_START_PCREL, PCType
 from ..format.decode import FDEEntry, SFrameReader
 from ..format.encode import encode
 from ..format.lookup import FrameRow, RuleKind, SFrameLookup
-from .section import PLT_SECTIONS, generate
+from .section import PLT_SECTIONS, Generated, generate
 from .stubs import stub_cfa_rules
 
 
@@ -78,12 +78,15 @@ def section_for_comparison(image: ElfImage, raw: bytes, relocated: bytes) -> byt
     return bytes(data)
 
 
-def compare_with_cfi(image: ElfImage, sframe: bytes, address: int) -> tuple[list[Disagreement],
-                                                                          list[str]]:
+def compare_with_cfi(image: ElfImage, sframe: bytes, address: int,
+                     generated: Generated | None = None
+                     ) -> tuple[list[Disagreement], list[str]]:
     """Disagreements between ``sframe`` (at ``address``) and the file's CFI, and notes
-    (functions that only one side describes)."""
+    (functions that only one side describes). ``generated``: the caller's
+    ``generate(image, version=3, address=address)``, when it has made it already."""
     ours = SFrameReader(sframe, address)
-    generated = generate(image, version=3, address=address)
+    if generated is None:
+        generated = generate(image, version=3, address=address)
     theirs = SFrameReader(encode(generated.section), address)
     by_range: dict[tuple[int, int], list[FDEEntry]] = defaultdict(list)
     for entry in theirs.fdes():

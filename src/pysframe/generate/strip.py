@@ -18,12 +18,13 @@ import struct
 from ..elf import ElfImage
 from ..elf.headers import SectionHeader
 from .errors import GenerateError
+from .inject import SHT_GNU_SFRAME
+from .rewrite import section_rows, write_rows
 
 SHT_SYMTAB, SHT_RELA, SHT_REL, SHT_DYNSYM, SHT_GROUP = 2, 4, 9, 11, 17
 SHT_SYMTAB_SHNDX = 18
 SHN_LORESERVE, SHN_ABS, SHN_XINDEX = 0xFF00, 0xFFF1, 0xFFFF
 PT_GNU_SFRAME, PT_NULL = 0x6474E554, 0
-_SECTION = struct.Struct("<IIQQQQIIQQ")
 _SYMBOL = struct.Struct("<IBBHQQ")
 
 
@@ -32,11 +33,8 @@ def strip_sframe(image: ElfImage) -> tuple[bytes, int]:
     if image.elf_class != 64 or image.big_endian:
         raise GenerateError("only 64-bit little-endian files are stripped")
     data = bytearray(image.data)
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    if not shoff or shnum == 0 or shentsize != _SECTION.size:
-        raise GenerateError("no usable section header table")
-    headers = [list(_SECTION.unpack_from(data, shoff + i * shentsize)) for i in range(shnum)]
+    headers, shstrndx = section_rows(data)
+    shnum = len(headers)
     sframe = {section.number for section in _sframe_headers(image)}
     if not sframe:
         return bytes(data), 0
@@ -62,12 +60,7 @@ def strip_sframe(image: ElfImage) -> tuple[bytes, int]:
         elif header[1] == SHT_GROUP:
             _renumber_group(data, header, new_index)
         kept.append(header)
-    table = b"".join(_SECTION.pack(*header) for header in kept)
-    data += bytes(-len(data) % 8)
-    at = len(data)
-    data += table
-    struct.pack_into("<Q", data, 0x28, at)  # e_shoff
-    struct.pack_into("<HHH", data, 0x3A, shentsize, len(kept), new_index[shstrndx])
+    write_rows(data, kept, new_index[shstrndx])
     _drop_segment(data)
     return bytes(data), len(dropped)
 
@@ -78,7 +71,7 @@ def _sframe_headers(image: ElfImage) -> list[SectionHeader]:
                if section.found_by != "segment"}
     for header in image.section_headers():
         if header.offset in offsets and header.size and (
-                header.name == ".sframe" or header.type == 0x6FFFFFF4):
+                header.name == ".sframe" or header.type == SHT_GNU_SFRAME):
             found.append(header)
     return found
 

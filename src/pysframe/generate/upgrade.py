@@ -26,11 +26,12 @@ from ..format.constants import HEADER_SIZE, VERSION_2, VERSION_3
 from ..format.decode import decode
 from ..format.encode import convert, encode
 from .errors import GenerateError
+from .inject import SHT_GNU_SFRAME
+from .rewrite import OFFSET, SIZE, append, section_rows, write_rows
 
-SHT_RELA, SHT_GNU_SFRAME = 4, 0x6FFFFFF4
+SHT_RELA = 4
 #: (machine, 32-bit PC-relative type) -> 64-bit PC-relative type.
 WIDER = {("EM_X86_64", 2): 24, ("EM_AARCH64", 261): 260, ("EM_S390", 5): 23}
-_SECTION = struct.Struct("<IIQQQQIIQQ")
 _RELA = struct.Struct("<QQq")
 V2_ENTRY, V3_ENTRY = 20, 16
 
@@ -43,9 +44,7 @@ def upgrade_object(image: ElfImage) -> bytes | None:
                                 "a linked file's SFrame is rebuilt by `sframe generate`")
         raise GenerateError("only 64-bit little-endian objects are upgraded")
     data = bytearray(image.data)
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    headers = [list(_SECTION.unpack_from(data, shoff + i * shentsize)) for i in range(shnum)]
+    headers, shstrndx = section_rows(data)
     names = image.section_headers()
     changed = False
     for section in image.sframe_sections():
@@ -54,25 +53,24 @@ def upgrade_object(image: ElfImage) -> bytes | None:
         if index is None:
             continue
         raw = bytes(data[headers[index][4]:headers[index][4] + headers[index][5]])
-        if decode(raw).version != VERSION_2:
+        section_model = decode(raw)
+        if section_model.version != VERSION_2:
             continue
-        v3 = encode(convert(decode(raw), VERSION_3))
+        v3 = encode(convert(section_model, VERSION_3))
         relocations = [i for i, h in enumerate(headers) if h[1] == SHT_RELA and h[7] == index]
         for rela_index in relocations:
             table = bytes(data[headers[rela_index][4]:
                                headers[rela_index][4] + headers[rela_index][5]])
-            new_table = _widened(table, image.machine, len(decode(raw).fdes))
-            headers[rela_index][4] = _append(data, new_table, 8)
-            headers[rela_index][5] = len(new_table)
-        headers[index][4] = _append(data, v3, 8)
-        headers[index][5] = len(v3)
+            new_table = _widened(table, image.machine, len(section_model.fdes))
+            headers[rela_index][OFFSET] = append(data, new_table)
+            headers[rela_index][SIZE] = len(new_table)
+        headers[index][OFFSET] = append(data, v3)
+        headers[index][SIZE] = len(v3)
         headers[index][1] = SHT_GNU_SFRAME
         changed = True
     if not changed:
         return None
-    table_at = _append(data, b"".join(_SECTION.pack(*h) for h in headers), 8)
-    struct.pack_into("<Q", data, 0x28, table_at)
-    del shstrndx
+    write_rows(data, headers, shstrndx)
     return bytes(data)
 
 
@@ -89,13 +87,6 @@ def _widened(table: bytes, machine: str, fde_count: int) -> bytes:
                                 "FDE start field: not upgraded")
         out += _RELA.pack(HEADER_SIZE + fde * V3_ENTRY, (symbol << 32) | wider, addend)
     return bytes(out)
-
-
-def _append(data: bytearray, blob: bytes, alignment: int) -> int:
-    data += bytes(-len(data) % alignment)
-    at = len(data)
-    data += blob
-    return at
 
 
 # --- static archives ----------------------------------------------------------------------

@@ -139,7 +139,7 @@ class GrowableSection:
 
     @property
     def is_sorted(self) -> bool:
-        return all(a.fde.start < b.fde.start for a, b in pairwise(self._live()))
+        return _ascending(self._live())
 
     def find(self, pc: int) -> tuple[FDE, FRE] | None:
         """The live function holding ``pc`` and its row for ``pc`` (None: no function,
@@ -160,8 +160,8 @@ class GrowableSection:
     def section_bytes(self) -> bytes:
         """The section now: V3, PC-relative starts, the live functions in index order
         (``SFRAME_F_FDE_SORTED`` when that order is by address), holes left out."""
-        flags = F_FDE_FUNC_START_PCREL | (F_FDE_SORTED if self.is_sorted else 0)
         live = self._live()
+        flags = F_FDE_FUNC_START_PCREL | (F_FDE_SORTED if _ascending(live) else 0)
         if self.holes:
             blocks, offsets = bytearray(), []
             for function in live:
@@ -190,6 +190,10 @@ class GrowableSection:
             return False
         other = self._by_start[self._starts[at]].fde
         return other.end > start
+
+
+def _ascending(functions: list[JitFunction]) -> bool:
+    return all(a.fde.start < b.fde.start for a, b in pairwise(functions))
 
 
 def _fre_block(fde: FDE, abi: ABI) -> bytes:

@@ -14,7 +14,7 @@ import struct
 import threading
 import time
 
-from .symfile import JitCode, eh_frame_bytes
+from .symfile import JitCode, align_up, eh_frame_bytes
 
 MAGIC, VERSION = 0x4A695444, 1
 EM_X86_64 = 62
@@ -51,7 +51,7 @@ class JitDump:
         # makes, at the code's size rounded up to 8 bytes (its .text starts 8-aligned):
         # the .eh_frame's addresses are relative to there, and its .eh_frame_hdr (version
         # 1, pc-relative pointer, data-relative sorted table) follows the .eh_frame.
-        eh_address = function.address + _align(len(function.code), 8)
+        eh_address = function.address + align_up(len(function.code), 8)
         eh_frame = eh_frame_bytes([function], eh_address)
         header_at = eh_address + len(eh_frame)
         fde_at = eh_address + _cie_size(eh_frame)
@@ -76,6 +76,3 @@ def _cie_size(eh_frame: bytes) -> int:
     length: int = struct.unpack_from("<I", eh_frame)[0]
     return 4 + length
 
-
-def _align(value: int, alignment: int) -> int:
-    return (value + alignment - 1) // alignment * alignment

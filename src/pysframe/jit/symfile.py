@@ -67,9 +67,9 @@ class UnwindTables:
 def unwind_tables(functions: Sequence[JitCode], address: int) -> UnwindTables:
     """The tables of ``functions`` laid out from ``address`` (8-byte aligned)."""
     ordered = sorted(functions, key=lambda function: function.address)
-    eh_address = _align(address, 8)
+    eh_address = align_up(address, 8)
     eh_frame = eh_frame_bytes(ordered, eh_address)
-    sframe_address = _align(eh_address + len(eh_frame), 8)
+    sframe_address = align_up(eh_address + len(eh_frame), 8)
     section = GrowableSection(ABI.AMD64_ENDIAN_LITTLE, address=sframe_address,
                               budget=1 << 30)
     for function in ordered:
@@ -182,7 +182,7 @@ def _elf(sections: list[tuple[str, int, int, int, bytes, int, int, int, int]]) -
         body += contents
     placed.append(64 + len(body))
     body += names
-    headers_at = _align(64 + len(body), 8)
+    headers_at = align_up(64 + len(body), 8)
     body += bytes(headers_at - 64 - len(body))
     headers = bytearray(bytes(64))  # the null section
     for index, (_, kind, flags, address, contents, link, info, align, entsize) in enumerate(
@@ -198,7 +198,7 @@ def _elf(sections: list[tuple[str, int, int, int, bytes, int, int, int, int]]) -
     return header + bytes(body) + bytes(headers)
 
 
-def _align(value: int, alignment: int) -> int:
+def align_up(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 

@@ -44,7 +44,7 @@ from .perf_file import (
 )
 from .perf_ring import PerfRing
 from .ringbuf import RingBuffer
-from .sampler import KIND_DEFERRED, KIND_REQUEST, RECORD, RECORD_SIZE
+from .sampler import KIND_DEFERRED, KIND_REQUEST, RECORD_SIZE
 from .tables import TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, walker
 
@@ -59,6 +59,9 @@ PENDING = 1 << 16
 #: How often the targets' maps are read again for code unmapped without a record
 #: (``dlclose``), so that tables no process maps are freed; less often with ``-a``.
 SWEEP_S, SWEEP_ALL_S = 2.0, 10.0
+#: A record's kind and the reason its walk ended (the fields the summary counts), read
+#: without unpacking the rest (the file's record is made from the whole).
+KIND_AND_STOP = struct.Struct("<I32xI")
 DRAIN_MS = 100
 MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
 #: side-band event flags: inherit, mmap, comm, task, sample_id_all, mmap2, comm_exec,
@@ -337,22 +340,21 @@ class _Session:
             for data in band.records():
                 self._side_band(data)
         for raw in self.ring.records():
-            kind = RECORD.unpack_from(raw)[0]
+            kind, reason = KIND_AND_STOP.unpack_from(raw)
             if kind == KIND_REQUEST:
                 stamp, data = request_record(raw)
                 self.result.requests += 1
             elif kind == KIND_DEFERRED:
                 stamp, data = deferred_record(raw)
                 self.result.deferred_walks += 1
-                self._walked(raw)
+                self._walked(reason)
             else:
                 stamp, data = sample_record(raw)
-                self._walked(raw)
+                self._walked(reason)
             self.result.samples += kind != KIND_DEFERRED
             self.keep(stamp, data)
 
-    def _walked(self, raw: bytes | memoryview) -> None:
-        reason = RECORD.unpack_from(raw)[8]
+    def _walked(self, reason: int) -> None:
         self.result.walks += 1
         self.result.outermost += reason == STOP_OUTERMOST
         self.result.stops[reason] = self.result.stops.get(reason, 0) + 1
