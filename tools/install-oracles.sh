@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# install-oracles.sh - install the outside tools the tests compare pysframe with, so that no
+# oracle test skips (CI runs this; with CI=true a missing oracle fails the test run):
+#
+#   perf 6.1             Debian 12's linux-perf: the reference for `perf script` text
+#   perf 7.x             ../shared/toolchain/install-perf.sh -> /opt/perf-new (deferred callchains)
+#   binutils 2.40, 2.44, 2.47.50 (.debs) and 2.46 (built, ~5 min once)
+#                        ../shared/toolchain/install.sh -> /opt/sframe-tc
+#   go tool pprof        golang-go
+#   profile.proto        golang-github-google-pprof-dev (pprof's own schema), protobuf-compiler
+#   Chromium             chromium (driven by Playwright from the test extras)
+#   gcc, g++, gdb, elfutils, dpkg-dev, binutils: the programs tests build and look at
+#
+# Needs root (apt-get). Re-running is quick: what is there is kept. Prints every oracle's
+# version at the end, one line each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHARED=${SHARED:-../shared}
+PACKAGES=(linux-perf golang-go golang-github-google-pprof-dev protobuf-compiler chromium
+          gcc g++ gdb elfutils binutils dpkg-dev xz-utils zstd)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "==> apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+echo "==> perf 7.x into /opt/perf-new"
+PERF7=$(bash "$SHARED/toolchain/install-perf.sh" /opt/perf-new | tail -n 1)
+echo "==> binutils 2.40 2.44 2.47.50 2.46 into /opt/sframe-tc"
+bash "$SHARED/toolchain/install.sh" --prefix /opt/sframe-tc 2.40 2.44 2.47.50 2.46 \
+  > /tmp/pysframe-install-binutils.log 2>&1 || { tail -n 30 /tmp/pysframe-install-binutils.log; exit 1; }
+
+echo "==> oracles"
+echo "perf (6.1 reference): $(perf --version)"
+echo "perf 7: $($PERF7 --version)"
+for version in 2.40 2.44 2.46 2.47.50; do
+  echo "ld $version: $(/opt/sframe-tc/bin/ld-$version --version | head -n 1)"
+  echo "objdump $version: $(/opt/sframe-tc/bin/objdump-$version --version | head -n 1)"
+done
+echo "go: $(go version)"
+echo "protoc: $(protoc --version)"
+echo "chromium: $(chromium --version 2>/dev/null | head -n 1)"
+echo "gdb: $(gdb --version | head -n 1)"
+echo "gcc: $(gcc --version | head -n 1)"
