@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.deferred import Plan, deferred_recording
+from tests.support.oracles import need_perf7
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "lua-2.46-x86_64"
 SFRAME = [sys.executable, "-m", "pysframe"]
@@ -177,24 +178,6 @@ def test_a_malformed_deferred_record_is_skipped(tmp_path: Path, raw: bytes) -> N
     assert [frame_addresses(found[i]) for i in (0, 2, 3)] == [ips_for(i) for i in (0, 2, 3)]
 
 
-#: Where ../shared/toolchain/install-perf.sh may have unpacked a perf that reads deferred
-#: callchains: beside the checkout, or under bench/out (bench/perf_deferred.py puts it there).
-PERF_NEW = [Path(__file__).resolve().parents[2] / "perf-new",
-            Path(__file__).resolve().parents[1] / "bench" / "out" / "perf-new"]
-
-
-def perf7() -> list[str] | None:
-    """That perf, as its own loader runs it; None when it is not there."""
-    for place in PERF_NEW:
-        root = place / "root"
-        perf = root / "usr" / "bin" / "perf"
-        loader = root / "usr" / "lib" / "x86_64-linux-gnu" / "ld-linux-x86-64.so.2"
-        if perf.exists() and loader.exists():
-            libraries = f"{root}/usr/lib/x86_64-linux-gnu:{root}/lib/x86_64-linux-gnu"
-            return [str(loader), "--library-path", libraries, str(perf)]
-    return None
-
-
 def normalized(text: str) -> list[str]:
     """Lines with runs of spaces made one (perf 7 pads the tid to the width of pid_max)."""
     return [re.sub(r" +", " ", line) for line in text.splitlines()]
@@ -202,10 +185,7 @@ def normalized(text: str) -> list[str]:
 
 @pytest.mark.parametrize("merge", [True, False])
 def test_perf_7_prints_the_same_stitched_chains(tmp_path: Path, raw: bytes, merge: bool) -> None:
-    command = perf7()
-    if command is None:
-        pytest.skip("no perf >= 6.19 here: ../shared/toolchain/install-perf.sh ../perf-new "
-                    "installs one (Debian forky's linux-perf 7.x)")
+    command = need_perf7()
     # Two threads taking turns; a record may come after the other thread's next sample,
     # never after its own thread's next one (a new kernel entry comes after the return to
     # user space that wrote the record).
