@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.test_perf_deferred import perf7
+from tests.support.oracles import need_perf, need_perf7
 from tests.test_record_bpf import REASON, objects, settled
 
 from pysframe.deferred.infrastructure import cookie_parts
@@ -122,13 +122,47 @@ def test_stitched_chains_reach_the_program_entry(recording: tuple[Path, str],
     assert sum("read_zero" in chain for chain in reads) > 30
     assert all(chain[-1] == "_start" for chain in reads), [
         chain for chain in reads if chain[-1] != "_start"][:2]
-    command = perf7()
-    if command is None:
-        return  # (test_perf_deferred.py says how to install one)
+    command = need_perf7()
     theirs = subprocess.run([*command, "script", "-i", str(path)], capture_output=True,
                             text=True, timeout=120)
     assert theirs.returncode == 0, theirs.stderr[-300:]
     assert symbols(theirs.stdout) == chains
+
+
+def user_part(chain: list[str]) -> tuple[str, ...]:
+    """The user frames of a chain (innermost first), from the first frame of the program,
+    without symbol versions (perf 7 prints ``__libc_start_main@@GLIBC_2.34``, 6.1 does not)."""
+    first = next(index for index, name in enumerate(chain) if name in USER_FUNCTIONS)
+    return tuple(re.sub(r"@@?GLIBC[\w.]*$", "", name) for name in chain[first:])
+
+
+#: The program's own functions that call into the kernel (or are called on the way there).
+USER_FUNCTIONS = {"read", "__GI___libc_read", "__libc_read", "reader", "zeroes", "main"}
+
+
+def test_stitched_chains_are_those_perf_unwinds_itself(recording: tuple[Path, str],
+                                                       tmp_path: Path) -> None:
+    """perf 7's stitching of our deferred records gives, for every sample in ``read()``, a
+    user chain that perf's own DWARF unwinding (``perf record --call-graph dwarf`` of the
+    same program, unwound by perf) gives for that program's samples in ``read()``."""
+    perf, command = need_perf(), need_perf7()
+    path, _ = recording
+    program = path.parent / "heavy"
+    dwarf = tmp_path / "dwarf.data"
+    subprocess.run([perf, "record", "-q", "-e", "cpu-clock", "-F", "999", "--call-graph",
+                    "dwarf", "-o", str(dwarf), "--", str(program), "20"], check=True,
+                   capture_output=True, timeout=300)
+    own = subprocess.run([perf, "script", "--no-inline", "-i", str(dwarf)], check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    expected = {user_part(chain) for chain in symbols(own)
+                if "reader" in chain and chain[-1] == "_start"}
+    assert expected  # perf's own unwinding reached the program's entry from read()
+    stitched = subprocess.run([*command, "script", "--no-inline", "-i", str(path)],
+                              capture_output=True, text=True, timeout=120)
+    assert stitched.returncode == 0, stitched.stderr[-300:]
+    reads = [user_part(chain) for chain in symbols(stitched.stdout) if "reader" in chain]
+    assert len(reads) > 30
+    assert [chain for chain in reads if chain not in expected] == []
 
 
 def test_without_merging_the_records_are_printed_apart(recording: tuple[Path, str]) -> None:
