@@ -11,12 +11,14 @@ Renders the SVG (by default the Lua fixture recording's, made with the repositor
 3. clicking a frame zooms to it (it fills the width, "Reset Zoom" appears), "Reset Zoom"
    goes back, Escape clears the search.
 
-Needs Playwright (``pip install playwright``) and a Chromium: Playwright's own
-(``playwright install chromium``) or the system's (``apt-get install chromium``;
-/usr/bin/chromium is used when Playwright has none). Prints one JSON line of results;
-exits 1 if a check fails, 2 if no browser can be started.
+Needs Playwright (``pip install playwright``) and a Chromium: ``--browser PATH`` (the
+tests pass the system's, e.g. /usr/bin/chromium), else Playwright's own (``playwright
+install chromium``), else the system's (``apt-get install chromium``). It runs headless,
+without a sandbox (root in a container has none) and with a fresh profile. Prints one
+JSON line of results; exits 1 if a check fails, 2 if no browser can be started.
 
     python3 bench/flamegraph_browser.py [--svg FILE] [--term REGEX] [--folded FILE]
+                                        [--browser PATH]
 """
 
 from __future__ import annotations
@@ -72,69 +74,100 @@ def svg_size(svg: Path) -> tuple[int, int]:
     return (int(width[1]) if width else 1200, min(int(height[1]) if height else 800, 4000))
 
 
-def launch(playwright: Any) -> Any:
-    """Playwright's Chromium, else the system's."""
-    try:
-        return playwright.chromium.launch()
-    except Exception as error:  # Playwright raises its own Error types
-        for name in SYSTEM_BROWSERS:
-            path = shutil.which(name)
-            if path:
-                return playwright.chromium.launch(executable_path=path)
-        raise SystemExit(f"no browser: {str(error).splitlines()[0]}") from None
+#: Flags for a Chromium started by root in a container: no sandbox (root cannot have
+#: one), no GPU, nothing fetched or synced in the background. Playwright gives every
+#: launch a fresh user-data-dir of its own.
+CHROMIUM_FLAGS = ["--no-sandbox", "--headless", "--disable-gpu",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"]
 
 
-def check(svg: Path, term: str, out: Path) -> dict[str, Any]:
-    """Render, search and zoom in ``svg``; screenshots into ``out``."""
+class NoBrowser(Exception):
+    """No browser could be started."""
+
+
+def launch(playwright: Any, executable: str | None) -> Any:
+    """The Chromium at ``executable``; without one, Playwright's own, else the system's."""
+    if executable is not None:
+        candidates = [executable]
+    else:
+        candidates = [None, *filter(None, map(shutil.which, SYSTEM_BROWSERS))]
+    errors = []
+    for candidate in candidates:
+        try:
+            return playwright.chromium.launch(executable_path=candidate, args=CHROMIUM_FLAGS,
+                                              timeout=60_000)
+        except Exception as error:  # Playwright raises its own Error types
+            errors.append(f"{candidate or 'Playwright chromium'}: "
+                          f"{str(error).strip().splitlines()[0]}")
+    raise NoBrowser("; ".join(errors))
+
+
+def check(svg: Path, term: str, out: Path, executable: str | None = None
+          ) -> dict[str, Any]:
+    """Render, search and zoom in ``svg`` (in the Chromium at ``executable``);
+    screenshots into ``out``."""
     from playwright.sync_api import sync_playwright
 
     results: dict[str, Any] = {"svg": str(svg), "term": term, "errors": []}
     with sync_playwright() as playwright:
-        browser = launch(playwright)
+        browser = launch(playwright, executable)
         results["browser"] = f"{browser.browser_type.name} {browser.version}"
         # full-page screenshots of an SVG document hang in Chromium: size the viewport
         width, height = svg_size(svg)
         page = browser.new_page(viewport={"width": width, "height": height})
+        page.set_default_timeout(15_000)  # a broken page fails a step, not the run
         page.on("pageerror", lambda error: results["errors"].append(str(error)))
         page.on("dialog", lambda dialog: dialog.accept(term))
         page.goto(svg.resolve().as_uri())
-        results["frames"] = page.locator("g.f").count()
-        results["visible_frames"] = page.evaluate(
-            "Array.from(document.querySelectorAll('g.f rect'))"
-            ".filter(r => r.getBoundingClientRect().height > 0).length")
-        results["title"] = page.locator("#title > title").text_content()
-        page.screenshot(path=str(out / "flamegraph.png"))
-        page.mouse.click(2, 2)  # focus the document (a click on the background)
-        page.keyboard.press("Control+f")
-        results["matched_text"] = page.locator("#matched").text_content()
-        results["highlighted"] = page.locator("g.f.match").count()
-        results["highlighted_fill"] = page.evaluate(
-            "Array.from(document.querySelectorAll('g.f.match rect'))"
-            ".every(r => r.getAttribute('fill') === SEARCH_FILL)")
-        results["matching_names"] = page.evaluate(
-            f"Array.from(document.querySelectorAll('g.f')).filter(g => "
-            f"new RegExp({json.dumps(term)}).test(g.getAttribute('data-n'))).length")
-        page.screenshot(path=str(out / "flamegraph-search.png"))
-        widest = page.evaluate(
-            "Array.from(document.querySelectorAll('g.f.match'))"
-            ".sort((a, b) => b.getAttribute('data-w') - a.getAttribute('data-w'))[0]"
-            ".getAttribute('data-i')")
-        target = page.locator(f'g.f[data-i="{widest}"]')
-        target.click()
-        results["zoomed_width"] = float(target.locator("rect").get_attribute("width") or 0)
-        results["unzoom_shown"] = page.locator("#unzoom").is_visible()
-        page.screenshot(path=str(out / "flamegraph-zoom.png"))
-        page.locator("#unzoom").click()
-        results["unzoom_hidden_after_reset"] = not page.locator("#unzoom").is_visible()
-        page.keyboard.press("Escape")
-        results["highlighted_after_escape"] = page.locator("g.f.match").count()
+        try:
+            use(page, term, out, results)
+        except Exception as error:  # a step the page did not allow: a failed check
+            results["stopped"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
         browser.close()
     return results
+
+
+def use(page: Any, term: str, out: Path, results: dict[str, Any]) -> None:
+    """Look, search, zoom and reset as a person would; what is seen goes into ``results``."""
+    results["frames"] = page.locator("g.f").count()
+    results["visible_frames"] = page.evaluate(
+        "Array.from(document.querySelectorAll('g.f rect'))"
+        ".filter(r => r.getBoundingClientRect().height > 0).length")
+    results["title"] = page.locator("#title > title").text_content()
+    page.screenshot(path=str(out / "flamegraph.png"))
+    page.mouse.click(2, 2)  # focus the document (a click on the background)
+    page.keyboard.press("Control+f")
+    results["matched_text"] = page.locator("#matched").text_content()
+    results["highlighted"] = page.locator("g.f.match").count()
+    results["highlighted_fill"] = page.evaluate(
+        "Array.from(document.querySelectorAll('g.f.match rect'))"
+        ".every(r => r.getAttribute('fill') === SEARCH_FILL)")
+    results["matching_names"] = page.evaluate(
+        f"Array.from(document.querySelectorAll('g.f')).filter(g => "
+        f"new RegExp({json.dumps(term)}).test(g.getAttribute('data-n'))).length")
+    page.screenshot(path=str(out / "flamegraph-search.png"))
+    widest = page.evaluate(
+        "Array.from(document.querySelectorAll('g.f.match'))"
+        ".sort((a, b) => b.getAttribute('data-w') - a.getAttribute('data-w'))[0]"
+        ".getAttribute('data-i')")
+    target = page.locator(f'g.f[data-i="{widest}"]')
+    target.click()
+    results["zoomed_width"] = float(target.locator("rect").get_attribute("width") or 0)
+    results["unzoom_shown"] = page.locator("#unzoom").is_visible()
+    page.screenshot(path=str(out / "flamegraph-zoom.png"))
+    page.locator("#unzoom").click()
+    results["unzoom_hidden_after_reset"] = not page.locator("#unzoom").is_visible()
+    page.keyboard.press("Escape")
+    results["highlighted_after_escape"] = page.locator("g.f.match").count()
 
 
 def failures(results: dict[str, Any], share: float | None) -> list[str]:
     """The checks that failed, in words."""
     problems = []
+    if "stopped" in results:
+        return [f"stopped: {results['stopped']}", *(
+            [f"script errors: {results['errors']}"] if results["errors"] else [])]
     if results["errors"]:
         problems.append(f"script errors: {results['errors']}")
     if not results["frames"] or results["visible_frames"] != results["frames"]:
@@ -163,15 +196,17 @@ def main() -> int:
     parser.add_argument("--folded", type=Path, help="the folded output of the same recording")
     parser.add_argument("--term", default="^luaH_", help="what to search for (a regex)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the screenshots go")
+    parser.add_argument("--browser", help="the Chromium to run (default: Playwright's, "
+                                          "else the system's)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     svg, folded = args.svg, args.folded
     if svg is None:
         svg, folded = make_outputs(args.out)
     try:
-        results = check(svg, args.term, args.out)
-    except SystemExit as error:
-        print(json.dumps({"skipped": str(error)}))
+        results = check(svg, args.term, args.out, args.browser)
+    except NoBrowser as error:
+        print(json.dumps({"no_browser": str(error)}))
         return 2
     share = expected_share(folded, args.term) if folded is not None else None
     results["expected_share"] = share

@@ -1,8 +1,10 @@
 """``sframe report`` on recordings made here (a small C program, with symbols and
-stripped), checked against perf and read back with readers that are not ours: a
-protobuf wire decoder written here for pprof (and ``go tool pprof`` when installed), the
-speedscope schema's rules, an XML parser, node for the flame graph's search logic and a
-headless Chromium (when Playwright and a Chromium are available)."""
+stripped), checked against perf and read back with readers that are not ours: pprof by
+the protobuf runtime from pprof's own ``profile.proto`` (compiled by protoc here) and by
+``go tool pprof``, speedscope by the schema's rules, the SVG by an XML parser, node for
+the flame graph's search logic and the system's Chromium (driven by Playwright) for the
+page as a person uses it. The oracles are found by ``tests/support/oracles.py``: missing,
+a test skips with one line, and fails under ``CI=true``."""
 
 from __future__ import annotations
 
@@ -20,6 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.oracles import (
+    missing,
+    need_browser,
+    need_go,
+    need_perf,
+    need_profile_schema,
+    need_protobuf_runtime,
+)
 
 from pysframe.cli.script import run_report
 from pysframe.report.flamegraph import flame_graph_svg
@@ -53,6 +63,8 @@ int main(int argc, char **argv)
 """
 #: An argument that needs quoting and escaping in the title.
 ODD_ARGUMENT = "a b<&>\"'"
+#: The binary each recording runs.
+PROGRAMS = {"symbols": "prog", "stripped": "prog_stripped"}
 
 
 class Recording:
@@ -83,12 +95,16 @@ class Recording:
 
 def _record(directory: Path, name: str, binary: Path) -> Recording:
     recording = Recording(directory, name)
+    # --no-bpf-event: perf 6.1 aborts ("stack smashing") while describing the BPF
+    # programs loaded at the time (other work on the machine may have some)
     try:
-        subprocess.run(["perf", "record", "-q", "-N", "-e", "cpu-clock", "-F", "999",
-                        "--call-graph", "dwarf", "-o", str(recording.data), "--", str(binary),
-                        "0.4", ODD_ARGUMENT], check=True, capture_output=True, timeout=60)
+        subprocess.run(["perf", "record", "-q", "-N", "--no-bpf-event", "-e", "cpu-clock",
+                        "-F", "999", "--call-graph", "dwarf", "-o", str(recording.data), "--",
+                        str(binary), "0.4", ODD_ARGUMENT], check=True, capture_output=True,
+                       timeout=60)
     except (OSError, subprocess.SubprocessError) as error:
-        pytest.skip(f"perf cannot record here: {str(error).splitlines()[0]}")
+        missing(f"a perf that can record here ({str(error).splitlines()[0]})",
+                "run as root, or sysctl kernel.perf_event_paranoid=-1")
     recording.perf_text = subprocess.run(
         ["perf", "script", "--no-inline", "-i", str(recording.data)], check=True,
         capture_output=True, text=True, timeout=120).stdout
@@ -98,8 +114,9 @@ def _record(directory: Path, name: str, binary: Path) -> Recording:
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recording]:
     """The program recorded twice: built with symbols, and stripped."""
-    if shutil.which("perf") is None or shutil.which("gcc") is None:
-        pytest.skip("perf or gcc is not installed")
+    need_perf()
+    if shutil.which("gcc") is None:
+        missing("gcc", "apt-get install gcc")
     directory = tmp_path_factory.mktemp("report")
     source = directory / "prog.c"
     source.write_text(PROGRAM)
@@ -198,136 +215,188 @@ def test_speedscope_counts_samples_for_other_events() -> None:
     assert [names[index] for index in faults["samples"][0]] == ["p", "g", "f"]
 
 
-# --- pprof, read back with a protobuf wire decoder written here --------------------------
+# --- pprof, decoded by the protobuf runtime from pprof's own profile.proto --------------
 
-def _varint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, position
+@pytest.fixture(scope="module")
+def profile_class(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``perftools.profiles.Profile`` as the protobuf runtime builds it from pprof's
+    upstream ``profile.proto`` (compiled by protoc here): nothing of our encoder's."""
+    protoc, schema = need_profile_schema()
+    need_protobuf_runtime()
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-
-def decode(data: bytes) -> dict[int, list[Any]]:
-    """A message's fields by number: varints as ints, length-delimited as bytes."""
-    fields: dict[int, list[Any]] = {}
-    position = 0
-    while position < len(data):
-        key, position = _varint(data, position)
-        if key & 7 == 0:
-            value, position = _varint(data, position)
-        elif key & 7 == 2:
-            size, position = _varint(data, position)
-            value, position = data[position:position + size], position + size
-        else:
-            raise AssertionError(f"wire type {key & 7} is not used by profile.proto's writer")
-        fields.setdefault(key >> 3, []).append(value)
-    return fields
+    compiled = tmp_path_factory.mktemp("schema") / "profile.desc"
+    subprocess.run([protoc, f"--proto_path={schema.parent}", "--include_imports",
+                    f"--descriptor_set_out={compiled}", str(schema)], check=True,
+                   capture_output=True, timeout=120)
+    files = descriptor_pb2.FileDescriptorSet.FromString(compiled.read_bytes())
+    pool = descriptor_pool.DescriptorPool()
+    for file in files.file:
+        pool.Add(file)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("perftools.profiles.Profile"))
 
 
-def ints(fields: dict[int, list[Any]], number: int) -> list[int]:
-    """A repeated integer field, packed or not."""
-    out: list[int] = []
-    for value in fields.get(number, []):
-        if isinstance(value, int):
-            out.append(value)
-        else:
-            position = 0
-            while position < len(value):
-                item, position = _varint(value, position)
-                out.append(item)
-    return out
+def unknown_fields(message: Any, where: str = "Profile") -> list[str]:
+    """Fields the schema does not know, anywhere in ``message`` (a wrong field number
+    lands here instead of failing the parse)."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    found = [f"{where}: field {field.field_number} (wire type {field.wire_type})"
+             for field in UnknownFieldSet(message)]
+    for descriptor, value in message.ListFields():
+        if descriptor.message_type is None:
+            continue
+        children = value if descriptor.is_repeated else [value]
+        for index, child in enumerate(children):
+            found += unknown_fields(child, f"{where}.{descriptor.name}[{index}]")
+    return found
 
 
-def one(fields: dict[int, list[Any]], number: int) -> int:
-    return int(fields.get(number, [0])[-1])
+def read_pprof(profile_class: Any, data: bytes) -> Any:
+    profile = profile_class()
+    profile.ParseFromString(gzip.decompress(data))
+    assert unknown_fields(profile) == []
+    return profile
 
 
-def read_pprof(data: bytes) -> dict[str, Any]:
-    profile = decode(gzip.decompress(data))
-    strings = [value.decode() for value in profile[6]]
-    functions = {one(f, 1): strings[one(f, 2)] for f in map(decode, profile.get(5, []))}
-    mappings = {one(m, 1): m for m in map(decode, profile[3])}
-    locations = {}
-    for location in map(decode, profile[4]):
-        lines = [decode(line) for line in location.get(4, [])]
-        locations[one(location, 1)] = (one(location, 2), one(location, 3),
-                                        [functions[one(line, 1)] for line in lines])
-    return {"profile": profile, "strings": strings, "mappings": mappings,
-            "locations": locations, "samples": [decode(s) for s in profile[2]],
-            "types": [(strings[one(t, 1)], strings[one(t, 2)]) for t in map(decode, profile[1])]}
+def perf_build_ids(recording: Recording) -> dict[str, str]:
+    """File name -> build id, as ``perf buildid-list`` prints them."""
+    listed = subprocess.run(["perf", "buildid-list", "-i", str(recording.data)],
+                            capture_output=True, text=True, check=True, timeout=120).stdout
+    return {name: build_id for build_id, name in
+            (line.split(" ", 1) for line in listed.splitlines() if " " in line)}
 
 
-def test_pprof_reads_back(recordings: dict[str, Recording]) -> None:
-    recording = recordings["stripped"]
-    read = read_pprof(recording.report("pprof"))
-    profile, strings = read["profile"], read["strings"]
-    assert strings[0] == ""
-    assert read["types"] == [("samples", "count"), ("cpu", "nanoseconds")]
-    assert strings[one(profile, 14)] == "cpu"
-    period_type = decode(profile[11][0])
-    assert (strings[one(period_type, 1)], strings[one(period_type, 2)]) == ("cpu", "nanoseconds")
+def folded_leaves(recording: Recording) -> Counter[str]:
+    leaves: Counter[str] = Counter()
+    for stack, count in folded_counts(recording).items():
+        leaves[stack[-1].removesuffix("_[k]")] += count
+    return leaves
+
+
+@pytest.mark.parametrize("name", ["symbols", "stripped"])
+def test_pprof_decoded_by_the_protobuf_runtime(recordings: dict[str, Recording],
+                                               profile_class: Any, name: str) -> None:
+    recording = recordings[name]
+    profile = read_pprof(profile_class, recording.report("pprof"))
+    strings = list(profile.string_table)
+    assert strings[0] == "" and len(set(strings)) == len(strings)
+    assert [(strings[t.type], strings[t.unit]) for t in profile.sample_type] == \
+        [("samples", "count"), ("cpu", "nanoseconds")]
+    assert strings[profile.default_sample_type] == "cpu"
+    assert (strings[profile.period_type.type], strings[profile.period_type.unit]) == \
+        ("cpu", "nanoseconds")
+    # totals: perf's sample count and periods
     headers = recording.perf_headers()
-    values = [ints(sample, 2) for sample in read["samples"]]
-    assert sum(value[0] for value in values) == len(headers)
-    assert sum(value[1] for value in values) == sum(period for _, period in headers)
-    assert one(profile, 12) == sum(period for _, period in headers) // len(headers)
+    assert all(len(sample.value) == 2 for sample in profile.sample)
+    assert sum(sample.value[0] for sample in profile.sample) == len(headers)
+    assert sum(sample.value[1] for sample in profile.sample) == \
+        sum(period for _, period in headers)
+    assert profile.period == sum(period for _, period in headers) // len(headers)
+    # time and duration
     span = (headers[-1][0] - headers[0][0]) * 1e9
-    assert abs(one(profile, 10) - span) <= 2000  # perf prints microseconds
+    assert abs(profile.duration_nanos - span) <= 2000  # perf prints microseconds
     written = os.stat(recording.data).st_mtime_ns
-    assert written - 60 * 10**9 < one(profile, 9) <= written
-    assert strings[ints(profile, 13)[0]] == shlex.join(open_perf_data(
-        str(recording.data)).cmdline)
-    # the first mapping is the program, with its build id; every address is in its mapping
-    first = read["mappings"][1]
-    assert strings[one(first, 5)].endswith("/prog_stripped")
-    build_ids = subprocess.run(["perf", "buildid-list", "-i", str(recording.data)],
-                               capture_output=True, text=True, check=True).stdout
-    assert f"{strings[one(first, 6)]} {strings[one(first, 5)]}" in build_ids
-    for mapping_id, address, _ in read["locations"].values():
-        if mapping_id:
-            mapping = read["mappings"][mapping_id]
-            assert one(mapping, 2) <= address < one(mapping, 3) and one(mapping, 7) == 1
+    assert written - 60 * 10**9 < profile.time_nanos <= written
+    # the title as the one comment
+    assert [strings[index] for index in profile.comment] == \
+        [shlex.join(open_perf_data(str(recording.data)).cmdline)]
+    # labels: the command and pid perf prints
+    perf_tasks = set(re.findall(r"^(\S.*?) +(\d+) +[0-9]+\.[0-9]+: +[0-9]+ cpu-clock:",
+                                recording.perf_text, re.M))
+    ours = set()
+    for sample in profile.sample:
+        labels = {strings[label.key]: label for label in sample.label}
+        assert set(labels) == {"comm", "pid"}
+        ours.add((strings[labels["comm"].str], str(labels["pid"].num)))
+    assert ours == perf_tasks
+    # mappings: ids from 1, the program first, build ids as perf lists them
+    mappings = {mapping.id: mapping for mapping in profile.mapping}
+    assert sorted(mappings) == list(range(1, len(mappings) + 1))
+    assert strings[mappings[1].filename].endswith(f"/{PROGRAMS[name]}")
+    build_ids = perf_build_ids(recording)
+    for mapping in profile.mapping:
+        filename, build_id = strings[mapping.filename], strings[mapping.build_id]
+        assert mapping.memory_start < mapping.memory_limit and mapping.has_functions
+        assert build_id == build_ids.get(filename, ""), (filename, build_id)
+    assert strings[mappings[1].build_id]  # the program's, and the kernel's when it is there
+    # functions and locations: every reference resolves, every address is in its mapping
+    functions = {function.id: function for function in profile.function}
+    assert len(functions) == len(profile.function) and 0 not in functions
+    for function in profile.function:
+        assert strings[function.name] and strings[function.system_name] == strings[
+            function.name]
+    locations = {location.id: location for location in profile.location}
+    assert sorted(locations) == list(range(1, len(locations) + 1))
+    for location in profile.location:
+        assert len(location.line) == 1 and location.line[0].function_id in functions
+        if location.mapping_id:
+            mapping = mappings[location.mapping_id]
+            assert mapping.memory_start <= location.address < mapping.memory_limit
+    folded_names = {frame.removesuffix("_[k]") for stack in folded_counts(recording)
+                    for frame in stack}
+    used = {strings[functions[line.function_id].name] for location in profile.location
+            for line in location.line}
+    assert used == folded_names - {stack[0] for stack in folded_counts(recording)}
     # leaf functions as in the folded output
     leaves: Counter[str] = Counter()
-    for sample, value in zip(read["samples"], values, strict=True):
-        leaf = read["locations"][ints(sample, 1)[0]]
-        leaves[leaf[2][0]] += value[0]
-    folded_leaves: Counter[str] = Counter()
-    for stack, count in folded_counts(recording).items():
-        folded_leaves[stack[-1].removesuffix("_[k]")] += count
-    assert leaves == folded_leaves
+    for sample in profile.sample:
+        assert all(location_id in locations for location_id in sample.location_id)
+        leaf = locations[sample.location_id[0]]
+        leaves[strings[functions[leaf.line[0].function_id].name]] += sample.value[0]
+    assert leaves == folded_leaves(recording)
 
 
-def _go() -> str | None:
-    go = shutil.which("go")
-    if go is None or subprocess.run([go, "tool", "-n", "pprof"], capture_output=True,
-                                    timeout=60).returncode:
-        return None
-    return go
+def go_pprof(go: str, *args: str) -> str:
+    # PPROF_BINARY_PATH leads nowhere: pprof must use our names, not symbolize again
+    result = subprocess.run([go, "tool", "pprof", *args], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PPROF_BINARY_PATH": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
-@pytest.mark.skipif(_go() is None, reason="go tool pprof is not installed "
-                                          "(apt-get install golang-go)")
-def test_go_tool_pprof_reads_it(recordings: dict[str, Recording]) -> None:
-    recording = recordings["symbols"]
-    path = recording.directory / "symbols.pprof"
-    top = subprocess.run([str(_go()), "tool", "pprof", "-top", "-sample_index=samples",
-                          "-nodecount=100000", "-nodefraction=0", "-edgefraction=0",
-                          str(path)], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PPROF_BINARY_PATH": "/nonexistent"})
-    assert top.returncode == 0, top.stderr
-    assert "Type: samples" in top.stdout and "File: prog" in top.stdout
+@pytest.mark.parametrize("name", ["symbols", "stripped"])
+def test_go_tool_pprof_reads_it(recordings: dict[str, Recording], name: str) -> None:
+    go = need_go()
+    recording = recordings[name]
+    path = str(recording.directory / f"{name}.pprof")
+    every = ("-nodecount=1000000", "-nodefraction=0", "-edgefraction=0")
+    headers = recording.perf_headers()
+    # totals and top functions, by sample count and by CPU time
+    counts = go_pprof(go, "-top", "-sample_index=samples", *every, path)
+    program = PROGRAMS[name]
+    assert "Type: samples" in counts and f"File: {program}\n" in counts
+    assert re.search(rf"of {len(headers)} total", counts), counts
     flat = {match[2]: int(match[1]) for match in re.finditer(
-        r"^ +(\d+) +[\d.]+% +[\d.]+% +\d+ +[\d.]+% +(.+)$", top.stdout, re.M)}
-    folded_leaves: Counter[str] = Counter()
-    for stack, count in folded_counts(recording).items():
-        folded_leaves[stack[-1].removesuffix("_[k]")] += count
-    assert {name: count for name, count in flat.items() if count} == dict(folded_leaves)
-    assert flat["leaf_hot"] >= 0.5 * sum(folded_leaves.values())
+        r"^ +(\d+) +[\d.]+% +[\d.]+% +\d+ +[\d.]+% +(.+)$", counts, re.M)}
+    leaves = folded_leaves(recording)
+    assert {function: count for function, count in flat.items() if count} == dict(leaves)
+    top = next(iter(flat))  # -top lists by flat value, largest first
+    assert leaves[top] == max(leaves.values())
+    if name == "symbols":
+        assert top == "leaf_hot" and flat["leaf_hot"] >= 0.5 * len(headers)
+    cpu = go_pprof(go, "-top", "-sample_index=cpu", "-unit=ns", *every, path)
+    assert re.search(rf"of {sum(period for _, period in headers)}ns total", cpu), cpu
+    # mappings with build ids, and every location inside its mapping (pprof's -raw)
+    raw = go_pprof(go, "-raw", path)
+    assert "samples/count cpu/nanoseconds[dflt]" in raw
+    mappings = {int(match[1]): (int(match[2], 16), int(match[3], 16), match[4],
+                                match[5] or "")
+                for match in re.finditer(r"^(\d+): 0x([0-9a-f]+)/0x([0-9a-f]+)/0x[0-9a-f]+ "
+                                         r"(\S+) ([0-9a-f]*) *\[FN\]$", raw, re.M)}
+    assert len(mappings) == raw.split("\nMappings\n", 1)[1].count("\n"), raw
+    build_ids = perf_build_ids(recording)
+    assert {filename: build_id for _, _, filename, build_id in mappings.values()
+            if build_id} == {filename: build_id for filename, build_id in build_ids.items()
+                             if filename in {m[2] for m in mappings.values()}}
+    assert mappings[1][2].endswith(f"/{program}") and mappings[1][3] == build_ids[
+        mappings[1][2]]
+    located = re.findall(r"^ +\d+: 0x([0-9a-f]+) M=(\d+) ", raw, re.M)
+    assert located
+    for address, mapping_id in located:
+        start, limit, _, _ = mappings[int(mapping_id)]
+        assert start <= int(address, 16) < limit
 
 
 # --- the SVG flame graph ----------------------------------------------------------------
@@ -399,29 +468,29 @@ def test_svg_search_logic_runs_in_node(recordings: dict[str, Recording]) -> None
         assert fraction == pytest.approx(expected_share(counts, pattern), abs=0.002)
 
 
-def _browser_python() -> str | None:
-    """A Python with Playwright (``$PLAYWRIGHT_PYTHON`` or this one)."""
-    python = os.environ.get("PLAYWRIGHT_PYTHON", sys.executable)
-    found = subprocess.run([python, "-c", "import playwright.sync_api"], capture_output=True)
-    return python if found.returncode == 0 else None
-
-
-@pytest.mark.skipif(_browser_python() is None,
-                    reason="Playwright is not installed (set PLAYWRIGHT_PYTHON to a Python "
-                           "that has it)")
 def test_svg_in_a_headless_browser(recordings: dict[str, Recording], tmp_path: Path) -> None:
+    """bench/flamegraph_browser.py in the system's Chromium: loads without script errors,
+    draws every frame, Ctrl-F highlights the frames matching the term and shows their
+    share of the samples (as the folded output counts it), a click zooms, Reset Zoom and
+    Escape undo."""
+    python, chromium = need_browser()
     recording = recordings["symbols"]
     result = subprocess.run(
-        [str(_browser_python()), str(REPO / "bench" / "flamegraph_browser.py"),
+        [python, str(REPO / "bench" / "flamegraph_browser.py"), "--browser", chromium,
          "--svg", str(recording.directory / "symbols.svg"),
          "--folded", str(recording.directory / "symbols.folded"),
-         "--term", "^middle_", "--out", str(tmp_path)],
+         "--term", "^middle_one$", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300)
     if result.returncode == 2:
-        pytest.skip(f"no headless browser: {result.stdout.strip()}")
+        missing(f"a Chromium that starts ({result.stdout.strip()})", "apt-get install chromium")
+    assert result.returncode in (0, 1) and result.stdout.startswith("{"), \
+        result.stdout + result.stderr
     results = json.loads(result.stdout)
     assert result.returncode == 0 and results["failures"] == [], result.stdout + result.stderr
-    assert results["highlighted"] == 2 and (tmp_path / "flamegraph-search.png").stat().st_size
+    assert results["browser"].startswith("chromium ")
+    assert results["highlighted"] == 1 and (tmp_path / "flamegraph-search.png").stat().st_size
+    share = expected_share(folded_counts(recording), "^middle_one$")
+    assert 0.3 < share < 0.9 and results["expected_share"] == pytest.approx(share)
 
 
 def test_the_command_writes_pprof(recordings: dict[str, Recording], tmp_path: Path) -> None:

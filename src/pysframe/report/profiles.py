@@ -114,8 +114,13 @@ class _Collector:
             return Location(UNKNOWN, pc, None)
         described = self.mappings.get(id(mapping))
         if described is None:
+            # The mmap record's build id when perf put one there (--buildid-mmap), else
+            # the recording's build-id table's (perf buildid-list), which the module
+            # was found and checked by.
+            module = mapping.module
+            build_id = mapping.build_id or (module.build_id if module is not None else None)
             described = self.mappings[id(mapping)] = ProfileMapping(
-                mapping.filename, mapping.build_id, mapping.start, mapping.end, mapping.pgoff)
+                mapping.filename, build_id, mapping.start, mapping.end, mapping.pgoff)
         name = self.symbolizer.function(mapping, pc)
         if name == UNKNOWN:
             offset = pc - mapping.start + mapping.pgoff
