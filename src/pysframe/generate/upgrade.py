@@ -10,6 +10,12 @@ set). V3's field is 64 bits wide: the section is converted with the format's own
 its FDE's new field and widened to the 64-bit PC-relative type, same symbol, same addend.
 The section becomes ``SHT_GNU_SFRAME`` as gas 2.46 writes it.
 
+V2 has no bit for a signal frame; V3 has, and gas 2.46 sets it from ``.cfi_signal_frame``.
+The object's own ``.eh_frame`` still says it (augmentation "S" of the FDE's CIE): an FDE
+whose start relocation (symbol, addend) and size match a signal-frame FDE's ``pc_begin``
+relocation and range is marked, as gas 2.46 marks it (found by linking the upgraded
+objects with ld 2.47.50 and comparing objdump's dump with gas 2.46's).
+
 The file is rewritten as ``inject`` does (written by hand: no Python library writes ELF):
 the new section contents and a new section header table are appended, nothing else
 moves. Static archives are rebuilt member by member, their symbol index (``/``, and
@@ -19,7 +25,9 @@ moves. Static archives are rebuilt member by member, their symbol index (``/``, 
 from __future__ import annotations
 
 import struct
+from typing import Any
 
+from ..cfi.eh_frame import parse_eh_frame
 from ..elf import ElfImage
 from ..elf.archive import AR_MAGIC, SPECIAL, ArchiveError, ar_entries
 from ..format.constants import HEADER_SIZE, VERSION_2, VERSION_3
@@ -56,8 +64,16 @@ def upgrade_object(image: ElfImage) -> bytes | None:
         section_model = decode(raw)
         if section_model.version != VERSION_2:
             continue
-        v3 = encode(convert(section_model, VERSION_3))
         relocations = [i for i, h in enumerate(headers) if h[1] == SHT_RELA and h[7] == index]
+        upgraded = convert(section_model, VERSION_3)
+        signals = _signal_frames(data, headers, names)
+        for rela_index in relocations:
+            for at, symbol, addend in _relocations(data, headers[rela_index]):
+                fde, within = divmod(at - HEADER_SIZE, V2_ENTRY)
+                if at >= HEADER_SIZE and within == 0 and fde < len(upgraded.fdes):
+                    entry = upgraded.fdes[fde]
+                    entry.signal = entry.signal or (symbol, addend, entry.size) in signals
+        v3 = encode(upgraded)
         for rela_index in relocations:
             table = bytes(data[headers[rela_index][4]:
                                headers[rela_index][4] + headers[rela_index][5]])
@@ -72,6 +88,32 @@ def upgrade_object(image: ElfImage) -> bytes | None:
         return None
     write_rows(data, headers, shstrndx)
     return bytes(data)
+
+
+def _relocations(data: bytearray, header: list[int]) -> list[tuple[int, int, int]]:
+    """(offset, symbol, addend) of each entry of a RELA section."""
+    table = bytes(data[header[OFFSET]:header[OFFSET] + header[SIZE]])
+    return [(offset, info >> 32, addend) for offset, info, addend in
+            (_RELA.unpack_from(table, at) for at in
+             range(0, len(table) - len(table) % _RELA.size, _RELA.size))]
+
+
+def _signal_frames(data: bytearray, headers: list[list[int]], names: list[Any]
+                   ) -> set[tuple[int, int, int]]:
+    """(symbol, addend, size) of the object's .eh_frame FDEs whose CIE says "S" (the
+    relocation of the FDE's pc_begin names its function). Unreadable CFI: none."""
+    found: set[tuple[int, int, int]] = set()
+    for header in names:
+        if header.name != ".eh_frame":
+            continue
+        row = headers[header.number]
+        fdes, _ = parse_eh_frame(bytes(data[row[OFFSET]:row[OFFSET] + row[SIZE]]), 0)
+        signal_at = {fde.offset + 8: fde.pc_range for fde in fdes if fde.cie.signal_frame}
+        for rela in headers:
+            if rela[1] == SHT_RELA and rela[7] == header.number:
+                found |= {(symbol, addend, signal_at[at]) for at, symbol, addend
+                          in _relocations(data, rela) if at in signal_at}
+    return found
 
 
 def _widened(table: bytes, machine: str, fde_count: int) -> bytes:
