@@ -203,7 +203,7 @@ def test_perf_script_names_match_perf(cplus: Path, tmp_path: Path) -> None:
         pytest.skip("needs perf")
     data = tmp_path / "perf.data"
     record = subprocess.run(
-        ["perf", "record", "-q", "--no-buildid-cache", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf",
+        ["perf", "record", "-q", "--no-bpf-event", "--no-buildid-cache", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf",
          "-o", str(data), str(cplus), "300"], capture_output=True, text=True, timeout=120)
     if record.returncode != 0 or not data.exists():
         pytest.skip(f"perf cannot record here: {record.stderr.strip()[:200]}")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.oracles import unavailable
 
 from pysframe.sources.jitdump import read_jitdump
 from support.parity import perf_can_record
@@ -23,11 +24,11 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("jit-perf")
     why = perf_can_record(directory)
     if why is not None:
-        pytest.skip(why)
+        unavailable(why)
     dumps = directory / "dumps"
     dumps.mkdir()
     output = directory / "jit.data"
-    subprocess.run(["perf", "record", "-q", "-N", "-k", "mono", "-e", "cpu-clock", "-F", "999",
+    subprocess.run(["perf", "record", "-q", "--no-bpf-event", "-N", "-k", "mono", "-e", "cpu-clock", "-F", "999",
                     "--call-graph", "dwarf", "-o", str(output), "--", sys.executable, "-m",
                     "pysframe.jit.example", "--spin", "--jitdump", str(dumps),
                     "--lifetime", "2"], capture_output=True, timeout=120,

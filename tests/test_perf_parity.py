@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tests.support.oracles import unavailable
 from tests.support.parity import (
     Parity,
     compare,
@@ -32,7 +33,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("parity")
     reason = perf_can_record(directory)
     if reason is not None:
-        pytest.skip(reason)
+        unavailable(reason)
     return directory
 
 

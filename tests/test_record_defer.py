@@ -149,7 +149,7 @@ def test_stitched_chains_are_those_perf_unwinds_itself(recording: tuple[Path, st
     path, _ = recording
     program = path.parent / "heavy"
     dwarf = tmp_path / "dwarf.data"
-    subprocess.run([perf, "record", "-q", "-e", "cpu-clock", "-F", "999", "--call-graph",
+    subprocess.run([perf, "record", "-q", "--no-bpf-event", "-e", "cpu-clock", "-F", "999", "--call-graph",
                     "dwarf", "-o", str(dwarf), "--", str(program), "20"], check=True,
                    capture_output=True, timeout=300)
     own = subprocess.run([perf, "script", "--no-inline", "-i", str(dwarf)], check=True,

@@ -72,12 +72,15 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     import shutil
     import subprocess
 
+    from support.oracles import unavailable
     from support.parity import perf_can_record, record
 
     directory = tmp_path_factory.mktemp("vector")
     why = perf_can_record(directory)
-    if why is not None or shutil.which("gcc") is None:
-        pytest.skip(why or "gcc is not installed")
+    if why is not None:
+        unavailable(why)
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
     source, program = directory / "signals.c", directory / "signals"
     source.write_text(SIGNAL_PROGRAM)
     subprocess.run(["gcc", "-O2", "-o", str(program), str(source)], check=True, timeout=120)

@@ -171,7 +171,7 @@ def test_sframe_script_names_labels_as_perf(labels: Path, tmp_path: Path) -> Non
         pytest.skip("needs perf")
     data = tmp_path / "perf.data"
     record = subprocess.run(
-        ["perf", "record", "-q", "--no-buildid-cache", "-e", "cpu-clock", "-F", "999",
+        ["perf", "record", "-q", "--no-bpf-event", "--no-buildid-cache", "-e", "cpu-clock", "-F", "999",
          "--call-graph", "dwarf", "-o", str(data), str(labels)],
         capture_output=True, text=True, timeout=120)
     if record.returncode != 0 or not data.exists():

@@ -33,12 +33,16 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
-def missing(what: str, how: str) -> NoReturn:
-    """Skip (one line), or fail under CI=true: an oracle CI must have is not there."""
-    message = f"{what} is not installed ({how})"
+def unavailable(message: str) -> NoReturn:
+    """Skip (one line), or fail under CI=true: an oracle CI must have cannot be used."""
     if in_ci():
         pytest.fail(f"oracle missing in CI: {message}", pytrace=False)
     pytest.skip(message)
+
+
+def missing(what: str, how: str) -> NoReturn:
+    """An oracle is not installed: skip, or fail under CI=true."""
+    unavailable(f"{what} is not installed ({how})")
 
 
 # --- perf 7 (reads deferred callchains) ---------------------------------------------------

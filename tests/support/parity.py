@@ -26,7 +26,7 @@ def perf_can_record(directory: Path) -> str | None:
     """Why perf cannot record here, or None."""
     if shutil.which("perf") is None:
         return "perf is not installed"
-    probe = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-o",
+    probe = subprocess.run(["perf", "record", "-q", "--no-bpf-event", "-e", "cpu-clock", "-o",
                             str(directory / "probe.data"), "--", "true"],
                            capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
@@ -37,7 +37,7 @@ def perf_can_record(directory: Path) -> str | None:
 def record(output: Path, command: list[str], *options: str, timeout: float = 120) -> Path:
     """``perf record -N -e cpu-clock OPTIONS -o OUTPUT -- COMMAND`` (-N: the test writes
     nothing into ~/.debug, perf's build-id cache)."""
-    subprocess.run(["perf", "record", "-q", "-N", "-e", "cpu-clock", *options, "-o", str(output),
+    subprocess.run(["perf", "record", "-q", "-N", "--no-bpf-event", "-e", "cpu-clock", *options, "-o", str(output),
                     "--", *command], check=True, capture_output=True, timeout=timeout)
     return output
 
