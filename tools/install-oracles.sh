@@ -9,7 +9,7 @@
 #   go tool pprof        golang-go
 #   profile.proto        golang-github-google-pprof-dev (pprof's own schema), protobuf-compiler
 #   Chromium             chromium (driven by Playwright from the test extras)
-#   gcc, g++, gdb, elfutils, dpkg-dev, binutils: the programs tests build and look at
+#   gcc, g++, gdb, libc6-dbg, dwz, elfutils, dpkg-dev, binutils: what tests build and look at
 #
 # Needs root (apt-get). Re-running is quick: what is there is kept. Prints every oracle's
 # version at the end, one line each.
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${SHARED:-../shared}
 PACKAGES=(linux-perf golang-go golang-github-google-pprof-dev protobuf-compiler chromium
-          gcc g++ gdb elfutils binutils dpkg-dev xz-utils zstd)
+          gcc g++ gdb elfutils binutils dpkg-dev xz-utils zstd libc6-dbg dwz)
 
 missing=()
 for package in "${PACKAGES[@]}"; do
