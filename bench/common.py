@@ -1,4 +1,12 @@
-"""Helpers shared by the benches: locating peer tools and timing commands."""
+"""Helpers shared by the benches: locating peer tools, timing commands, and the machinery of
+an honest comparison with a peer (:func:`cold_and_warm`): a cold column (each run with an
+empty private ``XDG_CACHE_HOME``) and a warm one (a private cache filled by one untimed run
+first), the compared commands in alternating order (ours then the peer's, the peer's then
+ours), at least 5 repeats, each figure printed as median [min-max] (:func:`spread`).
+
+"Cold" is our cache only (generated tables, symbols, DWARF answers under
+``$XDG_CACHE_HOME/pysframe``): the kernel's page cache is warm in both columns, and Python's
+bytecode is cached (``__pycache__``) in both, as an installed package has it."""
 
 from __future__ import annotations
 
@@ -8,8 +16,10 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -51,6 +61,99 @@ def wall_time(argv: Sequence[str], runs: int = 5, stdout_path: Path | None = Non
     return statistics.median(times)
 
 
+#: The fewest repeats a comparison prints a median and spread of.
+MIN_REPEATS = 5
+COLD, WARM = "cold", "warm"
+
+
+def spread(values: Sequence[float], fmt: str = ".0f") -> str:
+    """``median [min-max]`` of ``values``, each formatted with ``fmt``."""
+    if not values:
+        return "-"
+    return (f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]")
+
+
+def ratios(ours: Sequence[float], theirs: Sequence[float]) -> list[float]:
+    """Run-by-run ratios of paired measurements (repeat i of each)."""
+    return [a / b for a, b in zip(ours, theirs, strict=False) if b]
+
+
+@contextmanager
+def private_cache() -> Iterator[Path]:
+    """An empty ``XDG_CACHE_HOME`` of our own (mode 0700, as the cache wants), removed after."""
+    with tempfile.TemporaryDirectory(prefix="bench-cache-", dir=OUT if OUT.is_dir() else None
+                                     ) as directory:
+        os.chmod(directory, 0o700)
+        yield Path(directory)
+
+
+def with_cache(env: Mapping[str, str], cache: Path) -> dict[str, str]:
+    return {**env, "XDG_CACHE_HOME": str(cache)}
+
+
+def alternating(names: Sequence[str], repeat: int) -> list[str]:
+    """The order of the compared runs in repeat ``repeat``: as given, then reversed, and so on
+    (ours then the peer's, the peer's then ours), so that neither always runs first."""
+    return list(names) if repeat % 2 == 0 else list(reversed(names))
+
+
+#: One measured run: given the environment to run in (its XDG_CACHE_HOME set), the seconds
+#: (or any figure) it measured.
+Runner = Callable[[dict[str, str]], float]
+
+
+def cold_and_warm(runners: Mapping[str, Runner], repeats: int,
+                  env: Mapping[str, str] | None = None,
+                  states: Sequence[str] = (COLD, WARM)) -> dict[str, dict[str, list[float]]]:
+    """Figures of every runner, ``{state: {name: [one per repeat]}}``, cold and warm.
+
+    Each repeat runs the cold round then the warm round, the runners in :func:`alternating`
+    order. Cold: every run gets a new, empty private XDG_CACHE_HOME. Warm: every runner has
+    a private cache of its own filled by one untimed run before the first repeat. Peers
+    ignore XDG_CACHE_HOME; they get the same environment all the same."""
+    base = dict(env if env is not None else bench_environment())
+    repeats = max(repeats, MIN_REPEATS)
+    names = list(runners)
+    figures: dict[str, dict[str, list[float]]] = {state: {name: [] for name in names}
+                                                  for state in states}
+    with ExitStack() as stack:
+        warm = {name: stack.enter_context(private_cache()) for name in names}
+        if WARM in states:
+            for name in names:
+                runners[name](with_cache(base, warm[name]))  # fills its cache, untimed
+        for repeat in range(repeats):
+            for name in alternating(names, repeat) if COLD in states else ():
+                with private_cache() as cold:
+                    figures[COLD][name].append(runners[name](with_cache(base, cold)))
+            for name in alternating(names, repeat) if WARM in states else ():
+                figures[WARM][name].append(runners[name](with_cache(base, warm[name])))
+    return figures
+
+
+def print_table(figures: Mapping[str, Mapping[str, Sequence[float]]], unit: str = "ms",
+                scale: float = 1000.0, fmt: str = ".0f", indent: str = "  ",
+                peer: str | None = None) -> None:
+    """One row per runner, one column per cache state: median [min-max] in ``unit``; with
+    ``peer``, a row per other runner of its run-by-run time ratio to the peer's."""
+    states = list(figures)
+    names = list(next(iter(figures.values())))
+    width = max(len(name) + (len(f" / {peer}") if peer else 0) for name in names) + 2
+    repeats = len(next(iter(next(iter(figures.values())).values())))
+    print(f"{indent}{'':{width}}" + "".join(f"{state + ' cache, ' + unit:>26}"
+                                            for state in states)
+          + f"   (median [min-max] of {repeats}, alternating order)")
+    for name in names:
+        print(f"{indent}{name:{width}}" + "".join(
+            f"{spread([v * scale for v in figures[state][name]], fmt):>26}" for state in states))
+    if peer is None:
+        return
+    for name in names:
+        if name != peer:
+            print(f"{indent}{name + ' / ' + peer:{width}}" + "".join(
+                f"{spread(ratios(figures[state][name], figures[state][peer]), '.2f') + 'x':>26}"
+                for state in states))
+
+
 VENV = OUT / "venv"
 
 
@@ -64,24 +167,36 @@ def bench_environment() -> dict[str, str]:
 
 @functools.cache
 def venv_sframe() -> list[str]:
-    """Our console script installed (editable) in a virtual environment of the real
-    interpreter, made once in bench/out/venv: what a user runs. Not the interpreter that
-    runs the bench: under pyenv, ``python3`` is a bash shim (~60 ms a start) and a sandbox's
-    site-packages may carry ``.pth`` hooks that import packages at every start (~35 ms)."""
-    script = VENV / "bin" / "sframe"
-    marker = VENV / "installed-from"
-    if not script.exists() or not marker.exists() or marker.read_text() != str(REPO):
-        base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-        print(f"making {VENV} (python -m venv; pip install -e {REPO}) ...", file=sys.stderr)
-        subprocess.run([str(base), "-m", "venv", "--clear", str(VENV)], check=True)
-        subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "-e",
-                        str(REPO)], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        marker.write_text(str(REPO))
-    subprocess.run([str(VENV / "bin" / "python"), "-m", "compileall", "-q",
-                    str(REPO / "src" / "pysframe")], check=True, stdout=subprocess.DEVNULL,
-                   env=bench_environment())
+    """Our installed console script, bytecode compiled, as a user runs it: the ``sframe``
+    beside this interpreter when the bench runs in a virtual environment that has this
+    checkout installed (``. .venv/bin/activate``), else one made once in bench/out/venv
+    (python -m venv of the real interpreter; pip install -e). Never a pyenv shim (a bash
+    script, ~60-100 ms a start) or the first ``sframe`` on PATH."""
+    beside = Path(sys.executable).with_name("sframe")
+    if sys.prefix != sys.base_prefix and beside.is_file() and _installed_from_here(
+            Path(sys.executable)):
+        script, python = beside, Path(sys.executable)
+    else:
+        script, python = VENV / "bin" / "sframe", VENV / "bin" / "python"
+        marker = VENV / "installed-from"
+        if not script.exists() or not marker.exists() or marker.read_text() != str(REPO):
+            base = (Path(sys.base_prefix) / "bin"
+                    / f"python{sys.version_info[0]}.{sys.version_info[1]}")
+            print(f"making {VENV} (python -m venv; pip install -e {REPO}) ...", file=sys.stderr)
+            subprocess.run([str(base), "-m", "venv", "--clear", str(VENV)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(REPO)],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            marker.write_text(str(REPO))
+    subprocess.run([str(python), "-m", "compileall", "-q", str(REPO / "src" / "pysframe")],
+                   check=True, stdout=subprocess.DEVNULL, env=bench_environment())
     return [str(script)]
+
+
+def _installed_from_here(python: Path) -> bool:
+    """Does ``python`` import pysframe from this checkout's src/?"""
+    found = subprocess.run([str(python), "-c", "import pysframe; print(pysframe.__file__)"],
+                           capture_output=True, text=True, env=bench_environment(), check=False)
+    return found.returncode == 0 and Path(found.stdout.strip()).is_relative_to(REPO / "src")
 
 
 def sframe_command() -> list[str]:

@@ -183,3 +183,35 @@ def test_budget_compacts_then_refuses() -> None:
         section.add(jit_function(rng, 0x2008, 8))
     with pytest.raises(KeyError):
         section.invalidate(0x9999)
+
+
+@pytest.mark.parametrize("block", [1, 2, 5])
+def test_sorted_starts_agree_with_a_sorted_list(monkeypatch: pytest.MonkeyPatch,
+                                                block: int) -> None:
+    """The blocked index of live starts (splits, emptied blocks, the rebuild at compaction)
+    against a plain sorted list, with blocks small enough that every path is taken."""
+    from bisect import bisect_right
+
+    from pysframe.jit import growable
+
+    monkeypatch.setattr(growable, "BLOCK", block)
+    rng = random.Random(block)
+    starts = growable._SortedStarts()
+    model: list[int] = []
+    for step in range(3000):
+        if model and rng.random() < 0.45:
+            value = model.pop(rng.randrange(len(model)))
+            starts.remove(value)
+        else:
+            value = rng.randrange(10_000)
+            if value in model:
+                continue
+            model.append(value)
+            model.sort()
+            starts.add(value)
+        if step % 500 == 499:
+            starts = growable._SortedStarts(model)
+        assert len(starts) == len(model)
+        for probe in (rng.randrange(-5, 10_005), value, value - 1):
+            at = bisect_right(model, probe) - 1
+            assert starts.floor(probe) == (model[at] if at >= 0 else None)
