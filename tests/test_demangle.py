@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from tests.support.oracles import need_gdb, need_perf, unavailable
 
 from pysframe.elf import ElfImage
 from pysframe.symbolize.demangling import gdb_name, libiberty, perf_name
@@ -192,21 +193,20 @@ def test_every_symbol_of_a_cplus_program_is_named_as_perf_names_it(cplus: Path) 
     assert not any(name.startswith("_Z") for name in names if "@plt" not in name)
     theirs = _perf_probe_names(cplus)
     if theirs is None:
-        pytest.skip("perf probe -F does not work here")
+        unavailable("perf probe -F does not work here")
     assert names <= theirs, sorted(names - theirs)
 
 
 def test_perf_script_names_match_perf(cplus: Path, tmp_path: Path) -> None:
     """The symbol text of every frame in the program equals perf's, on a short recording;
     ``sframe report`` shows the same names."""
-    if shutil.which("perf") is None:
-        pytest.skip("needs perf")
+    need_perf()
     data = tmp_path / "perf.data"
     record = subprocess.run(
         ["perf", "record", "-q", "--no-bpf-event", "--no-buildid-cache", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf",
          "-o", str(data), str(cplus), "300"], capture_output=True, text=True, timeout=120)
     if record.returncode != 0 or not data.exists():
-        pytest.skip(f"perf cannot record here: {record.stderr.strip()[:200]}")
+        unavailable(f"perf cannot record here: {record.stderr.strip()[:200]}")
     theirs = subprocess.run(["perf", "script", "--no-inline", "-i", str(data)],
                             capture_output=True, text=True, timeout=120).stdout
     ours = subprocess.run([sys.executable, "-m", "pysframe", "script", str(data)],
@@ -286,9 +286,7 @@ def test_stack_names_match_gdb_and_json_matches_text(
     assert ours[:3] == ["blocker(std::__cxx11::basic_string<char, std::char_traits<char>, "
                         "std::allocator<char> > const&)", "thrower(int) [clone .cold]",
                         "main"]
-    if shutil.which("gdb") is None:
-        return
-    bt = subprocess.run(["gdb", "-nx", "-batch", "-ex", "bt", "-p", str(child.pid)],
+    bt = subprocess.run([need_gdb(), "-nx", "-batch", "-ex", "bt", "-p", str(child.pid)],
                         capture_output=True, text=True, timeout=120).stdout
     theirs = re.findall(r"^#\d+\s+0x[0-9a-f]+ in (.+) \(\)$", bt, re.MULTILINE)
     assert [name for name in theirs if name in ours] == ours[:3]

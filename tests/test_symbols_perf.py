@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.oracles import need_perf, unavailable
 
 from pysframe.elf import ElfImage
 from pysframe.symbolize import symbols
@@ -167,15 +168,14 @@ def test_labels_from_the_debug_file(labels: Path, tmp_path: Path,
 
 
 def test_sframe_script_names_labels_as_perf(labels: Path, tmp_path: Path) -> None:
-    if shutil.which("perf") is None:
-        pytest.skip("needs perf")
+    need_perf()
     data = tmp_path / "perf.data"
     record = subprocess.run(
         ["perf", "record", "-q", "--no-bpf-event", "--no-buildid-cache", "-e", "cpu-clock", "-F", "999",
          "--call-graph", "dwarf", "-o", str(data), str(labels)],
         capture_output=True, text=True, timeout=120)
     if record.returncode != 0 or not data.exists():
-        pytest.skip(f"perf cannot record here: {record.stderr.strip()[:200]}")
+        unavailable(f"perf cannot record here: {record.stderr.strip()[:200]}")
     theirs = subprocess.run(["perf", "script", "--no-inline", "-i", str(data)],
                             capture_output=True, text=True, timeout=120).stdout
     ours = subprocess.run([sys.executable, "-m", "pysframe", "script", str(data)],
@@ -209,12 +209,10 @@ def test_rust_names_as_perf_prints_them(rust_library: Path) -> None:
     table = load_symbols(ElfImage(str(rust_library)), use_cache=False)
     named = {perf_name(name) for name in table.names}
     assert set(RUST.values()) <= named
-    if shutil.which("perf") is None:
-        return
-    result = subprocess.run(["perf", "probe", "-x", str(rust_library), "-F", "--filter=*"],
-                            capture_output=True, text=True, timeout=60)
-    if result.returncode == 0 and result.stdout:
-        assert set(RUST.values()) <= set(result.stdout.splitlines())
+    result = subprocess.run([need_perf(), "probe", "-x", str(rust_library), "-F",
+                             "--filter=*"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert set(RUST.values()) <= set(result.stdout.splitlines())
 
 
 CFI_ESCAPE = """

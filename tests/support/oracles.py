@@ -82,6 +82,13 @@ def need_perf() -> str:
     return perf
 
 
+def need_gdb() -> str:
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        missing("gdb", "apt-get install gdb")
+    return gdb
+
+
 # --- GNU binutils from ../shared/toolchain/install.sh --------------------------------------
 
 def _toolchain_roots() -> list[Path]:
