@@ -11,9 +11,11 @@ frame), and the row search inside it is a nested ``bpf_loop`` of binary-search s
 One step: the mapping holding the pc (the exact pc in the topmost frame, the return
 address less one above it), its row; a default rule gives CFA = SP or FP + offset, RA
 (and maybe FP) loaded from the CFA; no row: the frame-pointer step (FP aligned and not
-below SP); the outermost row ends the walk; other rules (flexible V3 rules, and a PLT
-block too large to be written out as rows: :func:`.tables.walker_rows`) end it with
-their reason. The CFA must move up (the topmost frame may keep SP), the
+below SP), except at the sigreturn trampoline, which ends the walk (the
+interrupted frame's registers are in the signal frame, not where the frame pointer
+points: the step would skip the interrupted frames or read junk); the outermost row
+ends the walk; other rules (flexible V3 rules, and a PLT block too large to be written
+out as rows: :func:`.tables.walker_rows`) end it with their reason. The CFA must move up (the topmost frame may keep SP), the
 return address be non-zero, and at most :data:`~.sampler.MAX_FRAMES` frames are kept.
 """
 
@@ -65,12 +67,17 @@ from .sampler import (
 
 RINGBUF_OUTPUT, BPF_LOOP = 130, 181
 BPF_RB_NO_WAKEUP = 1
-STOP_OUTERMOST, STOP_RARE, STOP_PLT, STOP_NO_RULE = 6, 7, 8, 9
+STOP_OUTERMOST, STOP_RARE, STOP_PLT, STOP_NO_RULE, STOP_SIGNAL = 6, 7, 8, 9, 10
 STOP_NAMES = {0: "", STOP_DEPTH: "frame limit", 2: "frame pointer not aligned",
               STOP_FAULT: "unreadable stack", STOP_ZERO: "zero return address",
               STOP_BACKWARDS: "CFA did not move up", STOP_OUTERMOST: "outermost frame",
               STOP_RARE: "rule the BPF walker lacks", STOP_PLT: "PLT entry",
-              STOP_NO_RULE: "no rule and no usable frame pointer"}
+              STOP_NO_RULE: "no rule and no usable frame pointer",
+              STOP_SIGNAL: "signal frame"}
+#: x86-64 rt_sigreturn trampoline (glibc's __restore_rt): ``mov $15,%rax; syscall``, as
+#: :data:`pysframe.unwind.unwinder.X86_64_SIGRETURN`; its first 8 bytes, and the last one.
+SIGRETURN_HEAD = int.from_bytes(bytes.fromhex("48c7c00f0000000f"), "little")
+SIGRETURN_TAIL = 0x05
 #: Executable mappings per process, and the layout of one: start, end, bias, first, rows.
 MAPPINGS = 64
 MAPPING = struct.Struct("<QQQII")
@@ -194,8 +201,15 @@ def _default_rule(a: Asm) -> None:
 
 
 def _frame_pointer_rule(a: Asm) -> None:
-    """No row: [FP] = caller's FP, [FP + 8] = RA, CFA = FP + 16 (FP aligned, not below SP)."""
+    """No row: [FP] = caller's FP, [FP + 8] = RA, CFA = FP + 16 (FP aligned, not below SP).
+    A frame at the sigreturn trampoline (no row: its CFI is a signal frame's; a return
+    into it, or a sample taken on it) ends the walk instead."""
     a.label("fp_step")
+    a.mov(R1, R10, reg=True).add(R1, -56).mov(R2, 9).ldx(8, R3, R9, PC).call(PROBE_READ_USER)
+    a.jump(JNE, R0, 0, "fp_guess")
+    a.ldx(8, R1, R10, -56).ld_imm64(R2, SIGRETURN_HEAD).jump(JNE, R1, R2, "fp_guess", reg=True)
+    a.ldx(1, R1, R10, -48).jump(JEQ, R1, SIGRETURN_TAIL, "stop_signal")
+    a.label("fp_guess")
     a.ldx(8, R3, R9, FP).jump(JSET, R3, 7, "stop_no_rule")
     a.ldx(8, R1, R9, SP).jump(JLT, R3, R1, "stop_no_rule", reg=True)
     a.mov(R6, R3, reg=True).add(R6, 16)
@@ -220,7 +234,8 @@ def _advance(a: Asm) -> None:
     for name, code in (("stop_plt", STOP_PLT), ("stop_outermost", STOP_OUTERMOST),
                        ("stop_rare", STOP_RARE), ("stop_fault", STOP_FAULT),
                        ("stop_no_rule", STOP_NO_RULE), ("stop_zero", STOP_ZERO),
-                       ("stop_backwards", STOP_BACKWARDS), ("stop_depth", STOP_DEPTH)):
+                       ("stop_backwards", STOP_BACKWARDS), ("stop_depth", STOP_DEPTH),
+                       ("stop_signal", STOP_SIGNAL)):
         a.label(name).st(4, R9, STOP, code).goto("step_end")
     a.label("step_end")
     a.mov(R0, 1).exit()
