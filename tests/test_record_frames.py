@@ -53,7 +53,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.oracles import missing, need_binutils, need_perf
-from tests.test_record_bpf import REASON
+from tests.test_record_bpf import REASON, objects
 
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 SFRAME = [sys.executable, "-m", "pysframe"]
@@ -474,27 +474,36 @@ def ends_at_start(frames: list[Frame]) -> bool:
     return bool(frames) and frames[-1].name == "_start"
 
 
+#: Each workload's binary and our chains, recorded once for both tests.
+RECORDED: dict[str, tuple[Path, list[list[Frame]]]] = {}
+
+
+def recorded(name: str, directory: Path, checker: Checker, cache: Path
+             ) -> tuple[Path, list[list[Frame]]]:
+    if name not in RECORDED:
+        perf = need_perf()
+        binary = build(name, WORKLOADS[name], directory)
+        if name.endswith("gsframe"):
+            headers = subprocess.run([checker.readelf, "-lW", str(binary)],
+                                     capture_output=True, text=True, check=True).stdout
+            assert "GNU_SFRAME" in headers  # the walker uses the binary's own table
+        data = directory / "walked.data"
+        env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+        run = subprocess.run([*SFRAME, "record", "-o", str(data), "--", str(binary),
+                              WORKLOADS[name].rounds], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert run.returncode == 0, run.stderr
+        RECORDED[name] = binary, perf_script(perf, data)
+    return RECORDED[name]
+
+
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_every_frame_the_walker_records_follows_a_call(
         tmp_path: Path, name: str, checker: Checker, cache: Path) -> None:
-    perf = need_perf()
-    workload = WORKLOADS[name]
-    binary = build(name, workload, tmp_path)
-    if name.endswith("gsframe"):
-        headers = subprocess.run([checker.readelf, "-lW", str(binary)], capture_output=True,
-                                 text=True, check=True).stdout
-        assert "GNU_SFRAME" in headers  # the walker uses the binary's own table
-    data = tmp_path / "walked.data"
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
-    run = subprocess.run([*SFRAME, "record", "-o", str(data), "--", str(binary),
-                          workload.rounds], capture_output=True, text=True, env=env,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr
-    ours = perf_script(perf, data)
-
+    _, ours = recorded(name, tmp_path, checker, cache)
     tally = Tally()
     checker.check(ours, tally)
-    shape = workload.shape
+    shape = WORKLOADS[name].shape
     assert callable(shape)
     shapes = [(problem, frames) for frames in ours
               if (problem := shape(names(frames, checker))) is not None]
@@ -510,15 +519,25 @@ def test_every_frame_the_walker_records_follows_a_call(
         assert tally.kinds["plt"] + tally.kinds["tail"] > 10  # main -> qsort -> qsort_r
         assert tally.kinds["trampoline"] > 3  # the signal handler was sampled
 
-    # A second oracle: perf's own DWARF unwinding of the same program (another run).
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_the_walked_chains_agree_with_perfs_dwarf_unwinding(
+        tmp_path: Path, name: str, checker: Checker, cache: Path) -> None:
+    """A second oracle: perf's own DWARF unwinding of the same program (another run)."""
+    perf = need_perf()
+    binary, ours = recorded(name, tmp_path, checker, cache)
     dwarf_data = tmp_path / "dwarf.data"
-    recorded = subprocess.run([perf, "record", "-q", "--call-graph", "dwarf", "-F", "999",
-                               "-o", str(dwarf_data), "--", str(binary),
-                               str(int(workload.rounds) // 2)],
-                              capture_output=True, text=True, timeout=300)
-    assert recorded.returncode == 0, recorded.stderr[-500:]
+    run = subprocess.run([perf, "record", "-q", "--call-graph", "dwarf", "-F", "999", "-o",
+                          str(dwarf_data), "--", str(binary),
+                          str(int(WORKLOADS[name].rounds) // 2)],
+                         capture_output=True, text=True, timeout=300)
+    if run.returncode == -6 and "build-id.c" in run.stderr and objects()[0]:
+        # perf 6.1 aborts (BUG_ON at util/build-id.c:1010, then "stack smashing") while any
+        # process has one of our BPF programs loaded: another recording runs at once.
+        pytest.skip("perf 6.1 aborts while another process has a BPF program loaded")
+    assert run.returncode == 0, run.stderr[-500:]
     theirs = [normalized(frames, checker) for frames in perf_script(perf, dwarf_data)]
-    compare_with_dwarf(ours, theirs, checker, shape, name)
+    compare_with_dwarf(ours, theirs, checker, WORKLOADS[name].shape, name)
 
 
 def normalized(frames: list[Frame], checker: Checker) -> list[Frame]:
