@@ -1,17 +1,42 @@
 """Bench: the cost of recording with `sframe record` against `perf record --call-graph dwarf`.
 
-A CPU-bound C program (fixed work: rounds of a loop under three calls, built -O2 without
-frame pointers) is timed bare, under `sframe record -F 999` and under
-`perf record --call-graph dwarf -F 999`, interleaved, medians of --runs runs each (and
-under `sframe record --defer`, which walks as often here: the workload makes no system
-calls); the
-overhead is the extra wall time of the workload over its bare time (issue 15: at most 2%).
-The floor any sampler pays is shown too: `perf record -F 999` taking no stacks (in a VM
-the timer interrupt itself is dear: each one exits to the hypervisor).
-Also: bytes written per sample by each, and the share of `sframe record`'s samples walked to
-the outermost frame. Ours is the console script of bench/out/venv (bytecode caching on).
+Workloads of one C program (fixed work, built -O2 without frame pointers; it times its own
+work, wall and CPU, so the tools' start-up and writing are not counted as its slowdown):
+- deep: CPU-bound, a loop under 112 mutually recursive calls (~117 frames a stack, under
+  the walker's 127): the eBPF walker's cost grows per frame, a dwarf stack copy's does not;
+- deep, system calls: the same depth, the work being read(2)s of 256 bytes of /dev/zero
+  (most samples land in the kernel): here `sframe record --defer` defers the walk to the
+  return to user space (one walk per kernel entry, made by the `sys_exit` program), so its
+  row measures the deferred path, not the immediate one;
+- with --shallow, also the same loop 4 frames deep in the program (6 a stack): the case
+  that flatters the walker.
+Each is run bare, under `sframe record -F 999` (and `--defer` on the system-call
+workload), under `perf record --call-graph dwarf -F 999` and under `perf record -F 999`
+with no stacks (the floor any sampler pays: in a VM each timer interrupt exits to the
+hypervisor). perf runs with -B (no build-id pass: perf 6.1 aborts in it, "stack smashing
+detected" at util/build-id.c:1010, after recording the system-call workload; the pass
+comes after the workload, so only the whole command's time is lower for it). The overhead
+is the workload's extra CPU time (user + system, which holds the samplers' interrupts)
+over its bare CPU time in the same repeat (issue 15's goal: at most 2%), and the same in
+wall time (noisier: other work on the machine lands in it).
 
-    python3 bench/record.py [--rounds N] [--runs N]
+Cold and warm columns (bench/common.py): cold runs get an empty private XDG_CACHE_HOME (our
+tables for the program and libc generated before the command starts: it shows in the whole
+command's time, hardly in the workload's), warm ones a private cache filled by one untimed
+run; the commands alternate order, repeated --runs times (>= 5), median [min-max].
+
+The walker's own cost is counted by the kernel in --counted more runs of each sframe row
+(warm cache) with kernel.bpf_stats_enabled on (off for the timed runs: it adds clock reads
+around every program run): run_time_ns and run_cnt of every program `sframe record` loads
+(the sampling program, and with --defer the `sys_exit` and `sched_process_exit` programs,
+which run at every system call and exit of every process of the machine while the
+recording lasts), read from the recorder's /proc/PID/fdinfo until it exits (the last
+~20 ms may be missed). The cost per sample is the sum of all programs' time over the
+samples taken, also shown as a share of the workload's wall time. Also: bytes written
+per sample, frames per sample and the share of `sframe record`'s samples walked to the
+outermost frame. Ours is the installed console script (bytecode caching on).
+
+    env -u PYTHONDONTWRITEBYTECODE python3 bench/record.py [--runs N] [--quick] [--shallow]
 """
 
 from __future__ import annotations
@@ -20,30 +45,81 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from common import OUT, bench_environment, venv_sframe
+from common import (
+    COLD,
+    MIN_REPEATS,
+    OUT,
+    WARM,
+    bench_environment,
+    cold_and_warm,
+    private_cache,
+    spread,
+    venv_sframe,
+    with_cache,
+)
+from pysframe.record.defer_walk import RETURN_HOOKS
 
-#: The workload times its own work (CLOCK_MONOTONIC around it) and prints the seconds on
-#: stderr: the tools' start-up and writing are not the workload's slowdown.
 WORKLOAD = r"""
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
-__attribute__((noinline)) long leaf(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i; return s; }
-__attribute__((noinline)) long middle(long n) { return leaf(n) + 1; }
-__attribute__((noinline)) long outer(long rounds) { long t = 0; for (long r = 0; r < rounds; r++) t += middle(1000000); return t; }
-int main(int argc, char **argv) { struct timespec a, b; clock_gettime(CLOCK_MONOTONIC, &a);
-  long t = outer(argc > 1 ? atol(argv[1]) : 2000); clock_gettime(CLOCK_MONOTONIC, &b);
-  fprintf(stderr, "workload-seconds %.6f\n", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
-  return t == 42; }
+#include <unistd.h>
+static int zero = -1;
+static char buffer[256];
+/* The work at the bottom of the stack: a loop (cpu) or small read(2)s of /dev/zero (sys). */
+__attribute__((noinline)) long leaf(long n, int sys) {
+    volatile long s = 0;
+    if (sys) { for (long i = 0; i < n; i++) s += read(zero, buffer, sizeof buffer); }
+    else { for (long i = 0; i < n; i++) s += i; }
+    return s;
+}
+__attribute__((noinline)) long down_a(int depth, long n, int sys);
+__attribute__((noinline)) long down_b(int depth, long n, int sys) {
+    if (depth <= 0) return leaf(n, sys);
+    return down_a(depth - 1, n, sys) + (depth & 3);
+}
+__attribute__((noinline)) long down_a(int depth, long n, int sys) {
+    if (depth <= 0) return leaf(n, sys);
+    return down_b(depth - 1, n, sys) ^ depth;
+}
+/* workload cpu|sys DEPTH ROUNDS N: ROUNDS times, DEPTH calls down, then N iterations. */
+int main(int argc, char **argv) {
+    int sys = argc > 1 && strcmp(argv[1], "sys") == 0;
+    int depth = argc > 2 ? atoi(argv[2]) : 1;
+    long rounds = argc > 3 ? atol(argv[3]) : 100, n = argc > 4 ? atol(argv[4]) : 1000000;
+    zero = open("/dev/zero", O_RDONLY);
+    struct timespec a, b, ca, cb;
+    clock_gettime(CLOCK_MONOTONIC, &a); clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ca);
+    long t = 0;
+    for (long r = 0; r < rounds; r++) t += down_a(depth, n, sys);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cb); clock_gettime(CLOCK_MONOTONIC, &b);
+    fprintf(stderr, "workload-seconds %.6f cpu %.6f\n",
+            (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9,
+            (cb.tv_sec - ca.tv_sec) + (cb.tv_nsec - ca.tv_nsec) / 1e9);
+    return t == 42;
+}
 """
+
+#: name: (mode, depth, rounds, iterations), each ~0.2 s bare on an idle 2-core VM.
+WORKLOADS = {
+    "shallow, CPU-bound": ("cpu", 1, 700, 1_000_000),
+    "deep, CPU-bound": ("cpu", 112, 700, 1_000_000),
+    "deep, system calls": ("sys", 112, 60, 10_000),
+}
+FREQUENCY = "999"
+PERF_EVENT, RAW_TRACEPOINT = 7, 17  # enum bpf_prog_type
 
 
 def workload() -> Path:
@@ -54,38 +130,178 @@ def workload() -> Path:
     return binary
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(the workload's own seconds, the whole command's seconds, stderr)."""
-    start = time.perf_counter()
-    run = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env=env, check=False)
-    elapsed = time.perf_counter() - start
-    if run.returncode not in (0, 1):
-        sys.exit(f"bench: {argv[0]} failed ({run.returncode}): {run.stderr.strip()[-300:]}")
-    found = re.search(r"workload-seconds ([\d.]+)", run.stderr)
-    return (float(found[1]) if found else elapsed), elapsed, run.stderr
+@dataclass
+class Run:
+    """One run: the workload's own seconds, the whole command's, and for sframe record the
+    kernel's counts of its programs and its summary."""
+
+    work: float
+    whole: float
+    #: The workload's own CPU time (user + system; the walker's time in its interrupts
+    #: counts here), less disturbed than wall time by whatever else the machine runs.
+    cpu: float
+    stderr: str = ""
+    #: program ("sampling", "sys_exit", ...): (run_time_ns, run_cnt).
+    programs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    output: Path | None = None
 
 
-def _walker_cost(sframe: list[str], command: list[str], env: dict[str, str], output: Path
-                 ) -> float:
-    """us per sample of the BPF walker, counted by the kernel during one more recording (the
-    wall-time ratio is noisier than 2% on a shared 2-core machine; this is not)."""
-    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
-    before = stats.read_text().strip()
-    stats.write_text("1")
+def _bpf_programs(pid: int) -> dict[int, tuple[int, int, int]]:
+    """prog_id: (prog_type, run_time_ns, run_cnt) of the BPF programs ``pid`` holds."""
+    found: dict[int, tuple[int, int, int]] = {}
     try:
-        _, _, errors = timed([*sframe, "record", "-F", "999", "-o", str(output), "--", *command],
-                             env)
-    finally:
-        stats.write_text(before)
-    found = re.search(r"walker took ([\d.]+) us per sample", errors)
-    return float(found[1]) if found else 0.0
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in descriptors:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                fields = dict(line.split(":", 1) for line in info if ":" in line)
+            found[int(fields["prog_id"])] = (int(fields["prog_type"]),
+                                             int(fields.get("run_time_ns", "0")),
+                                             int(fields.get("run_cnt", "0")))
+        except (OSError, KeyError, ValueError):
+            continue
+    return found
+
+
+def _named(programs: dict[int, tuple[int, int, int]]) -> dict[str, tuple[int, int]]:
+    """The programs by role: the sampling program (perf event), and the return hooks (raw
+    tracepoints, loaded in RETURN_HOOKS order, so in prog_id order)."""
+    named: dict[str, tuple[int, int]] = {}
+    hooks = iter(RETURN_HOOKS)
+    for _, (kind, ns, count) in sorted(programs.items()):
+        name = "sampling" if kind == PERF_EVENT else next(hooks, f"type {kind}")
+        named[name] = (ns, count)
+    return named
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None, watch: bool = False,
+          output: Path | None = None) -> Run:
+    """Run ``argv``; with ``watch``, poll its BPF programs' counts until it exits."""
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    programs: dict[int, tuple[int, int, int]] = {}
+    if watch:
+        while child.poll() is None:
+            programs.update(_bpf_programs(child.pid))
+            time.sleep(0.02)
+    errors = child.communicate()[1]
+    elapsed = time.perf_counter() - start
+    if child.returncode not in (0, 1):
+        sys.exit(f"bench: {argv[0]} failed ({child.returncode}): {errors.strip()[-300:]}")
+    found = re.search(r"workload-seconds ([\d.]+) cpu ([\d.]+)", errors)
+    if found is None:
+        sys.exit(f"bench: {argv[0]} printed no workload-seconds: {errors.strip()[-300:]}")
+    return Run(float(found[1]), elapsed, float(found[2]), errors, _named(programs), output)
+
+
+def runners(kind: str, command: list[str], sframe: list[str], perf: str | None
+            ) -> dict[str, Callable[[dict[str, str]], Run]]:
+    """The compared commands of one workload."""
+    ours, theirs = OUT / "record.sframe.data", OUT / "record.perf.data"
+    deferred = OUT / "record.defer.data"
+    found: dict[str, Callable[[dict[str, str]], Run]] = {
+        "bare": lambda env: timed(command, env),
+        "sframe record": lambda env: timed(
+            [*sframe, "record", "-F", FREQUENCY, "-o", str(ours), "--", *command], env, True,
+            ours),
+    }
+    if kind == "sys":
+        found["sframe record --defer"] = lambda env: timed(
+            [*sframe, "record", "--defer", "-F", FREQUENCY, "-o", str(deferred), "--",
+             *command], env, True, deferred)
+    if perf is not None:
+        found["perf record --call-graph dwarf"] = lambda env: timed(
+            [perf, "record", "-q", "-B", "-F", FREQUENCY, "-e", "cpu-clock", "--call-graph",
+             "dwarf", "-o", str(theirs), "--", *command], env, output=theirs)
+        # The floor: the same sampling event with no stack at all (the interrupt alone).
+        found["perf record, no stacks"] = lambda env: timed(
+            [perf, "record", "-q", "-B", "-F", FREQUENCY, "-e", "cpu-clock", "-o",
+             str(OUT / "record.floor.data"), "--", *command], env)
+    return found
+
+
+def report(name: str, command: list[str], figures: dict[str, dict[str, list[Run]]],
+           counted: dict[str, list[Run]], sframe: list[str], perf: str | None) -> None:
+    states = list(figures)
+    repeats = len(figures[states[0]]["bare"])
+    print(f"{name}: {' '.join([Path(command[0]).name, *command[1:]])}  (median [min-max] of "
+          f"{repeats}, alternating order; overheads against the bare run of the same repeat)")
+    for state in states:
+        print(f"  {state + ' cache':32}{'workload CPU ms':>18}{'overhead (CPU)':>26}"
+              f"{'overhead (wall)':>26}{'whole command ms':>22}")
+        bare = figures[state]["bare"]
+        for row, runs in figures[state].items():
+            cpu, wall = "", ""
+            if row != "bare":
+                cpu = spread([100 * (run.cpu - base.cpu) / base.cpu
+                              for run, base in zip(runs, bare, strict=True)], "+.1f") + "%"
+                wall = spread([100 * (run.work - base.work) / base.work
+                               for run, base in zip(runs, bare, strict=True)], "+.1f") + "%"
+            print(f"    {row:30}{spread([run.cpu * 1000 for run in runs]):>18}{cpu:>26}"
+                  f"{wall:>26}{spread([run.whole * 1000 for run in runs]):>22}")
+    for row, runs in counted.items():
+        per_sample, share, lines = [], [], []
+        for run in runs:
+            sampling = run.programs.get("sampling", (0, 0))[1]
+            total = sum(ns for ns, _ in run.programs.values())
+            if sampling:
+                per_sample.append(total / sampling / 1000)
+                share.append(100 * total / (run.work * 1e9))
+        for program in runs[-1].programs:
+            counted = [run.programs[program] for run in runs if program in run.programs]
+            lines.append(f"{program} {spread([count for _, count in counted])} runs x "
+                         f"{spread([ns / count / 1000 for ns, count in counted if count], '.2f')}"
+                         " us")
+        print(f"  {row}, {len(runs)} counted runs: the BPF programs' time per sample "
+              f"{spread(per_sample, '.2f')} us (all programs), {spread(share, '.1f')}% of the "
+              f"workload's time: "
+              + "; ".join(lines))
+        last = runs[-1]
+        found = re.search(r"([\d,]+) samples \(([\d.]+)% walked", last.stderr)
+        if found and last.output is not None and last.output.exists():
+            samples = int(found[1].replace(",", ""))
+            print(f"    {samples:,} samples, {found[2]}% walked to the outermost frame, "
+                  f"{last.output.stat().st_size / max(samples, 1):,.0f} bytes per sample, "
+                  f"{_frames_per_sample(sframe, last.output):.0f} frames per sample (mean)")
+        deferred = re.search(r"--defer: .*", last.stderr)
+        if deferred:
+            print(f"    {deferred[0]}")
+    perf_runs = figures[states[-1]].get("perf record --call-graph dwarf")
+    if perf is not None and perf_runs and perf_runs[-1].output is not None:
+        data = perf_runs[-1].output
+        # (Counted by `perf report --stats`: perf 6.1's `perf script` aborts on this
+        # recording, as its build-id pass does.)
+        stats = subprocess.run([perf, "report", "--stats", "-i", str(data)],
+                               capture_output=True, text=True, check=False).stdout
+        found = re.search(r"SAMPLE events:\s+(\d+)", stats)
+        samples = max(1, int(found[1]) if found else 0)
+        print(f"  perf record --call-graph dwarf: {data.stat().st_size / samples:,.0f} bytes "
+              f"per sample ({samples:,} samples)")
+
+
+def _frames_per_sample(sframe: list[str], data: Path) -> float:
+    text = subprocess.run([*sframe, "script", str(data)], capture_output=True, text=True,
+                          env=bench_environment(), check=False).stdout
+    chains = [block for block in text.split("\n\n") if block.strip()]
+    frames = sum(block.count("\n\t") for block in chains)
+    return frames / max(1, len(chains))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=MIN_REPEATS)
+    parser.add_argument("--quick", action="store_true",
+                        help="workloads a quarter as long, warm column only")
+    parser.add_argument("--only", choices=sorted(WORKLOADS), action="append")
+    parser.add_argument("--shallow", action="store_true",
+                        help="the shallow workload too (4 frames: flatters the walker)")
+    parser.add_argument("--counted", type=int, default=3,
+                        help="runs of each sframe row with kernel.bpf_stats_enabled on")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: sframe record needs root")
@@ -93,62 +309,31 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     sframe, env = venv_sframe(), bench_environment()
     binary = workload()
-    ours_file, perf_file = OUT / "record.sframe.data", OUT / "record.perf.data"
-    command = [str(binary), str(args.rounds)]
-    timed([*sframe, "record", "-o", str(ours_file), "--", *command], env)  # warm caches
-    times: dict[str, list[float]] = {"bare": [], "sframe record": [],
-                                     "sframe record --defer": [], "perf record": [],
-                                     "perf record, no stacks": []}
-    whole: dict[str, list[float]] = {name: [] for name in times if name != "bare"}
-    summary = ""
-    for _ in range(args.runs):
-        times["bare"].append(timed(command)[0])
-        work, took, summary = timed([*sframe, "record", "-F", "999", "-o", str(ours_file),
-                                     "--", *command], env)
-        times["sframe record"].append(work)
-        whole["sframe record"].append(took)
-        work, took, _ = timed([*sframe, "record", "--defer", "-F", "999", "-o",
-                               str(ours_file), "--", *command], env)
-        times["sframe record --defer"].append(work)
-        whole["sframe record --defer"].append(took)
-        if perf is not None:
-            work, took, _ = timed([perf, "record", "-q", "-F", "999", "-e", "cpu-clock",
-                                   "--call-graph", "dwarf", "-o", str(perf_file), "--",
-                                   *command])
-            times["perf record"].append(work)
-            whole["perf record"].append(took)
-            # The floor: the same sampling event with no stack at all (the interrupt alone).
-            work, took, _ = timed([perf, "record", "-q", "-F", "999", "-e", "cpu-clock",
-                                   "-o", str(OUT / "record.floor.data"), "--", *command])
-            times["perf record, no stacks"].append(work)
-            whole["perf record, no stacks"].append(took)
-    bare = statistics.median(times["bare"])
-    print(f"workload: {binary.name} {args.rounds}, its own time bare {bare * 1000:.0f} ms "
-          f"(medians of {args.runs}; bare runs spread {min(times['bare']) * 1000:.0f} to "
-          f"{max(times['bare']) * 1000:.0f} ms)")
-    for name in ("sframe record", "sframe record --defer", "perf record",
-                 "perf record, no stacks"):
-        if times[name]:
-            value = statistics.median(times[name])
-            print(f"  under {name:20} {value * 1000:7.0f} ms  overhead "
-                  f"{100 * (value - bare) / bare:+5.1f}%"
-                  + ("  (goal <= 2%)" if name.startswith("sframe record") else "")
-                  + f"; the whole command {statistics.median(whole[name]) * 1000:.0f} ms")
-    cost = _walker_cost(sframe, command, env, ours_file)
-    if cost:
-        print(f"  the walker's own cost (kernel.bpf_stats_enabled): {cost:.1f} us per sample, "
-              f"{cost * 999 / 1e4:.2f}% of the sampled CPU at 999 Hz")
-    found = re.search(r"([\d,]+) samples \(([\d.]+)% walked", summary)
-    if found:
-        samples = int(found[1].replace(",", ""))
-        print(f"  sframe record: {samples:,} samples, {found[2]}% walked to the outermost frame, "
-              f"{ours_file.stat().st_size / max(samples, 1):,.0f} bytes per sample")
-    if perf is not None and perf_file.exists():
-        report = subprocess.run([perf, "script", "-G", "-F", "tid", "-i", str(perf_file)],
-                                capture_output=True, text=True, check=False).stdout
-        samples = max(1, sum(1 for line in report.splitlines() if line.strip()))
-        print(f"  perf record --call-graph dwarf: {perf_file.stat().st_size / samples:,.0f} "
-              f"bytes per sample ({samples:,} samples)")
+    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+    before = stats.read_text().strip()
+    try:
+        for name, (kind, depth, rounds, iterations) in WORKLOADS.items():
+            if (args.only and name not in args.only) or (
+                    not args.only and not args.shallow and name.startswith("shallow")):
+                continue
+            if args.quick:
+                rounds = max(1, rounds // 4)
+            command = [str(binary), kind, str(depth), str(rounds), str(iterations)]
+            compared = runners(kind, command, sframe, perf)
+            stats.write_text("0")  # timed runs: no clock reads around every program run
+            figures = cold_and_warm(compared, args.runs, env,
+                                    (WARM,) if args.quick else (COLD, WARM))
+            stats.write_text("1")
+            counted: dict[str, list[Run]] = {}
+            with private_cache() as cache:
+                for row, runner in compared.items():
+                    if row.startswith("sframe"):
+                        counted[row] = [runner(with_cache(env, cache))
+                                        for _ in range(args.counted)]
+            stats.write_text(before)
+            report(name, command, figures, counted, sframe, perf)
+    finally:
+        stats.write_text(before)
     return 0
 
 
