@@ -100,7 +100,9 @@ def test_tables_are_shared_and_freed_with_their_last_process(tmp_path: Path,
             loader.load_process(third.pid)
             assert loader.used == high_water and loader.freed_rows == spin_rows
             time.sleep(0.8)  # the shell has become python3
-            assert os.readlink(f"/proc/{shell.pid}/exe").startswith(sys.executable[:5])
+            # /proc/PID/exe is the file exec'd: the real interpreter, wherever a venv's
+            # python (a link to it) lives; compared as files, not as path prefixes.
+            assert os.path.samefile(f"/proc/{shell.pid}/exe", sys.executable)
             loader.sweep()
             assert loader.freed_tables == 2  # sh's table: its only process exec'd
             in_use = sum(count for _, count in loader.tables.values())
