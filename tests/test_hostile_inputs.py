@@ -17,10 +17,18 @@ import stat
 import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
-from tests.support.hostile import patched, python, section_header_at, sframe, with_zstd_bomb
+from tests.support.hostile import (
+    Run,
+    patched,
+    python,
+    section_header_at,
+    sframe,
+    with_zstd_bomb,
+)
 
 from conftest import FIXTURES, needs_fixtures
 from pysframe.elf import ElfImage
@@ -73,9 +81,42 @@ def test_a_huge_file_is_mapped_not_read(tmp_path: Path) -> None:
         handle.truncate(3 << 30)
         handle.seek(0)
         handle.write(DEMO_CHILD.read_bytes()[:64])  # an ELF header; shipped with the package
-    run = sframe("dump", str(huge), timeout=60)
+    run, peak = own_peak("-m", "pysframe", "dump", str(huge), timeout=60)
     assert run.returncode == 0 and "No .sframe section present" in run.stdout
-    assert run.peak_mib < 300, f"peak {run.peak_mib:.0f} MiB for a 3 GiB input"
+    assert peak < 300, f"peak {peak:.0f} MiB for a 3 GiB input"
+
+
+#: Run as ``python -c LAUNCH PEAK_FILE ARGUMENTS...``: ARGUMENTS as ``python ARGUMENTS``
+#: would (``-m MODULE ...`` or ``-c CODE ...``), then the peak resident size of this
+#: process's own image (VmHWM, in KiB) written to PEAK_FILE at exit.
+LAUNCH = """
+import atexit, runpy, sys
+peak_file, arguments = sys.argv[1], sys.argv[2:]
+def peak():
+    with open("/proc/self/status") as status, open(peak_file, "w") as out:
+        out.write(next(l.split()[1] for l in status if l.startswith("VmHWM:")))
+atexit.register(peak)
+if arguments[0] == "-m":
+    sys.argv = [arguments[1], *arguments[2:]]
+    runpy.run_module(arguments[1], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = ["-c", *arguments[2:]]
+    exec(compile(arguments[1], "<string>", "exec"), {"__name__": "__main__"})
+"""
+
+
+def own_peak(*arguments: str, timeout: float = 120) -> tuple[Run, float]:
+    """(the run of ``python ARGUMENTS``, its peak resident size in MiB).
+
+    Not ``ru_maxrss`` from wait4: a child's maximum starts at its parent's high-water mark
+    (the kernel keeps the larger of the two across fork and exec), so it grows with
+    whatever the test process has held before (hundreds of MiB late in a full run).
+    VmHWM is of the memory image exec made, the child's own."""
+    with tempfile.TemporaryDirectory() as directory:
+        record = Path(directory) / "peak"
+        run = python("-c", LAUNCH, str(record), *arguments, timeout=timeout)
+        assert record.exists(), run.stderr
+        return run, int(record.read_text()) / 1024
 
 
 # --- corrupt binaries in a recording ------------------------------------------------
@@ -223,9 +264,9 @@ def test_compressed_debug_sections_are_inflated_within_bounds(tmp_path: Path) ->
     probe = ("from pysframe.symbolize.dwarf import DwarfNames; "
              f"names = DwarfNames.open({str(bomb)!r}, None); "
              "print(names.frames_at(0x1139) if names else None)")
-    run = python("-c", probe, timeout=120)
+    run, peak = own_peak("-c", probe, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "None", run.stderr
-    assert run.peak_mib < 200, f"peak {run.peak_mib:.0f} MiB"
+    assert peak < 200, f"peak {peak:.0f} MiB"
 
 
 # --- outputs ------------------------------------------------------------------------
@@ -284,14 +325,29 @@ def test_a_closed_pipe_ends_quietly() -> None:
 
 
 @needs_fixtures
-def test_a_full_disk_is_one_line() -> None:
+@pytest.mark.parametrize("buffering", ["block-buffered", "unbuffered"])
+@pytest.mark.parametrize("command", [["dump"], ["dump", "--json"], ["script"]],
+                         ids=["dump", "dump-json", "script"])
+def test_a_full_disk_is_one_line(tmp_path: Path, command: list[str], buffering: str) -> None:
+    """Both ways Python's stdout can be: block-buffered (the default when it is not a
+    terminal) and unbuffered (PYTHONUNBUFFERED, set in some shells and not in others).
+    Block-buffered, a failed write leaves its bytes in the buffer, which the interpreter
+    flushes again at exit: once a second line ("Exception ignored ... OSError") and exit
+    status 120, depending only on whether the environment the tests ran in set
+    PYTHONUNBUFFERED."""
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    env.update(isolated(tmp_path))
+    if buffering == "unbuffered":
+        env["PYTHONUNBUFFERED"] = "1"
+    target = RECORDING if command == ["script"] else PROG
     with open("/dev/full", "wb") as full:
-        result = subprocess.run([sys.executable, "-m", "pysframe", "dump", str(PROG)],
-                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert result.returncode == 2
+        result = subprocess.run([sys.executable, "-m", "pysframe", *command, str(target)],
+                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+                                env=env)
     assert result.stderr == "sframe: standard output: No space left on device\n"
+    assert result.returncode == 2
 
 
 # --- a corrupt table under sframe stack ---------------------------------------------

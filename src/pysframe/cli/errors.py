@@ -7,6 +7,7 @@ input 2, invalid data 1).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -84,16 +85,45 @@ def guarded(run: Callable[[], int]) -> int:
         return status
     except PysframeError as error:
         report(str(error))
-        return exit_code_for(error)
+        status = exit_code_for(error)
     except KeyboardInterrupt:
         report("interrupted")
-        return 130
+        status = 130
     except MemoryError:
         report(f"out of memory{WHERE}")
-        return EXIT_INVALID
+        status = EXIT_INVALID
     except OSError as error:  # reading or writing failed where no stage could say more
         report(f"{error.filename or 'standard output'}: {error.strerror or error}")
-        return EXIT_UNREADABLE
+        status = EXIT_UNREADABLE
     except Exception as error:  # a bug: still one line, never a traceback
         report(f"internal error{WHERE}: {type(error).__name__}: {error} (please report this)")
-        return EXIT_INVALID
+        status = EXIT_INVALID
+    drop_unwritable_output()
+    return status
+
+
+def drop_unwritable_output() -> None:
+    """Drop what standard output holds when it cannot be written (a full disk, an I/O
+    error): its descriptor is pointed at /dev/null and the rest flushed there.
+
+    A block-buffered ``sys.stdout`` (any stdout that is not a terminal, unless
+    PYTHONUNBUFFERED is set) keeps the bytes a failed write could not write; the
+    interpreter flushes them again at exit, fails again, prints "Exception ignored ...
+    OSError" with a traceback, and exits 120 instead of the status decided here."""
+    stdout = sys.stdout
+    if stdout is None:
+        return
+    try:
+        stdout.flush()
+        return
+    except OSError:
+        pass
+    try:
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.dup2(null, stdout.fileno())
+        finally:
+            os.close(null)
+        stdout.flush()
+    except (OSError, ValueError):  # not a file (io.UnsupportedOperation), or closed
+        pass
