@@ -17,12 +17,10 @@ import stat
 import struct
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 from tests.support.hostile import (
-    Run,
     patched,
     python,
     section_header_at,
@@ -81,42 +79,10 @@ def test_a_huge_file_is_mapped_not_read(tmp_path: Path) -> None:
         handle.truncate(3 << 30)
         handle.seek(0)
         handle.write(DEMO_CHILD.read_bytes()[:64])  # an ELF header; shipped with the package
-    run, peak = own_peak("-m", "pysframe", "dump", str(huge), timeout=60)
+    run = python("-m", "pysframe", "dump", str(huge), timeout=60)
+    peak = run.peak_mib  # the child's own (tests/support/hostile.py says why that needs care)
     assert run.returncode == 0 and "No .sframe section present" in run.stdout
     assert peak < 300, f"peak {peak:.0f} MiB for a 3 GiB input"
-
-
-#: Run as ``python -c LAUNCH PEAK_FILE ARGUMENTS...``: ARGUMENTS as ``python ARGUMENTS``
-#: would (``-m MODULE ...`` or ``-c CODE ...``), then the peak resident size of this
-#: process's own image (VmHWM, in KiB) written to PEAK_FILE at exit.
-LAUNCH = """
-import atexit, runpy, sys
-peak_file, arguments = sys.argv[1], sys.argv[2:]
-def peak():
-    with open("/proc/self/status") as status, open(peak_file, "w") as out:
-        out.write(next(l.split()[1] for l in status if l.startswith("VmHWM:")))
-atexit.register(peak)
-if arguments[0] == "-m":
-    sys.argv = [arguments[1], *arguments[2:]]
-    runpy.run_module(arguments[1], run_name="__main__", alter_sys=True)
-else:
-    sys.argv = ["-c", *arguments[2:]]
-    exec(compile(arguments[1], "<string>", "exec"), {"__name__": "__main__"})
-"""
-
-
-def own_peak(*arguments: str, timeout: float = 120) -> tuple[Run, float]:
-    """(the run of ``python ARGUMENTS``, its peak resident size in MiB).
-
-    Not ``ru_maxrss`` from wait4: a child's maximum starts at its parent's high-water mark
-    (the kernel keeps the larger of the two across fork and exec), so it grows with
-    whatever the test process has held before (hundreds of MiB late in a full run).
-    VmHWM is of the memory image exec made, the child's own."""
-    with tempfile.TemporaryDirectory() as directory:
-        record = Path(directory) / "peak"
-        run = python("-c", LAUNCH, str(record), *arguments, timeout=timeout)
-        assert record.exists(), run.stderr
-        return run, int(record.read_text()) / 1024
 
 
 # --- corrupt binaries in a recording ------------------------------------------------
@@ -264,7 +230,8 @@ def test_compressed_debug_sections_are_inflated_within_bounds(tmp_path: Path) ->
     probe = ("from pysframe.symbolize.dwarf import DwarfNames; "
              f"names = DwarfNames.open({str(bomb)!r}, None); "
              "print(names.frames_at(0x1139) if names else None)")
-    run, peak = own_peak("-c", probe, timeout=120)
+    run = python("-c", probe, timeout=120)
+    peak = run.peak_mib
     assert run.returncode == 0 and run.stdout.strip() == "None", run.stderr
     assert peak < 200, f"peak {peak:.0f} MiB"
 
