@@ -4,6 +4,7 @@ the reason elsewhere)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import subprocess
@@ -40,9 +41,44 @@ REASON = bpf_usable()
 needs_bpf = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 
+#: bpf(2) commands: an fd for an id, and an object's info through its fd.
+PROG_GET_FD_BY_ID, MAP_GET_FD_BY_ID, OBJ_GET_INFO_BY_FD = 13, 14, 15
+#: Where the name is in struct bpf_prog_info and struct bpf_map_info (16 bytes each).
+PROG_NAME_AT, MAP_NAME_AT = 64, 24
+#: The names our programs and maps are loaded with (sframe record's and these tests').
+OUR_NAMES = ("sframe_", "sf_", "t_", "test_", "probe", "bad")
+
+
+def _name(get_fd: int, object_id: int, name_at: int) -> str | None:
+    """The name a loaded program or map was given, or None (freed meanwhile)."""
+    try:
+        fd = bpf_sys.bpf(get_fd, struct.pack("<I", object_id), "get fd by id")
+    except bpf_sys.BpfError:
+        return None
+    try:
+        info = ctypes.create_string_buffer(256)
+        attr = struct.pack("<IIQ", fd, len(info), ctypes.addressof(info))
+        bpf_sys.bpf(OBJ_GET_INFO_BY_FD, attr, "object info")
+        return info.raw[name_at:name_at + 16].split(b"\0")[0].decode(errors="replace")
+    except bpf_sys.BpfError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def objects() -> tuple[set[int], set[int]]:
-    return (set(bpf_sys.object_ids(bpf_sys.PROG_GET_NEXT_ID)),
-            set(bpf_sys.object_ids(bpf_sys.MAP_GET_NEXT_ID)))
+    """The ids of the loaded programs and maps named as ours: what other work on the
+    machine loads and frees meanwhile does not count."""
+    def ours(list_command: int, get_fd: int, name_at: int) -> set[int]:
+        found = set()
+        for object_id in bpf_sys.object_ids(list_command):
+            name = _name(get_fd, object_id, name_at)
+            if name is not None and name.startswith(OUR_NAMES):
+                found.add(object_id)
+        return found
+
+    return (ours(bpf_sys.PROG_GET_NEXT_ID, PROG_GET_FD_BY_ID, PROG_NAME_AT),
+            ours(bpf_sys.MAP_GET_NEXT_ID, MAP_GET_FD_BY_ID, MAP_NAME_AT))
 
 
 def settled(before: tuple[set[int], set[int]], seconds: float = 5.0) -> tuple[set[int], set[int]]:
