@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -51,12 +52,13 @@ def system_tool(name: str) -> str:
 
 
 def wall_time(argv: Sequence[str], runs: int = 5, stdout_path: Path | None = None) -> float:
-    """Median wall time of ``argv`` over ``runs`` runs (stdout to a file or /dev/null)."""
+    """Median wall time of ``argv`` over ``runs`` runs (stdout to a file or /dev/null), in
+    :func:`bench_environment` (bytecode caching on; the caller's XDG_CACHE_HOME)."""
     times = []
     for _ in range(runs):
         with open(stdout_path or os.devnull, "wb") as out:
             start = time.perf_counter()
-            subprocess.run(argv, stdout=out, check=True)
+            subprocess.run(argv, stdout=out, check=True, env=bench_environment())
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -97,15 +99,16 @@ def alternating(names: Sequence[str], repeat: int) -> list[str]:
     return list(names) if repeat % 2 == 0 else list(reversed(names))
 
 
-#: One measured run: given the environment to run in (its XDG_CACHE_HOME set), the seconds
-#: (or any figure) it measured.
-Runner = Callable[[dict[str, str]], float]
+#: What one measured run gives: seconds, or any record of figures.
+T = TypeVar("T")
 
 
-def cold_and_warm(runners: Mapping[str, Runner], repeats: int,
+def cold_and_warm(runners: Mapping[str, Callable[[dict[str, str]], T]], repeats: int,
                   env: Mapping[str, str] | None = None,
-                  states: Sequence[str] = (COLD, WARM)) -> dict[str, dict[str, list[float]]]:
-    """Figures of every runner, ``{state: {name: [one per repeat]}}``, cold and warm.
+                  states: Sequence[str] = (COLD, WARM)) -> dict[str, dict[str, list[T]]]:
+    """Figures of every runner, ``{state: {name: [one per repeat]}}``, cold and warm. A
+    runner is given the environment to run in (its XDG_CACHE_HOME set) and returns what it
+    measured (seconds, or a record of figures).
 
     Each repeat runs the cold round then the warm round, the runners in :func:`alternating`
     order. Cold: every run gets a new, empty private XDG_CACHE_HOME. Warm: every runner has
@@ -114,7 +117,7 @@ def cold_and_warm(runners: Mapping[str, Runner], repeats: int,
     base = dict(env if env is not None else bench_environment())
     repeats = max(repeats, MIN_REPEATS)
     names = list(runners)
-    figures: dict[str, dict[str, list[float]]] = {state: {name: [] for name in names}
+    figures: dict[str, dict[str, list[T]]] = {state: {name: [] for name in names}
                                                   for state in states}
     with ExitStack() as stack:
         warm = {name: stack.enter_context(private_cache()) for name in names}

@@ -4,25 +4,41 @@ Cases: the largest fixture (2.46/x86_64/O2/prog, where Python's start-up
 dominates), and large synthetic sections (100,000 functions, built with our
 encoder and added to an ELF file with `objcopy --add-section`): V3 dumped by
 objdump 2.47.50 (installed from ../shared/toolchain when missing) and V1 by the
-system's objdump 2.40. Each pair of outputs is compared for identity. Then
-single-PC `find_fre` lookups per second on the large V3 table.
+system's objdump 2.40. Each pair of outputs is compared for identity. Each pair is timed
+cold and warm (bench/common.py: cold, our runs with an empty private XDG_CACHE_HOME; warm,
+a private cache filled by one untimed run; `sframe dump` reads the section itself and
+caches nothing, so the two columns should agree), alternating order, --runs repeats
+(>= 5), median [min-max], the ratio taken run by run. Ours is the installed console
+script (bytecode caching on). Then single-PC `find_fre` lookups per second on the large
+V3 table (in-process).
 
-    python3 bench/dump.py [--functions N] [--runs N] [--lookups N]
+    env -u PYTHONDONTWRITEBYTECODE python3 bench/dump.py [--functions N] [--runs N] [--lookups N]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import FIXTURES, OUT, find_objdump, sframe_command, system_tool, wall_time
+from common import (
+    FIXTURES,
+    MIN_REPEATS,
+    OUT,
+    cold_and_warm,
+    find_objdump,
+    print_table,
+    spread,
+    system_tool,
+    venv_sframe,
+    wall_time,
+)
 from large_section import large_section
 from pysframe.format import SFrameLookup, SFrameReader, encode
 
@@ -44,26 +60,36 @@ def build_elf(section_bytes: bytes, name: str) -> Path:
 
 
 def interpreter_startup(runs: int) -> float:
-    """Median wall time of a bare `python3 -c pass` with this interpreter and site-packages."""
-    return wall_time([sys.executable, "-c", "pass"], runs)
+    """Median wall time of a bare `python3 -c pass` of the interpreter our script runs on."""
+    python = Path(venv_sframe()[0]).with_name("python")
+    return wall_time([str(python), "-c", "pass"], runs)
+
+
+def _timed(argv: list[str], output: Path) -> Callable[[dict[str, str]], float]:
+    def run(env: dict[str, str]) -> float:
+        with open(output, "wb") as out:
+            start = time.perf_counter()
+            subprocess.run(argv, stdout=out, check=True, env=env)
+            return time.perf_counter() - start
+    return run
 
 
 def compare(label: str, objdump: str, elf: Path, runs: int, startup: float) -> None:
-    """Median wall times, the two commands alternating run by run (so drift in the
-    machine's speed hits both alike)."""
+    """Cold and warm wall times of both, alternating order (bench/common.py)."""
     ours_out = OUT / f"{elf.name}.sframe.txt"
     theirs_out = OUT / f"{elf.name}.objdump.txt"
-    ours_times, theirs_times = [], []
-    for _ in range(runs):
-        ours_times.append(wall_time([*sframe_command(), "dump", str(elf)], 1, ours_out))
-        theirs_times.append(wall_time([objdump, "--sframe", str(elf)], 1, theirs_out))
-    ours, theirs = statistics.median(ours_times), statistics.median(theirs_times)
+    figures = cold_and_warm({"sframe dump": _timed([*venv_sframe(), "dump", str(elf)], ours_out),
+                             "objdump --sframe": _timed([objdump, "--sframe", str(elf)],
+                                                        theirs_out)}, runs)
     same = ours_out.read_bytes() == theirs_out.read_bytes()
     lines = ours_out.read_bytes().count(b"\n")
-    print(f"{label:<34} {lines:>9} lines  sframe {ours * 1000:7.1f} ms  objdump "
-          f"{theirs * 1000:6.1f} ms  ratio {ours / theirs:5.2f}x  (without the interpreter's "
-          f"start-up: {(ours - startup) / theirs:5.2f}x)  output "
-          f"{'identical' if same else 'DIFFERENT'}")
+    print(f"{label}: {lines:,} lines, output {'identical' if same else 'DIFFERENT'}")
+    print_table(figures, fmt=".1f", peer="objdump --sframe")
+    for state, columns in figures.items():
+        less = [(a - startup) / b for a, b in zip(columns["sframe dump"],
+                                                  columns["objdump --sframe"], strict=True)]
+        print(f"  {state} cache: ratio without the interpreter's start-up "
+              f"{spread(less, '.2f')}x")
 
 
 def lookups(section_bytes: bytes, count: int) -> None:
@@ -89,7 +115,7 @@ def lookups(section_bytes: bytes, count: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--functions", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=11)
+    parser.add_argument("--runs", type=int, default=MIN_REPEATS)
     parser.add_argument("--lookups", type=int, default=1_000_000)
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -98,7 +124,7 @@ def main() -> int:
     print(f"peers: {objdump_v3} (V3), {objdump_240} "
           f"({subprocess.run([objdump_240, '--version'], capture_output=True, text=True).stdout.splitlines()[0]})")
     startup = interpreter_startup(args.runs)
-    print(f"bare interpreter start-up (`{Path(sys.executable).name} -c pass`): "
+    print(f"bare interpreter start-up (`python -c pass`, the venv's): "
           f"{startup * 1000:.1f} ms")
     compare("largest fixture (2.46 x86_64 prog)", objdump_v3,
             FIXTURES / "2.46" / "x86_64" / "O2" / "prog", args.runs, startup)

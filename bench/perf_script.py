@@ -7,14 +7,21 @@ Two recordings (issue 13):
   (threads recursing 10-70 calls deep, no frame pointers), recorded here with perf into
   bench/out/ and deleted afterwards (--keep keeps it); goal: at least 4x perf's speed.
 
-Ours is the console script installed in a virtual environment (bench/out/venv, made once),
-with bytecode caching on: what users run. perf gets the same binaries (the Lua binary is
-added to its build-id cache; the deep workload is read at its recorded path) and the same
-work: both print every sample with its call chain. Times are medians of --runs runs;
-the speed ratio counts frames printed per second. A last run of ours with
-PYSFRAME_PHASE_TIMES=1 prints where its time went (setup, scan, unwind, symbolize, output).
+Ours is the installed console script, bytecode caching on: what users run. perf gets the
+same binaries (the Lua binary is added to its build-id cache; the deep workload is read at
+its recorded path) and the same work: both print every sample with its call chain.
 
-    python3 bench/perf_script.py [--recording DIR] [--runs N] [--samples N] [--keep] [--small-only]
+Each recording is timed cold and warm (bench/common.py): cold, every run of ours starts
+with an empty private XDG_CACHE_HOME, so it generates the SFrame tables of the binaries
+that have none (the Lua fixture's libc) and reads their symbols; warm, a private cache
+filled by one untimed run. The two commands alternate order, --runs repeats (>= 5),
+median [min-max]; the speed ratio (frames printed per second) is taken run by run. perf
+has no such cache (its build-id cache is the same in both columns); the page cache is warm
+in both. A last warm run of ours with PYSFRAME_PHASE_TIMES=1 prints where its time went
+(setup, scan, unwind, symbolize, output).
+
+    env -u PYTHONDONTWRITEBYTECODE python3 bench/perf_script.py [--recording DIR] [--runs N]
+        [--samples N] [--keep] [--small-only]
 """
 
 from __future__ import annotations
@@ -30,7 +37,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BENCH, FIXTURES, OUT, bench_environment, venv_sframe
+from common import (
+    BENCH,
+    FIXTURES,
+    MIN_REPEATS,
+    OUT,
+    bench_environment,
+    cold_and_warm,
+    print_table,
+    private_cache,
+    spread,
+    venv_sframe,
+    with_cache,
+)
 
 #: perf's cpu-clock frequency for the large recording, per thread.
 FREQUENCY = 4000
@@ -77,14 +96,16 @@ def large_recording(perf: str, recording: Path, minimum: int = 500 * 2**20,
 
 
 def deep_recording(perf: str, samples: int) -> Path:
-    """A `--call-graph dwarf` recording of at least ``samples`` samples of bench/deep.c."""
+    """A `--call-graph dwarf` recording of at least ``samples`` samples of bench/deep.c
+    (perf record -B: perf 6.1 aborts in its build-id pass here, "stack smashing detected";
+    the binaries are read at their recorded paths)."""
     binary, target = OUT / "deep", OUT / "deep.perf.data"
     subprocess.run(["gcc", "-O2", "-g", "-pthread", "-o", str(binary), str(BENCH / "deep.c")],
                    check=True)
     seconds = samples / (FREQUENCY * THREADS) * 1.25 + 1
     print(f"recording {target} ({seconds:.0f} s of bench/deep.c, {THREADS} threads) ...",
           file=sys.stderr)
-    subprocess.run([perf, "record", "-q", "-N", "-e", "cpu-clock", "-F", str(FREQUENCY),
+    subprocess.run([perf, "record", "-q", "-B", "-e", "cpu-clock", "-F", str(FREQUENCY),
                     "--call-graph", "dwarf", "-o", str(target), str(binary), f"{seconds:.1f}",
                     str(THREADS)], check=True, stderr=subprocess.DEVNULL, cwd=OUT)
     return target
@@ -92,36 +113,46 @@ def deep_recording(perf: str, samples: int) -> Path:
 
 def compare(name: str, data: Path, ours_argv: list[str], perf_argv: list[str], runs: int,
             goal: float) -> None:
-    env = bench_environment()
+    """Both commands, cold and warm (bench/common.py: alternating order, ``runs`` repeats),
+    with the speed ratio (frames printed per second) run by run."""
     ours_out, theirs_out = OUT / "sframe-script.txt", OUT / "perf-script.txt"
-    timed(ours_argv, ours_out, env)  # tables generated and cached before timing
-    ours_times, theirs_times, rss = [], [], 0
-    for _ in range(runs):
+    rss: list[int] = []
+
+    def ours(env: dict[str, str]) -> float:
         took, peak, _ = timed(ours_argv, ours_out, env)
-        ours_times.append(took)
-        rss = max(rss, peak)
-        theirs_times.append(timed(perf_argv, theirs_out)[0])
-    ours, theirs = statistics.median(ours_times), statistics.median(theirs_times)
+        rss.append(peak)
+        return took
+
+    def theirs(env: dict[str, str]) -> float:
+        return timed(perf_argv, theirs_out, env)[0]
+
+    figures = cold_and_warm({"sframe script": ours, "perf script --no-inline": theirs}, runs)
     our_frames, their_frames = frames(ours_out), frames(theirs_out)
     samples = sum(1 for line in ours_out.open("rb") if line and line[:1] not in b"\t\n")
-    ratio = (our_frames / ours) / (their_frames / theirs)
     same = ours_out.read_bytes() == theirs_out.read_bytes()
     print(f"{name}: {data.name}, {data.stat().st_size / 2**20:.0f} MiB, {samples:,} samples, "
           f"{our_frames:,} frames ({their_frames:,} perf's; outputs "
-          f"{'identical' if same else 'differ'})\n"
-          f"  sframe script {ours * 1000:.0f} ms, perf script --no-inline {theirs * 1000:.0f} ms "
-          f"(medians of {runs}); speed ratio sframe/perf = {ratio:.2f} (goal >= {goal:g}: "
-          f"{'met' if ratio >= goal else 'NOT met'}); peak RSS of sframe script "
-          f"{rss / 1024:.0f} MiB")
-    phases = timed(ours_argv, ours_out, {**env, "PYSFRAME_PHASE_TIMES": "1"})[2]
-    print("  " + next((line for line in phases.splitlines() if line.startswith("phases:")),
-                      "phases: (not reported)"))
+          f"{'identical' if same else 'differ'})")
+    print_table(figures)
+    for state, columns in figures.items():
+        speed = [(our_frames / a) / (their_frames / b) for a, b in
+                 zip(columns["sframe script"], columns["perf script --no-inline"], strict=True)]
+        print(f"  {state} cache: speed ratio sframe/perf (frames per second, run by run) "
+              f"{spread(speed, '.2f')} (goal >= {goal:g}: "
+              f"{'met' if statistics.median(speed) >= goal else 'NOT met'} by the median)")
+    print(f"  peak RSS of sframe script {spread([kib / 1024 for kib in rss])} MiB")
+    with private_cache() as cache:
+        env = with_cache(bench_environment(), cache)
+        timed(ours_argv, ours_out, env)
+        phases = timed(ours_argv, ours_out, {**env, "PYSFRAME_PHASE_TIMES": "1"})[2]
+    print("  warm cache, " + next((line for line in phases.splitlines()
+                                   if line.startswith("phases:")), "phases: (not reported)"))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recording", default=str(FIXTURES / "real" / "lua-2.46-x86_64"))
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=MIN_REPEATS)
     parser.add_argument("--samples", type=int, default=50_000)
     parser.add_argument("--keep", action="store_true", help="keep the large recording")
     parser.add_argument("--small-only", action="store_true")
@@ -142,7 +173,7 @@ def main() -> int:
     large = deep_recording(perf, args.samples)
     try:
         compare("large", large, [*sframe, "script", str(large)],
-                [perf, "script", "--no-inline", "-i", str(large)], max(1, args.runs // 2), 4.0)
+                [perf, "script", "--no-inline", "-i", str(large)], args.runs, 4.0)
     finally:
         if not args.keep:
             large.unlink(missing_ok=True)

@@ -8,9 +8,14 @@ pysframe decided beforehand (untimed), each line made once per pc; no imports be
 the standard library, no symbols, no side band, no time order, no checks. It is run
 alone and split over two forked processes (the best case of `-j 2`), in the same run
 as perf, the interpreter's bare start-up, the imports of our lean script path, and our
-real command.
+real command. Each command is timed cold and warm (bench/common.py: cold, an empty private
+XDG_CACHE_HOME, so our command generates libc's table and reads symbols again; warm, a
+private cache filled by one untimed run; only `sframe script` uses it), in alternating
+order, --runs repeats (>= 5), median [min-max]; the floor is computed from the warm
+medians (the skeleton's plans are decided beforehand, a warm cache's work). Ours is the
+installed console script (bytecode caching on).
 
-    python3 bench/script_floor.py [--recording DIR] [--runs N]
+    env -u PYTHONDONTWRITEBYTECODE python3 bench/script_floor.py [--recording DIR] [--runs N]
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BENCH, FIXTURES, OUT, bench_environment, venv_sframe
+from common import BENCH, FIXTURES, OUT, WARM, cold_and_warm, print_table, venv_sframe
 
 #: The modules our `script` path imports for a small recording (the lean scalar path).
 SCRIPT_IMPORTS = ("import pysframe.cli.entry, pysframe.cli.script, pysframe.sources.perf_data, "
@@ -75,20 +81,19 @@ def skeleton_arguments(data_path: Path, binaries: Path, plans_path: Path) -> lis
             str(register(7)), str(register(8))]
 
 
-def median_ms(argv: list[str], runs: int, env: dict[str, str] | None = None) -> float:
-    times = []
-    for _ in range(runs):
+def timed(argv: list[str]) -> Callable[[dict[str, str]], float]:
+    def run(env: dict[str, str]) -> float:
         start = time.perf_counter()
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                        check=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        return time.perf_counter() - start
+    return run
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recording", default=str(FIXTURES / "real" / "lua-2.46-x86_64"))
-    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     perf = shutil.which("perf")
     if perf is None:
@@ -102,7 +107,6 @@ def main() -> int:
                    stderr=subprocess.DEVNULL)
     skeleton = [python, str(BENCH / "floor_skeleton.py"),
                 *skeleton_arguments(data, recording, OUT / "floor-plans.marshal")]
-    env = bench_environment()
     commands = {
         "perf script --no-inline": [perf, "script", "--no-inline", "-i", str(data)],
         "skeleton, one process": [*skeleton, "1"],
@@ -111,19 +115,16 @@ def main() -> int:
         "python + our script path's imports": [python, "-c", SCRIPT_IMPORTS],
         "sframe script": [*sframe, "script", str(data), "--binaries", str(recording)],
     }
-    times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(3):  # interleaved, so that the machine's drift falls on all alike
-        for name, argv in commands.items():
-            times[name].append(median_ms(argv, max(1, args.runs // 3), env))
-    medians = {name: statistics.median(values) for name, values in times.items()}
+    figures = cold_and_warm({name: timed(argv) for name, argv in commands.items()}, args.runs)
+    print_table(figures, peer="perf script --no-inline")
+    medians = {name: statistics.median(values) * 1e3 for name, values in figures[WARM].items()}
     theirs = medians["perf script --no-inline"]
-    for name, value in medians.items():
-        print(f"  {name:38} {value:6.0f} ms  ({value / theirs:.2f}x perf's time)")
     floor = medians["skeleton, two processes"] + (medians["python + our script path's imports"]
                                                   - medians["python start-up"])
-    print(f"floor of a pure-Python implementation: two-process skeleton + imports = {floor:.0f} "
-          f"ms, {floor / theirs:.2f}x perf's time ({'below' if floor < theirs else 'not below'}"
-          " perf's, before any symbol lookup, side band or time order)")
+    print(f"floor of a pure-Python implementation (warm medians): two-process skeleton + "
+          f"imports = {floor:.0f} ms, {floor / theirs:.2f}x perf's time "
+          f"({'below' if floor < theirs else 'not below'} perf's, before any symbol lookup, "
+          "side band or time order)")
     return 0
 
 

@@ -1,27 +1,44 @@
 """Bench: `sframe stack PID` against `eu-stack -p PID` and gdb on one multi-threaded process.
 
-Builds a small C program (gcc) whose 8 threads block in nested calls, warms the
-generated-SFrame cache with one run, then times each tool (median of N runs) and
-prints the ratios against issue 13's goals (at least 5x faster than gdb, within 5x of
-eu-stack). Ours is the console script in bench/out/venv (bytecode caching on), as users
-run it. eu-stack comes from Debian's elfutils, installed when missing.
+Builds a small C program (gcc) whose 8 threads block in nested calls, then times each
+tool cold and warm (bench/common.py): cold, our runs start with an empty private
+XDG_CACHE_HOME (libc's SFrame table generated, DWARF answers and symbols read again);
+warm, a private cache filled by one untimed run. The tools alternate order, --runs
+repeats (>= 5), median [min-max], ratios taken run by run against issue 13's goals (at
+least 5x faster than gdb, within 5x of eu-stack). eu-stack and gdb keep no such cache
+(the page cache is warm for all). Ours is the installed console script (bytecode caching
+on), as users run it; eu-stack comes from Debian's elfutils, installed when missing.
+Also one `stack` inside a process that has imported pysframe (warm private cache).
 
-    python3 bench/stack.py [--threads N] [--runs N]
+    env -u PYTHONDONTWRITEBYTECODE python3 bench/stack.py [--threads N] [--runs N]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import OUT, bench_environment, compile_bytecode, venv_sframe
+from common import (
+    MIN_REPEATS,
+    OUT,
+    bench_environment,
+    cold_and_warm,
+    compile_bytecode,
+    print_table,
+    private_cache,
+    ratios,
+    spread,
+    venv_sframe,
+)
 
 PROGRAM = r"""
 #include <pthread.h>
@@ -41,38 +58,38 @@ int main(int argc, char **argv) {
 """
 
 
-def median_time(argv: list[str], runs: int) -> float:
-    times = []
-    env = bench_environment()
-    for _ in range(runs):
+def timed(argv: list[str]) -> Callable[[dict[str, str]], float]:
+    def run(env: dict[str, str]) -> float:
         start = time.perf_counter()
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
                        env=env)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return time.perf_counter() - start
+    return run
 
 
 def in_process_time(pid: int, runs: int) -> float:
     """Median time of the stack command's work inside one Python process (imports done, no
-    interpreter start-up): what a profiler using the library pays per stack."""
+    interpreter start-up, one untimed run first): what a profiler using the library pays
+    per stack."""
     import contextlib
     import io
 
     from pysframe.cli.stack import run_stack
 
     times = []
-    for _ in range(runs):
+    for run in range(runs + 1):
         with contextlib.redirect_stdout(io.StringIO()):
             start = time.perf_counter()
             run_stack(pid, as_json=False, show_build_id=False, max_depth=256)
-            times.append(time.perf_counter() - start)
+            if run:
+                times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=MIN_REPEATS)
     args = parser.parse_args()
     if shutil.which("eu-stack") is None:
         subprocess.run(["apt-get", "install", "-y", "-qq", "elfutils"], check=False,
@@ -87,28 +104,36 @@ def main() -> int:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         time.sleep(0.2)
         sframe = venv_sframe()
-        ours_cmd = [*sframe, "stack", str(child.pid)]
-        subprocess.run(ours_cmd, stdout=subprocess.DEVNULL, check=True)  # warm the cache
-        ours = median_time(ours_cmd, args.runs)
-        bare = median_time([*ours_cmd[:-1], "--no-debuginfo", str(child.pid)], args.runs)
-        python = median_time([str(Path(sframe[0]).with_name("python")), "-c", "pass"],
-                             args.runs)
-        inside = in_process_time(child.pid, args.runs)
-        results = [f"sframe stack {ours * 1000:.0f} ms (--no-debuginfo {bare * 1000:.0f} ms; "
-                   f"python start-up in the venv {python * 1000:.0f} ms; one `stack` in a process "
-                   f"that has imported pysframe {inside * 1000:.1f} ms)"]
+        pid = str(child.pid)
+        tools = {"sframe stack": timed([*sframe, "stack", pid]),
+                 "sframe stack --no-debuginfo": timed([*sframe, "stack", "--no-debuginfo", pid])}
         if shutil.which("eu-stack"):
-            eu = median_time(["eu-stack", "-p", str(child.pid)], args.runs)
-            results.append(f"eu-stack {eu * 1000:.0f} ms (sframe/eu-stack {ours / eu:.2f}x, "
-                           f"--no-debuginfo {bare / eu:.2f}x; goal <= 5x: "
-                           f"{'met' if ours <= 5 * eu else 'NOT met'})")
+            tools["eu-stack"] = timed(["eu-stack", "-p", pid])
         if shutil.which("gdb"):
-            gdb = median_time(["gdb", "-batch", "-ex", "thread apply all bt", "-p",
-                               str(child.pid)], max(3, args.runs // 2))
-            results.append(f"gdb {gdb * 1000:.0f} ms (gdb/sframe {gdb / ours:.1f}x, "
-                           f"--no-debuginfo {gdb / bare:.1f}x; goal >= 5x: "
-                           f"{'met' if gdb >= 5 * ours else 'NOT met'})")
-        print(f"{args.threads + 1} threads:\n  " + "\n  ".join(results))
+            tools["gdb"] = timed(["gdb", "-batch", "-ex", "thread apply all bt", "-p", pid])
+        figures = cold_and_warm(tools, args.runs)
+        python = statistics.median(
+            timed([str(Path(sframe[0]).with_name("python")), "-c", "pass"])(bench_environment())
+            for _ in range(args.runs))
+        with private_cache() as cache:
+            os.environ["XDG_CACHE_HOME"] = str(cache)
+            inside = in_process_time(child.pid, args.runs)
+        print(f"{args.threads + 1} threads; python start-up in the venv {python * 1000:.0f} ms; "
+              f"one `stack` in a process that has imported pysframe (warm cache) "
+              f"{inside * 1000:.1f} ms")
+        print_table(figures)
+        for state, columns in figures.items():
+            ours = columns["sframe stack"]
+            if "eu-stack" in columns:
+                versus = ratios(ours, columns["eu-stack"])
+                print(f"  {state} cache: sframe/eu-stack {spread(versus, '.2f')}x, --no-debuginfo "
+                      f"{spread(ratios(columns['sframe stack --no-debuginfo'], columns['eu-stack']), '.2f')}x"
+                      f" (goal <= 5x: {'met' if statistics.median(versus) <= 5 else 'NOT met'})")
+            if "gdb" in columns:
+                versus = ratios(columns["gdb"], ours)
+                print(f"  {state} cache: gdb/sframe {spread(versus, '.1f')}x, --no-debuginfo "
+                      f"{spread(ratios(columns['gdb'], columns['sframe stack --no-debuginfo']), '.1f')}x"
+                      f" (goal >= 5x: {'met' if statistics.median(versus) >= 5 else 'NOT met'})")
     finally:
         child.kill()
         child.wait()
