@@ -131,7 +131,7 @@ def test_results_are_cached_by_content(tree: Path, tmp_path: Path,
     cache = tmp_path / "cache"
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     assert audit(str(tree), "--json", str(first), cache=cache).returncode == 0
-    entries = list((cache / "pysframe" / "audit").rglob("*.facts.v3"))
+    entries = list((cache / "pysframe" / "audit").rglob(f"*.facts.v{FACTS_VERSION}"))
     assert len(entries) == 5  # three programs, the archive, the README (nothing to say)
     assert audit(str(tree), "--json", str(second), cache=cache).returncode == 0
     assert first.read_bytes() == second.read_bytes()

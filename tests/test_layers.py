@@ -15,8 +15,8 @@ import pytest
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "pysframe"
 
 #: The data flow, earliest first. A module may import from its own stage and earlier ones.
-STAGES = ["errors", "records", "exports", "inputs", "cachedir", "format", "elf", "cfi", "generate", "jit", "audit", "sources", "unwind", "deferred",
-          "symbolize", "report", "record", "demo", "cli", "__main__"]
+STAGES = ["errors", "records", "exports", "inputs", "cachedir", "format", "elf", "cfi", "generate", "jit", "sources", "unwind", "deferred",
+          "symbolize", "audit", "report", "record", "demo", "cli", "__main__"]
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 80
 

@@ -3,16 +3,19 @@ take them, how much of the code they cover and why not the rest, whether they ag
 the file's CFI, and their size against ``.eh_frame``.
 
 Each file is judged alone, from its bytes (a path on disk, or an archive member read into
-memory), and the result is a plain JSON-able dict, so that it can cross a process or a
-Dask worker and sit in the cache keyed by the file's content. A file that is not ELF, or
-is damaged, gets a result that says so; it never stops the audit.
+memory), into a :class:`~.model.FileFacts` record that crosses a process or a Dask worker
+and sits in the cache (as JSON) keyed by the file's content. A file that is not ELF, or is
+damaged, gets a result that says so; it never stops the audit. Function symbols are read
+as the symbolizer reads them (FUNC and IFUNC, :mod:`pysframe.symbolize.symbols`), and a
+disagreement with the CFI is classified by its kind, decided from the rows
+(:class:`pysframe.generate.compare.Kind`), not by the words of its message.
 """
 
 from __future__ import annotations
 
 import mmap
+from bisect import bisect_right
 from collections import Counter
-from typing import Any
 
 from ..cfi.eh_frame import fde_instructions, parse_eh_frame
 from ..cfi.instructions import DW_CFA_advance_loc, DW_CFA_restore_state, DW_CFA_set_loc
@@ -20,61 +23,65 @@ from ..elf import ElfError, ElfImage
 from ..errors import PysframeError
 from ..format.constants import ABI
 from ..format.decode import SFrameReader
+from ..format.errors import UnsupportedVersionError
 from ..format.validation import ERROR, validate
-from ..generate.compare import compare_with_cfi, section_for_comparison
+from ..generate.compare import Kind, compare_with_cfi, section_for_comparison
 from ..generate.section import PLT_SECTIONS, Generated, generate
+from ..symbolize.symbols import defined_functions
+from .model import FileFacts, FileKind, SectionFacts
 
 #: Bumped when the facts change, so that cached results of an older audit are not reused.
-FACTS_VERSION = 3
+FACTS_VERSION = 4
 #: Disagreements with the CFI kept per file (the count is always whole).
 KEPT_MESSAGES = 5
 
 
-def audit_bytes(name: str, data: bytes | mmap.mmap) -> dict[str, Any]:
+def audit_bytes(name: str, data: bytes | mmap.mmap) -> FileFacts:
     """The facts of the file ``name`` whose contents are ``data``."""
-    result: dict[str, Any] = {"path": name, "size": len(data)}
+    facts = FileFacts(name, FileKind.NOT_ELF, size=len(data))
     if data[:4] != b"\x7fELF":
-        result["kind"] = "not ELF"
-        return result
+        return facts
     try:
         image = ElfImage(name, data)
-        result.update(kind="ELF", type=image.elf_type, machine=image.machine)
-        _sframe(image, result)
-        _coverage(image, result)
+        facts.kind, facts.type, facts.machine = FileKind.ELF, image.elf_type, image.machine
+        facts.sframe = _sframe(image)
+        _coverage(image, facts)
     except (ElfError, PysframeError, ValueError, KeyError, IndexError) as error:
         # What we cannot read (32-bit x86 relocations, say) is not damage in the file.
-        result["kind"] = "unsupported ELF" if "unsupported" in str(error) else "damaged ELF"
-        result["error"] = str(error)
-    return result
+        unsupported = ((isinstance(error, ElfError) and error.unsupported)
+                       or isinstance(error, UnsupportedVersionError))
+        facts.kind = FileKind.UNSUPPORTED if unsupported else FileKind.DAMAGED
+        facts.error = str(error)
+    return facts
 
 
-def _sframe(image: ElfImage, result: dict[str, Any]) -> None:
+def _sframe(image: ElfImage) -> list[SectionFacts]:
     """The SFrame sections: version, ABI, counts, size, validity (and the kernel's view)."""
     sections = []
     relocatable = image.elf_type == "REL"
     text = None if relocatable else image.executable_ranges()
     for section in image.sframe_sections():
-        entry: dict[str, Any] = {"name": section.name, "size": len(section.raw)}
+        entry = SectionFacts(section.name, len(section.raw))
         contents = section.relocated if relocatable else section.raw
         try:
             header = SFrameReader(contents, section.address).header
-            entry.update(version=header.version, abi=_abi_name(header.abi),
-                         fdes=header.num_fdes, fres=header.num_fres)
+            entry.version, entry.abi = header.version, _abi_name(header.abi)
+            entry.fdes, entry.fres = header.num_fdes, header.num_fres
         except PysframeError as error:
-            entry["error"] = str(error)
+            entry.error = str(error)
         errors = [f for f in validate(contents, section.address, text, relocatable=relocatable)
                   if f.severity == ERROR]
-        entry["valid"] = not errors
+        entry.valid = not errors
         if errors:
-            entry["first_error"] = errors[0].message
+            entry.first_error = errors[0].message
         if not relocatable:
             refusal = [f for f in validate(section.raw, section.address, kernel=True)
                        if f.severity == ERROR]
-            entry["kernel_ok"] = not refusal
+            entry.kernel_ok = not refusal
             if refusal:
-                entry["kernel_refuses"] = refusal[0].message
+                entry.kernel_refuses = refusal[0].message
         sections.append(entry)
-    result["sframe"] = sections
+    return sections
 
 
 def _abi_name(value: int) -> str:
@@ -84,19 +91,19 @@ def _abi_name(value: int) -> str:
         return f"unknown ({value})"
 
 
-def _coverage(image: ElfImage, result: dict[str, Any]) -> None:
+def _coverage(image: ElfImage, facts: FileFacts) -> None:
     """The functions of ``.eh_frame``, those without an SFrame FDE and why, the executable
     symbols no CFI describes, the disagreements with the CFI, and the sizes."""
     found = image.section(".eh_frame", relocated=True)
-    result["eh_frame_size"] = len(found[0]) if found else 0
+    facts.eh_frame_size = len(found[0]) if found else 0
     if found is None:
-        result["functions"] = 0
+        facts.functions = 0
         return
     data, address, _ = found
     fdes, _ = parse_eh_frame(data, address, big_endian=image.big_endian,
                              address_size=image.elf_class // 8)
     functions = {(fde.pc_begin, fde.pc_range) for fde in fdes if fde.pc_range}
-    result["functions"] = len(functions)
+    facts.functions = len(functions)
     covered: set[tuple[int, int]] = set()
     for section in image.sframe_sections():
         try:
@@ -106,15 +113,15 @@ def _coverage(image: ElfImage, result: dict[str, Any]) -> None:
         except PysframeError:
             continue
     missing = functions - covered
-    result["without_sframe"] = len(missing) if result["sframe"] else len(functions)
+    facts.without_sframe = len(missing) if facts.sframe else len(functions)
     made = _Made(image)  # our translation of the CFI, made once for both uses below
     reasons: Counter[str] = Counter()
-    if missing and result["sframe"]:
+    if missing and facts.sframe:
         reasons.update(_reasons(image, missing, made))
-    result["reasons"] = dict(reasons.most_common())
-    result["no_cfi_symbols"] = _symbols_without_cfi(image, functions)
-    if result["sframe"] and image.elf_type != "REL":
-        _against_cfi(image, result, made)
+    facts.reasons = dict(reasons.most_common())
+    facts.no_cfi_symbols = _symbols_without_cfi(image, functions)
+    if facts.sframe and image.elf_type != "REL":
+        _against_cfi(image, facts, made)
 
 
 class _Made:
@@ -158,48 +165,28 @@ def _short(reason: str) -> str:
 
 
 def _symbols_without_cfi(image: ElfImage, functions: set[tuple[int, int]]) -> int:
-    """Function symbols in executable code that no CFI covers (hand-written asm)."""
-    try:
-        section = image.section_by_name(".symtab") or image.section_by_name(".dynsym")
-        if section is None:
-            return 0
-        ranges = sorted(functions)
-        starts = [start for start, _ in ranges]
-        from bisect import bisect_right
-
-        count = 0
-        for symbol in section.iter_symbols():
-            if symbol["st_info"]["type"] != "STT_FUNC" or symbol["st_shndx"] == "SHN_UNDEF":
-                continue
-            value = int(symbol["st_value"])
-            if not value or not symbol["st_size"]:
-                continue
-            at = bisect_right(starts, value) - 1
-            if at < 0 or value >= ranges[at][0] + ranges[at][1]:
-                count += 1
-        return count
-    except (ElfError, ValueError, KeyError, AttributeError):
-        return 0
+    """Function symbols (FUNC and IFUNC, sized) in code that no CFI covers (hand-written
+    asm), read from the file's own .symtab, else its .dynsym."""
+    ranges = sorted(functions)
+    starts = [start for start, _ in ranges]
+    count = 0
+    for symbol in defined_functions(image):
+        if not symbol.start or not symbol.size:
+            continue
+        at = bisect_right(starts, symbol.start) - 1
+        if at < 0 or symbol.start >= ranges[at][0] + ranges[at][1]:
+            count += 1
+    return count
 
 
-#: Disagreements with the CFI whose cause is known, by what their message says (the rows
-#: of the fixtures' programs of binutils 2.44 against 2.46 and the CFI show each one).
-KNOWN_CAUSES = (
-    ("plt.got", "GNU ld's .plt.got rule (CFA SP+16 for a stub reached by a call)"),
-    ("CFI says RA undefined", "gas < 2.46: the outermost frame (RA undefined) not marked"),
-    ("CFI says CFA r7+8 RA r", "gas < 2.46: an RA kept in a register (V2 cannot say it)"),
-    ("CFI says CFA r31+0 RA r", "gas < 2.46: an RA kept in a register (V2 cannot say it)"),
-)
-
-
-def cause_of(message: str) -> str:
-    """The known cause of a disagreement with the CFI, or ``other``."""
-    for needle, cause in KNOWN_CAUSES:
-        if needle in message:
-            return cause
-    return "other"
-
-
+#: The known cause of each kind of disagreement with the CFI (the rows of the fixtures'
+#: programs of binutils 2.44 against 2.46 and the CFI show each one).
+CAUSES = {
+    Kind.PLT_GOT_RULE: "GNU ld's .plt.got rule (CFA SP+16 for a stub reached by a call)",
+    Kind.RA_UNDEFINED_UNMARKED: "gas < 2.46: the outermost frame (RA undefined) not marked",
+    Kind.RA_IN_REGISTER: "gas < 2.46: an RA kept in a register (V2 cannot say it)",
+}
+OTHER_CAUSE = "other"
 RESTORE_STATE_CAUSE = "gas 2.44: rows from a .cfi_restore_state on lost the restored state"
 
 
@@ -229,7 +216,7 @@ def _restore_state_rows(image: ElfImage) -> list[tuple[int, int]]:
     return rows
 
 
-def _against_cfi(image: ElfImage, result: dict[str, Any], made: _Made) -> None:
+def _against_cfi(image: ElfImage, facts: FileFacts, made: _Made) -> None:
     disagreements = 0
     causes: Counter[str] = Counter()
     restored: list[tuple[int, int]] | None = None
@@ -244,13 +231,13 @@ def _against_cfi(image: ElfImage, result: dict[str, Any], made: _Made) -> None:
             continue
         disagreements += len(found)
         for item in found:
-            cause = cause_of(item.message)
-            if cause == "other":
+            cause = CAUSES.get(item.kind, OTHER_CAUSE)
+            if cause == OTHER_CAUSE:
                 restored = _restore_state_rows(image) if restored is None else restored
                 if any(start <= item.pc < end for start, end in restored):
                     cause = RESTORE_STATE_CAUSE
             causes[cause] += 1
         kept += [f"{item.pc:#x}: {item.message}" for item in found[:KEPT_MESSAGES - len(kept)]]
-    result["cfi_disagreements"] = disagreements
-    result["cfi_causes"] = dict(causes.most_common())
-    result["cfi_examples"] = kept[:KEPT_MESSAGES]
+    facts.cfi_disagreements = disagreements
+    facts.cfi_causes = dict(causes.most_common())
+    facts.cfi_examples = kept[:KEPT_MESSAGES]

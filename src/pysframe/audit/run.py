@@ -24,6 +24,7 @@ from .. import cachedir
 from ..inputs import InputError, load
 from .archives import members
 from .facts import FACTS_VERSION, audit_bytes
+from .model import FileFacts, FileKind
 
 #: Files in flight per worker; files per Dask task.
 WINDOW = 8
@@ -70,13 +71,13 @@ def _walk(top: str, skipped: Counter[str]) -> Iterator[str]:
             skipped["unreadable"] += 1
 
 
-def audit_path(path: str, use_cache: bool = True) -> list[dict[str, Any]]:
+def audit_path(path: str, use_cache: bool = True) -> list[FileFacts]:
     """The facts of the file at ``path``: one per ELF file (an archive or a package gives
     one per member), none for other files; cached by content."""
     try:  # small files read, large ones mapped; a symbolic link is not followed
         data = load(path, max_size=MAX_FILE, min_size=0, follow_symlinks=False)
     except InputError as error:
-        return [{"path": path, "kind": "unreadable", "error": error.message}]
+        return [FileFacts(path, FileKind.UNREADABLE, error=error.message)]
     digest = hashlib.sha256(data).digest()
     key = digest[:20]
     source = cachedir.describe(len(data), [digest, FACTS_VERSION.to_bytes(4, "little")])
@@ -84,24 +85,24 @@ def audit_path(path: str, use_cache: bool = True) -> list[dict[str, Any]]:
         cached = cachedir.load(CACHE_KIND, key, source)
         if cached is not None:
             try:  # stored by member name: the same bytes may sit at another path
-                return [dict(item, path=path + item.pop("member"))
+                return [FileFacts.from_json(dict(item, path=path + item.pop("member")))
                         for item in json.loads(cached)]
             except (ValueError, KeyError, TypeError, AttributeError):
                 pass
     results = []
     for member, contents in members(data):
         facts = audit_bytes(path + member, contents)
-        if facts.get("kind") != "not ELF":
+        if facts.kind != FileKind.NOT_ELF:
             results.append((member, facts))
     if use_cache:
-        stored = [dict(facts, member=member) for member, facts in results]
+        stored = [dict(facts.as_json(), member=member) for member, facts in results]
         for item in stored:
             del item["path"]
         cachedir.store(CACHE_KIND, key, json.dumps(stored).encode(), source)
     return [facts for _, facts in results]
 
 
-Results = Iterator[tuple[str, list[dict[str, Any]]]]
+Results = Iterator[tuple[str, list[FileFacts]]]
 
 
 def on_pool(paths: Iterable[str], jobs: int, use_cache: bool = True) -> Results:
@@ -140,7 +141,7 @@ def on_dask(paths: Iterable[str], address: str, jobs: int, use_cache: bool = Tru
             cluster.close()
 
 
-def audit_batch(paths: list[str], use_cache: bool = True) -> list[list[dict[str, Any]]]:
+def audit_batch(paths: list[str], use_cache: bool = True) -> list[list[FileFacts]]:
     """:func:`audit_path` of each of ``paths`` (one Dask task)."""
     return [audit_path(path, use_cache) for path in paths]
 

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..records import field, record_class
+from .model import FileFacts, FileKind
 
 
 @record_class
@@ -44,7 +45,7 @@ class Totals:
     _container: str = ""
     _container_versions: set[str] = field(default_factory=set)
 
-    def add_file(self, path: str, results: list[dict[str, Any]]) -> None:
+    def add_file(self, path: str, results: list[FileFacts]) -> None:
         """One audited file's results (none: not ELF)."""
         self.files += 1
         if not results:
@@ -52,50 +53,50 @@ class Totals:
         versions: set[str] = set()
         for facts in results:
             self._add(facts)
-            versions |= {f"V{s['version']}" for s in facts.get("sframe", []) if "version" in s}
+            versions |= {f"V{section.version}" for section in facts.sframe or []
+                         if section.version is not None}
         if len(results) > 1 and len(versions) > 1:
             self.mixed[path] = sorted(versions)
 
-    def _add(self, facts: dict[str, Any]) -> None:
-        kind = facts.get("kind")
-        if kind == "unreadable":
+    def _add(self, facts: FileFacts) -> None:
+        if facts.kind == FileKind.UNREADABLE:
             self.unreadable += 1
             return
-        if kind == "damaged ELF":
+        if facts.kind == FileKind.DAMAGED:
             self.damaged += 1
             return
-        if kind == "unsupported ELF":
+        if facts.kind == FileKind.UNSUPPORTED:
             self.unsupported += 1
             return
         self.elf += 1
-        sections = facts.get("sframe", [])
-        directory = self.directories[os.path.dirname(facts["path"].split("(", 1)[0])]
+        sections = facts.sframe or []
+        directory = self.directories[os.path.dirname(facts.path.split("(", 1)[0])]
         directory[0] += 1
         if sections:
             self.with_sframe += 1
             directory[1] += 1
         for section in sections:
-            self.versions[f"V{section.get('version', '?')}"] += 1
-            self.abis[str(section.get("abi", "?"))] += 1
-            self.invalid += not section.get("valid", False)
-            if "kernel_ok" in section:
+            self.versions[f"V{section.version if section.version is not None else '?'}"] += 1
+            self.abis[str(section.abi if section.abi is not None else "?")] += 1
+            self.invalid += not section.valid
+            if section.kernel_ok is not None:
                 self.kernel_checked += 1
-                self.kernel_ok += bool(section["kernel_ok"])
-            self.sframe_bytes += int(section.get("size", 0))
-            directory[4] += int(section.get("size", 0))
-        functions = int(facts.get("functions", 0))
+                self.kernel_ok += section.kernel_ok
+            self.sframe_bytes += section.size
+            directory[4] += section.size
+        functions = facts.functions or 0
         self.functions += functions
-        self.without_sframe += int(facts.get("without_sframe", 0))
+        self.without_sframe += facts.without_sframe or 0
         directory[2] += functions
-        directory[3] += int(facts.get("without_sframe", 0))
-        self.reasons.update(facts.get("reasons", {}))
-        self.no_cfi_symbols += int(facts.get("no_cfi_symbols", 0))
-        count = int(facts.get("cfi_disagreements", 0))
+        directory[3] += facts.without_sframe or 0
+        self.reasons.update(facts.reasons or {})
+        self.no_cfi_symbols += facts.no_cfi_symbols or 0
+        count = facts.cfi_disagreements or 0
         self.disagreements += count
-        self.causes.update(facts.get("cfi_causes", {}))
+        self.causes.update(facts.cfi_causes or {})
         self.files_disagreeing += count > 0
-        self.eh_frame_bytes += int(facts.get("eh_frame_size", 0))
-        directory[5] += int(facts.get("eh_frame_size", 0))
+        self.eh_frame_bytes += facts.eh_frame_size or 0
+        directory[5] += facts.eh_frame_size or 0
 
     @property
     def coverage(self) -> float:

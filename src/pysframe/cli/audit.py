@@ -45,7 +45,7 @@ def run_audit(paths: list[str], *, jobs: int, dask: str | None, json_path: str |
                 totals.add_file(path, found)
                 if writer is not None:
                     for facts in found:
-                        writer.file(facts)
+                        writer.file(facts.as_json())
             if writer is not None:
                 writer.finish(totals.as_json())
         finally:

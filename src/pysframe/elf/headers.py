@@ -52,8 +52,11 @@ class ElfError(PysframeError):
     """Bad or unreadable ELF input, as one line naming the file (and offset when known)."""
 
     def __init__(self, path: str, message: str, offset: int | None = None, *,
-                 unreadable: bool = False) -> None:
+                 unreadable: bool = False, unsupported: bool = False) -> None:
         super().__init__(" ".join(message.split()), offset, path=path, unreadable=unreadable)
+        #: Valid ELF that this tool does not handle (a relocation type it does not apply):
+        #: not damage in the file.
+        self.unsupported = unsupported
 
 
 class Layout(NamedTuple):

@@ -289,9 +289,9 @@ class ElfImage:
                 kind: int = relocation["r_info_type"]
                 at: int = relocation["r_offset"]
                 if table is None or kind not in table:
-                    raise self._fail(f"unsupported relocation type {kind} for {self.machine} "
-                                     f"in {rel_name} (entry {number}, r_offset {at:#x})",
-                                     entry_at)
+                    raise ElfError(self.path, f"unsupported relocation type {kind} for "
+                                   f"{self.machine} in {rel_name} (entry {number}, r_offset "
+                                   f"{at:#x})", entry_at, unsupported=True)
                 width, pc_relative = table[kind]
                 if width == 0:
                     continue

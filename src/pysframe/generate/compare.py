@@ -19,6 +19,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
+from enum import Enum
 
 from ..elf import ElfImage
 from ..format.constants import F_FDE_FUNC_START_PCREL, PCType
@@ -29,11 +30,26 @@ from .section import PLT_SECTIONS, Generated, generate
 from .stubs import stub_cfa_rules
 
 
+class Kind(Enum):
+    """What a disagreement is, decided from the rows themselves (not from the message)."""
+
+    #: Any other difference of CFA, RA or FP rule.
+    ROWS = "rows"
+    #: GNU ld's rule for a .plt.got stub: CFA SP+16 where the stub (a bare jump reached by
+    #: a call) has only the return address on the stack (SP+8).
+    PLT_GOT_RULE = "plt.got rule"
+    #: The CFI says RA undefined (the outermost frame); the SFrame row does not say so.
+    RA_UNDEFINED_UNMARKED = "RA undefined unmarked"
+    #: The CFI keeps the RA in a register; the SFrame row says something else.
+    RA_IN_REGISTER = "RA in a register"
+
+
 @dataclass(slots=True, frozen=True)
 class Disagreement:
     pc: int
     fde: int
     message: str
+    kind: Kind = Kind.ROWS
 
 
 def _rows(lookup: SFrameLookup, entry: FDEEntry) -> tuple[list[int], list[FrameRow]]:
@@ -123,8 +139,19 @@ def compare_with_cfi(image: ElfImage, sframe: bytes, address: int,
             if _key(mine) != _key(cfi):
                 disagreements.append(Disagreement(
                     base + offset, entry.index,
-                    f"SFrame says {_describe(mine)}; CFI says {_describe(cfi)}"))
+                    f"SFrame says {_describe(mine)}; CFI says {_describe(cfi)}",
+                    _kind(mine, cfi)))
     return disagreements, notes
+
+
+def _kind(mine: FrameRow | None, cfi: FrameRow | None) -> Kind:
+    """The kind of a difference between two (different) rows."""
+    if cfi is not None and cfi.outermost and not (mine is not None and mine.outermost):
+        return Kind.RA_UNDEFINED_UNMARKED
+    if (cfi is not None and not cfi.outermost and cfi.ra.kind == RuleKind.REGISTER
+            and not cfi.ra.deref):
+        return Kind.RA_IN_REGISTER
+    return Kind.ROWS
 
 
 def _stub_disagreements(lookup: SFrameLookup, entry: FDEEntry,
@@ -132,7 +159,7 @@ def _stub_disagreements(lookup: SFrameLookup, entry: FDEEntry,
                         ) -> list[Disagreement]:
     """The runs of pcs of a PLT FDE where its CFA differs from ``.eh_frame``'s rule."""
     out: list[Disagreement] = []
-    run: tuple[int, str] | None = None  # (first pc, message) of the current run
+    run: tuple[int, str, bool] | None = None  # (first pc, message, ld's rule) of a run
     for pc in range(entry.start, entry.end):
         row = lookup.find_fre(pc)
         mine = "no rule" if row is None else (
@@ -144,18 +171,21 @@ def _stub_disagreements(lookup: SFrameLookup, entry: FDEEntry,
             out.append(_stub_run(entry, run, pc, stubs))
             run = None
         if message is not None and run is None:
-            run = (pc, message)
+            ld_rule = (row is not None and not row.outermost and row.cfa.kind == RuleKind.REGISTER
+                       and row.cfa.offset == offset + 8 and row.cfa.regnum == reg)
+            run = (pc, message, ld_rule)
     if run is not None:
         out.append(_stub_run(entry, run, entry.end, stubs))
     return out
 
 
-def _stub_run(entry: FDEEntry, run: tuple[int, str], end: int,
+def _stub_run(entry: FDEEntry, run: tuple[int, str, bool], end: int,
               stubs: dict[str, tuple[int, int]]) -> Disagreement:
-    start, message = run
+    start, message, ld_rule = run
     section = next((name for name, (lo, hi) in stubs.items() if lo <= start < hi), "PLT")
     message += f" ({end - start} bytes of {section})"
-    if section == ".plt.got" and "SFrame says CFA r7+16; .eh_frame says CFA r7+8" in message:
+    if section == ".plt.got" and ld_rule:
         message += ": GNU ld's .plt.got rule; the stub is a jump reached by a call, with " \
                    "only the return address on the stack"
+        return Disagreement(start, entry.index, message, Kind.PLT_GOT_RULE)
     return Disagreement(start, entry.index, message)

@@ -211,6 +211,12 @@ def _best_function_symbols(image: ElfImage, *, perf: bool = False) -> list[Symbo
             or _function_symbols(image, ".dynsym", perf=perf))
 
 
+def defined_functions(image: ElfImage) -> list[Symbol]:
+    """The FUNC and IFUNC symbols the file itself defines: its .symtab, else its .dynsym
+    (no separate debug file: what the file says of itself)."""
+    return (_function_symbols(image, ".symtab") or _function_symbols(image, ".dynsym"))
+
+
 def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]:
     """(global, local) name -> address of the function symbols of ``image`` (its debug
     file's .symtab, else its own .symtab, else .dynsym), for gdb's minimal-symbol lookup
