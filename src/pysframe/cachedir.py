@@ -221,7 +221,7 @@ def entry_path(kind: str, build_id: bytes) -> str | None:
 
 # --- the directories -----------------------------------------------------------------------
 
-class _Unusable(Exception):
+class _Unusable(PysframeError):
     """A cache directory that must not be used (the message says why)."""
 
 

@@ -20,8 +20,11 @@ from .errors import (
 from .files import read_file
 
 
-class NothingToValidate(Exception):
+class NothingToValidate(PysframeError):
     """The ELF file has no SFrame section."""
+
+    def __init__(self) -> None:
+        super().__init__("no SFrame section")
 
 
 def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool

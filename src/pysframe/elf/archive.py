@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Iterator
 
+from ..errors import PysframeError
 from ..records import record_class
 
 AR_MAGIC = b"!<arch>\n"
@@ -19,7 +20,7 @@ HEADER_SIZE = 60
 SPECIAL = ("/", "//", "/SYM64/", "__.SYMDEF", "__.SYMDEF SORTED")
 
 
-class ArchiveError(ValueError):
+class ArchiveError(PysframeError):
     """A damaged archive, at an offset."""
 
 

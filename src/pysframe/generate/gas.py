@@ -52,6 +52,7 @@ from ..cfi.instructions import (
     Instruction,
 )
 from ..cfi.leb128 import DecodeError, read_sleb128
+from ..errors import PysframeError
 from ..format.constants import ABI, DWARF_REGS, BaseReg, FDEType
 from ..format.model import FDE, FRE
 from ..format.validation import MAX_DWARF_REGNUM
@@ -60,7 +61,7 @@ DW_OP_breg0 = 0x70
 DW_OP_deref = 0x06
 
 
-class Skip(Exception):
+class Skip(PysframeError):
     """gas would emit no SFrame FDE for this function (``reason`` is gas's wording)."""
 
     def __init__(self, reason: str) -> None:

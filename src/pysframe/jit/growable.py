@@ -34,6 +34,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 from itertools import pairwise
 
+from ..errors import PysframeError
 from ..format.constants import (
     ABI,
     F_FDE_FUNC_START_PCREL,
@@ -55,7 +56,7 @@ ENTRY_SIZE = FDE_SIZE[VERSION_3]
 BLOCK = 256
 
 
-class SectionFull(ValueError):
+class SectionFull(PysframeError):
     """The function does not fit the section's budget, even after compaction."""
 
 

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 
 from ..cachedir import cache_root
+from ..errors import PysframeError
 
 SOURCE = b"""#include <stdint.h>
 struct jit_code_entry { struct jit_code_entry *next_entry, *prev_entry;
@@ -32,7 +33,7 @@ void __attribute__((noinline, used)) __jit_debug_register_code(void) { __asm__ v
 JIT_NOACTION, JIT_REGISTER_FN, JIT_UNREGISTER_FN = 0, 1, 2
 
 
-class JitRuntimeError(RuntimeError):
+class JitRuntimeError(PysframeError):
     """The registration library could not be built or loaded."""
 
 

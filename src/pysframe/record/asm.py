@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import PysframeError
+
 # Registers.
 R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = range(11)
 # Classes, sizes, modes, operations.
@@ -28,7 +30,7 @@ PSEUDO_MAP_FD, PSEUDO_CALL, PSEUDO_FUNC = 1, 1, 4
 _INSN = struct.Struct("<BBhi")
 
 
-class AsmError(ValueError):
+class AsmError(PysframeError):
     """A program that cannot be assembled (an unknown label, a jump out of range)."""
 
 

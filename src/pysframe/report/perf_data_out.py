@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable
 
+from ..errors import PysframeError
 from ..sources.perf_records import (
     SAMPLE_ADDR,
     SAMPLE_BRANCH_STACK,
@@ -49,7 +50,7 @@ _PREFIX = (SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_ADDR, S
 _TRAILER = (SAMPLE_TID, SAMPLE_TIME, SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_IDENTIFIER)
 
 
-class WriteError(ValueError):
+class WriteError(PysframeError):
     """A record or file this writer cannot rewrite (the message names what)."""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import struct
 
+from ..errors import PysframeError
 from ..inputs import InputError, load
 from ..records import record_class
 
@@ -42,9 +43,11 @@ class CodeLoad:
     eh_frame_hdr_size: int = 0
 
 
-class JitDumpError(ValueError):
+class JitDumpError(PysframeError):
+    """A damaged jitdump: ``path: offset 0x..: message``."""
+
     def __init__(self, path: str, offset: int, message: str) -> None:
-        super().__init__(f"{path}: offset {offset:#x}: {message}")
+        super().__init__(f"offset {offset:#x}: {message}", path=path)
 
 
 def is_jitdump(path: str) -> bool:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from elftools.common.exceptions import DWARFError
 
+from ...errors import PysframeError
 from .forms import RANGES_OFFSET_NAMES, REFERENCE_NAMES
 from .frames import Frames
 from .info import DWARF_ERRORS
@@ -75,11 +76,11 @@ _NO_TARGET = Target("none")
 _UNKNOWN_TARGET = Target("unknown")
 
 
-class NoEntryValue(Exception):
+class NoEntryValue(PysframeError):
     """gdb's NO_ENTRY_VALUE_ERROR: ``call_site_find_chain`` gives up, no tail-call frame."""
 
 
-class Unknown(Exception):
+class Unknown(PysframeError):
     """What gdb would do depends on what this package does not know (another file's
     symbols, names it does not compute, a search past the work limit)."""
 
