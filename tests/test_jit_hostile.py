@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pysframe.audit.archives import ar_members, members
+from pysframe.audit.archives import Damage, members
 from pysframe.sources.jit_interface import MAX_SYMFILE, jit_objects
 from pysframe.unwind.jit_modules import jit_mappings
 
@@ -50,7 +50,9 @@ def test_huge_unreadable_and_bogus_objects_cost_their_own_frames() -> None:
 
 def test_damaged_archives_end_the_listing_not_the_run(tmp_path: Path) -> None:
     header = b"!<arch>\n" + b"a.o/".ljust(16) + b"0".ljust(32) + b"99999".ljust(10) + b"`\n"
-    assert list(ar_members(header + b"\x7fELF")) == []  # the size runs past the end
+    # the size runs past the end: the archive is damaged (reported), not empty
+    [(label, damage)] = list(members(header + b"\x7fELF"))
+    assert label == "" and isinstance(damage, Damage) and "runs past the end" in damage.message
     assert list(members(b"!<arch>\nshort")) == []
     broken = tmp_path / "broken.a"
     broken.write_bytes(header + b"\x7fELF")

@@ -8,79 +8,131 @@ of a package are read; names are used as labels, never as paths to open.
 
 from __future__ import annotations
 
+import gzip
 import io
 import lzma
 import mmap
 import tarfile
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO
 
 from ..elf.archive import AR_MAGIC, ArchiveError, named_members
 
 ELF_MAGIC = b"\x7fELF"
-#: What a package may unpack to before the rest of it is left out.
-MAX_UNPACKED = 4 << 30
-#: A member larger than this is left out.
-MAX_MEMBER = 1 << 30
+#: What a package may unpack to before the rest of it is left out (streamed: this much
+#: is read through, never held).
+MAX_UNPACKED = 1 << 30
+#: A member larger than this is left out (it is read into memory to be judged).
+MAX_MEMBER = 256 << 20
+#: Tar members read per package before the rest is left out (a header costs ~40 us).
+MAX_MEMBERS = 100_000
 
 
-def members(data: bytes | mmap.mmap) -> Iterator[tuple[str, bytes | mmap.mmap]]:
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """What could not be read of an archive or package: its judgement, in one line."""
+
+    message: str
+
+
+Contents = bytes | mmap.mmap | Damage
+
+
+def members(data: bytes | mmap.mmap) -> Iterator[tuple[str, Contents]]:
     """(label suffix, bytes) of every file to judge in ``data``: ``""`` and the data
-    itself for a plain file; ``"(name)"`` per ELF member of an archive or package."""
+    itself for a plain file; ``"(name)"`` per ELF member of an archive or package; and
+    ``Damage`` where the rest of an archive or package cannot be read (what came before
+    is kept)."""
     if data[:len(AR_MAGIC)] != AR_MAGIC:
         yield "", data
         return
-    entries = list(ar_members(data))
-    names = [name for name, _ in entries]
-    if "debian-binary" in names:
+    entries: list[tuple[str, bytes]] = []
+    damage = None
+    try:
+        entries.extend(named_members(data))
+    except ArchiveError as error:
+        damage = Damage(f"damaged archive: {error}")
+    if any(name == "debian-binary" for name, _ in entries):
         for name, contents in entries:
             if name.startswith("data.tar"):
                 yield from _package_files(name, contents)
-        return
-    for name, contents in entries:
-        if contents.startswith(ELF_MAGIC):
-            yield f"({name})", contents
+    else:
+        yield from ((f"({name})", contents) for name, contents in entries
+                    if contents.startswith(ELF_MAGIC))
+    if damage is not None:
+        yield "", damage
 
 
-def ar_members(data: bytes | mmap.mmap) -> Iterator[tuple[str, bytes]]:
-    """(name, bytes) of each file of an ``ar`` archive; a damaged member ends the listing
-    (what came before it is kept)."""
+def _package_files(name: str, compressed: bytes) -> Iterator[tuple[str, Contents]]:
+    """The ELF regular files of a package's data tarball, streamed from the decompressor:
+    bounded in unpacked bytes, in members and in member size."""
     try:
-        yield from named_members(data)
-    except ArchiveError:
-        return
-
-
-def _package_files(name: str, compressed: bytes) -> Iterator[tuple[str, bytes]]:
-    """The ELF regular files of a package's data tarball (decompressed within bounds)."""
-    try:
-        unpacked = _decompress(name, compressed)
-        with tarfile.open(fileobj=io.BytesIO(unpacked), mode="r:") as archive:
-            for member in archive:
+        stream = _Bounded(_decompressing(name, compressed), MAX_UNPACKED)
+        with tarfile.open(fileobj=stream, mode="r|") as archive:
+            for count, member in enumerate(_each(archive)):
+                if count >= MAX_MEMBERS:
+                    yield f"({name})", Damage(f"{name}: more than {MAX_MEMBERS:,} members; "
+                                              "the rest left out")
+                    return
                 if not member.isreg() or member.size > MAX_MEMBER:
                     continue
                 handle = archive.extractfile(member)
                 if handle is None:
                     continue
                 head = handle.read(4)
-                if head != ELF_MAGIC:
-                    continue
-                yield f"({member.name.removeprefix('./')})", head + handle.read()
-    except (tarfile.TarError, lzma.LZMAError, zlib.error, OSError, EOFError, ValueError):
-        return
+                if head == ELF_MAGIC:
+                    yield f"({member.name.removeprefix('./')})", head + handle.read()
+    except _TooLarge:
+        yield f"({name})", Damage(f"{name}: unpacks to more than {MAX_UNPACKED >> 20:,} MiB; "
+                                  "the rest left out")
+    except (tarfile.TarError, lzma.LZMAError, zlib.error, OSError, EOFError, ValueError,
+            MemoryError) as error:
+        yield f"({name})", Damage(f"{name}: damaged ({error})")
 
 
-def _decompress(name: str, data: bytes) -> bytes:
+def _each(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The members of a streamed tar, not kept (tarfile keeps every TarInfo it reads)."""
+    while True:
+        member = archive.next()
+        if member is None:
+            return
+        archive.members.clear()  # type: ignore[attr-defined]  # (untyped in typeshed)
+        yield member
+
+
+class _TooLarge(Exception):
+    """A package unpacks to more than it may."""
+
+
+class _Bounded(io.RawIOBase):
+    """A stream that raises :class:`_TooLarge` once more than ``limit`` bytes are read."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        self._stream, self._left = stream, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self._stream.read(min(len(buffer), self._left + 1))
+        if len(data) > self._left:
+            raise _TooLarge
+        self._left -= len(data)
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def _decompressing(name: str, data: bytes) -> IO[bytes]:
+    """A stream of the decompressed ``data`` (by the member's name)."""
+    raw = io.BytesIO(data)
     if name.endswith(".xz"):
-        decompressor = lzma.LZMADecompressor()
-        out = decompressor.decompress(data, max_length=MAX_UNPACKED)
-    elif name.endswith(".gz"):
-        out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, MAX_UNPACKED)
-    elif name.endswith(".zst"):
+        return lzma.open(raw)
+    if name.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if name.endswith(".zst"):
         import zstandard
 
-        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data))
-        out = reader.read(MAX_UNPACKED)
-    else:
-        out = data
-    return out
+        return zstandard.ZstdDecompressor().stream_reader(raw)
+    return raw

@@ -7,6 +7,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from .model import shown
+
 _STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{padding:4px 10px;border-bottom:1px solid #ddd}
 th{cursor:pointer;background:#f4f4f4;text-align:left}td.n{text-align:right}
@@ -34,7 +36,7 @@ _COLUMNS = ("directory", "ELF files", "with SFrame", "functions", "coverage %",
 
 def html_report(summary: dict[str, Any], paths: list[str]) -> str:
     """The page for an audit's JSON summary."""
-    title = "SFrame audit of " + ", ".join(paths)
+    title = "SFrame audit of " + ", ".join(shown(path) for path in paths)
     rows = _rows(summary["directories"])
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
              f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
@@ -50,7 +52,7 @@ def _rows(directories: dict[str, dict[str, int]]) -> list[tuple[Any, ...]]:
         coverage = 100 * (functions - values["without_sframe"]) / functions if functions else 0
         size = (100 * values["sframe_bytes"] / values["eh_frame_bytes"]
                 if values["eh_frame_bytes"] else 0)
-        rows.append((name, values["elf"], values["with_sframe"], functions, round(coverage, 1),
+        rows.append((shown(name), values["elf"], values["with_sframe"], functions, round(coverage, 1),
                      values["sframe_bytes"], round(size, 1)))
     return rows
 
@@ -69,7 +71,7 @@ def _totals(summary: dict[str, Any]) -> str:
                              f"({summary['eh_frame_bytes']:,} of .eh_frame)")]
     items += [(f"no FDE: {reason}", f"{count:,}") for reason, count in
               list(summary["reasons"].items())[:8]]
-    items += [("mixed versions", f"{path}: {', '.join(versions)}")
+    items += [("mixed versions", f"{shown(path)}: {', '.join(versions)}")
               for path, versions in summary["mixed_versions"].items()]
     body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
                    for k, v in items)

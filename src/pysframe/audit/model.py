@@ -14,6 +14,13 @@ from enum import Enum
 from typing import Any
 
 
+def shown(path: str) -> str:
+    """A path as shown to a person (a page, a terminal): bytes that are not UTF-8 (kept as
+    surrogates, so that the path still opens its file and the JSON keeps them) become
+    U+FFFD. Escaping for the page is the caller's."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 class FileKind(Enum):
     """What a file turned out to be."""
 

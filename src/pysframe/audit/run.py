@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import cachedir
 from ..inputs import InputError, load
-from .archives import members
+from .archives import Damage, members
 from .facts import FACTS_VERSION, audit_bytes
 from .model import FileFacts, FileKind
 
@@ -52,23 +52,41 @@ def find_files(paths: Iterable[str], skipped: Counter[str]) -> Iterator[str]:
 
 
 def _walk(top: str, skipped: Counter[str]) -> Iterator[str]:
-    try:
-        entries = sorted(os.scandir(top), key=lambda entry: entry.name)
-    except OSError:
-        skipped["unreadable"] += 1
-        return
-    for entry in entries:
+    """The regular files under ``top``, depth first, each directory's entries in name
+    order. Iterative: a tree thousands of levels deep is walked like any other (one sorted
+    listing per open level is held)."""
+    pending: list[Iterator[os.DirEntry[str]]] = []
+    listing = _listing(top, skipped)
+    if listing is not None:
+        pending.append(listing)
+    while pending:
+        entry = next(pending[-1], None)
+        if entry is None:
+            pending.pop()
+            continue
         try:
             if entry.is_symlink():
                 skipped["symbolic link"] += 1
             elif entry.is_dir(follow_symlinks=False):
-                yield from _walk(entry.path, skipped)
+                listing = _listing(entry.path, skipped)
+                if listing is not None:
+                    pending.append(listing)
             elif entry.is_file(follow_symlinks=False):
                 yield entry.path
             else:
                 skipped["not a regular file"] += 1
         except OSError:
             skipped["unreadable"] += 1
+
+
+def _listing(directory: str, skipped: Counter[str]) -> Iterator[os.DirEntry[str]] | None:
+    """The directory's entries in name order (None: it cannot be listed, counted)."""
+    try:
+        with os.scandir(directory) as entries:
+            return iter(sorted(entries, key=lambda entry: entry.name))
+    except OSError:
+        skipped["unreadable"] += 1
+        return None
 
 
 def audit_path(path: str, use_cache: bool = True) -> list[FileFacts]:
@@ -91,7 +109,10 @@ def audit_path(path: str, use_cache: bool = True) -> list[FileFacts]:
                 pass
     results = []
     for member, contents in members(data):
-        facts = audit_bytes(path + member, contents)
+        if isinstance(contents, Damage):
+            facts = FileFacts(path + member, FileKind.DAMAGED, error=contents.message)
+        else:
+            facts = audit_bytes(path + member, contents)
         if facts.kind != FileKind.NOT_ELF:
             results.append((member, facts))
     if use_cache:

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..records import field, record_class
-from .model import FileFacts, FileKind
+from .model import FileFacts, FileKind, shown
 
 
 @record_class
@@ -154,5 +154,6 @@ class Totals:
         for cause, count in self.causes.most_common(5):
             rows.append(("  disagreeing: " + cause, f"{count:,} row{'s' if count != 1 else ''}"))
         for path, versions in sorted(self.mixed.items())[:10]:
-            rows.append(("mixed versions", f"{path}: {', '.join(versions)} (a 2.46 link fails)"))
+            rows.append(("mixed versions",
+                         f"{shown(path)}: {', '.join(versions)} (a 2.46 link fails)"))
         return rows

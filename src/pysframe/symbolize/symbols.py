@@ -135,8 +135,8 @@ def _section_filter(image: ElfImage) -> tuple[list[bool], list[bool]]:
     return loaded, labels
 
 
-def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False
-                      ) -> list[Symbol]:
+def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
+                      strict: bool = False) -> list[Symbol]:
     """FUNC and IFUNC symbols of a symbol table, read with ``struct`` (pyelftools' per-symbol
     parsing takes 0.2 s for libc's debug symbols, the bulk of a whole ``sframe script`` run).
 
@@ -159,6 +159,10 @@ def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False
     start, size = section.offset, section.size
     names_at, names_size = strtab.offset, strtab.size
     if start + size > len(data) or names_at + names_size > len(data) or size % entry.size:
+        if strict:  # a damaged table, said as such (names only skip it)
+            raise ElfError(image.path, f"{section_name} (offset {start:#x}, size {size:#x}) "
+                           f"or its string table runs past the end of the file or is not "
+                           f"a whole number of entries", start)
         return []
     names = data[names_at:names_at + names_size]
     loaded, labelled = _section_filter(image) if perf else ([], [])
@@ -213,8 +217,10 @@ def _best_function_symbols(image: ElfImage, *, perf: bool = False) -> list[Symbo
 
 def defined_functions(image: ElfImage) -> list[Symbol]:
     """The FUNC and IFUNC symbols the file itself defines: its .symtab, else its .dynsym
-    (no separate debug file: what the file says of itself)."""
-    return (_function_symbols(image, ".symtab") or _function_symbols(image, ".dynsym"))
+    (no separate debug file: what the file says of itself). A table that runs past the
+    file raises :class:`ElfError`."""
+    return (_function_symbols(image, ".symtab", strict=True)
+            or _function_symbols(image, ".dynsym", strict=True))
 
 
 def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]:

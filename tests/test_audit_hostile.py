@@ -1,0 +1,146 @@
+"""``sframe audit`` against hostile trees and files (issue 25): a tree deeper than Python's
+recursion limit, paths that are not UTF-8, damaged ELF files and truncated archives, and
+package bombs. Each case is one finding (or one counted file); the audit goes on and ends
+with its documented exit status, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+PROGRAM = FIXTURES / "2.46" / "x86_64" / "O2" / "prog"
+pytestmark = pytest.mark.skipif(not PROGRAM.exists(), reason="../shared/fixtures is not present")
+
+
+def audit(*arguments: str, cache: Path, timeout: float = 300
+          ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pysframe", "audit", *arguments],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, XDG_CACHE_HOME=str(cache)))
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_audited(tmp_path: Path) -> None:
+    top = tmp_path / "deep"
+    top.mkdir()
+    level = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1200):  # by descriptor: no path of the test's own grows long
+        os.mkdir("d", dir_fd=level)
+        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=level)
+        os.close(level)
+        level = deeper
+    target = os.open("prog", os.O_WRONLY | os.O_CREAT, 0o755, dir_fd=level)
+    os.write(target, PROGRAM.read_bytes())
+    os.close(target)
+    os.close(level)
+    report = tmp_path / "deep.json"
+    run = audit(str(top), "--json", str(report), cache=tmp_path / "cache")
+    assert run.returncode in (0, 1) and "Traceback" not in run.stderr, run.stderr[-500:]
+    assert "recursion" not in run.stderr
+    facts = json.loads(report.read_text())
+    assert [item["path"].split("/").count("d") for item in facts["files"]] == [1200]
+    assert facts["summary"]["elf_files"] == 1
+
+
+@pytest.fixture(autouse=True)
+def _no_deep_tree_left(tmp_path: Path) -> Iterator[None]:
+    """The deep tree is removed here: pytest's own clean-up (shutil.rmtree, recursive in
+    Python 3.11) would fail on it in a later run."""
+    yield
+    deep = tmp_path / "deep"
+    if deep.exists():
+        subprocess.run(["rm", "-rf", str(deep)], check=True, timeout=120)
+
+
+def test_a_path_that_is_not_utf8_is_shown_and_kept(tmp_path: Path) -> None:
+    """Paths are bytes: a directory name that is not UTF-8 is shown with U+FFFD (and
+    escaped) on the page and in the table, and kept as it is in the JSON."""
+    top = tmp_path / "odd"
+    name = b"lib-\xff\xfe<&>"
+    directory = os.path.join(bytes(top), name)
+    os.makedirs(directory)
+    shutil.copy(PROGRAM, os.path.join(directory, b"prog"))
+    ar = shutil.which("ar")
+    if ar is not None:  # an archive mixing V2 and V3: its path is printed in the table
+        subprocess.run([ar, "rcs", os.path.join(directory, b"libmixed.a"),
+                        str(FIXTURES / "2.44" / "x86_64" / "O2" / "deep.o"),
+                        str(FIXTURES / "2.46" / "x86_64" / "O2" / "cfi.o")], check=True)
+    report, page = tmp_path / "odd.json", tmp_path / "odd.html"
+    run = subprocess.run([sys.executable, "-m", "pysframe", "audit", str(top), "--json",
+                          str(report), "--html", str(page)], capture_output=True, timeout=300,
+                         env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache")))
+    stderr = run.stderr.decode(errors="replace")
+    assert run.returncode in (0, 1) and "Traceback" not in stderr, stderr[-500:]
+    text = page.read_text(encoding="utf-8")  # written, and valid UTF-8
+    assert "lib-\ufffd\ufffd&lt;&amp;&gt;" in text and "lib-\ufffd\ufffd<&>" not in text
+    if ar is not None:
+        assert "lib-\ufffd\ufffd<&>/libmixed.a" in run.stdout.decode("utf-8")
+    facts = json.loads(report.read_text())
+    assert {os.fsencode(item["path"]) for item in facts["files"]} >= {
+        os.path.join(directory, b"prog")}
+
+
+def _with_symtab(tmp_path: Path, size: int | None = None, offset: int | None = None) -> Path:
+    """A copy of the program whose .symtab header has another size or offset."""
+    data = bytearray(PROGRAM.read_bytes())
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    names_at = struct.unpack_from("<Q", data, shoff + shstrndx * shentsize + 0x18)[0]
+    for index in range(shnum):
+        header = shoff + index * shentsize
+        name_offset, _ = struct.unpack_from("<II", data, header)
+        end = data.index(b"\0", names_at + name_offset)
+        if data[names_at + name_offset:end] == b".symtab":
+            if size is not None:
+                struct.pack_into("<Q", data, header + 0x20, size)
+            if offset is not None:
+                struct.pack_into("<Q", data, header + 0x18, offset)
+    path = tmp_path / f"prog-{size}-{offset}"
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("damage", ["size", "offset"])
+def test_a_damaged_symbol_table_is_one_finding(tmp_path: Path, damage: str) -> None:
+    top = tmp_path / "bin"
+    top.mkdir()
+    broken = (_with_symtab(top, size=1 << 40) if damage == "size"
+              else _with_symtab(top, offset=(1 << 64) - 1))
+    shutil.copy(PROGRAM, top / "good")
+    report = tmp_path / "r.json"
+    run = audit(str(top), "--json", str(report), cache=tmp_path / "cache")
+    assert "internal error" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert run.returncode == 1, (run.returncode, run.stderr)
+    files = {Path(item["path"]).name: item for item in json.loads(report.read_text())["files"]}
+    assert files["good"]["kind"] == "ELF"
+    assert files[broken.name]["kind"] == "damaged ELF"
+    assert ".symtab" in files[broken.name]["error"]
+
+
+def test_a_truncated_archive_is_damage_not_a_text_file(tmp_path: Path) -> None:
+    if shutil.which("ar") is None:
+        pytest.skip("needs ar")
+    top = tmp_path / "lib"
+    top.mkdir()
+    archive = top / "libt.a"
+    subprocess.run(["ar", "rcs", str(archive), str(FIXTURES / "2.46" / "x86_64" / "O2" /
+                                                    "cfi.o"),
+                    str(FIXTURES / "2.46" / "x86_64" / "O2" / "deep.o")], check=True)
+    data = archive.read_bytes()
+    archive.write_bytes(data[:len(data) - 100])  # the last member cut short
+    report = tmp_path / "r.json"
+    run = audit(str(top), "--json", str(report), cache=tmp_path / "cache")
+    assert run.returncode == 1, (run.returncode, run.stdout, run.stderr)
+    facts = json.loads(report.read_text())
+    assert facts["summary"]["not_elf"] == 0
+    assert facts["summary"]["damaged"] >= 1
+    assert any("runs past the end" in item.get("error", "") for item in facts["files"])
