@@ -144,3 +144,56 @@ def test_a_truncated_archive_is_damage_not_a_text_file(tmp_path: Path) -> None:
     assert facts["summary"]["not_elf"] == 0
     assert facts["summary"]["damaged"] >= 1
     assert any("runs past the end" in item.get("error", "") for item in facts["files"])
+
+
+def _python(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "c")))
+
+
+def test_a_file_that_shrinks_while_judged_is_not_a_crash(tmp_path: Path) -> None:
+    """A large file truncated between being opened and being read (a log rotated with
+    copytruncate, a package being upgraded): a mapping of it would die of SIGBUS at the
+    next access; the audit judges a private copy."""
+    big = tmp_path / "big.so"
+    big.write_bytes(PROGRAM.read_bytes() + bytes(4 << 20))  # over the read-whole limit
+    code = f"""
+import os
+from pysframe.audit import run
+judge = run.audit_bytes
+def shrinking(name, data):
+    os.truncate({str(big)!r}, 0)  # after load(), before the bytes are used
+    return judge(name, data)
+run.audit_bytes = shrinking
+[facts] = run.audit_path({str(big)!r}, use_cache=False)
+print(facts.kind.value)
+"""
+    result = _python(code, tmp_path)
+    assert result.returncode == 0, (result.returncode, result.stderr[-300:])
+    assert result.stdout.strip() == "ELF"
+
+
+def test_a_dead_worker_costs_its_file_not_the_run(tmp_path: Path) -> None:
+    files = []
+    for index in range(12):
+        path = tmp_path / f"prog{index:02d}"
+        shutil.copy(PROGRAM, path)
+        files.append(str(path))
+    code = f"""
+import os, signal
+from pysframe.audit import run
+judge = run.audit_path
+def dying(path, use_cache=True):
+    if path.endswith("prog05"):
+        os.kill(os.getpid(), signal.SIGBUS)
+    return judge(path, use_cache)
+run.audit_path = dying
+for path, found in run.on_pool({files!r}, 2, use_cache=False):
+    print(os.path.basename(path), [facts.kind.value for facts in found])
+"""
+    result = _python(code, tmp_path)
+    assert result.returncode == 0, (result.returncode, result.stderr[-500:])
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [Path(path).name for path in files]
+    assert [line for line in lines if "unreadable" in line] == ["prog05 ['unreadable']"]
+    assert sum("'ELF'" in line for line in lines) == 11

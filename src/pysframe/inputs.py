@@ -63,10 +63,15 @@ def open_regular(path: str, *, follow_symlinks: bool = True) -> tuple[int, os.st
 
 
 def load(path: str, *, max_size: int | None = None, min_size: int = 1,
-         follow_symlinks: bool = True) -> bytes | mmap.mmap:
+         follow_symlinks: bool = True, private: bool = False) -> bytes | mmap.mmap:
     """The contents of the regular file ``path``: read whole when small, else mapped
     read-only. Refused: sizes below ``min_size`` (by default an empty file, which is also
-    what procfs files report) or above ``max_size``."""
+    what procfs files report) or above ``max_size``.
+
+    ``private``: always a copy in this process's memory, never a mapping of the file: a
+    mapped file that shrinks (a log rotated with copytruncate, a package being upgraded)
+    kills the process with SIGBUS at the next access, where a copy is one unreadable
+    input (a file that shrinks while it is read is refused)."""
     fd, status = open_regular(path, follow_symlinks=follow_symlinks)
     try:
         size = status.st_size
@@ -75,6 +80,8 @@ def load(path: str, *, max_size: int | None = None, min_size: int = 1,
                              f"too short ({size} bytes)")
         if max_size is not None and size > max_size:
             raise InputError(path, f"too large ({size} bytes, at most {max_size})")
+        if private:
+            return _copy(path, fd, size)
         if size <= READ_WHOLE_LIMIT:
             return _read_exactly(path, fd, size)
         try:
@@ -83,6 +90,30 @@ def load(path: str, *, max_size: int | None = None, min_size: int = 1,
             raise InputError(path, f"cannot map: {error}") from None
     finally:
         os.close(fd)
+
+
+def _copy(path: str, fd: int, size: int) -> bytes | mmap.mmap:
+    """``size`` bytes of the file read into memory (an anonymous mapping when large, so
+    that it costs no more than its pages); fewer bytes than the file said: refused."""
+    if size <= READ_WHOLE_LIMIT:
+        data = _read_exactly(path, fd, size)
+        if len(data) != size:
+            raise InputError(path, f"changed while read ({len(data)} of {size} bytes)")
+        return data
+    copy = mmap.mmap(-1, size)
+    view = memoryview(copy)
+    done = 0
+    try:
+        while done < size:
+            count = os.preadv(fd, [view[done:done + (8 << 20)]], done)
+            if count == 0:
+                raise InputError(path, f"changed while read ({done} of {size} bytes)")
+            done += count
+    except OSError as error:
+        raise InputError(path, f"cannot read: {error.strerror or error}") from None
+    finally:
+        view.release()
+    return copy
 
 
 def _read_exactly(path: str, fd: int, size: int) -> bytes:

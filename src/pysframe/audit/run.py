@@ -12,12 +12,14 @@ version): a rerun after an interruption or an update judges only what changed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import stat
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from .. import cachedir
@@ -92,8 +94,8 @@ def _listing(directory: str, skipped: Counter[str]) -> Iterator[os.DirEntry[str]
 def audit_path(path: str, use_cache: bool = True) -> list[FileFacts]:
     """The facts of the file at ``path``: one per ELF file (an archive or a package gives
     one per member), none for other files; cached by content."""
-    try:  # small files read, large ones mapped; a symbolic link is not followed
-        data = load(path, max_size=MAX_FILE, min_size=0, follow_symlinks=False)
+    try:  # a copy (a mapped file that shrinks is SIGBUS); a symbolic link is not followed
+        data = load(path, max_size=MAX_FILE, min_size=0, follow_symlinks=False, private=True)
     except InputError as error:
         return [FileFacts(path, FileKind.UNREADABLE, error=error.message)]
     digest = hashlib.sha256(data).digest()
@@ -127,14 +129,49 @@ Results = Iterator[tuple[str, list[FileFacts]]]
 
 
 def on_pool(paths: Iterable[str], jobs: int, use_cache: bool = True) -> Results:
-    """(path, results) of ``paths`` in order, from ``jobs`` processes (1: this one)."""
+    """(path, results) of ``paths`` in order, from ``jobs`` processes (1: this one).
+
+    A worker that dies (SIGBUS, the kernel's OOM killer) breaks the pool: the files that
+    were still in flight are judged again one by one, each in a process of its own, so
+    that only the file that kills its process is lost (one unreadable result); the pool is
+    started again for the rest."""
     if jobs <= 1:
         for path in paths:
             yield path, audit_path(path, use_cache)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield from _windowed(lambda path: pool.submit(audit_path, path, use_cache), paths,
-                             jobs * WINDOW)
+    source = iter(paths)
+    while True:
+        stranded: list[str] = []
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            window: deque[tuple[str, Future[list[FileFacts]]]] = deque()
+            for item in itertools.chain(source, [None]):  # None: drain the window
+                if item is not None:
+                    window.append((item, pool.submit(audit_path, item, use_cache)))
+                while window and (item is None or len(window) >= jobs * WINDOW):
+                    done, future = window.popleft()
+                    try:
+                        found = future.result()
+                    except BrokenProcessPool:
+                        stranded = [done, *(waiting for waiting, _ in window)]
+                        break
+                    yield done, found
+                if stranded:
+                    break
+        if not stranded:
+            return
+        for path in stranded:
+            yield path, _alone(path, use_cache)
+
+
+def _alone(path: str, use_cache: bool) -> list[FileFacts]:
+    """:func:`audit_path` in a process of its own: a process that dies costs this file."""
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        try:
+            return pool.submit(audit_path, path, use_cache).result()
+        except BrokenProcessPool:
+            return [FileFacts(path, FileKind.UNREADABLE,
+                              error="the process judging it died (a file that changed "
+                                    "while it was read?)")]
 
 
 def on_dask(paths: Iterable[str], address: str, jobs: int, use_cache: bool = True) -> Results:
