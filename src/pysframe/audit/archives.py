@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..elf.archive import AR_MAGIC, ArchiveError, named_members
+from ..errors import PysframeError
 
 ELF_MAGIC = b"\x7fELF"
 #: What a package may unpack to before the rest of it is left out (streamed: this much
@@ -102,8 +103,11 @@ def _each(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-class _TooLarge(Exception):
+class _TooLarge(PysframeError):
     """A package unpacks to more than it may."""
+
+    def __init__(self) -> None:
+        super().__init__("unpacks to more than it may")
 
 
 class _Bounded(io.RawIOBase):
