@@ -197,3 +197,32 @@ for path, found in run.on_pool({files!r}, 2, use_cache=False):
     assert [line.split()[0] for line in lines] == [Path(path).name for path in files]
     assert [line for line in lines if "unreadable" in line] == ["prog05 ['unreadable']"]
     assert sum("'ELF'" in line for line in lines) == 11
+
+
+def test_a_bug_of_ours_is_not_called_damage(tmp_path: Path) -> None:
+    """An exception that is not an input error is ours: the file is reported as an
+    internal error (not 'damaged ELF'), the others are judged, and the run ends with 2."""
+    top = tmp_path / "bin"
+    top.mkdir()
+    shutil.copy(PROGRAM, top / "a")
+    shutil.copy(PROGRAM, top / "b")
+    report = tmp_path / "r.json"
+    code = f"""
+import sys
+from pysframe.audit import facts
+from pysframe.cli.entry import main
+real = facts._coverage
+def buggy(image, found):
+    if image.path.endswith("/a"):
+        raise KeyError("a bug of ours")
+    return real(image, found)
+facts._coverage = buggy
+sys.argv = ["sframe", "audit", {str(top)!r}, "--no-cache", "-j", "1", "--json", {str(report)!r}]
+main()
+"""
+    result = _python(code, tmp_path)
+    assert result.returncode == 2, (result.returncode, result.stderr[-300:])
+    files = {Path(item["path"]).name: item for item in json.loads(report.read_text())["files"]}
+    assert files["a"]["kind"] == "internal error" and "KeyError" in files["a"]["error"]
+    assert files["b"]["kind"] == "ELF"
+    assert "1 hit an internal error" in result.stdout

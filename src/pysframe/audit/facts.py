@@ -46,12 +46,17 @@ def audit_bytes(name: str, data: bytes | mmap.mmap) -> FileFacts:
         facts.kind, facts.type, facts.machine = FileKind.ELF, image.elf_type, image.machine
         facts.sframe = _sframe(image)
         _coverage(image, facts)
-    except (ElfError, PysframeError, ValueError, KeyError, IndexError) as error:
+    except PysframeError as error:  # the file's fault, said in one line
         # What we cannot read (32-bit x86 relocations, say) is not damage in the file.
         unsupported = ((isinstance(error, ElfError) and error.unsupported)
                        or isinstance(error, UnsupportedVersionError))
         facts.kind = FileKind.UNSUPPORTED if unsupported else FileKind.DAMAGED
         facts.error = str(error)
+    except (MemoryError, RecursionError) as error:  # the file is too much for us
+        facts.kind, facts.error = FileKind.UNREADABLE, f"too large to judge ({error!r})"
+    except Exception as error:  # ours, not the file's: said as such, the audit goes on
+        facts.kind = FileKind.INTERNAL
+        facts.error = f"{type(error).__name__}: {error} (please report this)"
     return facts
 
 

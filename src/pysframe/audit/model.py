@@ -32,6 +32,8 @@ class FileKind(Enum):
     DAMAGED = "damaged ELF"
     #: Not read at all (permissions, a file that vanished, too large).
     UNREADABLE = "unreadable"
+    #: A bug of ours met while judging it: not said to be the file's fault.
+    INTERNAL = "internal error"
 
 
 @dataclass(slots=True)

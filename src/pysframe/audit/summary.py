@@ -20,6 +20,8 @@ class Totals:
     damaged: int = 0
     unsupported: int = 0
     unreadable: int = 0
+    #: Files that met a bug of ours (each is named in the JSON).
+    internal: int = 0
     not_elf: int = 0
     with_sframe: int = 0
     versions: Counter[str] = field(default_factory=Counter)
@@ -61,6 +63,9 @@ class Totals:
     def _add(self, facts: FileFacts) -> None:
         if facts.kind == FileKind.UNREADABLE:
             self.unreadable += 1
+            return
+        if facts.kind == FileKind.INTERNAL:
+            self.internal += 1
             return
         if facts.kind == FileKind.DAMAGED:
             self.damaged += 1
@@ -109,6 +114,7 @@ class Totals:
             "files": self.files, "elf_files": self.elf, "damaged": self.damaged,
             "unsupported": self.unsupported,
             "unreadable": self.unreadable, "not_elf": self.not_elf,
+            "internal_errors": self.internal,
             "with_sframe": self.with_sframe, "versions": dict(sorted(self.versions.items())),
             "abis": dict(sorted(self.abis.items())), "invalid_sections": self.invalid,
             "kernel_checked": self.kernel_checked, "kernel_ok": self.kernel_ok,
@@ -135,7 +141,9 @@ class Totals:
             ("files", f"{self.files:,} ({self.not_elf:,} not ELF, {self.unreadable:,} "
                       "unreadable)"),
             ("ELF objects", f"{self.elf:,} judged (archive and package members included), "
-                            f"{self.damaged:,} damaged, {self.unsupported:,} not supported"),
+                            f"{self.damaged:,} damaged, {self.unsupported:,} not supported"
+                            + (f", {self.internal:,} hit an internal error (please report "
+                               "it; the JSON names them)" if self.internal else "")),
             ("with .sframe", f"{self.with_sframe:,} of {self.elf:,} ELF files"),
             ("versions", ", ".join(f"{k}: {v:,}" for k, v in sorted(self.versions.items()))
              or "-"),
