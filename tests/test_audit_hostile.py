@@ -5,16 +5,20 @@ with its documented exit status, never a traceback."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+import tarfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from tests.support.hostile import sframe as sframe_run
 
 from conftest import FIXTURES
 
@@ -226,3 +230,80 @@ main()
     assert files["a"]["kind"] == "internal error" and "KeyError" in files["a"]["error"]
     assert files["b"]["kind"] == "ELF"
     assert "1 hit an internal error" in result.stdout
+
+
+class _Zeros(io.RawIOBase):
+    """``size`` zero bytes, read as a file (the bomb's member, never held)."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = min(len(buffer), self.left)
+        buffer[:count] = bytes(count)
+        self.left -= count
+        return count
+
+
+def _ar(path: Path, entries: list[tuple[str, bytes]]) -> None:
+    out = bytearray(b"!<arch>\n")
+    for name, data in entries:
+        out += (name.ljust(16) + "0".ljust(12) + "0".ljust(6) + "0".ljust(6) + "100644".ljust(8)
+                + str(len(data)).ljust(10) + "`\n").encode()
+        out += data + (b"\n" if len(data) % 2 else b"")
+    path.write_bytes(bytes(out))
+
+
+def _package(path: Path, fill: Callable[[tarfile.TarFile], None]) -> int:
+    """A .deb whose data.tar.zst is what ``fill`` writes (streamed through zstd)."""
+    import zstandard
+
+    compressed = io.BytesIO()
+    with zstandard.ZstdCompressor(level=3).stream_writer(compressed, closefd=False) as sink, \
+            tarfile.open(fileobj=sink, mode="w|") as archive:
+        fill(archive)
+    control = io.BytesIO()
+    with tarfile.open(fileobj=control, mode="w:xz"):
+        pass
+    _ar(path, [("debian-binary", b"2.0\n"), ("control.tar.xz", control.getvalue()),
+               ("data.tar.zst", compressed.getvalue())])
+    return path.stat().st_size
+
+
+def test_a_package_bomb_costs_bounded_memory(tmp_path: Path) -> None:
+    """A .deb of a few KB whose data.tar.zst unpacks to 1.5 GiB: read through as a stream
+    within the unpacked bound (one finding), never held."""
+    def bomb(archive: tarfile.TarFile) -> None:
+        member = tarfile.TarInfo("./usr/lib/zeros")
+        member.size = 3 << 29
+        archive.addfile(member, _Zeros(member.size))
+        shutil.copy(PROGRAM, tmp_path / "prog")
+        archive.add(str(tmp_path / "prog"), "./usr/bin/prog")  # past the bound: left out
+
+    size = _package(tmp_path / "bomb.deb", bomb)
+    assert size < 200_000
+    report = tmp_path / "r.json"
+    run = sframe_run("audit", str(tmp_path / "bomb.deb"), "--no-cache", "--json", str(report),
+                     env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, timeout=300)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-300:]
+    assert run.peak_mib < 400, f"peak {run.peak_mib:.0f} MiB"
+    [facts] = json.loads(report.read_text())["files"]
+    assert facts["kind"] == "damaged ELF" and "unpacks to more than" in facts["error"]
+
+
+def test_a_package_of_too_many_members_is_cut_off(tmp_path: Path) -> None:
+    def many(archive: tarfile.TarFile) -> None:
+        for index in range(120_000):
+            archive.addfile(tarfile.TarInfo(f"./e/{index}"), io.BytesIO())
+
+    _package(tmp_path / "many.deb", many)
+    report = tmp_path / "r.json"
+    run = sframe_run("audit", str(tmp_path / "many.deb"), "--no-cache", "--json", str(report),
+                     env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, timeout=300)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-300:]
+    assert run.peak_mib < 400, f"peak {run.peak_mib:.0f} MiB"
+    [facts] = json.loads(report.read_text())["files"]
+    assert "more than 100,000 members" in facts["error"]
