@@ -61,22 +61,16 @@ class TableLoader:
         found = self.tables.get(key)
         if found is not None:
             return found
-        lookup = getattr(module, "lookup", None)
         found = (0, 0)
-        refusal = _kernel_refusal(module)
+        starts, words, refusal = module_rows(module, key[1])
         if refusal is not None:
             self.refused[str(getattr(module, "path", ""))] = refusal
-            lookup = None
-        if lookup is not None:
-            flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, key[1] or _build_id_of(module))
-            starts, words = walker_rows(flat)
-            count = len(starts)
-            first = self._allocate(count) if count else None
-            if first is not None:
-                keys = np.arange(first, first + count, dtype="<u4").tobytes()
-                values = np.column_stack((starts, words)).astype("<u8").tobytes()
-                map_update_batch(self.rows, keys, values, count)
-                found = (first, count)
+        count = len(starts)
+        first = self._allocate(count) if count else None
+        if first is not None:
+            keys, values = rows_items(first, starts, words)
+            map_update_batch(self.rows, keys, values, count)
+            found = (first, count)
         self.tables[key] = found
         return found
 
@@ -183,10 +177,38 @@ class TableLoader:
             if count and len(entries) < MAPPINGS:
                 entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first, count))
                 keys.add(key)
-        value = len(entries).to_bytes(4, "little") + bytes(4) + b"".join(entries)
-        map_update(self.procs, pid.to_bytes(4, "little"), value.ljust(PROCS_VALUE, b"\0"))
+        map_update(self.procs, pid.to_bytes(4, "little"), procs_value(entries))
         self._name(pid, keys)
         return len(entries)
+
+
+def module_rows(module: object, build_id: bytes | None = None, kernel_rules: bool = True
+                ) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """(row starts, rule words, refusal) of a binary as the walker's ``rows`` hold them:
+    none when the kernel's rules refuse its own table (``refusal`` says why: its frames
+    fall back to frame pointers; ``kernel_rules`` False: not checked) or it has no table."""
+    empty = np.zeros(0, np.uint64)
+    refusal = _kernel_refusal(module) if kernel_rules else None
+    lookup = getattr(module, "lookup", None)
+    if refusal is not None or lookup is None:
+        return empty, empty, refusal
+    flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, build_id or _build_id_of(module))
+    starts, words = walker_rows(flat)
+    return starts, words, None
+
+
+def rows_items(first: int, starts: np.ndarray, words: np.ndarray) -> tuple[bytes, bytes]:
+    """The keys and values (:data:`~.walker.ROW` each) writing a table at row ``first``."""
+    count = len(starts)
+    keys = np.arange(first, first + count, dtype="<u4").tobytes()
+    values = np.column_stack((starts, words)).astype("<u8").tobytes()
+    return keys, values
+
+
+def procs_value(entries: list[bytes]) -> bytes:
+    """A process's ``procs`` value from its :data:`~.walker.MAPPING` entries."""
+    value = len(entries).to_bytes(4, "little") + bytes(4) + b"".join(entries)
+    return value.ljust(PROCS_VALUE, b"\0")
 
 
 #: A PLT block written out as more rows than this keeps its one MASK row (the walk stops

@@ -1,0 +1,133 @@
+"""``sframe record``'s SFrame walker run through the test interpreter
+(:mod:`tests.support.bpf_interp`): maps filled as :mod:`pysframe.record.tables` fills
+them, a perf sample's context, user memory, and the record read back.
+
+:class:`WalkerRig` loads the tables of an address space's mappings once and walks any
+number of (registers, memory) cases over them; ``build`` makes the program (a test may
+pass a mutated walker's).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pysframe.record.sampler import PT_BP, PT_CS, PT_IP, PT_SP, RECORD_SIZE, USER_AT
+from pysframe.record.tables import module_rows, procs_value, rows_items
+from pysframe.record.walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW, walker
+from pysframe.records import replace
+from pysframe.unwind.address_space import AddressSpace, Mapping, Module
+
+from .bpf_interp import Machine, Map, Program, Task, array, hash_map, ringbuf
+
+RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD = 10, 11, 12, 13
+#: struct bpf_perf_event_data: the user's pt_regs (168 bytes), sample_period, addr.
+CONTEXT_SIZE = 184
+USER_CS = 0x33
+TGID = 4242
+Builder = Callable[[int, int, int, int], tuple[bytes, bytes, bytes]]
+
+
+@dataclass
+class Walk:
+    """The walker's record: the user frames and the stop code; ``executed``: the
+    instructions it took."""
+
+    pcs: list[int]
+    stop: int
+    executed: int
+
+
+class CopyAndCode:
+    """User memory: a stack copy at ``base``, and the code of the mapped binaries (the
+    walker reads the instruction at a pc to recognise the sigreturn trampoline). The
+    scalar tracer reads words of the same memory (:meth:`read`): a junk CFA that points
+    into code reads the same junk in both."""
+
+    def __init__(self, base: int, stack: bytes, space: AddressSpace) -> None:
+        self.base, self.stack, self.end, self.space = base, bytes(stack), base + len(stack), space
+
+    def read_bytes(self, address: int, size: int) -> bytes | None:
+        if self.base <= address and address + size <= self.end:
+            return self.stack[address - self.base:address - self.base + size]
+        mapping = self.space.find(address)
+        if mapping is None or address + size > mapping.end:
+            return None
+        return mapping.code(address, size)
+
+    def read(self, address: int) -> int | None:
+        data = self.read_bytes(address, 8)
+        return None if data is None else int.from_bytes(data, "little")
+
+
+def walker_space(space: AddressSpace, kernel_rules: bool = True
+                 ) -> tuple[AddressSpace, list[tuple[Mapping, np.ndarray, np.ndarray]]]:
+    """The tables the recorder would load for ``space``'s mappings (``TableLoader``: files
+    only, by the kernel's rules unless ``kernel_rules`` is False), and the same space with
+    every other mapping's table taken away: the scalar tracer's input made the walker's
+    (a mapping without rows is walked by frame pointer in both)."""
+    loaded: list[tuple[Mapping, np.ndarray, np.ndarray]] = []
+    aligned = AddressSpace()
+    tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for mapping in space.mappings:
+        module = mapping.module
+        starts = words = np.zeros(0, np.uint64)
+        if module is not None and module.lookup is not None and mapping.filename.startswith("/"):
+            key = id(module.lookup)
+            if key not in tables:
+                found = module_rows(module, module.build_id, kernel_rules)
+                tables[key] = (found[0], found[1])
+            starts, words = tables[key]
+        if len(starts) and len(loaded) < MAPPINGS:
+            loaded.append((mapping, starts, words))
+            aligned.add(mapping)
+        else:
+            bare = replace(module, lookup=None) if isinstance(module, Module) else None
+            aligned.add(replace(mapping, module=bare))
+    return aligned, loaded
+
+
+class WalkerRig:
+    """The walker program and its maps for one address space."""
+
+    def __init__(self, loaded: list[tuple[Mapping, np.ndarray, np.ndarray]],
+                 build: Builder | None = None) -> None:
+        capacity = max(1, sum(len(starts) for _, starts, _ in loaded))
+        self.rows = array(ROW.size, capacity)
+        self.procs = hash_map(4, PROCS_VALUE, 64)
+        self.scratch = array(RECORD_SIZE, 1, per_cpu=True)
+        self.ring = ringbuf()
+        entries = []
+        first = 0
+        for mapping, starts, words in loaded:
+            keys, values = rows_items(first, starts, words)
+            for index in range(len(starts)):
+                self.rows.update(keys[4 * index:4 * index + 4],
+                                 values[ROW.size * index:ROW.size * (index + 1)])
+            assert mapping.module is not None
+            entries.append(MAPPING.pack(mapping.start, mapping.end, mapping.module.bias, first,
+                                        len(starts)))
+            first += len(starts)
+        self.procs.update(TGID.to_bytes(4, "little"), procs_value(entries))
+        code, _, _ = (build or walker)(RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD)
+        self.program = Program.decode(code)
+        self.maps: dict[int, Map] = {RINGBUF_FD: self.ring, SCRATCH_FD: self.scratch,
+                                     PROCS_FD: self.procs, ROWS_FD: self.rows}
+
+    def walk(self, pc: int, sp: int, fp: int, memory: CopyAndCode) -> Walk:
+        """One sample taken in user mode with these registers."""
+        context = bytearray(CONTEXT_SIZE)
+        for offset, value in ((PT_IP, pc), (PT_SP, sp), (PT_BP, fp), (PT_CS, USER_CS),
+                              (168, 1)):
+            struct.pack_into("<Q", context, offset, value)
+        self.ring.records.clear()
+        machine = Machine(self.program, self.maps, memory, Task(TGID, TGID))
+        machine.run(bytes(context))
+        assert len(self.ring.records) == 1, "one record per sample"
+        record = self.ring.records[0]
+        count, stop = struct.unpack_from("<II", record, 32)
+        pcs = list(struct.unpack_from(f"<{count}Q", record, USER_AT))
+        return Walk(pcs, stop, machine.executed)

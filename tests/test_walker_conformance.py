@@ -1,0 +1,353 @@
+"""``sframe record``'s eBPF walker, run through the test interpreter, frame by frame against
+the scalar tracer (issue 24, items 2 and 3).
+
+Cases: (a) random pcs and synthetic stacks over the rows of every x86-64 fixture (the
+walker is x86-64 only): row starts, bytes into rows, PLT stubs, flexible V3 rows,
+function ends, outermost rows, pcs in no mapping; (b) every sample of the fixture
+recording made with ``perf record --call-graph dwarf`` (its registers and stack copy).
+Each case gives the same frames and the same stop reason in both, the stop codes mapped
+by :data:`SAME_STOP`, or a difference named in :data:`DIFFERENCES` and checked to be
+that difference. Then deliberately broken walkers (:data:`MUTANTS`) must each fail.
+
+Inputs are made the same on purpose, and named here: the walker gets the tables the
+recorder would load (``record/tables.py``: files only, the kernel's refusals for the
+recording; in (a) every fixture's table, V1 and V2 included, so every row is tried), and
+the scalar tracer gets the same tables (a mapping the walker has no rows for is walked by
+frame pointer in both). The walker reads user memory wherever it is mapped; the tracer
+reads words: both read the same memory, the copy and the binaries' code (so the tracer
+takes its general path, not the inline reads of a perf copy, which the batch engine's
+tests hold to it; and its MEMORY and COPY_ENDED are one).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from tests.support.bpf_interp import Fault
+from tests.support.synthetic_stacks import Binary, make_case, map_fixture
+from tests.support.walker_run import CopyAndCode, WalkerRig, walker_space
+
+from conftest import FIXTURES, manifest_entries
+from pysframe.format.constants import ABI
+from pysframe.record import asm
+from pysframe.record.asm import Asm
+from pysframe.unwind.address_space import AddressSpace
+from pysframe.unwind.flat import KIND_MASK, KIND_RARE, OUTERMOST
+from pysframe.unwind.modules import BinaryFinder
+from pysframe.unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
+
+RECORDING = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+ELF_FIXTURES = [FIXTURES / entry["path"] for entry in manifest_entries()
+                if entry["arch"] == "x86_64"]
+CASES_PER_FIXTURE = 30
+SEED = 24
+
+#: The walker's stop codes (its records' ``stop`` field: record/walker.py, sampler.py) and
+#: the scalar tracer's stops each stands for; one table until the stop enum lands.
+SAME_STOP: dict[int, frozenset[Stop]] = {
+    1: frozenset({Stop.DEPTH}),
+    3: frozenset({Stop.MEMORY, Stop.COPY_ENDED}),  # the walker cannot tell them apart
+    4: frozenset({Stop.ZERO_PC}),
+    5: frozenset({Stop.BACKWARDS, Stop.NO_ADVANCE}),  # one code for both
+    6: frozenset({Stop.OUTERMOST}),
+    9: frozenset({Stop.NO_RULE, Stop.NO_MODULE}),  # no mapping: the frame-pointer step
+}
+RARE, PLT, SIGNAL = 7, 8, 10
+#: Where the two may differ, each checked to be exactly that (:func:`compare`).
+DIFFERENCES = {
+    "rare rule": "the walker stops (code 7) at a row whose rule it lacks (flexible V3 "
+                 "rules, register-based CFA, a mangled RA, offsets too large to pack); "
+                 "the tracer applies it and goes on: the frames before are the same",
+    "large PLT": "a PLT block written out as more than MAX_PLT_ROWS rows stays one MASK "
+                 "row: the walker stops there (code 8)",
+    "signal frame": "at the sigreturn trampoline the walker stops (code 10); the tracer "
+                    "steps into the interrupted frame",
+    "bad return address": "the tracer refuses a frame-pointer return address outside "
+                          "executable code (BAD_RA); the walker keeps it as a frame",
+}
+
+
+@dataclass
+class Tally:
+    cases: int = 0
+    frames: int = 0
+    deepest: int = 0
+    instructions: int = 0
+    stops: Counter[str] = field(default_factory=Counter)
+    named: Counter[str] = field(default_factory=Counter)
+    differences: list[str] = field(default_factory=list)
+
+
+def word_at(rig_rows: dict[int, tuple[int, int, int, list[int], list[int]]], pc: int
+            ) -> int | None:
+    """The rule word the walker's rows give ``pc`` (a lookup pc), None: no row."""
+    from bisect import bisect_right
+
+    for start, end, bias, starts, words in rig_rows.values():
+        if start <= pc < end:
+            index = bisect_right(starts, pc - bias) - 1
+            return words[index] if index >= 0 else None
+    return None
+
+
+def compare(walked: list[int], stop: int, expected: Unwind,
+            rows: dict[int, tuple[int, int, int, list[int], list[int]]]) -> str | None:
+    """None if the walker's frames and stop are the tracer's, or the name of a documented
+    difference it is; a message otherwise."""
+    pcs, methods = expected.pcs, expected.methods
+    if stop in SAME_STOP and walked == pcs and expected.stop in SAME_STOP[stop]:
+        return None
+    last = len(walked) - 1
+    lookup = walked[-1] - (last > 0)
+    if stop in (RARE, PLT) and walked == pcs[:len(walked)] and len(pcs) > last:
+        word = word_at(rows, lookup)
+        kind = None if word is None else word & 3
+        if stop == RARE and kind == KIND_RARE and word != OUTERMOST:
+            return "rare rule"
+        if stop == PLT and kind == KIND_MASK:
+            return "large PLT"
+    if (stop == SIGNAL and walked == pcs[:len(walked)] and len(methods) > last
+            and methods[last] == FrameMethod.SIGRETURN):
+        return "signal frame"
+    if (expected.stop == Stop.BAD_RA and walked[:len(pcs)] == pcs
+            and len(walked) > len(pcs)):
+        return "bad return address"
+    first = next((i for i, (a, b) in enumerate(zip(walked, pcs, strict=False)) if a != b),
+                 min(len(walked), len(pcs)))
+    return (f"walker {[hex(pc) for pc in walked]} stop {stop}; tracer "
+            f"{[hex(pc) for pc in pcs]} {expected.stop.name}; first difference at frame "
+            f"{first}")
+
+
+class Conformance:
+    """One address space: the walker (maybe a mutant's) and the tracer over its cases."""
+
+    def __init__(self, space: AddressSpace, kernel_rules: bool,
+                 build: Callable[[int, int, int, int], tuple[bytes, bytes, bytes]] | None = None
+                 ) -> None:
+        self.space, loaded = walker_space(space, kernel_rules)
+        self.rig = WalkerRig(loaded, build)
+        self.rows = {id(m): (m.start, m.end, m.module.bias if m.module else 0,
+                             [int(s) for s in starts], [int(w) for w in words])
+                     for m, starts, words in loaded}
+        self.scalar = Unwinder(ABI.AMD64_ENDIAN_LITTLE, 127)
+
+    def check(self, pc: int, sp: int, fp: int, stack: bytes, tally: Tally, label: str) -> bool:
+        """One case into ``tally``; False: a difference not documented."""
+        memory = CopyAndCode(sp, stack, self.space)
+        walked = self.rig.walk(pc, sp, fp, memory)
+        expected = self.scalar.unwind(Registers(pc, sp, fp), memory, self.space)
+        tally.cases += 1
+        tally.frames += len(walked.pcs)
+        tally.deepest = max(tally.deepest, len(walked.pcs))
+        tally.instructions += walked.executed
+        tally.stops[expected.stop.name] += 1
+        verdict = compare(walked.pcs, walked.stop, expected, self.rows)
+        if verdict in DIFFERENCES:
+            tally.named[verdict] += 1
+        elif verdict is not None:
+            tally.differences.append(f"{label}: {verdict}")
+            return False
+        return True
+
+
+def fixtures() -> Iterator[tuple[str, Binary]]:
+    finder = BinaryFinder()
+    for path in ELF_FIXTURES:
+        binary = map_fixture(str(path), finder)
+        if binary is not None:
+            yield "/".join(path.parts[-4:]), binary
+
+
+def synthetic(tally: Tally, build: Callable[..., tuple[bytes, bytes, bytes]] | None = None,
+              per_fixture: int = CASES_PER_FIXTURE, stop_early: bool = False) -> None:
+    rng = random.Random(SEED)
+    for name, binary in fixtures():
+        run = Conformance(binary.space, kernel_rules=False, build=build)
+        # Relocatable objects flatten to no rows (their functions' unrelocated starts
+        # overlap): a few frame-pointer cases; the linked binaries get the rest.
+        for index in range(per_fixture if run.rows else max(1, per_fixture // 10)):
+            case = make_case(rng, binary)
+            ok = run.check(case.pc, case.sp, case.fp, case.stack, tally,
+                           f"{name} case {index} ({case.aim})")
+            if not ok and stop_early:
+                return
+
+
+def recorded(tally: Tally, build: Callable[..., tuple[bytes, bytes, bytes]] | None = None,
+             limit: int | None = None, stop_early: bool = False) -> None:
+    from tests.test_batch_unwind import collected
+
+    with collected(RECORDING) as (_, snapshots):
+        for snapshot in snapshots:
+            run = Conformance(snapshot.space, kernel_rules=True, build=build)
+            for index, sample in enumerate(snapshot.samples[:limit]):
+                r = sample.registers
+                ok = run.check(r.pc, r.sp, r.fp, bytes(sample.stack), tally,
+                               f"{RECORDING.parent.name} sample {index}")
+                if not ok and stop_early:
+                    return
+
+
+def report(title: str, tally: Tally, started: float) -> None:
+    print(f"\n{title}: {tally.cases} (pc, stack) cases, {tally.frames} frames compared, "
+          f"{len(tally.differences)} differences (deepest chain {tally.deepest} frames), "
+          f"{tally.instructions} BPF instructions "
+          f"interpreted, {time.monotonic() - started:.1f} s")
+    print(f"  scalar stops: {dict(tally.stops.most_common())}")
+    print(f"  named differences: {dict(tally.named)}")
+    for line in tally.differences[:20]:
+        print("  DIFFERENCE", line)
+
+
+needs_fixtures = pytest.mark.skipif(not ELF_FIXTURES, reason="no fixtures (../shared/fixtures)")
+
+
+@needs_fixtures
+def test_walker_equals_the_tracer_on_every_fixtures_rows(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tally, started = Tally(), time.monotonic()
+    synthetic(tally)
+    report("walker conformance, synthetic stacks over the fixtures' rows", tally, started)
+    assert not tally.differences
+    assert tally.cases >= 10 * len(ELF_FIXTURES) // 2 and tally.frames > 3 * tally.cases
+    assert tally.stops.keys() >= {"OUTERMOST", "NO_RULE", "NO_MODULE", "MEMORY", "ZERO_PC",
+                                  "BACKWARDS", "NO_ADVANCE", "DEPTH", "BAD_RA"}
+    assert tally.named.keys() >= {"rare rule", "bad return address"}
+
+
+@pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
+def test_walker_equals_the_tracer_on_every_recorded_sample(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tally, started = Tally(), time.monotonic()
+    recorded(tally)
+    report(f"walker conformance, every sample of {RECORDING.parent.name}/perf.data", tally,
+           started)
+    assert not tally.differences
+    assert tally.cases > 3000 and tally.frames > 10 * tally.cases
+
+
+# -- mutants ---------------------------------------------------------------------------------
+
+Insn = tuple[int, int, int, int, int, str | None]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One instruction of the walker changed: the ``nth`` (0-based) instruction under
+    label ``label`` that ``match`` accepts becomes ``change``'s."""
+
+    name: str
+    label: str
+    match: Callable[[Insn], bool]
+    change: Callable[[Insn], Insn]
+
+
+def _op(code: int, dst: int | None = None, src: int | None = None, imm: int | None = None
+        ) -> Callable[[Insn], bool]:
+    return lambda i: (i[0] == code and (dst is None or i[1] == dst)
+                      and (src is None or i[2] == src) and (imm is None or i[4] == imm))
+
+
+J, JX, A64 = asm.JMP, asm.JMP | asm.X, asm.ALU64
+MUTANTS = [
+    Mutant("binary search: a row starting at the key is passed over (off by one)",
+           "search_step", _op(JX | asm.JGT, 1, 2), lambda i: (JX | asm.JGE, *i[1:])),
+    Mutant("binary search: the row after the last one at or below the pc", "search",
+           _op(A64 | asm.ADD, 1, imm=-1), lambda i: (*i[:4], 0, i[5])),
+    Mutant("wrong CFA base: FP-based rules use SP", "cfa_from_fp",
+           _op(asm.LDX | asm.MEM | asm.DW, 6, 9), lambda i: (i[0], i[1], i[2], 8, *i[4:])),
+    Mutant("missing alignment check of the frame pointer", "fp_guess",
+           _op(J | asm.JSET, 3, imm=7), lambda i: (*i[:4], 0, i[5])),
+    Mutant("frame pointer below SP accepted", "fp_guess", _op(JX | asm.JLT, 3, 1),
+           lambda i: (i[0], 3, 3, *i[3:])),
+    Mutant("return addresses looked up exactly, not one byte before", "frame_step",
+           _op(A64 | asm.ADD, 6, imm=-1), lambda i: (*i[:4], 0, i[5])),
+    Mutant("load bias added instead of subtracted", "scan", _op(A64 | asm.X | asm.SUB, 0, 5),
+           lambda i: (A64 | asm.X | asm.ADD, *i[1:])),
+    Mutant("saved frame pointer not restored", "fp_saved",
+           _op(asm.LDX | asm.MEM | asm.DW, 1, 10), lambda i: (*i[:3], -32, *i[4:])),
+    Mutant("saved frame pointer read at the RA offset", "fp_saved",
+           _op(A64 | asm.RSH, 3, imm=44), lambda i: (*i[:4], 24, i[5])),
+    Mutant("a return address of 0 accepted", "advance", _op(J | asm.JEQ, 1, imm=0),
+           lambda i: (*i[:4], 99, i[5])),
+    Mutant("a CFA that did not move accepted above the topmost frame", "advance",
+           _op(J | asm.JEQ, 3, imm=0), lambda i: (*i[:4], 99, i[5])),
+    Mutant("outermost rows not recognised", "search", _op(J | asm.JEQ, 7),
+           lambda i: (*i[:4], 0, i[5])),
+    Mutant("frame limit one frame short", "moved_up", _op(J | asm.JGE, 3, imm=127),
+           lambda i: (*i[:4], 126, i[5])),
+    Mutant("state key written to the wrong stack slot (uninitialised key)", "step_exact",
+           _op(asm.STX | asm.MEM | asm.W, 10, 1), lambda i: (*i[:3], -128, *i[4:])),
+]
+
+
+@contextmanager
+def mutated(mutant: Mutant, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The walker's assembler with ``mutant`` applied (yields the count of matches)."""
+    original_emit, original_label = Asm._emit, Asm.label
+    where = [""]
+    hits = [0]
+
+    def label(self: Asm, name: str) -> Asm:
+        where[0] = name
+        return original_label(self, name)
+
+    def emit(self: Asm, opcode: int, dst: int = 0, src: int = 0, offset: int = 0,
+             imm: int = 0, target: str | None = None) -> Asm:
+        insn: Insn = (opcode, dst, src, offset, imm, target)
+        if where[0] == mutant.label and mutant.match(insn):
+            hits[0] += 1
+            if hits[0] == 1:
+                insn = mutant.change(insn)
+        return original_emit(self, *insn)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Asm, "_emit", emit)
+        patch.setattr(Asm, "label", label)
+        yield hits
+
+
+@needs_fixtures
+@pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
+def test_every_walker_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from pysframe.record.walker import walker
+
+    survivors, killed = [], []
+    for mutant in MUTANTS:
+        with mutated(mutant, monkeypatch) as hits:
+            code = walker(10, 11, 12, 13)
+        assert hits[0] >= 1, f"mutant {mutant.name!r} no longer applies to walker.py"
+
+        def build(*fds: int, code: tuple[bytes, bytes, bytes] = code
+                  ) -> tuple[bytes, bytes, bytes]:
+            return code
+
+        tally = Tally()
+        try:
+            synthetic(tally, build, stop_early=True)
+            if not tally.differences:
+                recorded(tally, build, limit=300, stop_early=True)
+        except Fault as fault:
+            killed.append(f"{mutant.name}: interpreter fault ({fault})")
+            continue
+        if tally.differences:
+            killed.append(f"{mutant.name}: {tally.differences[0][:160]}")
+        else:
+            survivors.append(mutant.name)
+    print(f"\nwalker mutants: {len(killed)} killed, {len(survivors)} survived")
+    for line in killed:
+        print("  KILLED", line)
+    assert not survivors, survivors
