@@ -118,7 +118,9 @@ class Region:
                 self.init is None or not offset % size):
             return
         if offset < 0 or offset + size > len(self.data):
-            raise Fault(f"{self.kind} access out of bounds: offset {offset} size {size} "
+            where = (f"R10{offset - STACK_SIZE:+d}" if self.init is not None
+                     else f"offset {offset}")
+            raise Fault(f"{self.kind} access out of bounds: {where} size {size} "
                         f"(region of {len(self.data)} bytes)", pc)
         if write and not self.writable:
             raise Fault(f"write into read-only {self.kind}", pc)
