@@ -39,8 +39,8 @@ def run_generate(path: str, output: str, *, version: int, address: int | None,
         for start, size, what in result.trimmed:
             sys.stderr.write(f"{path}: SFrame FDE for {start:#x}{name(start)} ({size} bytes): "
                              f"{what}\n")
-        for message in result.cfi_errors:
-            sys.stderr.write(f"{path}: unreadable CFI entry: {message}\n")
+        for problem in result.cfi_errors:
+            sys.stderr.write(f"{path}: unreadable CFI entry: {problem}\n")
         section = result.section
         sys.stderr.write(f"{path}: {len(section.fdes)} FDEs, {section.num_fres} FREs, "
                          f"{len(data)} bytes at {section.address:#x} (SFrame V{version}); "

@@ -146,8 +146,8 @@ def _walk_core(core: str, finder: Any, space: Any, unwinder: Any, exe: str | Non
                        f"are not unwound{hint}")
         if module is not None or build_id is not None:
             space.add(mapping)
-    for problem in _add_jit_code(core_file.memory.read_bytes, space):
-        report(f"warning: {problem}")
+    _add_jit_code(core_file.memory.read_bytes, space,
+                  Problems(lambda text: report(f"warning: {text}")))
     walked = [_Walked(thread.tid, "", _unwind(thread.registers, core_file.memory, space,
                                               unwinder))
               for thread in core_file.threads]
@@ -174,8 +174,9 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
     try:
         tid, maps = live_maps(pid)
         # Open every module (and generate missing SFrame) before the target is stopped.
-        warnings = _add_live_modules(pid, tid, maps, finder, space, refused)
-        warnings += _add_live_jit_code(pid, tid, space)
+        warnings = Problems()  # reported once the target is released
+        _add_live_modules(pid, tid, maps, finder, space, refused, warnings)
+        _add_live_jit_code(pid, tid, space, warnings)
     except LiveError as error:
         raise CommandError(str(error), EXIT_UNREADABLE) from None
     walked: list[_Walked] = []
@@ -194,14 +195,15 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
     except LiveError as error:
         raise CommandError(str(error), EXIT_UNREADABLE) from None
     for warning in warnings:  # only now: a process that ended meanwhile needs none
-        report(warning)
+        report(f"warning: {warning}")
     return walked
 
 
 def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, space: Any,
-                      refused: list[Mapping]) -> list[str]:
+                      refused: list[Mapping], warnings: Problems) -> None:
     """The executable file mappings of ``pid``, each with its module when the file the
-    process mapped can be opened. Returns the warnings, one per file that could not be."""
+    process mapped can be opened; a warning in ``warnings`` for each file that could not
+    be."""
     from ..sources.live import LiveError, open_memory
     from ..unwind.address_space import Mapping
 
@@ -209,7 +211,6 @@ def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, spa
         memory_fd = open_memory(pid, tid)  # for build ids, read before the target stops
     except LiveError:
         memory_fd = -1
-    warnings: dict[str, str] = {}
     try:
         for entry in maps:
             if "x" not in entry.perms or not entry.path.startswith("/"):
@@ -219,40 +220,40 @@ def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, spa
                               module)
             if not found:
                 refused.append(mapping)
-                warnings.setdefault(entry.path, (
-                    f"warning: {mapping.filename}: not the file process {pid} mapped (another "
-                    "mount namespace, or replaced since), and its own cannot be opened; its "
-                    "frames are not unwound"))
+                warnings.add(PysframeError(
+                    f"not the file process {pid} mapped (another mount namespace, or "
+                    "replaced since), and its own cannot be opened; its frames are not "
+                    "unwound", path=mapping.filename))
             space.add(mapping)
     finally:
         if memory_fd >= 0:
             os.close(memory_fd)
-    return list(warnings.values())
 
 
-def _add_jit_code(read_bytes: Any, space: Any) -> list[str]:
+def _add_jit_code(read_bytes: Any, space: Any, problems: Problems) -> None:
     """The code a JIT registered through the GDB JIT interface, as mappings of ``space``;
-    returns the problems (none when the target has no JIT descriptor)."""
+    its problems noted in ``problems`` (none when the target has no JIT descriptor)."""
     from ..sources.jit_interface import jit_objects
     from ..unwind.jit_modules import add_jit_code, descriptor_address, jit_mappings
 
     descriptor = descriptor_address(space)
     if descriptor is None:
-        return []
-    objects, problems = jit_objects(read_bytes, descriptor)
+        return
+    objects, found = jit_objects(read_bytes, descriptor)
     mappings, more = jit_mappings(objects)
     add_jit_code(space, mappings)
-    return problems + more
+    for problem in found + more:
+        problems.add(PysframeError(problem))
 
 
-def _add_live_jit_code(pid: int, tid: int, space: Any) -> list[str]:
+def _add_live_jit_code(pid: int, tid: int, space: Any, problems: Problems) -> None:
     """:func:`_add_jit_code` of a live process, read before it is stopped."""
     from ..sources.live import LiveError, open_memory
 
     try:
         memory_fd = open_memory(pid, tid)
     except LiveError:
-        return []
+        return
 
     def read_bytes(address: int, size: int) -> bytes | None:
         try:
@@ -261,7 +262,7 @@ def _add_live_jit_code(pid: int, tid: int, space: Any) -> list[str]:
             return None
 
     try:
-        return [f"warning: {problem}" for problem in _add_jit_code(read_bytes, space)]
+        _add_jit_code(read_bytes, space, problems)
     finally:
         os.close(memory_fd)
 

@@ -14,6 +14,7 @@ from ..cfi.eh_frame import (
 )
 from ..cfi.leb128 import DecodeError
 from ..elf import ElfImage
+from ..errors import Problems
 from ..format.constants import ABI, F_FDE_FUNC_START_PCREL, VERSION_2, VERSION_3
 from ..format.model import FDE, Section
 from .errors import GenerateError
@@ -31,7 +32,8 @@ class Generated:
     #: (start, size, gas's reason) of every function gas would have skipped, and of every
     #: function left out because its FDE could not be a valid one (damaged CFI).
     skipped: list[tuple[int, int, str]] = field(default_factory=list)
-    cfi_errors: list[str] = field(default_factory=list)
+    #: The CFI entries that could not be read (each names its offset in the section).
+    cfi_errors: Problems = field(default_factory=Problems)
     #: (start, size, what) of functions kept with part of their CFI left out (rows past
     #: the function's end).
     trimmed: list[tuple[int, int, str]] = field(default_factory=list)
@@ -69,7 +71,9 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
     cfi_fdes, errors = parse(data, cfi_address, big_endian=image.big_endian,
                              address_size=image.elf_class // 8)
     ranges = image.section_ranges(*PLT_SECTIONS)
-    result = Generated(Section(version=version, abi=abi), cfi_errors=[str(e) for e in errors])
+    result = Generated(Section(version=version, abi=abi))
+    for error in errors:
+        result.cfi_errors.add(error)
     fdes: list[FDE] = []
     for cfi in cfi_fdes:
         start, size = cfi.pc_begin, cfi.pc_range
