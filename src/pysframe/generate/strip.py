@@ -76,10 +76,26 @@ def _sframe_headers(image: ElfImage) -> list[SectionHeader]:
     return found
 
 
+def _table_in_place(data: bytearray, offset: int, size: int, what: str) -> None:
+    """A table rewritten in place must lie in the file, aligned, clear of the ELF header
+    and of the program and section header tables (a hostile ``sh_offset`` of 1 would
+    otherwise have the rewrite overwrite the header it reads next)."""
+    if offset % 4 or offset < 64 or offset + size > len(data):
+        raise GenerateError(f"{what} at offset {offset:#x} (size {size:#x}) is not where a "
+                            "table can be")
+    for start, count_at, entry_at in ((0x20, 0x38, 0x36), (0x28, 0x3C, 0x3A)):
+        table = struct.unpack_from("<Q", data, start)[0]
+        length = struct.unpack_from("<H", data, count_at)[0] * struct.unpack_from(
+            "<H", data, entry_at)[0]
+        if table < offset + size and offset < table + length:
+            raise GenerateError(f"{what} at offset {offset:#x} overlaps the ELF headers")
+
+
 def _renumber_symbols(data: bytearray, header: list[int], new_index: dict[int, int]) -> None:
     offset, size, entsize = header[4], header[5], header[9] or _SYMBOL.size
-    if entsize != _SYMBOL.size or offset + size > len(data):
+    if entsize != _SYMBOL.size:
         raise GenerateError("a symbol table of an unexpected layout")
+    _table_in_place(data, offset, size, "a symbol table")
     for at in range(offset, offset + size - size % entsize, entsize):
         name, info, other, shndx, value, length = _SYMBOL.unpack_from(data, at)
         if 0 < shndx < SHN_LORESERVE:
@@ -95,6 +111,9 @@ def _renumber_symbols(data: bytearray, header: list[int], new_index: dict[int, i
 
 def _renumber_group(data: bytearray, header: list[int], new_index: dict[int, int]) -> None:
     offset, size = header[4], header[5]
+    _table_in_place(data, offset, size, "a section group")
+    if size < 4:
+        raise GenerateError(f"a section group at offset {offset:#x} is {size} bytes long")
     words = list(struct.unpack_from(f"<{size // 4}I", data, offset))
     members = [new_index[w] for w in words[1:] if w in new_index]
     words = [words[0], *members] + [0] * (len(words) - 1 - len(members))
@@ -107,6 +126,8 @@ def _drop_segment(data: bytearray) -> None:
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
     if not phoff or phentsize < 56:
         return
+    if phoff + phnum * phentsize > len(data):
+        raise GenerateError(f"the program headers at offset {phoff:#x} run past the file")
     for i in range(phnum):
         at = phoff + i * phentsize
         if struct.unpack_from("<I", data, at)[0] == PT_GNU_SFRAME:
