@@ -21,7 +21,11 @@ tests hold to it; and its MEMORY and COPY_ENDED are one).
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import struct
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,10 +42,19 @@ from conftest import FIXTURES, manifest_entries
 from pysframe.format.constants import ABI
 from pysframe.record import asm
 from pysframe.record.asm import Asm
-from pysframe.unwind.address_space import AddressSpace
+from pysframe.sources.core import CoreFile
+from pysframe.unwind.address_space import AddressSpace, Mapping
+from pysframe.unwind.batch import BatchSample
 from pysframe.unwind.flat import KIND_MASK, KIND_RARE, OUTERMOST
 from pysframe.unwind.modules import BinaryFinder
-from pysframe.unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
+from pysframe.unwind.unwinder import (
+    X86_64_SIGRETURN,
+    FrameMethod,
+    Registers,
+    Stop,
+    Unwind,
+    Unwinder,
+)
 
 RECORDING = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
 ELF_FIXTURES = [FIXTURES / entry["path"] for entry in manifest_entries()
@@ -141,7 +154,10 @@ class Conformance:
 
     def check(self, pc: int, sp: int, fp: int, stack: bytes, tally: Tally, label: str) -> bool:
         """One case into ``tally``; False: a difference not documented."""
-        memory = CopyAndCode(sp, stack, self.space)
+        return self.check_memory(pc, sp, fp, CopyAndCode(sp, stack, self.space), tally, label)
+
+    def check_memory(self, pc: int, sp: int, fp: int, memory: CopyAndCode, tally: Tally,
+                     label: str) -> bool:
         walked = self.rig.walk(pc, sp, fp, memory)
         expected = self.scalar.unwind(Registers(pc, sp, fp), memory, self.space)
         tally.cases += 1
@@ -194,6 +210,30 @@ def recorded(tally: Tally, build: Callable[..., tuple[bytes, bytes, bytes]] | No
                                f"{RECORDING.parent.name} sample {index}")
                 if not ok and stop_early:
                     return
+            signal_cases(run, snapshot.samples[:20], tally)
+
+
+def trampolines(space: AddressSpace) -> list[int]:
+    """Where the sigreturn trampoline (glibc's ``__restore_rt``) is mapped."""
+    found = []
+    for mapping in space.mappings:
+        image = mapping.module.image if mapping.module is not None else None
+        at = bytes(image.data).find(X86_64_SIGRETURN) if image is not None else -1
+        if at >= 0 and mapping.start <= mapping.start + at - mapping.pgoff < mapping.end:
+            found.append(mapping.start + at - mapping.pgoff)
+    return found
+
+
+def signal_cases(run: Conformance, samples: list[BatchSample], tally: Tally) -> None:
+    """Recorded stacks with a frame at the sigreturn trampoline: sampled on it, and
+    returned into from a frame-pointer frame (a signal handler's caller)."""
+    for trampoline in trampolines(run.space):
+        for index, sample in enumerate(samples):
+            r, stack = sample.registers, bytearray(sample.stack)
+            run.check(trampoline, r.sp, r.fp, bytes(stack), tally, f"sampled at sigreturn {index}")
+            stack[64:80] = struct.pack("<QQ", r.sp + 512, trampoline)
+            run.check(0x1000, r.sp, r.sp + 64, bytes(stack), tally,
+                      f"returned into sigreturn {index}")
 
 
 def report(title: str, tally: Tally, started: float) -> None:
@@ -236,6 +276,75 @@ def test_walker_equals_the_tracer_on_every_recorded_sample(tmp_path: Path,
            started)
     assert not tally.differences
     assert tally.cases > 3000 and tally.frames > 10 * tally.cases
+    assert tally.named["signal frame"] >= 40
+
+
+class CoreAndCode(CopyAndCode):
+    """A core's memory (where it has the bytes), else the mapped binaries' code."""
+
+    def __init__(self, core: CoreFile, space: AddressSpace) -> None:
+        super().__init__(0, b"", space)
+        self.core = core
+
+    def read_bytes(self, address: int, size: int) -> bytes | None:
+        data = self.core.memory.read_bytes(address, size)
+        return data if len(data) == size else super().read_bytes(address, size)
+
+
+def core_of(child: subprocess.Popen[bytes], directory: Path) -> CoreFile:
+    prefix = directory / "core"
+    subprocess.run(["gcore", "-o", str(prefix), str(child.pid)], capture_output=True,
+                   timeout=120, check=True)
+    return CoreFile(f"{prefix}.{child.pid}")
+
+
+CORE_PROGRAMS = [FIXTURES / "2.46/x86_64/O0/prog", FIXTURES / "2.47.50/x86_64/O2/prog-nopie"]
+
+
+@pytest.mark.skipif(not all(p.exists() for p in CORE_PROGRAMS), reason="no fixtures here")
+@pytest.mark.skipif(shutil.which("gcore") is None, reason="needs gcore (gdb) to make cores")
+def test_walker_equals_the_tracer_on_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """The fixture programs blocked in write(2) below printf, and the Lua fixture in
+    io.read() inside Lua calls, dumped with gcore: every thread's registers and the core's
+    memory."""
+    from tests.test_stack_gdb import blocked_in_write
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tally, started = Tally(), time.monotonic()
+    lua = FIXTURES / "real" / "lua-2.46-x86_64" / "lua"
+    for program in [*CORE_PROGRAMS, lua]:
+        if program == lua:
+            child = subprocess.Popen([str(lua), "-e", "local function a() return io.read() "
+                                      "end io.write('ready\\n') io.flush() print(a())"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+            time.sleep(0.1)
+        else:
+            child = blocked_in_write(program)
+        try:
+            core = core_of(child, tmp_path)
+        finally:
+            child.kill()
+            child.wait()
+            if program != lua:
+                os.close(child._pysframe_master)  # type: ignore[attr-defined]
+        space = AddressSpace()
+        finder = BinaryFinder()
+        for mapped in core.mappings:
+            module = finder.module(mapped.path, None, mapped.start, mapped.pgoff)
+            if module is not None:
+                space.add(Mapping(mapped.start, mapped.end, mapped.pgoff, mapped.path, None,
+                                  module))
+        run = Conformance(space, kernel_rules=True)
+        for thread in core.threads:
+            regs = thread.registers
+            run.check_memory(regs["rip"], regs["rsp"], regs["rbp"],
+                             CoreAndCode(core, run.space), tally,
+                             f"{program.name} core thread {thread.tid}")
+    report("walker conformance, gcore of the fixture programs", tally, started)
+    assert not tally.differences
+    assert tally.cases == len(CORE_PROGRAMS) + 1 and tally.frames >= 5 * tally.cases
 
 
 # -- mutants ---------------------------------------------------------------------------------
