@@ -3,11 +3,20 @@ the scalar tracer (issue 24, items 2 and 3).
 
 Cases: (a) random pcs and synthetic stacks over the rows of every x86-64 fixture (the
 walker is x86-64 only): row starts, bytes into rows, PLT stubs, flexible V3 rows,
-function ends, outermost rows, pcs in no mapping; (b) every sample of the fixture
-recording made with ``perf record --call-graph dwarf`` (its registers and stack copy).
-Each case gives the same frames and the same stop reason in both, the stop codes mapped
-by :data:`SAME_STOP`, or a difference named in :data:`DIFFERENCES` and checked to be
-that difference. Then deliberately broken walkers (:data:`MUTANTS`) must each fail.
+function ends, outermost rows, recursions to the frame limit, pcs in no mapping; (b)
+every sample of the fixture recording made with ``perf record --call-graph dwarf`` (its
+registers and stack copy), and recorded stacks at the sigreturn trampoline; (c) gcore
+cores of fixture programs (every thread). Each case gives the same frames and the same
+stop reason in both, the stop codes mapped by :data:`SAME_STOP`, or a difference named
+in :data:`DIFFERENCES` and checked to be that difference. Then deliberately broken
+walkers (:data:`MUTANTS`) must each fail: a difference, or a fault of the interpreter
+(an access the verifier would refuse). Run with ``-s`` for the counts.
+
+Not a mutant here: the frame limit's check before ``user[count]`` (``count >=
+MAX_FRAMES``) raised past the array. The ``bpf_loop`` bound (``MAX_FRAMES - 1`` steps)
+already keeps every concrete run inside it; the check is there for the verifier, which
+cannot see that bound through the state on the stack, and only the verifier's abstract
+run can miss it. An interpreter runs concrete values.
 
 Inputs are made the same on purpose, and named here: the walker gets the tables the
 recorder would load (``record/tables.py``: files only, the kernel's refusals for the
