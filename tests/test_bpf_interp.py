@@ -186,3 +186,22 @@ def test_the_defer_programs_request_then_walk() -> None:
     assert walked[0] == KIND_DEFERRED and walked[13] == first[13] and not pending.values
     frames = struct.unpack_from(f"<{walked[7]}Q", ring.records[2], USER_AT)
     assert frames == (0x400500, 0x401234, 0x401111)  # no tables: the frame-pointer step
+
+
+def test_bpf_to_bpf_calls_keep_the_callers_registers() -> None:
+    """R1-R5 go to the callee, R0 comes back, R6-R9 are the caller's; the callee's frame
+    is its own (its R6 was never written there)."""
+    a = Asm().mov(asm.R6, 40).mov(R1, 2).call_local("double").add(R0, asm.R6, reg=True).exit()
+    a.label("double").mov(R0, R1, reg=True).add(R0, R1, reg=True).exit()
+    assert run(a) == 44
+    b = Asm().mov(asm.R6, 1).call_local("peek").exit().label("peek")
+    b.mov(R0, asm.R6, reg=True).exit()
+    with pytest.raises(Fault, match="R6 !read_ok"):
+        run(b)
+
+
+def test_jmp32_compares_the_low_halves() -> None:
+    a = Asm().ld_imm64(R1, 1 << 32 | 5).mov(R0, 0)
+    a._emit(asm.JMP32 | asm.JEQ, R1, 0, 1, 5)  # the assembler emits no JMP32 of its own
+    a.exit().mov(R0, 1).exit()
+    assert run(a) == 1
