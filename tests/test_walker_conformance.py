@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tests.support.bpf_interp import Fault
 from tests.support.synthetic_stacks import Binary, make_case, map_fixture
@@ -54,7 +55,15 @@ from pysframe.record.asm import Asm
 from pysframe.sources.core import CoreFile
 from pysframe.unwind.address_space import AddressSpace, Mapping
 from pysframe.unwind.batch import BatchSample
-from pysframe.unwind.flat import KIND_MASK, KIND_RARE, OUTERMOST
+from pysframe.unwind.flat import (
+    BIAS,
+    CFA_SHIFT,
+    KIND_DEFAULT,
+    KIND_MASK,
+    KIND_RARE,
+    OUTERMOST,
+    RA_SHIFT,
+)
 from pysframe.unwind.modules import BinaryFinder
 from pysframe.unwind.unwinder import (
     X86_64_SIGRETURN,
@@ -286,6 +295,36 @@ def test_walker_equals_the_tracer_on_every_recorded_sample(tmp_path: Path,
     assert not tally.differences
     assert tally.cases > 3000 and tally.frames > 10 * tally.cases
     assert tally.named["signal frame"] >= 40
+
+
+@pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the walker recognises the sigreturn trampoline only "
+                   "where it has no row (walker.py: the check is in fp_step); a table with a "
+                   "row there (a signal FDE: SFrame V3 flags one, pack_row drops the flag) "
+                   "makes it step the trampoline as a call frame, reading junk")
+def test_a_row_at_the_sigreturn_trampoline_still_ends_the_walk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_batch_unwind import collected
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with collected(RECORDING) as (_, snapshots):
+        snapshot = snapshots[0]
+        space, loaded = walker_space(snapshot.space)
+        trampoline = trampolines(space)[0]
+        rows = []
+        for mapping, starts, words in loaded:  # CFA = SP + 8, RA at CFA - 8: a plain row
+            if mapping.start <= trampoline < mapping.end and mapping.module is not None:
+                at = trampoline - mapping.module.bias
+                index = int(np.searchsorted(starts, at, side="right"))
+                word = KIND_DEFAULT | (8 + BIAS) << CFA_SHIFT | (BIAS - 8) << RA_SHIFT
+                starts = np.insert(starts, index, [at, at + len(X86_64_SIGRETURN)])
+                words = np.insert(words, index, [word, 0])
+            rows.append((mapping, starts, words))
+        sample = snapshot.samples[0]
+        r = sample.registers
+        walked = WalkerRig(rows).walk(trampoline, r.sp, r.fp,
+                                      CopyAndCode(r.sp, bytes(sample.stack), space))
+    assert (walked.pcs, walked.stop) == ([trampoline], SIGNAL)
 
 
 class CoreAndCode(CopyAndCode):
