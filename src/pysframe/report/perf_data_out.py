@@ -331,7 +331,7 @@ def deferred_data(raw: bytes | memoryview, sample_type: int, register_count: int
     context, kept with its kernel part), ``after[file offset]`` the records written after
     it. Returns (data, bytes of the samples before, bytes of samples and deferred records
     after)."""
-    start, size = struct.unpack_from("<QQ", raw, 40)
+    start, size = HEADER.unpack_from(raw)[5:7]
     offset, end = start, min(start + size, len(raw))
     out: list[bytes] = []
     before = written = 0
