@@ -8,10 +8,15 @@ deferred record of its thread: a matching cookie replaces ``USER_DEFERRED, cooki
 by ``USER, ips...``; a sample whose record never came (another cookie arrived first,
 or the data ended) keeps its kernel part only and is counted in :attr:`missing`. Not
 merging (``--no-merge-callchains``) delivers samples and deferred records as they come.
+
+Memory is bounded whatever the file holds: at most :data:`MAX_WAITING` samples wait per
+thread (past that the oldest is delivered without its user part, as missing), and of the
+missing ones only the count and the first are kept.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 
 from ..records import replace
@@ -21,6 +26,35 @@ PERF_CONTEXT_USER = (1 << 64) - 512
 PERF_CONTEXT_USER_DEFERRED = (1 << 64) - 640
 #: perf's attribute flag bit ``defer_callchain``.
 FLAG_DEFER_CALLCHAIN = 1 << 38
+#: Samples of one thread that may wait for their deferred record (one kernel entry's
+#: samples share it: a real entry has a handful).
+MAX_WAITING = 4096
+
+
+class Missing:
+    """The samples whose deferred record never came: how many, and the first."""
+
+    __slots__ = ("count", "first")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: Sample | None = None
+
+    def add(self, sample: Sample) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = sample
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __getitem__(self, index: int) -> Sample:
+        if index != 0 or self.first is None:
+            raise IndexError("only the first missing sample is kept")
+        return self.first
 
 
 def deferred_cookie(callchain: tuple[int, ...]) -> int | None:
@@ -43,9 +77,9 @@ class Stitcher:
 
     def __init__(self, merge: bool = True) -> None:
         self.merge = merge
-        self._held: dict[int, list[Sample]] = {}
+        self._held: dict[int, deque[Sample]] = {}
         #: Samples whose deferred record never came (printed with their kernel part).
-        self.missing: list[Sample] = []
+        self.missing = Missing()
         #: Deferred records that matched no waiting sample (merging only).
         self.unmatched = 0
 
@@ -60,7 +94,10 @@ class Stitcher:
                 if cookie is None:
                     yield record
                 else:
-                    self._held.setdefault(record.tid, []).append(record)
+                    waiting = self._held.setdefault(record.tid, deque())
+                    waiting.append(record)
+                    if len(waiting) > MAX_WAITING:
+                        yield self._without_user(waiting.popleft())
             elif isinstance(record, CallchainDeferred):
                 yield from self._release(record)
             else:
@@ -70,20 +107,23 @@ class Stitcher:
                 if self.merge:
                     yield self._without_user(sample)
                 else:
-                    self.missing.append(sample)
+                    self.missing.add(sample)
         self._held.clear()
 
     def _note(self, record: Record) -> None:
         """Shown apart: the samples still waiting, to count those whose record never comes."""
         if isinstance(record, Sample) and deferred_cookie(record.callchain) is not None:
-            self._held.setdefault(record.tid, []).append(record)
+            waiting = self._held.setdefault(record.tid, deque())
+            waiting.append(record)
+            if len(waiting) > MAX_WAITING:
+                self.missing.add(waiting.popleft())
         elif isinstance(record, CallchainDeferred):
-            for sample in self._held.pop(record.tid, []):
+            for sample in self._held.pop(record.tid, ()):
                 if deferred_cookie(sample.callchain) != record.cookie:
-                    self.missing.append(sample)
+                    self.missing.add(sample)
 
     def _release(self, record: CallchainDeferred) -> Iterator[Sample]:
-        waiting = self._held.pop(record.tid, [])
+        waiting = self._held.pop(record.tid, ())
         matched = False
         for sample in waiting:
             if deferred_cookie(sample.callchain) == record.cookie:
@@ -96,7 +136,7 @@ class Stitcher:
             self.unmatched += 1
 
     def _without_user(self, sample: Sample) -> Sample:
-        self.missing.append(sample)
+        self.missing.add(sample)
         return replace(sample, callchain=kernel_part(sample.callchain))
 
 
