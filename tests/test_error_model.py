@@ -3,8 +3,8 @@
 
 Classes are read with ``ast`` (no import needed, so a module that needs root or an optional
 dependency is checked too). A class is an exception when one of its bases is a builtin
-exception or another class found to be one; each must reach ``PysframeError`` through its
-bases.
+exception, another library's (named ``...Error``, ``...Exception`` or ``error``), or a class
+found to be one; each must reach ``PysframeError`` through its bases.
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ def outside_the_model(root: Path = SOURCE) -> list[str]:
         return any(reaches(base, goal, seen | {name})
                    for bases in by_name.get(name, []) for base in bases)
 
-    exceptions = BUILTIN_EXCEPTIONS | {BASE}
+    # Another library's exception (``ELFError``, ``struct.error``) is known by its name.
+    exceptions = BUILTIN_EXCEPTIONS | {BASE} | {
+        base for _, bases in found.values() for base in bases
+        if base.endswith(("Error", "Exception")) or base == "error"}
     return [where for where, (name, bases) in found.items()
             if name != BASE and any(reaches(base, exceptions) for base in bases)
             and not any(reaches(base, {BASE}) for base in bases)]
@@ -83,8 +86,9 @@ def test_the_base_is_an_exception() -> None:
 
 
 def test_the_check_sees_a_stray_exception(tmp_path: Path) -> None:
-    """The reader is not vacuous: a direct builtin subclass, one through a local base, and
-    one through a dotted base are found; classes in the model and plain classes are not."""
+    """The reader is not vacuous: a direct builtin subclass, one through a local base and
+    another library's exception are found; classes in the model (through a dotted base
+    too) and plain classes are not."""
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "errors.py").write_text("class PysframeError(Exception):\n    pass\n")
@@ -95,6 +99,7 @@ def test_the_check_sees_a_stray_exception(tmp_path: Path) -> None:
         "class Plain:\n    pass\n"
         "class Stray(RuntimeError):\n    pass\n"
         "class Local(Exception):\n    pass\n"
-        "class Inherited(Local):\n    pass\n")
+        "class Inherited(Local):\n    pass\n"
+        "import struct\nclass Foreign(struct.error):\n    pass\n")
     stray = {where.rpartition(":")[2] for where in outside_the_model(package)}
-    assert stray == {"Stray", "Local", "Inherited"}
+    assert stray == {"Stray", "Local", "Inherited", "Foreign"}
