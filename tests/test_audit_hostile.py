@@ -307,3 +307,42 @@ def test_a_package_of_too_many_members_is_cut_off(tmp_path: Path) -> None:
     assert run.peak_mib < 400, f"peak {run.peak_mib:.0f} MiB"
     [facts] = json.loads(report.read_text())["files"]
     assert "more than 100,000 members" in facts["error"]
+
+
+def test_outputs_follow_the_umask_and_no_link(tmp_path: Path) -> None:
+    """``audit --json`` follows the umask like every other output (it was 0600); ``inject``
+    gives its output the input's permissions on the new file, never through a symbolic
+    link at the output (``os.chmod`` followed it to its target); ``strip`` keeps the
+    execute bit (a stripped program still runs)."""
+    previous = os.umask(0o022)
+    try:
+        report = tmp_path / "r.json"
+        run = audit(str(PROGRAM), "--json", str(report), cache=tmp_path / "cache")
+        assert run.returncode in (0, 1), run.stderr
+        assert report.stat().st_mode & 0o777 == 0o644
+        unpacked = tmp_path / "plain"
+        made = subprocess.run([sys.executable, "-m", "pysframe", "strip", str(PROGRAM), "-o",
+                               str(unpacked)], capture_output=True, text=True, timeout=120)
+        assert made.returncode == 0, made.stderr
+        assert unpacked.stat().st_mode & 0o777 == PROGRAM.stat().st_mode & 0o777
+        os.chmod(unpacked, 0o755)
+        target = tmp_path / "target"
+        target.write_bytes(b"")
+        os.chmod(target, 0o600)
+        link = tmp_path / "out"
+        link.symlink_to(target)
+        injected = subprocess.run([sys.executable, "-m", "pysframe", "inject", str(unpacked),
+                                   "-o", str(link)], capture_output=True, text=True,
+                                  timeout=300, env=dict(os.environ,
+                                                        XDG_CACHE_HOME=str(tmp_path / "c")))
+        assert injected.returncode == 0, injected.stderr
+        assert target.stat().st_mode & 0o777 == 0o600  # written through, mode untouched
+        assert link.is_symlink()
+        fresh = tmp_path / "fresh"
+        again = subprocess.run([sys.executable, "-m", "pysframe", "inject", str(unpacked),
+                                "-o", str(fresh)], capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "c")))
+        assert again.returncode == 0, again.stderr
+        assert fresh.stat().st_mode & 0o777 == 0o755
+    finally:
+        os.umask(previous)

@@ -142,6 +142,9 @@ class _JsonWriter:
 
     def finish(self, summary: dict[str, Any]) -> None:
         self.handle.write('\n], "summary": ' + json.dumps(summary, sort_keys=True) + "}\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(self.handle.fileno(), 0o666 & ~umask)  # as open() would (mkstemp: 0600)
         self.handle.close()
         os.replace(self.temporary, self.path)
         self.done = True

@@ -26,8 +26,11 @@ def read_file(path: str) -> bytes | mmap.mmap:
     return load(path)
 
 
-def write_output(path: str, data: bytes, inputs: Iterable[str] = ()) -> None:
-    """Write an output file whole or not at all; see the module docstring."""
+def write_output(path: str, data: bytes, inputs: Iterable[str] = (),
+                 mode: int | None = None) -> None:
+    """Write an output file whole or not at all; see the module docstring. ``mode``: the
+    permissions of a new or replaced regular file (default 0666 less the umask); what is
+    written through (a device, a link's target) keeps its own."""
     refuse_inputs(path, inputs)
     try:
         status = os.lstat(path)
@@ -37,7 +40,7 @@ def write_output(path: str, data: bytes, inputs: Iterable[str] = ()) -> None:
         raise _cannot_write(path, error) from None
     try:
         if status is None or stat.S_ISREG(status.st_mode):
-            write_atomically(path, data)
+            write_atomically(path, data, mode)
         elif stat.S_ISDIR(status.st_mode):
             raise CommandError(f"{path}: cannot write: is a directory", EXIT_UNREADABLE)
         else:

@@ -78,8 +78,7 @@ def run_inject(path: str, output: str, *, version: int, as_gnu: bool = False) ->
         data, _ = inject(image, version=version, as_gnu=as_gnu)
     except PysframeError as error:
         raise naming(path, error) from None
-    write_output(output, data, inputs=[path])
-    mode = os.stat(path).st_mode & 0o777
-    if os.path.isfile(output):
-        os.chmod(output, mode)
+    # The input's permissions (an injected program still runs), set on the temporary file
+    # before the rename: nothing is changed through a symbolic link at ``output``.
+    write_output(output, data, inputs=[path], mode=os.stat(path).st_mode & 0o777)
     return EXIT_OK

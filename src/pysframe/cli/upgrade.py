@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
@@ -49,7 +50,8 @@ def run_strip(path: str, output: str) -> int:
     if not dropped:
         sys.stderr.write(f"sframe strip: {path}: no SFrame section, nothing to strip\n")
         return EXIT_INVALID
-    write_output(output, out, [path])
+    # The input's permissions: a stripped program still runs.
+    write_output(output, out, [path], mode=os.stat(path).st_mode & 0o777)
     sys.stderr.write(f"sframe strip: {path}: {dropped} section{'s' if dropped != 1 else ''} "
                      f"dropped, written to {output}\n")
     return EXIT_OK
