@@ -117,6 +117,8 @@ class Tally:
     deepest: int = 0
     instructions: int = 0
     stops: Counter[str] = field(default_factory=Counter)
+    #: What the synthetic cases' pcs aim at (row, plt, rare: flexible and other rules...).
+    aims: Counter[str] = field(default_factory=Counter)
     named: Counter[str] = field(default_factory=Counter)
     differences: list[str] = field(default_factory=list)
 
@@ -211,6 +213,7 @@ def synthetic(tally: Tally, build: Callable[..., tuple[bytes, bytes, bytes]] | N
         # overlap): a few frame-pointer cases; the linked binaries get the rest.
         for index in range(per_fixture if run.rows else max(1, per_fixture // 10)):
             case = make_case(rng, binary)
+            tally.aims[case.aim] += 1
             ok = run.check(case.pc, case.sp, case.fp, case.stack, tally,
                            f"{name} case {index} ({case.aim})")
             if not ok and stop_early:
@@ -264,6 +267,8 @@ def report(title: str, tally: Tally, started: float) -> None:
           f"{tally.instructions} BPF instructions "
           f"interpreted, {time.monotonic() - started:.1f} s")
     print(f"  scalar stops: {dict(tally.stops.most_common())}")
+    if tally.aims:
+        print(f"  synthetic pcs aimed at: {dict(tally.aims.most_common())}")
     print(f"  named differences: {dict(tally.named)}")
     for line in tally.differences[:20]:
         print("  DIFFERENCE", line)
@@ -285,6 +290,7 @@ def test_walker_equals_the_tracer_on_every_fixtures_rows(tmp_path: Path,
     assert tally.stops.keys() >= {"OUTERMOST", "NO_RULE", "NO_MODULE", "MEMORY", "ZERO_PC",
                                   "BACKWARDS", "NO_ADVANCE", "DEPTH", "BAD_RA"}
     assert tally.named.keys() >= {"rare rule", "bad return address"}
+    assert tally.aims["plt"] >= 30 and tally.aims["rare"] >= 30 and tally.aims["recursion"] >= 30
 
 
 @pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
