@@ -346,3 +346,32 @@ def test_outputs_follow_the_umask_and_no_link(tmp_path: Path) -> None:
         assert fresh.stat().st_mode & 0o777 == 0o755
     finally:
         os.umask(previous)
+
+
+def test_the_result_cache_is_bounded_oldest_out(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from pysframe import cachedir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = cachedir.describe(1, [b"x"])
+    for index in range(20):
+        cachedir.store("audit/facts.v99", bytes([index, 1, 2, 3]), bytes(1000), source)
+        path = cachedir.entry_path("audit/facts.v99", bytes([index, 1, 2, 3]))
+        assert path is not None
+        os.utime(path, (1_000_000 + index, 1_000_000 + index))  # entry i written at time i
+    size = os.path.getsize(str(cachedir.entry_path("audit/facts.v99", bytes([0, 1, 2, 3]))))
+    freed = cachedir.prune("audit/facts.v99", 5 * size)
+    assert freed == 15 * size
+    left = sorted(path.name for path in (tmp_path / "cache" / "pysframe" / "audit").rglob("*.v99"))
+    assert left == sorted(Path(str(cachedir.entry_path("audit/facts.v99", bytes([i, 1, 2, 3])))
+                               ).name for i in range(15, 20))
+    # the command prunes at the end of a run
+    run = audit(str(PROGRAM), cache=tmp_path / "cache2", timeout=120)
+    assert run.returncode in (0, 1)
+    assert list((tmp_path / "cache2" / "pysframe" / "audit").rglob("*.facts.*"))
+    zero = subprocess.run([sys.executable, "-m", "pysframe", "audit", str(PROGRAM)],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache2"),
+                                   PYSFRAME_AUDIT_CACHE_MB="0"))
+    assert zero.returncode in (0, 1)
+    assert list((tmp_path / "cache2" / "pysframe" / "audit").rglob("*.facts.*")) == []

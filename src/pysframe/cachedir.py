@@ -344,6 +344,51 @@ def store(kind: str, build_id: bytes, payload: bytes, source: Source) -> None:
         os.close(directory)
 
 
+def prune(kind: str, max_bytes: int) -> int:
+    """Keep the entries of ``kind``'s directory (every variant) under ``max_bytes``: the
+    least recently written go first (an older variant's entries, left by an upgrade, are
+    among them). Silently nothing when the cache cannot be used; returns the bytes freed.
+    Every step through descriptors (``dir_fd``), nothing followed through a link."""
+    directory = _directory([kind.partition("/")[0]], create=False)
+    if directory is None:
+        return 0
+    entries: list[tuple[float, int, str, str]] = []  # (written, size, subdirectory, name)
+    try:
+        for sub in os.scandir(directory):
+            if len(sub.name) != 2 or not sub.is_dir(follow_symlinks=False):
+                continue
+            child = _directory([kind.partition("/")[0], sub.name], create=False)
+            if child is None:
+                continue
+            try:
+                for entry in os.scandir(child):
+                    if entry.is_file(follow_symlinks=False):
+                        status = entry.stat(follow_symlinks=False)
+                        entries.append((status.st_mtime, status.st_size, sub.name, entry.name))
+            finally:
+                os.close(child)
+        total = sum(size for _, size, _, _ in entries)
+        freed = 0
+        for _, size, sub_name, name in sorted(entries):
+            if total - freed <= max_bytes:
+                break
+            child = _directory([kind.partition("/")[0], sub_name], create=False)
+            if child is None:
+                continue
+            try:
+                os.unlink(name, dir_fd=child)
+                freed += size
+            except OSError:
+                pass  # another process pruned it first
+            finally:
+                os.close(child)
+        return freed
+    except OSError:
+        return 0
+    finally:
+        os.close(directory)
+
+
 def _write_entry(directory: int, name: str, data: bytes) -> None:
     """``data`` into a new file created with O_EXCL beside ``name``, then renamed over it."""
     temporary = f".tmp-{os.getpid()}-{os.urandom(6).hex()}"

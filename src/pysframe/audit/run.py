@@ -34,6 +34,18 @@ DASK_BATCH = 16
 #: A file larger than this is not read (reported as such).
 MAX_FILE = 2 << 30
 CACHE_KIND = f"audit/facts.v{FACTS_VERSION}"
+#: The audit's cache is kept under this many bytes (the oldest entries go first), however
+#: many files are audited over time; ``PYSFRAME_AUDIT_CACHE_MB`` sets it.
+CACHE_BYTES = 256 << 20
+
+
+def prune_cache() -> int:
+    """The audit's cache brought under its budget (at the end of a run); bytes freed."""
+    try:
+        budget = int(os.environ.get("PYSFRAME_AUDIT_CACHE_MB", "")) << 20
+    except ValueError:
+        budget = CACHE_BYTES
+    return cachedir.prune(CACHE_KIND, budget)
 
 
 def find_files(paths: Iterable[str], skipped: Counter[str]) -> Iterator[str]:

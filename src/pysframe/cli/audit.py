@@ -19,7 +19,7 @@ from .files import refuse_inputs
 
 def run_audit(paths: list[str], *, jobs: int, dask: str | None, json_path: str | None,
               html_path: str | None, use_cache: bool) -> int:
-    from ..audit.run import find_files, on_dask, on_pool
+    from ..audit.run import find_files, on_dask, on_pool, prune_cache
     from ..audit.summary import Totals
 
     for path in paths:  # a path that is not there is a mistake, not something to skip
@@ -58,6 +58,8 @@ def run_audit(paths: list[str], *, jobs: int, dask: str | None, json_path: str |
         from ..audit.html import html_report
 
         _write_text(html_path, html_report(totals.as_json(), paths))
+    if use_cache:
+        prune_cache()
     _print_table(totals, skipped, elapsed, sys.stdout)
     if totals.internal:
         return EXIT_UNREADABLE  # a bug of ours: the run is not a clean bill of health
