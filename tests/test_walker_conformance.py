@@ -48,13 +48,20 @@ import numpy as np
 import pytest
 from tests.support.bpf_interp import Fault
 from tests.support.synthetic_stacks import Binary, make_case, map_fixture
-from tests.support.walker_run import CopyAndCode, WalkerRig, walker_space
+from tests.support.walker_run import (
+    CopyAndCode,
+    WalkerRig,
+    uncovered,
+    walker_labels,
+    walker_space,
+)
 
 from conftest import FIXTURES, REPO, manifest_entries
 from pysframe.format.constants import ABI
 from pysframe.record import asm, tables
 from pysframe.record.asm import Asm
 from pysframe.record.tables import walker_rows
+from pysframe.record.walker import walker
 from pysframe.sources.core import CoreFile
 from pysframe.unwind.address_space import AddressSpace, Mapping
 from pysframe.unwind.batch import BatchSample
@@ -98,6 +105,11 @@ SAME_STOP: dict[int, frozenset[Stop]] = {
 #: The walker's codes for a rule it lacks and for the sigreturn trampoline. Its code 8
 #: (a PLT block too large to write out as rows) is a difference here: no fixture has one.
 RARE, SIGNAL = 7, 10
+#: Labels of the walker no case reaches: ``stop_depth`` (its check is for the verifier:
+#: the ``bpf_loop`` bound ends every walk first, leaving the stop code the walk started
+#: with, the frame limit's) and ``stop_plt`` (no fixture has a PLT block too large to
+#: write out as rows).
+NEVER_REACHED = frozenset({"stop_depth", "stop_plt"})
 #: Where the two may differ, each checked to be exactly that (:func:`compare`).
 DIFFERENCES = {
     "rare rule": "the walker stops (code 7) at a row whose rule it lacks (flexible V3 "
@@ -117,6 +129,8 @@ class Tally:
     deepest: int = 0
     instructions: int = 0
     stops: Counter[str] = field(default_factory=Counter)
+    #: The walker's instructions executed (by index in the program).
+    coverage: set[int] = field(default_factory=set)
     #: What the synthetic cases' pcs aim at (row, plt, rare: flexible and other rules...).
     aims: Counter[str] = field(default_factory=Counter)
     named: Counter[str] = field(default_factory=Counter)
@@ -175,12 +189,14 @@ class Conformance:
         self.scalar = Unwinder(ABI.AMD64_ENDIAN_LITTLE, 127)
 
     def check(self, pc: int, sp: int, fp: int, stack: bytes, tally: Tally, label: str) -> bool:
-        """One case into ``tally``; False: a difference not documented."""
+        """One case into ``tally``; False: a difference not documented. Every fourth is
+        sampled in the kernel (the walker takes the task's saved user registers)."""
         return self.check_memory(pc, sp, fp, CopyAndCode(sp, stack, self.space), tally, label)
 
     def check_memory(self, pc: int, sp: int, fp: int, memory: CopyAndCode, tally: Tally,
                      label: str) -> bool:
-        walked = self.rig.walk(pc, sp, fp, memory)
+        walked = self.rig.walk(pc, sp, fp, memory, in_kernel=tally.cases % 4 == 1)
+        tally.coverage |= self.rig.coverage
         expected = self.scalar.unwind(Registers(pc, sp, fp), memory, self.space)
         tally.cases += 1
         tally.frames += len(walked.pcs)
@@ -269,6 +285,9 @@ def report(title: str, tally: Tally, started: float) -> None:
     print(f"  scalar stops: {dict(tally.stops.most_common())}")
     if tally.aims:
         print(f"  synthetic pcs aimed at: {dict(tally.aims.most_common())}")
+    labels = walker_labels()
+    print(f"  walker instructions run: {len(tally.coverage)} of {len(walker(1, 2, 3, 4)[0]) // 8}"
+          f"; labels never reached: {sorted(uncovered(labels, tally.coverage))}")
     print(f"  named differences: {dict(tally.named)}")
     for line in tally.differences[:20]:
         print("  DIFFERENCE", line)
@@ -291,6 +310,7 @@ def test_walker_equals_the_tracer_on_every_fixtures_rows(tmp_path: Path,
                                   "BACKWARDS", "NO_ADVANCE", "DEPTH", "BAD_RA"}
     assert tally.named.keys() >= {"rare rule", "bad return address"}
     assert tally.aims["plt"] >= 30 and tally.aims["rare"] >= 30 and tally.aims["recursion"] >= 30
+    assert uncovered(walker_labels(), tally.coverage) <= NEVER_REACHED | {"stop_signal"}
 
 
 @pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
@@ -305,6 +325,8 @@ def test_walker_equals_the_tracer_on_every_recorded_sample(tmp_path: Path,
     assert not tally.differences
     assert tally.cases > 3000 and tally.frames > 60000
     assert tally.named["signal frame"] >= 40
+    assert uncovered(walker_labels(), tally.coverage) <= NEVER_REACHED | {
+        "stop_backwards", "stop_zero", "stop_fault"}  # real stacks end at their outermost row
 
 
 @pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
@@ -504,8 +526,6 @@ def mutated(mutant: Mutant, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[in
 @pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
 def test_every_walker_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    from pysframe.record.walker import walker
-
     survivors, killed = [], []
     for mutant in MUTANTS:
         with mutated(mutant, monkeypatch) as hits:

@@ -313,8 +313,11 @@ class Machine:
     instructions executed (bounded by ``budget``)."""
 
     def __init__(self, program: Program, maps: dict[int, Map], memory: UserMemory,
-                 task: Task | None = None, budget: int = 1 << 22) -> None:
+                 task: Task | None = None, budget: int = 1 << 22,
+                 coverage: set[int] | None = None) -> None:
         self.program, self.maps, self.memory = program, maps, memory
+        #: The instructions executed, if given a set to add them to.
+        self.coverage = coverage
         self.task = task or Task()
         self.budget = budget
         self.executed = 0
@@ -536,10 +539,13 @@ def _execute(m: Machine, pc: int, regs: list[Value]) -> Value:
     """Run from ``pc`` until EXIT; returns R0 (the instructions are compiled to closures,
     :mod:`.bpf_compile`, each returning the next pc, -1 at EXIT)."""
     code = m.program.code
+    coverage = m.coverage
     executed = 0
     try:
         while pc >= 0:
             executed += 1
+            if coverage is not None:
+                coverage.add(pc)
             if not executed & 1023 and m.executed + executed > m.budget:
                 raise Fault("instruction budget exhausted (a loop the verifier would "
                             "refuse?)", pc)

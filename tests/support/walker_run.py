@@ -12,9 +12,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from unittest.mock import patch
 
 import numpy as np
 
+from pysframe.record.asm import Asm
 from pysframe.record.sampler import PT_BP, PT_CS, PT_IP, PT_SP, RECORD_SIZE, USER_AT
 from pysframe.record.tables import module_rows, procs_value, rows_items
 from pysframe.record.walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW, walker
@@ -28,6 +30,7 @@ RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD = 10, 11, 12, 13
 CONTEXT_SIZE = 184
 USER_CS = 0x33
 TGID = 4242
+KERNEL_PC, KERNEL_SP = 0xFFFF_FFFF_8100_0000, 0xFFFF_C900_0000_0000
 Builder = Callable[[int, int, int, int], tuple[bytes, bytes, bytes]]
 
 
@@ -114,20 +117,52 @@ class WalkerRig:
         self.procs.update(TGID.to_bytes(4, "little"), procs_value(entries))
         code, _, _ = (build or walker)(RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD)
         self.program = Program.decode(code)
+        #: The walker's instructions executed so far (see :func:`walker_labels`).
+        self.coverage: set[int] = set()
         self.maps: dict[int, Map] = {RINGBUF_FD: self.ring, SCRATCH_FD: self.scratch,
                                      PROCS_FD: self.procs, ROWS_FD: self.rows}
 
-    def walk(self, pc: int, sp: int, fp: int, memory: CopyAndCode) -> Walk:
-        """One sample taken in user mode with these registers."""
-        context = bytearray(CONTEXT_SIZE)
-        for offset, value in ((PT_IP, pc), (PT_SP, sp), (PT_BP, fp), (PT_CS, USER_CS),
-                              (168, 1)):
-            struct.pack_into("<Q", context, offset, value)
+    def walk(self, pc: int, sp: int, fp: int, memory: CopyAndCode, in_kernel: bool = False
+             ) -> Walk:
+        """One sample with these user registers: taken in user mode (the context's), or
+        ``in_kernel`` (the task's saved user registers, ``bpf_task_pt_regs``, and a
+        kernel stack)."""
+        user = _registers(pc, sp, fp, USER_CS)
+        context = _registers(KERNEL_PC, KERNEL_SP, 0, 0x10) if in_kernel else user
+        task = Task(TGID, TGID, 0, [KERNEL_PC, KERNEL_PC + 0x40], bytes(user[:168]))
         self.ring.records.clear()
-        machine = Machine(self.program, self.maps, memory, Task(TGID, TGID))
+        machine = Machine(self.program, self.maps, memory, task, coverage=self.coverage)
         machine.run(bytes(context))
         assert len(self.ring.records) == 1, "one record per sample"
         record = self.ring.records[0]
         count, stop = struct.unpack_from("<II", record, 32)
         pcs = list(struct.unpack_from(f"<{count}Q", record, USER_AT))
         return Walk(pcs, stop, machine.executed)
+
+
+def _registers(pc: int, sp: int, fp: int, cs: int) -> bytearray:
+    """A ``struct bpf_perf_event_data`` with these registers (sample period 1)."""
+    context = bytearray(CONTEXT_SIZE)
+    for offset, value in ((PT_IP, pc), (PT_SP, sp), (PT_BP, fp), (PT_CS, cs), (168, 1)):
+        struct.pack_into("<Q", context, offset, value)
+    return context
+
+
+def walker_labels() -> dict[str, int]:
+    """The walker program's labels and the instruction each names (the assembler's own
+    table, caught as :func:`~pysframe.record.walker.walker` assembles)."""
+    caught: dict[str, int] = {}
+    assemble = Asm.assemble
+
+    def catching(self: Asm) -> bytes:
+        caught.update(self._labels)
+        return assemble(self)
+
+    with patch.object(Asm, "assemble", catching):
+        walker(RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD)
+    return caught
+
+
+def uncovered(labels: dict[str, int], coverage: set[int]) -> set[str]:
+    """The labels whose instruction never ran."""
+    return {name for name, index in labels.items() if index not in coverage}
