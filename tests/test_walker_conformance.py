@@ -323,7 +323,7 @@ def test_walker_equals_the_tracer_on_every_recorded_sample(tmp_path: Path,
     report("walker conformance, every sample of the recordings "
            f"({', '.join(p.parent.name + '/' + p.name for p in RECORDINGS)})", tally, started)
     assert not tally.differences
-    assert tally.cases > 3000 and tally.frames > 60000
+    assert tally.cases > 3000 and tally.frames > 40000  # 67,084 with this machine's libc
     assert tally.named["signal frame"] >= 40
     assert uncovered(walker_labels(), tally.coverage) <= NEVER_REACHED | {
         "stop_backwards", "stop_zero", "stop_fault"}  # real stacks end at their outermost row
