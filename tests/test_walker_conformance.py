@@ -49,6 +49,7 @@ import pytest
 from tests.support.bpf_interp import Fault
 from tests.support.synthetic_stacks import Binary, make_case, map_fixture
 from tests.support.walker_run import (
+    TGID,
     CopyAndCode,
     WalkerRig,
     uncovered,
@@ -60,8 +61,8 @@ from conftest import FIXTURES, REPO, manifest_entries
 from pysframe.format.constants import ABI
 from pysframe.record import asm, tables
 from pysframe.record.asm import Asm
-from pysframe.record.tables import walker_rows
-from pysframe.record.walker import walker
+from pysframe.record.tables import procs_value, walker_rows
+from pysframe.record.walker import MAPPING, MAPPINGS, walker
 from pysframe.sources.core import CoreFile
 from pysframe.unwind.address_space import AddressSpace, Mapping
 from pysframe.unwind.batch import BatchSample
@@ -559,3 +560,60 @@ def test_every_walker_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.Monke
     for line in killed:
         print("  KILLED", line)
     assert not survivors, survivors
+
+
+# -- hostile maps: the walker's own bounds -----------------------------------------------------
+
+
+def hostile_procs(rng: random.Random, pc: int, capacity: int) -> bytes:
+    """A ``procs`` value no loader writes: a mapping count past :data:`MAPPINGS`, row
+    ranges past the ``rows`` array or wrapping 32 bits, mappings inside out."""
+    count = rng.choice([0, 1, MAPPINGS, MAPPINGS + 1, 1000, (1 << 32) - 1])
+    miss = rng.random() < 0.3  # no entry holds the pc: the scan reads every one
+    entries = []
+    for _ in range(MAPPINGS):
+        start = pc + 1 if miss else pc - rng.choice([0, 1, 0x1000, 1 << 40])
+        end = pc + rng.choice([1, 0, -8, 0x1000, 1 << 60])
+        first = rng.choice([0, capacity - 1, capacity, capacity + 7, (1 << 32) - 1,
+                            rng.getrandbits(32)])
+        rows = rng.choice([0, 1, capacity, (1 << 32) - 1, rng.getrandbits(32)])
+        entries.append(MAPPING.pack(start & (1 << 64) - 1, end & (1 << 64) - 1,
+                                    rng.getrandbits(64), first, rows))
+    value = bytearray(procs_value(entries))
+    struct.pack_into("<I", value, 0, count)
+    return bytes(value)
+
+
+def run_hostile(build: Callable[..., tuple[bytes, bytes, bytes]] | None, cases: int) -> int:
+    """Walk recorded stacks under hostile ``procs`` values; returns the walks made (a fault
+    of the interpreter propagates)."""
+    from tests.test_batch_unwind import collected
+
+    rng = random.Random(SEED)
+    with collected(RECORDING) as (_, snapshots):
+        snapshot = snapshots[0]
+        space, loaded = walker_space(snapshot.space)
+        rig = WalkerRig(loaded, build)
+        capacity = rig.rows.max_entries
+        for index in range(cases):
+            sample = snapshot.samples[index % len(snapshot.samples)]
+            r = sample.registers
+            rig.procs.update(TGID.to_bytes(4, "little"), hostile_procs(rng, r.pc, capacity))
+            rig.walk(r.pc, r.sp, r.fp, CopyAndCode(r.sp, bytes(sample.stack), space))
+    return cases
+
+
+@pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
+def test_hostile_maps_keep_the_walker_in_bounds(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever ``procs`` says, every access stays where the verifier allows it; without
+    the scan's bound on the mapping count it would not (the interpreter faults)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert run_hostile(None, 300) == 300
+    unbounded = Mutant("mapping scan without its bound", "scan",
+                       _op(J | asm.JGE, 3, imm=MAPPINGS), lambda i: (*i[:4], 1 << 20, i[5]))
+    with mutated(unbounded, monkeypatch) as hits:
+        code = walker(10, 11, 12, 13)
+    assert hits[0] == 1
+    with pytest.raises(Fault, match="map_value access out of bounds"):
+        run_hostile(lambda *fds: code, 300)
