@@ -15,7 +15,6 @@ from pysframe.deferred import (
     DeferredUnwinder,
     EntryRegisters,
     Mm,
-    UserStop,
     cookie_parts,
     make_cookie,
     unwind_user,
@@ -24,6 +23,7 @@ from pysframe.deferred.mm import map_elf
 from pysframe.format.constants import ABI, F_FDE_SORTED, VERSION_2, BaseReg
 from pysframe.format.encode import encode
 from pysframe.format.model import FDE, FRE, default_section
+from pysframe.unwind.step import Stop as UserStop
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 TEXT, TEXT_SIZE = 0x400000, 0x2000

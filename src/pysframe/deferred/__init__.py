@@ -24,7 +24,7 @@ from .registry import (
     SFrameRegistry,
     SFrameSection,
 )
-from .user_unwind import MAX_ENTRIES, EntryRegisters, UserStop, UserTrace, unwind_user
+from .user_unwind import MAX_ENTRIES, EntryRegisters, UserTrace, unwind_user
 
 __all__ = [
     "BITS_PER_LONG",
@@ -42,7 +42,6 @@ __all__ = [
     "SFrameSection",
     "Task",
     "UnwindWork",
-    "UserStop",
     "UserTrace",
     "Vma",
     "cookie_parts",

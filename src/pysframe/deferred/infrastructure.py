@@ -24,8 +24,9 @@ import errno
 from collections.abc import Callable
 
 from ..records import field, record_class
+from ..unwind.step import Stop
 from .mm import Mm
-from .user_unwind import MAX_ENTRIES, EntryRegisters, UserStop, UserTrace, unwind_user
+from .user_unwind import MAX_ENTRIES, EntryRegisters, UserTrace, unwind_user
 
 UNWIND_PENDING = 1 << 0
 UNWIND_USED = 1 << 1
@@ -203,7 +204,7 @@ class DeferredUnwinder:
         if task.cache is not None and task.cache.entries:
             return task.cache
         if task.mm is None:
-            return UserTrace([], UserStop.NOT_USER, [])
+            return UserTrace([], Stop.NOT_USER, [])
         self.walks += 1
         task.cache = unwind_user(task.mm, task.entry, self.max_entries, self.frame_pointers)
         task.unwind_mask |= UNWIND_USED

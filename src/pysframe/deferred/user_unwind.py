@@ -3,7 +3,8 @@
 Per frame it tries SFrame first (the process's registry), then frame pointers: a missing
 row (-ENOENT) falls through to frame pointers, any other SFrame failure ends the walk,
 and a frame-pointer step that fails ends it too. The kernel looks rows up at the
-return address itself (not the address before it), as it does. One step:
+return address itself (not the address before it), as it does. One step is
+:func:`pysframe.unwind.step.step` under the kernel's policy (:data:`~pysframe.unwind.step.KERNEL`):
 
 - an outermost row (RA undefined) ends the walk, complete;
 - CFA from SP, from FP (refused when FP is below SP) or from another register (the
@@ -23,11 +24,12 @@ x86-64 only (8-byte words), as the kernel enables it.
 from __future__ import annotations
 
 import errno
-from enum import Enum
 from typing import TYPE_CHECKING
 
-from ..format.lookup import FrameRow, Rule, RuleKind
+from ..format.lookup import FrameRow, RuleKind
+from ..format.lookup import Rule as ValueRule
 from ..records import record_class
+from ..unwind.step import KERNEL, Regs, Rule, Stop, rule_of_row, step
 
 if TYPE_CHECKING:
     from .mm import Mm
@@ -39,31 +41,15 @@ WORD = 8
 SP_REG, FP_REG = 7, 6
 
 
-class UserStop(Enum):
-    """Why the kernel's walk ended."""
-
-    OUTERMOST = "outermost frame"
-    LIMIT = "frame limit"
-    NO_METHOD = "neither SFrame nor frame pointers could step"
-    SFRAME_ERROR = "SFrame section failed (removed)"
-    FP_BELOW_SP = "frame pointer below stack pointer"
-    BACKWARDS = "CFA did not move up"
-    UNALIGNED = "CFA not word-aligned"
-    FAULT = "user read faulted"
-    REGISTER = "register rule outside the topmost frame"
-    BAD_RULE = "rule the kernel refuses"
-    NOT_USER = "no user context"
-
-
 @record_class
 class UserTrace:
     """The IPs the walk collected, why it ended, and how each step was made."""
 
     entries: list[int]
-    stop: UserStop
+    stop: Stop
     #: One per step taken: "sframe" or "fp".
     methods: list[str]
-    #: The address whose read faulted (stop FAULT).
+    #: The address whose read faulted (stop MEMORY).
     fault: int | None = None
 
 
@@ -78,12 +64,12 @@ class EntryRegisters:
     others: dict[int, int] | None = None
 
 
-#: A frame as the kernel describes it: CFA, RA and FP rules, and outermost.
-_FP_FRAME = (Rule(RuleKind.REGISTER, 2 * WORD, FP_REG), Rule(RuleKind.CFA, -WORD, deref=True),
-             Rule(RuleKind.CFA, -2 * WORD, deref=True))
+#: The frame-pointer method as the kernel describes it: CFA = FP + 16, RA and FP saved below.
+_FP_FRAME = Rule(FP_REG, 2 * WORD, ValueRule(RuleKind.CFA, -WORD, deref=True),
+                 ValueRule(RuleKind.CFA, -2 * WORD, deref=True), frame_pointer=True)
 #: At a function's first instruction (before ``push %rbp``): CFA = SP + 8, FP kept.
-_FP_ENTRY_FRAME = (Rule(RuleKind.REGISTER, WORD, SP_REG), Rule(RuleKind.CFA, -WORD, deref=True),
-                   Rule(RuleKind.RETAIN))
+_FP_ENTRY_FRAME = Rule(SP_REG, WORD, ValueRule(RuleKind.CFA, -WORD, deref=True),
+                       ValueRule(RuleKind.RETAIN), frame_pointer=True)
 #: ``push %rbp`` and ``endbr64``: a function's first instruction as the kernel checks it.
 _PUSH_RBP, _ENDBR64 = b"\x55", b"\xf3\x0f\x1e\xfa"
 
@@ -94,61 +80,21 @@ class _Walk:
     def __init__(self, mm: Mm, registers: EntryRegisters) -> None:
         self.fault: int | None = None
         self.mm = mm
-        self.registers = registers
-        self.ip, self.sp, self.fp = registers.ip, registers.sp, registers.fp
-        self.topmost = True
+        self.regs = Regs(registers.ip, registers.sp, registers.fp, None, registers.others or {},
+                         True)
 
-    def step(self, cfa_rule: Rule, ra_rule: Rule, fp_rule: Rule) -> UserStop | None:
+    @property
+    def ip(self) -> int:
+        return self.regs.pc
+
+    def step(self, rule: Rule) -> Stop | None:
         """``unwind_user_next_common``: None on success (the state moved one frame up)."""
-        if cfa_rule.regnum == SP_REG:
-            cfa = self.sp
-        elif cfa_rule.regnum == FP_REG:
-            if self.fp < self.sp:
-                return UserStop.FP_BELOW_SP
-            cfa = self.fp
-        else:
-            value = self._register(cfa_rule.regnum)
-            if value is None:
-                return UserStop.REGISTER
-            cfa = value
-        cfa = (cfa + cfa_rule.offset) & 0xFFFFFFFFFFFFFFFF
-        if cfa_rule.deref:
-            loaded = self._read(cfa)
-            if loaded is None:
-                return UserStop.FAULT
-            cfa = loaded
-        if cfa <= self.sp - self.topmost:
-            return UserStop.BACKWARDS
-        if cfa & (WORD - 1):
-            return UserStop.UNALIGNED
-        ra = self._value(ra_rule, cfa, None)
-        if isinstance(ra, UserStop):
-            return ra
-        fp = self._value(fp_rule, cfa, self.fp)
-        if isinstance(fp, UserStop):
-            return fp
-        self.ip, self.sp, self.fp, self.topmost = ra, cfa, fp, False
+        moved = step(rule, self.regs, self._read, KERNEL)
+        if type(moved) is Stop:
+            return moved
+        assert isinstance(moved, Regs)
+        self.regs = moved
         return None
-
-    def _value(self, rule: Rule, cfa: int, retained: int | None) -> int | UserStop:
-        """RA (``retained`` None: no RA register on x86-64) or FP by ``rule``."""
-        if rule.kind == RuleKind.RETAIN:
-            if retained is None:
-                return UserStop.REGISTER if not self.topmost else UserStop.BAD_RULE
-            return retained
-        if rule.kind == RuleKind.CFA:
-            if not rule.deref:
-                return UserStop.BAD_RULE  # a saved RA or FP is never a stack address
-            address = cfa + rule.offset
-        else:
-            value = self._register(rule.regnum)
-            if value is None:
-                return UserStop.REGISTER
-            address = value + rule.offset
-            if not rule.deref:
-                return address & 0xFFFFFFFFFFFFFFFF
-        loaded = self._read(address)
-        return UserStop.FAULT if loaded is None else loaded
 
     def _read(self, address: int) -> int | None:
         value = self.mm.read(address)
@@ -156,30 +102,20 @@ class _Walk:
             self.fault = address
         return value
 
-    def _register(self, regnum: int) -> int | None:
-        if not self.topmost:
-            return None
-        if regnum == SP_REG:
-            return self.sp
-        if regnum == FP_REG:
-            return self.fp
-        others = self.registers.others or {}
-        return others.get(regnum)
-
-    def frame_pointer_step(self) -> UserStop | None:
+    def frame_pointer_step(self) -> Stop | None:
         """``unwind_user_next_fp``: the entry frame at a function's first instruction."""
-        if self.topmost:
-            code = self.mm.read_bytes(self.ip, 4)
+        if self.regs.topmost:
+            code = self.mm.read_bytes(self.regs.pc, 4)
             if code is not None and (code[:1] == _PUSH_RBP or code == _ENDBR64):
-                return self.step(*_FP_ENTRY_FRAME)
-        return self.step(*_FP_FRAME)
+                return self.step(_FP_ENTRY_FRAME)
+        return self.step(_FP_FRAME)
 
 
 def unwind_user(mm: Mm, registers: EntryRegisters | None, max_entries: int = MAX_ENTRIES,
                 frame_pointers: bool = True) -> UserTrace:
     """The kernel's walk of the user stack from the registers saved at kernel entry
     (None: a kernel thread, no user context)."""
-    trace = UserTrace([], UserStop.NOT_USER, [])
+    trace = UserTrace([], Stop.NOT_USER, [])
     if registers is None or max_entries <= 0:
         return trace
     walk = _Walk(mm, registers)
@@ -187,28 +123,28 @@ def unwind_user(mm: Mm, registers: EntryRegisters | None, max_entries: int = MAX
     while True:
         trace.entries.append(walk.ip)
         if len(trace.entries) >= max_entries:
-            trace.stop = UserStop.LIMIT
+            trace.stop = Stop.DEPTH
             return trace
         stop, method = _next(walk, mm, use_sframe, frame_pointers)
         if stop is not None:
             trace.stop = stop
-            trace.fault = walk.fault if stop is UserStop.FAULT else None
+            trace.fault = walk.fault if stop is Stop.MEMORY else None
             return trace
         trace.methods.append(method)
 
 
 def _next(walk: _Walk, mm: Mm, use_sframe: bool, frame_pointers: bool
-          ) -> tuple[UserStop | None, str]:
+          ) -> tuple[Stop | None, str]:
     """``unwind_user_next``: SFrame, then frame pointers; (stop reason or None, method)."""
     if use_sframe:
         found = mm.sframes.find(walk.ip)
         if isinstance(found, FrameRow):
             if found.outermost:
-                return UserStop.OUTERMOST, "sframe"
-            return walk.step(found.cfa, found.ra, found.fp), "sframe"
+                return Stop.OUTERMOST, "sframe"
+            return walk.step(rule_of_row(found)), "sframe"
         if found != -errno.ENOENT:
-            return UserStop.SFRAME_ERROR, "sframe"
+            return Stop.SFRAME_ERROR, "sframe"
     if frame_pointers:
         # The kernel only ends the walk here; the failed check is kept as the reason.
         return walk.frame_pointer_step(), "fp"
-    return UserStop.NO_METHOD, ""
+    return Stop.NO_RULE, ""

@@ -30,9 +30,10 @@ from ..format.encode import encode
 from ..records import record_class
 from ..unwind.address_space import AddressSpace, Mapping
 from ..unwind.perf_session import PerfUnwinder, UnwoundSample
+from ..unwind.step import Stop
 from .infrastructure import DeferredUnwinder, Task, UnwindWork
 from .mm import Mm, map_elf
-from .user_unwind import EntryRegisters, UserStop, UserTrace
+from .user_unwind import EntryRegisters, UserTrace
 
 #: perf caps every callchain, deferred ones too, at kernel.perf_event_max_stack.
 MAX_FRAMES = 127
@@ -146,7 +147,7 @@ class WhatIf:
         self._delivering = entry
         self.kernel.return_to_user(task)
         self._delivering = None
-        trace = entry.trace or UserTrace([], UserStop.NOT_USER, [])
+        trace = entry.trace or UserTrace([], Stop.NOT_USER, [])
         for unwound, _ in members:
             self.outcomes[unwound.sample.offset] = self._verdict(unwound, mm, trace,
                                                                  entry.cookie)
@@ -240,9 +241,9 @@ class WhatIf:
                        DIFFERS_FP if "fp" in trace.methods else DIFFERS_OTHER, binary)
 
     def _why(self, mm: Mm, trace: UserTrace, pc: int, mapping: Mapping | None) -> str:
-        if trace.stop is UserStop.LIMIT:
+        if trace.stop is Stop.DEPTH:
             return CUT_LIMIT
-        if trace.stop is UserStop.FAULT and trace.fault is not None and mm.overlay_missed(
+        if trace.stop is Stop.MEMORY and trace.fault is not None and mm.overlay_missed(
                 trace.fault):
             return CUT_COPY
         if mapping is None or mapping.module is None:

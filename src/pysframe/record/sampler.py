@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 
+from ..unwind.step import Stop
 from .asm import (
     AND,
     JEQ,
@@ -55,8 +56,12 @@ FLAG_IN_KERNEL, FLAG_USER_REGS = 1, 2
 #: A sample with its user stack; a sample whose user stack is deferred (``--defer``: kernel
 #: stack and cookie only); a deferred walk (cookie and user stack, at the return to user).
 KIND_SAMPLE, KIND_REQUEST, KIND_DEFERRED = 1, 2, 3
-#: Why a user walk ended.
-STOP_DEPTH, STOP_UNALIGNED, STOP_FAULT, STOP_ZERO, STOP_BACKWARDS = 1, 2, 3, 4, 5
+#: Why a user walk ended: the codes of :class:`~pysframe.unwind.step.Stop` (one table,
+#: :data:`~pysframe.unwind.step.WALKER_STOPS`, for the programs and the reader of their
+#: records).
+STOP_DEPTH, STOP_UNALIGNED, STOP_FAULT, STOP_ZERO, STOP_BACKWARDS = (
+    Stop.DEPTH.code, Stop.UNALIGNED.code, Stop.MEMORY.code, Stop.ZERO_PC.code,
+    Stop.BACKWARDS.code)
 
 
 def sampler(ringbuf_fd: int, targets_fd: int | None) -> bytes:

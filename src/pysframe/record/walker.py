@@ -25,6 +25,7 @@ import struct
 from collections.abc import Callable
 
 from ..unwind.flat import BIAS, CFA_SHIFT, FIELD_MASK, FP_SHIFT, OUTERMOST, RA_SHIFT
+from ..unwind.step import WALKER_STOPS, Stop
 from .asm import (
     ADD,
     AND,
@@ -67,13 +68,11 @@ from .sampler import (
 
 RINGBUF_OUTPUT, BPF_LOOP = 130, 181
 BPF_RB_NO_WAKEUP = 1
-STOP_OUTERMOST, STOP_RARE, STOP_PLT, STOP_NO_RULE, STOP_SIGNAL = 6, 7, 8, 9, 10
-STOP_NAMES = {0: "", STOP_DEPTH: "frame limit", 2: "frame pointer not aligned",
-              STOP_FAULT: "unreadable stack", STOP_ZERO: "zero return address",
-              STOP_BACKWARDS: "CFA did not move up", STOP_OUTERMOST: "outermost frame",
-              STOP_RARE: "rule the BPF walker lacks", STOP_PLT: "PLT entry",
-              STOP_NO_RULE: "no rule and no usable frame pointer",
-              STOP_SIGNAL: "signal frame"}
+STOP_OUTERMOST, STOP_RARE, STOP_PLT, STOP_NO_RULE, STOP_SIGNAL = (
+    Stop.OUTERMOST.code, Stop.UNSUPPORTED.code, Stop.PLT.code, Stop.NO_RULE.code,
+    Stop.SIGNAL.code)
+#: The text of each stop code in the walker's records (0: the walk did not end).
+STOP_NAMES = {0: "", **{code: stop.value for code, stop in WALKER_STOPS.items()}}
 #: x86-64 rt_sigreturn trampoline (glibc's __restore_rt): ``mov $15,%rax; syscall``, as
 #: :data:`pysframe.unwind.unwinder.X86_64_SIGRETURN`; its first 8 bytes, and the last one.
 SIGRETURN_HEAD = int.from_bytes(bytes.fromhex("48c7c00f0000000f"), "little")

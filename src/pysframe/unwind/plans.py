@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..format.lookup import FrameRow
 from .address_space import AddressSpace, Mapping
+from .step import Rule
 
 
 class DefaultPlan(NamedTuple):
@@ -29,14 +29,15 @@ class DefaultPlan(NamedTuple):
 
 
 class RowPlan(NamedTuple):
-    """Any other SFrame row (outermost, register-based, mangled RA ...), applied rule by rule."""
+    """Any other SFrame row (outermost, register-based, mangled RA ...), applied by
+    :func:`~.step.step`."""
 
     mapping: Mapping
-    row: FrameRow
+    rule: Rule
 
 
 class FramePointerPlan(NamedTuple):
-    """A mapped pc without an SFrame row: follow the frame pointer (else Stop.NO_RULE)."""
+    """A mapped pc without an SFrame row: the frame-pointer rule (else Stop.NO_RULE)."""
 
     mapping: Mapping
 

@@ -1,22 +1,25 @@
 """The stack tracer: one frame at a time, SFrame first, frame pointers as fallback.
 
-Like framehop: the rules of a frame are small values (:class:`~pysframe.format.lookup.Rule`)
-applied by one step function, failures are explicit stop reasons (memory
-unreadable, did not advance, moved backwards, depth limit), and the lookup
-from address to rule goes through the SFrame table's caches. What to do at a
-return address is decided once (a :mod:`plan <.plans>`) and cached, bounded.
-Registers other than SP/FP (and the link register) are known only in the
-topmost frame.
+Like framehop: the rules of a frame are small values (:class:`~.step.Rule`) applied by one
+step function (:func:`~.step.step`, under the tools' :class:`~.step.Policy`), failures are
+explicit stop reasons (:class:`~.step.Stop`: memory unreadable, did not advance, moved
+backwards, depth limit), and the lookup from address to rule goes through the SFrame
+table's caches. What to do at a return address is decided once (a :mod:`plan <.plans>`)
+and cached, bounded. The common default rule is precomputed in its plan and stepped
+inline (the hot loop :func:`_run_defaults`: step()'s arithmetic and checks for that one
+rule shape, kept equal to it by ``tests/test_step.py`` through the batch engine and by the
+scalar/batch comparisons). Registers other than SP/FP (and the link register) are known
+only in the topmost frame.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum, StrEnum
+from enum import StrEnum
 from typing import NamedTuple
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
-from ..format.lookup import FrameRow, Rule, RuleKind
+from ..format.lookup import RuleKind
 from .address_space import AddressSpace, Mapping
 from .memory import StackMemory, StackReader
 from .plans import (
@@ -29,25 +32,10 @@ from .plans import (
     RowPlan,
     SigreturnPlan,
 )
+from .step import FP_RULE, Policy, Regs, Rule, Stop, rule_of_row, step
 
-
-class Stop(Enum):
-    """Why a chain ended."""
-
-    OUTERMOST = "outermost frame (RA undefined)"
-    NO_MODULE = "pc outside every mapped module"
-    NO_RULE = "no SFrame rule and no usable frame pointer"
-    MEMORY = "stack memory not in the copy"
-    NO_ADVANCE = "stack pointer did not advance"
-    BACKWARDS = "stack pointer moved backwards"
-    ZERO_PC = "return address 0"
-    DEPTH = "depth limit"
-    COPY_ENDED = "stack copy ended (the caller's return address lies beyond it)"
-    REGISTER = "CFA in a register that cannot be recovered in a caller"
-    BAD_RA = "frame pointer gave a return address outside executable code"
-    RECORDED = "end of the callchain the kernel recorded"
-    NO_CALLCHAIN = "the recording has no callchain and no stack copy (sample ip only)"
-    NO_STACK = "no stack copy in this sample (a kernel thread, or a thread in execve)"
+__all__ = ["EXACT_PC", "USER_LIMIT", "X86_64_SIGRETURN", "Frame", "FrameMethod", "Registers",
+           "StackReads", "Stop", "Unwind", "Unwinder", "unreadable"]
 
 
 class FrameMethod(StrEnum):
@@ -129,6 +117,10 @@ class Registers:
             self._others = {number: values[index] for number, index in positions.items()}
         return self._others
 
+    def get(self, regnum: int) -> int | None:
+        """The value of another register by DWARF number (None: not known)."""
+        return self.others.get(regnum)
+
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Registers) and (self.pc, self.sp, self.fp, self.lr, self.others)
                 == (other.pc, other.sp, other.fp, other.lr, other.others))
@@ -164,6 +156,34 @@ def unreadable(memory: StackReader, address: int) -> Stop:
     return Stop.MEMORY
 
 
+class StackReads:
+    """A step's reads of ``memory``, remembering the last that failed: a failed read is
+    MEMORY to :func:`~.step.step`, here refined by its address (:func:`unreadable`)."""
+
+    __slots__ = ("count", "memory", "missed", "missed_at")
+
+    def __init__(self, memory: StackReader) -> None:
+        self.memory = memory
+        self.count = 0
+        self.missed = 0
+        self.missed_at = 0
+
+    def read(self, address: int) -> int | None:
+        self.count += 1
+        value = self.memory.read(address)
+        if value is None:
+            self.missed, self.missed_at = address, self.count
+        return value
+
+    def reason(self, stop: Stop, rule: Rule) -> Stop:
+        """``stop``, or for a failed read of the return address (or of a frame-pointer
+        slot) whether the copy ended before it. A loaded CFA that is unreadable stays
+        MEMORY, as it always has."""
+        if stop is not Stop.MEMORY or (rule.cfa_deref and self.missed_at == 1):
+            return stop
+        return unreadable(self.memory, self.missed)
+
+
 class Unwinder:
     def __init__(self, abi: ABI, max_depth: int = 127) -> None:
         #: Plans per (address-space layout, caller pc), reused across samples (the rule
@@ -177,6 +197,8 @@ class Unwinder:
         #: Return addresses at or above this are not user-space code (x86-64 and AArch64:
         #: 47/48-bit virtual addresses; s390x user space spans the lower half).
         self.user_limit = USER_LIMIT[abi]
+        #: The tools' policy: how :func:`~.step.step` applies a rule here.
+        self.policy = Policy.tools(abi, max_depth)
 
     def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace) -> Unwind:
         result = Unwind([registers.pc], [_IP], Stop.DEPTH, [])
@@ -215,12 +237,12 @@ class Unwinder:
                 plans = cache.remember(space, key, plan)
             mappings.append(plan.mapping)
             if type(plan) is DefaultPlan:
-                step: tuple[int, int, int, FrameMethod] | Stop = _step_default(
-                    plan, sp, fp, memory, sp_offset)
-                if type(step) is Stop:
-                    result.stop = step
+                default = _step_default(plan, sp, fp, topmost, memory, sp_offset)
+                if type(default) is Stop:
+                    result.stop = default
                     return result
-                new_pc, new_sp, new_fp, method = step  # type: ignore[misc]
+                new_pc, new_sp, new_fp = default  # type: ignore[misc]
+                method = _SFRAME
             elif type(plan) is SigreturnPlan:
                 # A signal frame: the interrupted context is saved on the stack. Its pc is
                 # exact (not a return address), and all its registers are known again.
@@ -233,23 +255,17 @@ class Unwinder:
                 continue
             else:
                 assert not isinstance(plan, (DefaultPlan, SigreturnPlan))
-                step = self._step_other(plan, pc, sp, fp, lr, topmost, registers, memory,
-                                        space)
-                if step is Stop.REGISTER and isinstance(plan, RowPlan) and not topmost:
+                moved = self._step_other(plan, pc, sp, fp, lr, topmost, registers, memory,
+                                         space)
+                if moved is Stop.REGISTER and isinstance(plan, RowPlan) and not topmost:
                     callees = [(pcs[i], sps[i + 1], i == known_at or methods[i] in EXACT_PC)
                                for i in range(known_at, len(pcs) - 1)]
-                    step = self._step_recovering(plan.row, pc, sp, fp, lr, callees,
-                                                 registers, memory, space)
-                if isinstance(step, Stop):
-                    result.stop = step
+                    moved = self._step_recovering(plan.rule, pc, sp, fp, lr, callees,
+                                                  registers, memory, space)
+                if type(moved) is Stop:
+                    result.stop = moved
                     return result
-                new_pc, new_sp, new_fp, method = step
-            if new_pc == 0:
-                result.stop = Stop.ZERO_PC
-                return result
-            if new_sp < sp or (new_sp == sp and not topmost):
-                result.stop = Stop.BACKWARDS if new_sp < sp else Stop.NO_ADVANCE
-                return result
+                new_pc, new_sp, new_fp, method = moved  # type: ignore[misc]
             pc, sp, fp = new_pc, new_sp, new_fp
             topmost = False
             pcs.append(pc)
@@ -263,28 +279,35 @@ class Unwinder:
                     fp: int, lr: int, topmost: bool, registers: Registers,
                     memory: StackReader, space: AddressSpace
                     ) -> tuple[int, int, int, FrameMethod] | Stop:
-        """The caller's pc, sp, fp and how they were found, for a general SFrame row or the
-        frame-pointer fallback; or why there is no caller."""
+        """The caller's pc, sp, fp and how they were found, by :func:`~.step.step`: a
+        general SFrame row, or the frame-pointer fallback; or why there is no caller."""
         if isinstance(plan, RowPlan):
-            row = plan.row
-            if row.outermost:
+            rule = plan.rule
+            if rule.outermost:  # as step() says, without its set-up: most chains end here
                 return Stop.OUTERMOST
-            step = self._step_sframe(row, pc, sp, fp, lr, topmost, registers, memory)
-            if isinstance(step, Stop):
-                return step
+            reads = StackReads(memory)
+            known = Regs(pc, sp, fp, lr if topmost else None, registers if topmost else None,
+                         topmost)
+            moved = step(rule, known, reads.read, self.policy)
             method = _SFRAME
         else:
-            step = self._step_fp(sp, fp, memory, space)
-            if step is None and isinstance(plan, NoModulePlan):
+            rule = FP_RULE
+            reads = StackReads(memory)
+            moved = step(rule, Regs(pc, sp, fp, None, None, topmost), reads.read, self.policy)
+            if moved is Stop.NO_RULE and isinstance(plan, NoModulePlan):
                 return Stop.NO_MODULE
-            if isinstance(step, Stop):
-                return step
+            # A register that is not a frame pointer gives junk: the step is taken only if
+            # the return address could be one (canonical, in an executable mapping).
+            if (type(moved) is Regs and moved.pc != 0
+                    and (moved.pc >= self.user_limit or space.find(moved.pc - 1) is None)):
+                return Stop.BAD_RA
             method = _FP
-        if step is None:
-            return Stop.NO_RULE
-        return step[0], step[1], step[2], method
+        if type(moved) is Stop:
+            return reads.reason(moved, rule)
+        assert isinstance(moved, Regs)
+        return moved.pc, moved.sp, moved.fp, method
 
-    def _step_recovering(self, row: FrameRow, pc: int, sp: int, fp: int, lr: int,
+    def _step_recovering(self, rule: Rule, pc: int, sp: int, fp: int, lr: int,
                          callees: list[tuple[int, int, bool]], registers: Registers,
                          memory: StackReader, space: AddressSpace
                          ) -> tuple[int, int, int, FrameMethod] | Stop:
@@ -294,17 +317,16 @@ class Unwinder:
 
         if self.abi is not ABI.AMD64_ENDIAN_LITTLE:
             return Stop.REGISTER
-        regnum = row.cfa.regnum
+        regnum = rule.cfa_base
         value = recover_register(regnum, callees, registers.others.get(regnum), memory, space)
         if value is None:
             return Stop.REGISTER
-        known = Registers(pc, sp, fp, lr, {regnum: value})
-        step = self._step_sframe(row, pc, sp, fp, lr, True, known, memory)
-        if step is None:
-            return Stop.REGISTER
-        if isinstance(step, Stop):
-            return step
-        return step[0], step[1], step[2], _SFRAME
+        reads = StackReads(memory)
+        moved = step(rule, Regs(pc, sp, fp, lr, {regnum: value}), reads.read, self.policy)
+        if type(moved) is Stop:
+            return reads.reason(moved, rule)
+        assert isinstance(moved, Regs)
+        return moved.pc, moved.sp, moved.fp, _SFRAME
 
     def _plan(self, space: AddressSpace, pc: int, lookup_pc: int) -> Plan:
         """The plan for a frame at ``pc`` (rules looked up at ``lookup_pc``: pc - 1 for
@@ -355,86 +377,14 @@ class Unwinder:
                 and (fp.kind == RuleKind.RETAIN or (fp.kind == RuleKind.CFA and fp.deref))):
             return DefaultPlan(mapping, cfa.regnum == self.sp_reg, cfa.offset, ra.offset,
                                fp.offset if fp.kind == RuleKind.CFA else None)
-        return RowPlan(mapping, row)
-
-    def _register(self, regnum: int, sp: int, fp: int, topmost: bool,
-                  registers: Registers) -> int | None:
-        if regnum == self.sp_reg:
-            return sp
-        if regnum == self.fp_reg:
-            return fp
-        if topmost:
-            if regnum == self.ra_reg and self.abi != ABI.AMD64_ENDIAN_LITTLE:
-                return registers.lr
-            return registers.others.get(regnum)
-        return None
-
-    def _value(self, rule: Rule, cfa: int, sp: int, fp: int, topmost: bool,
-               registers: Registers, memory: StackReader) -> int | None:
-        if rule.kind == RuleKind.CFA:
-            address = cfa + rule.offset
-        else:
-            base = self._register(rule.regnum, sp, fp, topmost, registers)
-            if base is None:
-                return None
-            address = base + rule.offset
-        if not rule.deref:
-            return address
-        return memory.read(address)
-
-    def _step_sframe(self, row: FrameRow, pc: int, sp: int, fp: int, lr: int, topmost: bool,
-                     registers: Registers, memory: StackReader
-                     ) -> tuple[int, int, int] | Stop | None:
-        cfa = self._value(row.cfa, 0, sp, fp, topmost, registers, memory)
-        if cfa is None:
-            if row.cfa.deref:
-                return Stop.MEMORY
-            # The CFA is based on a register other than SP and FP: only the sampled
-            # registers are known, so in a caller it cannot be recovered.
-            return Stop.REGISTER
-        if row.ra.kind == RuleKind.RETAIN:
-            if not topmost:
-                return None
-            ra: int | None = lr
-        else:
-            ra = self._value(row.ra, cfa, sp, fp, topmost, registers, memory)
-            if ra is None:
-                return unreadable(memory, cfa + row.ra.offset) if row.ra.kind == RuleKind.CFA \
-                    else Stop.REGISTER
-        if row.ra_mangled and ra is not None:
-            ra &= (1 << 48) - 1  # strip the pointer-authentication code (48-bit VA)
-        if row.fp.kind == RuleKind.RETAIN:
-            new_fp: int | None = fp
-        else:
-            new_fp = self._value(row.fp, cfa, sp, fp, topmost, registers, memory)
-            if new_fp is None:
-                # The slot is outside the copy: in an epilogue it lies below sp (FP already
-                # popped, so the register holds the caller's value); elsewhere FP is only
-                # needed if a caller is FP-based, which then fails on its own.
-                new_fp = fp
-        assert ra is not None and new_fp is not None
-        return ra, cfa + self.sp_offset, new_fp
-
-    def _step_fp(self, sp: int, fp: int, memory: StackReader, space: AddressSpace
-                 ) -> tuple[int, int, int] | Stop | None:
-        """Frame-pointer fallback: [fp] = caller's fp, [fp + 8] = return address. The step
-        is taken only if the return address could be one: canonical and inside an
-        executable mapping (a register that is not a frame pointer gives junk)."""
-        if fp < sp or fp & 7:
-            return None
-        saved_fp = memory.read(fp)
-        ra = memory.read(fp + 8)
-        if saved_fp is None or ra is None:
-            return unreadable(memory, fp + 8 if saved_fp is not None else fp)
-        if ra != 0 and (ra >= self.user_limit or space.find(ra - 1) is None):
-            return Stop.BAD_RA
-        return ra, fp + 16, saved_fp
+        return RowPlan(mapping, rule_of_row(row))
 
 
-def _step_default(plan: DefaultPlan, sp: int, fp: int, memory: StackReader, sp_offset: int
-                  ) -> tuple[int, int, int, FrameMethod] | Stop:
+def _step_default(plan: DefaultPlan, sp: int, fp: int, topmost: bool, memory: StackReader,
+                  sp_offset: int) -> tuple[int, int, int] | Stop:
     """The common default rule (CFA = SP/FP + offset, RA and FP on the stack), precomputed
-    per pc: a few additions and at most two loads."""
+    per pc: a few additions and at most two loads, then :func:`~.step.step`'s checks under
+    the tools' policy, in its order."""
     _, sp_based, cfa_offset, ra_offset, fp_offset = plan
     cfa = (sp if sp_based else fp) + cfa_offset
     new_pc = memory.read(cfa + ra_offset)
@@ -445,7 +395,12 @@ def _step_default(plan: DefaultPlan, sp: int, fp: int, memory: StackReader, sp_o
         saved = memory.read(cfa + fp_offset)
         if saved is not None:
             new_fp = saved
-    return new_pc, cfa + sp_offset, new_fp, _SFRAME
+    new_sp = cfa + sp_offset
+    if new_pc == 0:
+        return Stop.ZERO_PC
+    if new_sp < sp or (new_sp == sp and not topmost):
+        return Stop.BACKWARDS if new_sp < sp else Stop.NO_ADVANCE
+    return new_pc, new_sp, new_fp
 
 
 #: A perf stack copy as the hot loop reads it: bytes, base address, end address, reader.
