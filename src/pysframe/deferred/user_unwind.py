@@ -82,18 +82,15 @@ class _Walk:
         self.mm = mm
         self.regs = Regs(registers.ip, registers.sp, registers.fp, None, registers.others or {},
                          True)
-
-    @property
-    def ip(self) -> int:
-        return self.regs.pc
+        self.ip = registers.ip
 
     def step(self, rule: Rule) -> Stop | None:
         """``unwind_user_next_common``: None on success (the state moved one frame up)."""
         moved = step(rule, self.regs, self._read, KERNEL)
         if type(moved) is Stop:
             return moved
-        assert isinstance(moved, Regs)
-        self.regs = moved
+        self.regs = moved  # type: ignore[assignment]
+        self.ip = moved.pc  # type: ignore[union-attr]
         return None
 
     def _read(self, address: int) -> int | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, RuleKind
@@ -23,6 +23,7 @@ from ..format.lookup import Rule as ValueRule
 from ..records import record_class
 
 _WORD_MASK = (1 << 64) - 1
+_CFA, _RETAIN = RuleKind.CFA, RuleKind.RETAIN
 #: AArch64 pointer authentication: a mangled return address keeps its 48 address bits.
 _PAC_MASK = (1 << 48) - 1
 
@@ -196,10 +197,11 @@ FP_RULE = Rule(6, 16, ValueRule(RuleKind.CFA, -8, deref=True),
                ValueRule(RuleKind.CFA, -16, deref=True), frame_pointer=True)
 
 
-class Known(Protocol):
-    """Registers known by DWARF number (a dict will do)."""
+if TYPE_CHECKING:  # a Protocol class costs start-up time; only the type checker needs it
+    class Known(Protocol):
+        """Registers known by DWARF number (a dict will do)."""
 
-    def get(self, regnum: int, /) -> int | None: ...
+        def get(self, regnum: int, /) -> int | None: ...
 
 
 class Regs(NamedTuple):
@@ -248,20 +250,42 @@ def step(rule: Rule, regs: Regs, read_word: ReadWord, policy: Policy) -> Regs | 
             return Stop.MEMORY
         cfa = loaded
     new_sp = cfa + policy.sp_offset
-    if policy.cfa_checked_first:
+    checked_first = policy.cfa_checked_first
+    if checked_first and (new_sp <= sp or policy.cfa_alignment):
         stop = _check_cfa(cfa, new_sp, sp, topmost, policy)
         if stop is not None:
             return stop
-    ra = _return_address(rule, cfa, regs, read_word, policy)
-    if type(ra) is Stop:
-        return ra
-    new_fp = _frame_pointer(rule.fp, cfa, regs, read_word, policy)
-    if type(new_fp) is Stop:
-        return new_fp
-    assert isinstance(ra, int) and isinstance(new_fp, int)
+    ra_rule = rule.ra
+    if ra_rule.kind is _CFA and ra_rule.deref:  # the common rule, inline: RA on the stack
+        loaded = read_word(cfa + ra_rule.offset)
+        if loaded is None:
+            return Stop.MEMORY
+        ra = loaded & _PAC_MASK if rule.ra_mangled else loaded
+    else:
+        found = _return_address(rule, cfa, regs, read_word, policy)
+        if type(found) is Stop:
+            return found
+        ra = found  # type: ignore[assignment]
+    fp_rule = rule.fp
+    kind = fp_rule.kind
+    if kind is _RETAIN:
+        new_fp = fp
+    elif kind is _CFA and fp_rule.deref:  # inline too: FP saved on the stack
+        loaded = read_word(cfa + fp_rule.offset)
+        if loaded is not None:
+            new_fp = loaded
+        elif policy.fp_kept_when_unknown:
+            new_fp = fp
+        else:
+            return Stop.MEMORY
+    else:
+        saved = _frame_pointer(fp_rule, cfa, regs, read_word, policy)
+        if type(saved) is Stop:
+            return saved
+        new_fp = saved  # type: ignore[assignment]
     if ra == 0 and policy.zero_ra_ends:
         return Stop.ZERO_PC
-    if not policy.cfa_checked_first:
+    if not checked_first and (new_sp <= sp or policy.cfa_alignment):
         stop = _check_cfa(cfa, new_sp, sp, topmost, policy)
         if stop is not None:
             return stop
