@@ -1,12 +1,14 @@
-"""One step for every mode (issue 24): the batch engine against :func:`step` on every row of
-every fixture ELF, and the vocabulary and policies of the one :class:`Stop` enum.
+"""One step for every mode (issue 24): the batch engine and the scalar tracer against
+:func:`step` on every row of every fixture ELF, and the vocabulary and policies of the one
+:class:`Stop` enum.
 
 For each row of each fixture's SFrame table (every row start of its flat table, gaps
 included), two synthetic samples: the row's pc as the topmost frame, and as a caller
 (reached through a frame-pointer step from a launcher mapping, so it is looked up one
 byte before the return address), each with random registers and a random, sometimes
-short, stack copy. The batch engine (depth-limited to that one step) and :func:`step`
-under the tools' policy must agree on the caller's pc, sp and fp, or on the stop reason.
+short, stack copy. The batch engine and the scalar tracer (depth-limited to that one
+step) and :func:`step` under the tools' policy must agree on the caller's pc (and for the
+batch engine its sp and fp), or on the stop reason.
 """
 
 from __future__ import annotations
@@ -146,31 +148,33 @@ def cases_for(lookup: SFrameLookup, space: AddressSpace, abi: ABI, rng: random.R
 
 
 def check(space: AddressSpace, abi: ABI, cases: list[Case], depth: int) -> int:
-    """The batch engine on every case (chains ending at ``depth``: after the step
-    compared), against step(); returns the steps compared."""
+    """The batch engine and the scalar tracer on every case (chains ending at ``depth``:
+    after the step compared), against step(); returns the steps compared."""
     batch = BatchUnwinder(Unwinder(abi, depth))
     samples = [case.sample for case in cases]
     state = _Batch.of_samples(batch, batch._space(space), samples)
     state.run()
     compared = 0
     for i, case in enumerate(cases):
-        if state.handoff[i]:  # the scalar tracer's chain (it steps through step() too)
-            memory = StackMemory(case.sample.registers.sp, case.sample.stack,
-                                 abi is ABI.S390X_ENDIAN_BIG)
-            unwind = batch.scalar.unwind(case.sample.registers, memory, space)
-            sp = fp = None
-        else:
-            unwind = state.result.unwind(i)
-            sp, fp = int(state.sp[i]), int(state.fp[i])
+        # the scalar tracer too: its inline default rule (the hot loop for a caller) and
+        # its general rows through step()
+        memory = StackMemory(case.sample.registers.sp, case.sample.stack,
+                             abi is ABI.S390X_ENDIAN_BIG)
+        scalar = batch.scalar.unwind(case.sample.registers, memory, space)
+        chains = [(scalar, None, None)]
+        if not state.handoff[i]:
+            chains.append((state.result.unwind(i), int(state.sp[i]), int(state.fp[i])))
         at = case.frame
-        if isinstance(case.want, Stop):
-            assert len(unwind.pcs) == at + 1 and unwind.stop is case.want, (i, unwind, case.want)
-        else:
-            assert unwind.pcs[at + 1:] == [case.want.pc], (i, unwind, case.want)
-            assert unwind.stop is Stop.DEPTH, (i, unwind)
-            if sp is not None:
-                assert (sp, fp) == (case.want.sp, case.want.fp), (i, unwind, case.want)
-        compared += 1
+        for unwind, sp, fp in chains:
+            if isinstance(case.want, Stop):
+                assert len(unwind.pcs) == at + 1 and unwind.stop is case.want, (
+                    i, unwind, case.want)
+            else:
+                assert unwind.pcs[at + 1:] == [case.want.pc], (i, unwind, case.want)
+                assert unwind.stop is Stop.DEPTH, (i, unwind)
+                if sp is not None:
+                    assert (sp, fp) == (case.want.sp, case.want.fp), (i, unwind, case.want)
+            compared += 1
     return compared
 
 
