@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -41,7 +42,7 @@ from pysframe.unwind.step import (
     rule_of_row,
     step,
 )
-from pysframe.unwind.unwinder import USER_LIMIT, Registers, StackReads, Unwinder
+from pysframe.unwind.unwinder import USER_LIMIT, Registers, StackReads, Unwind, Unwinder
 
 #: Where the fixture's code is mapped (link-time addresses + BIAS), the launcher, the stack.
 BIAS = 0x5500_0000_0000
@@ -103,7 +104,7 @@ class Case:
 def stack_images(rng: random.Random, pcs: list[int], big: bool) -> list[bytearray]:
     """A few stack images of 128 words: return addresses into the code (mostly), zeros,
     stack addresses, junk."""
-    order = "big" if big else "little"
+    order: Literal["big", "little"] = "big" if big else "little"
     images = []
     for _ in range(8):
         pool = [0, STACK + 8 * rng.randrange(128), rng.getrandbits(64),
@@ -118,7 +119,7 @@ def cases_for(lookup: SFrameLookup, space: AddressSpace, abi: ABI, rng: random.R
               pcs: list[int]) -> list[Case]:
     policy = Policy.tools(abi, 3)
     big = abi is ABI.S390X_ENDIAN_BIG
-    order = "big" if big else "little"
+    order: Literal["big", "little"] = "big" if big else "little"
     images = stack_images(rng, pcs, big)
     cases = []
     for link_pc in pcs:
@@ -161,7 +162,7 @@ def check(space: AddressSpace, abi: ABI, cases: list[Case], depth: int) -> int:
         memory = StackMemory(case.sample.registers.sp, case.sample.stack,
                              abi is ABI.S390X_ENDIAN_BIG)
         scalar = batch.scalar.unwind(case.sample.registers, memory, space)
-        chains = [(scalar, None, None)]
+        chains: list[tuple[Unwind, int | None, int | None]] = [(scalar, None, None)]
         if not state.handoff[i]:
             chains.append((state.result.unwind(i), int(state.sp[i]), int(state.fp[i])))
         at = case.frame
@@ -210,8 +211,10 @@ def test_batch_equals_step_on_every_row_of_every_fixture() -> None:
 def test_one_stop_vocabulary() -> None:
     """The kernel model's old names are the merged reasons; the walker's codes are the
     enum's, one per reason, and unchanged (they are in recorded data and programs)."""
-    assert Stop.LIMIT is Stop.DEPTH and Stop.FAULT is Stop.MEMORY
-    assert Stop.NO_METHOD is Stop.NO_RULE
+    # (mypy takes the aliases for members of their own: hence the ignores)
+    assert Stop.LIMIT is Stop.DEPTH  # type: ignore[comparison-overlap]
+    assert Stop.FAULT is Stop.MEMORY  # type: ignore[comparison-overlap]
+    assert Stop.NO_METHOD is Stop.NO_RULE  # type: ignore[comparison-overlap]
     assert {code: stop.name for code, stop in WALKER_STOPS.items()} == {
         1: "DEPTH", 2: "UNALIGNED", 3: "MEMORY", 4: "ZERO_PC", 5: "BACKWARDS",
         6: "OUTERMOST", 7: "UNSUPPORTED", 8: "PLT", 9: "NO_RULE", 10: "SIGNAL"}
