@@ -128,6 +128,10 @@ class Row:
     samples: int = 0
     batch_differs: int = 0
     deferred_equal: int = 0
+    #: Chains one of which ends early (the kernel's rules stop, or ours do).
+    deferred_shorter: int = 0
+    #: Chains that part ways (a frame-pointer guess of the kernel's rules gone astray).
+    deferred_differs: int = 0
     deferred_named: Counter[str] = field(default_factory=Counter)
     deferred_unnamed: list[str] = field(default_factory=list)
     stops: Counter[str] = field(default_factory=Counter)
@@ -230,7 +234,10 @@ def _judge(name: str, command: list[str], directory: Path, perf: str) -> Row:
         other = stitched.get(key, [])
         if other == frames:
             row.deferred_equal += 1
-        elif not (frames[:len(other)] == other or other[:len(frames)] == frames):
+        elif frames[:len(other)] == other or other[:len(frames)] == frames:
+            row.deferred_shorter += 1
+        else:
+            row.deferred_differs += 1
             row.deferred_unnamed.append(f"{key}: {frames[:4]} / {other[:4]}")
     row.deferred_named = named
     return row
@@ -245,17 +252,22 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Row]:
 
 
 def test_the_modes_agree_on_every_stack(matrix: dict[str, Row]) -> None:
-    print("\n| workload | samples | scalar = batch | deferred = scalar | deferred stops "
-          "(named by --report) | scalar's stops |")
-    print("|---|---|---|---|---|---|")
+    print("\n| workload | samples | scalar = batch | deferred = scalar | deferred shorter / "
+          "parting | deferred stops (named by --report) | scalar's stops |")
+    print("|---|---|---|---|---|---|---|")
     for name, row in matrix.items():
         named = "; ".join(f"{reason} {count}" for reason, count in row.deferred_named.items())
         stops = "; ".join(f"{stop} {count}" for stop, count in row.stops.most_common())
         print(f"| {name} | {row.samples} | {row.samples - row.batch_differs} | "
-              f"{row.deferred_equal} | {named or '-'} | {stops} |")
+              f"{row.deferred_equal} | {row.deferred_shorter} / {row.deferred_differs} | "
+              f"{named or '-'} | {stops} |")
     for name, row in matrix.items():
         assert row.samples > 50, name
         assert row.batch_differs == 0, name
-        assert row.deferred_unnamed == [], (name, row.deferred_unnamed[:3])
-        # every sample the deferred model did not unwind as we did has a named reason
-        assert row.samples - row.deferred_equal <= sum(row.deferred_named.values()), name
+        # every sample the deferred model did not unwind as we did has a reason the report
+        # names: chains that part ways are its "differs", the others its "cut short"
+        differs = sum(count for reason, count in row.deferred_named.items()
+                      if reason.startswith("differs"))
+        assert row.deferred_differs <= differs, (name, row.deferred_unnamed[:3])
+        assert row.deferred_shorter + row.deferred_differs <= sum(
+            row.deferred_named.values()), name
