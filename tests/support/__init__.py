@@ -7,6 +7,13 @@
 - :mod:`.hostile`: damaged copies of real binaries, a zstd bomb, running ``sframe`` with a
   hang detector and its peak memory.
 - :mod:`.perf_rewrite`: hostile variants of real perf.data recordings.
+- :mod:`.oracles`: the outside tools that judge our output (perf 7, binutils, go, protoc,
+  Chromium), found in one place; missing ones skip, and fail under ``CI=true``.
+- :mod:`.bpf_interp` (with :mod:`.bpf_compile`): an eBPF interpreter that runs the
+  recorder's programs in user space and refuses what the kernel's verifier refuses;
+  :mod:`.walker_run` feeds it the walker's maps and a stack, :mod:`.synthetic_stacks`
+  makes stacks over a table's rows.
+- :mod:`.deferred`: recordings of perf's deferred-callchain ABI built from a real one.
 
 Imported as ``tests.support``: pytest puts the repository root on ``sys.path``
 (``pythonpath = ["."]`` in pyproject.toml) and the fuzz scripts run as modules from the
