@@ -15,8 +15,13 @@ import pytest
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "pysframe"
 
 #: The data flow, earliest first. A module may import from its own stage and earlier ones.
-STAGES = ["errors", "records", "exports", "inputs", "cachedir", "format", "elf", "cfi", "generate", "jit", "sources", "unwind", "deferred",
-          "symbolize", "audit", "report", "record", "demo", "cli", "__main__"]
+STAGES = ["errors", "records", "exports", "inputs", "cachedir", "format", "elf", "cfi", "generate", "jit", "sources", "unwind", "session",
+          "deferred", "symbolize", "audit", "report", "record", "demo", "cli", "__main__"]
+#: What the tracer never imports (issue 24, item 5): it is given its tables (a
+#: ``TableProvider``) and its samples (registers and stack words); it makes no table, reads
+#: no recording and draws no progress bar. Outside packages are named by their top level.
+UNWIND_NEVER_IMPORTS = ("pysframe.generate", "pysframe.sources", "pysframe.report",
+                        "pysframe.record", "pysframe.cli", "rich")
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 80
 
@@ -32,9 +37,10 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(SOURCE.rglob("*.py"))}
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+def imports_of(name: str, path: Path, known: set[str], *, outside: bool = False) -> set[str]:
     """The pysframe modules ``name`` imports (a name imported from a package that is one of
-    its submodules counts as that submodule)."""
+    its submodules counts as that submodule); with ``outside``, other packages' modules
+    too."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -51,7 +57,8 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
                        for alias in node.names]
         else:
             continue
-        found.update(target for target in targets if target.split(".")[0] == "pysframe")
+        found.update(target for target in targets
+                     if outside or target.split(".")[0] == "pysframe")
     found.discard(name)
     return found
 
@@ -84,6 +91,19 @@ def test_no_module_imports_from_a_later_stage() -> None:
                 late.append(f"{name} imports {target} ({STAGES[theirs]} comes after "
                             f"{STAGES[own]})")
     assert not late, "\n".join(late)
+
+
+def test_unwind_imports_no_table_maker_recording_reader_or_output() -> None:
+    """``pysframe.unwind.*`` imports nothing from ``generate``, ``sources``, ``report``,
+    ``record``, ``cli`` or ``rich`` (late and ``TYPE_CHECKING`` imports included)."""
+    found = modules()
+    known = set(found)
+    bad = [f"{name} imports {target}"
+           for name, path in found.items() if name.split(".")[:2] == ["pysframe", "unwind"]
+           for target in sorted(imports_of(name, path, known, outside=True))
+           if any(target == never or target.startswith(never + ".")
+                  for never in UNWIND_NEVER_IMPORTS)]
+    assert not bad, "\n".join(bad)
 
 
 def test_no_import_cycles() -> None:
@@ -143,3 +163,7 @@ def test_the_checks_see_a_late_import_and_a_cycle(tmp_path: Path) -> None:
     known = {"pysframe.cli.main", "pysframe.format.lookup"}
     assert imports_of("pysframe.format.probe", module, known) == {
         "pysframe.cli.main", "pysframe.format.lookup"}
+    module.write_text("if TYPE_CHECKING:\n    from rich.progress import Progress\n"
+                      "import numpy as np\n")
+    assert imports_of("pysframe.unwind.probe", module, known, outside=True) == {
+        "rich.progress", "numpy"}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Problems
 
 if TYPE_CHECKING:
-    from ..unwind.perf_session import UnwoundSample
+    from ..session.perf import UnwoundSample
 from .errors import EXIT_INVALID, EXIT_OK, WHERE, CommandError
 
 #: ``batch`` in the environment unwinds with the numpy batch engine sample by sample,
@@ -26,12 +26,12 @@ def _engine() -> type[Any]:
     """The unwinder class: the lean scalar tracer, or the batch engine when asked for."""
     import os
 
-    from ..unwind.perf_session import PerfUnwinder
+    from ..session.perf import PerfUnwinder
 
     if os.environ.get(ENGINE_VARIABLE, "") != "batch":
         return PerfUnwinder
     try:
-        from ..unwind.batch_session import BatchPerfUnwinder
+        from ..session.batch import BatchPerfUnwinder
     except ImportError:  # no numpy: the scalar tracer does it all
         return PerfUnwinder
     return BatchPerfUnwinder
@@ -51,9 +51,9 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     try:
         from ..report.perf_script import event_name
         from ..report.perf_script_chunks import chunk_text
+        from ..session.vector import VectorSession
         from ..sources.perf_arrays import sample_arrays
         from ..sources.perf_records import SAMPLE_CPU
-        from ..unwind.vector_session import VectorSession
     except ImportError:  # no numpy
         return None
     arrays = sample_arrays(data)
@@ -95,16 +95,19 @@ def default_jobs() -> int:
 def open_recording(path: str, binaries: list[str], problems: Problems,
                    merge_callchains: bool = True) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder, or a one-line CommandError."""
+    from ..session.perf import recorded_files
+    from ..session.tables import GeneratedTables
     from ..sources.perf_data import open_perf_data
+    from .progress import TableBar
 
     data = open_perf_data(path)
     try:
         unwinder = _engine()(data, binaries, problems=problems,
-                             merge_callchains=merge_callchains)
+                             merge_callchains=merge_callchains,
+                             tables=GeneratedTables(progress_bar=TableBar.start))
     except ValueError as error:
         data.close()
         raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
-    from ..unwind.modules import recorded_files
 
     # First run: the binaries' tables, generated in parallel before unwinding.
     unwinder.finder.prefetch(recorded_files(data), progress=sys.stderr.isatty())

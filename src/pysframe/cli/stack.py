@@ -27,9 +27,14 @@ from ..records import record_class
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, WHERE, CommandError, report
 
 if TYPE_CHECKING:
-    from ..sources.live import MapEntry
+    from ..sources.core import CoreMemory
+    from ..sources.live import MapEntry, ProcessMemory
     from ..unwind.address_space import Mapping
+    from ..unwind.memory import StackReader
     from ..unwind.unwinder import Unwind
+
+    # A static check (mypy) that the memories walked here fit the protocol the tracer takes.
+    _READERS: tuple[type[StackReader], ...] = (CoreMemory, ProcessMemory)
 
 
 @record_class
@@ -66,6 +71,7 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
               core: str | None = None, timeout: float = 10.0,
               debuginfo: bool = True, modules: bool = False, exe: str | None = None) -> int:
     from ..format.constants import ABI
+    from ..session.tables import GeneratedTables
     from ..unwind.address_space import AddressSpace
     from ..unwind.modules import BinaryFinder
     from ..unwind.unwinder import Unwinder
@@ -77,7 +83,8 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     # its threads are stopped (a closed stderr must not end us with threads held).
     problems = Problems()
     WHERE.at(core if core is not None else f"process {pid}")
-    finder = BinaryFinder(problems=problems, report_unreadable=False)  # it warns itself
+    finder = BinaryFinder(problems=problems, report_unreadable=False,  # it warns itself
+                          tables=GeneratedTables())
     space = AddressSpace()
     unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, max_depth)
     refused: list[Mapping] = []  # mappings whose file is not the one the target mapped
@@ -233,10 +240,10 @@ def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, spa
 def _add_jit_code(read_bytes: Any, space: Any, problems: Problems) -> None:
     """The code a JIT registered through the GDB JIT interface, as mappings of ``space``;
     its problems noted in ``problems`` (none when the target has no JIT descriptor)."""
-    from ..sources.jit_interface import jit_objects
+    from ..sources.jit_interface import DESCRIPTOR_SYMBOL, jit_objects
     from ..unwind.jit_modules import add_jit_code, descriptor_address, jit_mappings
 
-    descriptor = descriptor_address(space)
+    descriptor = descriptor_address(space, DESCRIPTOR_SYMBOL)
     if descriptor is None:
         return
     objects, found = jit_objects(read_bytes, descriptor)

@@ -4,8 +4,12 @@ The API is the names below, imported from here (loaded on first use):
 :class:`Unwinder` (one frame at a time, SFrame first, frame pointers as fallback, explicit
 :class:`Stop` reasons) reading a thread's stack through a :class:`StackReader`; the data
 model later stages read (:class:`AddressSpace`, :class:`Mapping`, :class:`Module`);
-:class:`BinaryFinder` (binaries and their tables by build id); :class:`PerfUnwinder`
-(the samples of a perf.data recording).
+:class:`BinaryFinder` (binaries by build id, their tables from a :class:`TableProvider`
+the caller passes: :class:`OwnSections`, or ``pysframe.session.GeneratedTables``).
+
+This stage reads tables and stacks and makes neither: it imports nothing from
+``generate``, ``sources``, ``report``, ``record``, ``cli`` or ``rich`` (a recording's
+samples are fed to it by ``pysframe.session``; ``tests/test_layers.py`` holds it to that).
 """
 
 from typing import TYPE_CHECKING
@@ -16,7 +20,7 @@ if TYPE_CHECKING:
     from .address_space import AddressSpace, Mapping, Module
     from .memory import StackMemory, StackReader
     from .modules import BinaryFinder
-    from .perf_session import PerfUnwinder, UnwoundSample, sample_registers
+    from .provider import NoTable, OwnSections, TableProvider
     from .unwinder import EXACT_PC, Frame, FrameMethod, Registers, Stop, Unwind, Unwinder
 
 _HOMES = {
@@ -26,9 +30,9 @@ _HOMES = {
     "StackMemory": ".memory",
     "StackReader": ".memory",
     "BinaryFinder": ".modules",
-    "PerfUnwinder": ".perf_session",
-    "UnwoundSample": ".perf_session",
-    "sample_registers": ".perf_session",
+    "NoTable": ".provider",
+    "OwnSections": ".provider",
+    "TableProvider": ".provider",
     "EXACT_PC": ".unwinder",
     "Frame": ".unwinder",
     "FrameMethod": ".unwinder",
@@ -46,15 +50,15 @@ __all__ = [
     "FrameMethod",
     "Mapping",
     "Module",
-    "PerfUnwinder",
+    "NoTable",
+    "OwnSections",
     "Registers",
     "StackMemory",
     "StackReader",
     "Stop",
+    "TableProvider",
     "Unwind",
     "Unwinder",
-    "UnwoundSample",
-    "sample_registers",
 ]
 
 __getattr__ = lazy_exports(__name__, _HOMES)

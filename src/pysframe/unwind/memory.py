@@ -4,13 +4,14 @@
 provide it: :class:`StackMemory` (the stack copy of a perf sample),
 ``sources.core.CoreMemory`` (a core's PT_LOAD segments) and
 ``sources.live.ProcessMemory`` (``/proc/PID/mem``). The last two live in an
-earlier stage and satisfy the protocol structurally, without importing it.
+earlier stage and satisfy the protocol structurally, without importing it (``cli.stack``,
+which walks them, checks that statically).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 _U64 = struct.Struct("<Q")
 _U64_BE = struct.Struct(">Q")
@@ -41,10 +42,3 @@ class StackMemory:
             return None
         return int(self._reader.unpack_from(self.data, offset)[0])
 
-
-if TYPE_CHECKING:
-    # A static check (mypy) that every memory source fits the protocol the tracer takes.
-    from ..sources.core import CoreMemory
-    from ..sources.live import ProcessMemory
-
-    _READERS: tuple[type[StackReader], ...] = (StackMemory, CoreMemory, ProcessMemory)

@@ -1,6 +1,8 @@
-"""A recording's samples unwound in chunks by the batch engine (:mod:`.batch`).
+"""A recording's samples unwound in chunks by the batch engine
+(:mod:`pysframe.unwind.batch`); and :class:`CollectingSession`, which gathers them for the
+engine's tests and benches.
 
-The records are read as :class:`~.perf_session.PerfUnwinder` reads them (perf's order,
+The records are read as :class:`~.perf.PerfUnwinder` reads them (perf's order,
 the same process model), but a sample with user registers and a stack copy is not
 unwound at once: it waits, with its thread name and a snapshot of its address space,
 until :data:`CHUNK` samples have gathered; then each snapshot's samples are unwound
@@ -15,12 +17,17 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from ..records import record_class
 from ..sources.perf_data import Sample
 from ..sources.perf_order import time_ordered
-from .address_space import AddressSpace
-from .batch import BatchSample, BatchUnwinder
-from .memory import StackMemory
-from .perf_session import PerfUnwinder, UnwoundSample, recorded_frames, sample_registers
+from ..unwind.address_space import AddressSpace
+from ..unwind.batch import BatchSample, BatchUnwinder
+from ..unwind.memory import StackMemory
+from ..unwind.unwinder import Registers, Unwind
+from .perf import PerfUnwinder, UnwoundSample, recorded_frames, sample_registers
 
 #: Samples unwound together (bounded memory: their stack copies stay mapped meanwhile).
 CHUNK = 4096
@@ -41,8 +48,6 @@ class BatchPerfUnwinder(PerfUnwinder):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        import numpy as np
-
         self.batch = BatchUnwinder(self.unwinder)
         self._file = np.frombuffer(self.data.buffer, np.uint8)
         #: Address-space snapshots by layout (a copy per layout samples were taken in).
@@ -108,3 +113,66 @@ class BatchPerfUnwinder(PerfUnwinder):
         for item in done:
             assert isinstance(item, UnwoundSample)
             yield item
+
+
+@record_class
+class Snapshot:
+    """The samples of a recording taken in one address-space layout, in recording order
+    (``order``: each sample's index in the stream of unwound samples)."""
+
+    space: AddressSpace
+    order: list[int]
+    samples: list[BatchSample]
+
+
+class CollectingSession(PerfUnwinder):
+    """A :class:`PerfUnwinder` that collects the samples to unwind, grouped by address-space
+    snapshot, instead of unwinding them (samples without registers or a stack copy are
+    left out). For the batch engine, its tests and benches."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.snapshots: dict[tuple[int, int], Snapshot] = {}
+        self._owner: object = None
+        self._file: npt.NDArray[np.uint8] | None = None
+        self.count = 0
+
+    def _unwind(self, sample: Sample) -> UnwoundSample:
+        space = self._space(sample.pid)
+        registers = sample_registers(sample, self.arch) if sample.stack else None
+        index = self.count
+        self.count += 1
+        if registers is not None and sample.stack is not None:
+            key = (id(space), space.version)
+            snapshot = self.snapshots.get(key)
+            if snapshot is None:
+                snapshot = self.snapshots[key] = Snapshot(space.copy(), [], [])
+            snapshot.order.append(index)
+            snapshot.samples.append(self._batch_sample(registers, sample.stack))
+        return UnwoundSample(sample, "", _EMPTY, [])
+
+    def _batch_sample(self, registers: Registers, stack: memoryview) -> BatchSample:
+        """The sample, with its copy's offset in the mapped file when it is a view of it."""
+        owner = stack.obj
+        if self._owner is not owner:
+            self._owner = owner
+            try:
+                self._file = np.frombuffer(owner, np.uint8)  # type: ignore[call-overload]
+            except (TypeError, ValueError):
+                self._file = None
+        if self._file is None or not len(stack):
+            return BatchSample(registers, stack)
+        address = np.frombuffer(stack, np.uint8).ctypes.data
+        offset = address - self._file.ctypes.data
+        if not 0 <= offset <= len(self._file) - len(stack):
+            return BatchSample(registers, stack)
+        return BatchSample(registers, stack, offset, self._file)
+
+    def collect(self) -> list[Snapshot]:
+        """Read the whole recording; the snapshots in order of their first sample."""
+        for _ in self.samples():
+            pass
+        return list(self.snapshots.values())
+
+
+_EMPTY = Unwind()

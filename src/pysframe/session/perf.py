@@ -28,12 +28,20 @@ from ..sources.perf_deferred import (
     kernel_part,
 )
 from ..sources.perf_order import time_ordered
-from ..sources.perf_records import SAMPLE_CALLCHAIN, SAMPLE_STACK_USER, CallchainDeferred
-from .address_space import AddressSpace, Mapping
-from .jit_modules import jitdump_mappings
-from .memory import StackMemory
-from .modules import BinaryFinder
-from .unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
+from ..sources.perf_records import (
+    RECORD_MMAP,
+    RECORD_MMAP2,
+    SAMPLE_CALLCHAIN,
+    SAMPLE_STACK_USER,
+    CallchainDeferred,
+)
+from ..unwind.address_space import AddressSpace, Mapping
+from ..unwind.memory import StackMemory
+from ..unwind.modules import BinaryFinder
+from ..unwind.provider import TableProvider
+from ..unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
+from .jitdump import jitdump_mappings
+from .tables import GeneratedTables
 
 #: perf's callchain context markers are the top 4095 values; PERF_CONTEXT_USER is -512.
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
@@ -117,7 +125,7 @@ class PerfUnwinder:
 
     def __init__(self, data: PerfData, binaries: Iterable[str] = (), max_depth: int = 127,
                  use_cache: bool = True, problems: Problems | None = None,
-                 merge_callchains: bool = True) -> None:
+                 merge_callchains: bool = True, tables: TableProvider | None = None) -> None:
         self.data = data
         #: Deferred user callchains (perf >= 6.19) joined to their samples, or shown
         #: apart; None when the recording defers none.
@@ -127,7 +135,9 @@ class PerfUnwinder:
         if self.arch not in PERF_REGS:
             raise ValueError(f"unsupported architecture {self.arch}")
         build_ids = {entry.filename: entry.build_id for entry in data.build_ids()}
-        self.finder = BinaryFinder(binaries, build_ids, use_cache, problems)
+        # Tables generated and cached by default (``tables``: the command's provider).
+        self.finder = BinaryFinder(binaries, build_ids, problems=problems,
+                                   tables=tables or GeneratedTables(use_cache))
         self.problems = problems
         #: JIT code read from jitdump files, by the dump's path.
         self._jitdumps: dict[str, list[Mapping]] = {}
@@ -352,3 +362,22 @@ def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
         unwind.add(address, FrameMethod.RECORDED if unwind.pcs else FrameMethod.IP)
         unwind.mappings.append(space.find(address))
     return unwind
+
+
+#: How far into a recording's records :func:`recorded_files` looks for mappings: the
+#: binaries of the processes that exist at the start, and those the recorded command
+#: loads first, are mapped there; a later one gets its table when it is mapped.
+SCAN_LIMIT = 64 << 20
+
+
+def recorded_files(data: PerfData) -> list[tuple[str, bytes | None]]:
+    """(path, build id) of the user-space ELF files a recording maps or has build ids
+    for (the start of the records only, see :data:`SCAN_LIMIT`)."""
+    found: dict[str, bytes | None] = {
+        entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
+    end = data.data_offset + SCAN_LIMIT
+    for record in data.records(frozenset((RECORD_MMAP, RECORD_MMAP2)), until=end):
+        if isinstance(record, Mmap) and record.executable:
+            found.setdefault(record.filename, record.build_id)
+    return [(name, build_id) for name, build_id in found.items()
+            if name.startswith("/") and not name.endswith(".ko")]

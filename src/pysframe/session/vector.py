@@ -2,7 +2,7 @@
 
 The samples come from :func:`~pysframe.sources.perf_arrays.sample_arrays` (perf's order,
 fields as arrays); the other records drive the same process model as
-:class:`~.perf_session.PerfUnwinder` (its ``side_band``), applied between the samples
+:class:`~.perf.PerfUnwinder` (its ``side_band``), applied between the samples
 they fall between. Each chunk's samples are grouped by address-space snapshot and
 unwound by the batch engine from their registers and stack copies in the mapped file.
 What the batch leaves (rare rules, signal frames, odd stacks) and samples without
@@ -23,9 +23,9 @@ from ..records import record_class
 from ..sources.perf_arrays import SampleArrays
 from ..sources.perf_data import Sample
 from ..sources.perf_records import RECORD_SAMPLE
-from .address_space import AddressSpace
-from .batch import BatchResult, BatchUnwinder
-from .perf_session import PERF_REGS, PerfUnwinder, UnwoundSample, _positions
+from ..unwind.address_space import AddressSpace
+from ..unwind.batch import BatchResult, BatchUnwinder
+from .perf import PERF_REGS, PerfUnwinder, UnwoundSample, _positions
 
 #: Samples per chunk: bounds the result matrices (depth 127: ~6 MB) and the mapped pages
 #: of their stack copies (~32 MB for 8 KB copies).

@@ -1,0 +1,56 @@
+"""A jitdump's code loads (``pysframe.sources.jitdump``) as mappings of a recording's
+address space: each named by its load's name and unwound with SFrame generated from the
+``.eh_frame`` the JIT wrote (never cached: the code lives only in the dump)."""
+
+from __future__ import annotations
+
+from ..elf import ElfError, ElfImage
+from ..format.decode import SFrameReader
+from ..format.errors import SFrameError
+from ..format.lookup import SFrameLookup
+from ..generate.cache import sframe_for
+from ..generate.errors import GenerateError
+from ..jit.symfile import code_object
+from ..sources.jitdump import CodeLoad
+from ..unwind.address_space import Mapping, Module
+from ..unwind.jit_modules import JIT_FILENAME
+
+
+def jitdump_mappings(loads: list[CodeLoad], where: str) -> tuple[list[Mapping], list[str]]:
+    """A mapping per code load of a jitdump (``where``: the dump's path, for problems):
+    named by the load's name, unwound with SFrame generated from its ``.eh_frame``."""
+    mappings: list[Mapping] = []
+    problems: list[str] = []
+    for load in loads:
+        eh_frame, eh_address = _eh_frame_of(load)
+        try:
+            image = ElfImage(f"{JIT_FILENAME} {load.address:#x}",
+                             code_object(load.name, load.address, load.code, eh_frame,
+                                         eh_address))
+            lookup = None
+            if eh_frame:
+                data, address = sframe_for(image, use_cache=False)
+                lookup = SFrameLookup(SFrameReader(data, address))
+        except (ElfError, SFrameError, GenerateError, ValueError) as error:
+            problems.append(f"{where}: code {load.name} at {load.address:#x}: {error}")
+            continue
+        origin = "generated" if lookup is not None else "no SFrame: no unwinding info"
+        module = Module(image.path, None, 0, lookup, origin, image)
+        mappings.append(Mapping(load.address, load.address + len(load.code), 0, JIT_FILENAME,
+                                None, module))
+    return mappings, problems
+
+
+def _eh_frame_of(load: CodeLoad) -> tuple[bytes, int]:
+    """The load's ``.eh_frame`` and its address: found from its ``.eh_frame_hdr`` (whose
+    first table entry is the function, relative to the header), else where perf inject
+    --jit puts it (after the code, at its size rounded up to 8)."""
+    header_size = load.eh_frame_hdr_size
+    if not load.unwinding:
+        return b"", 0
+    eh_frame = load.unwinding[:len(load.unwinding) - header_size]
+    header = load.unwinding[len(eh_frame):]
+    if len(header) >= 20 and header[0] == 1 and header[3] == 0x3B:
+        first = int.from_bytes(header[12:16], "little", signed=True)
+        return eh_frame, load.address - first - len(eh_frame)
+    return eh_frame, load.address + (len(load.code) + 7) // 8 * 8

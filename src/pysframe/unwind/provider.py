@@ -1,0 +1,55 @@
+"""Where the tracer's SFrame tables come from: a :class:`TableProvider` the caller passes in.
+
+``unwind`` reads tables and never makes one. A binary's own ``.sframe`` section is read
+here (:class:`OwnSections`); tables generated from CFI and kept in the private cache come
+from a later stage (``pysframe.session.tables.GeneratedTables``), handed to
+:class:`~.modules.BinaryFinder` by the command that unwinds. So this stage imports neither
+the generator nor the recording readers (``tests/test_layers.py`` holds it to that), as
+framehop's unwinder takes its sections through ``ModuleSectionInfo`` and never parses ELF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import PysframeError
+
+if TYPE_CHECKING:
+    from ..elf import ElfImage
+
+
+class NoTable(PysframeError):
+    """The binary has no table to give (no CFI, an unsupported machine): its frames fall back
+    to the frame pointer. Not a problem to report, unlike a malformed file."""
+
+
+class TableProvider(Protocol):
+    """Gives the SFrame table to unwind a binary with."""
+
+    def table(self, image: ElfImage) -> tuple[bytes, int]:
+        """(section bytes, section address) of the table to unwind ``image`` with. Raises
+        :class:`NoTable` when there is none, ``ElfError``/``SFrameError``/``CFIError`` when
+        the file is malformed."""
+        ...
+
+    def prefetch(self, images: Sequence[ElfImage], *, progress: bool = False,
+                 workers: int | None = None) -> int:
+        """Make ready the tables of ``images`` before they are asked for (e.g. generate the
+        missing ones in parallel, with a progress bar if ``progress``); how many were made.
+        Only a warm-up: a table that cannot be made is left to :meth:`table`."""
+        ...
+
+
+class OwnSections:
+    """The binaries' own ``.sframe`` sections, as they are (nothing generated or cached)."""
+
+    def table(self, image: ElfImage) -> tuple[bytes, int]:
+        own = image.sframe_sections()
+        if not own:
+            raise NoTable("the file has no .sframe section")
+        return own[0].raw, own[0].address
+
+    def prefetch(self, images: Sequence[ElfImage], *, progress: bool = False,
+                 workers: int | None = None) -> int:
+        return 0
