@@ -15,8 +15,9 @@ import argparse
 import time
 from pathlib import Path
 
+from pysframe.session.batch import CollectingSession, Snapshot
 from pysframe.sources.perf_data import open_perf_data
-from pysframe.unwind.batch import BatchUnwinder, CollectingSession, Snapshot
+from pysframe.unwind.batch import BatchUnwinder
 from pysframe.unwind.memory import StackMemory
 from pysframe.unwind.unwinder import Unwind, Unwinder
 

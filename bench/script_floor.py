@@ -36,7 +36,7 @@ from common import BENCH, FIXTURES, OUT, WARM, cold_and_warm, print_table, venv_
 
 #: The modules our `script` path imports for a small recording (the lean scalar path).
 SCRIPT_IMPORTS = ("import pysframe.cli.entry, pysframe.cli.script, pysframe.sources.perf_data, "
-                  "pysframe.unwind.perf_session, pysframe.report.perf_script, "
+                  "pysframe.session.perf, pysframe.report.perf_script, "
                   "pysframe.symbolize.symbolizer, pysframe.symbolize.kernel")
 
 

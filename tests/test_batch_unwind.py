@@ -16,8 +16,9 @@ import pytest
 
 from conftest import FIXTURES, REPO
 from pysframe.format.constants import ABI
+from pysframe.session.batch import CollectingSession, Snapshot
 from pysframe.sources.perf_data import open_perf_data
-from pysframe.unwind.batch import BatchSample, BatchUnwinder, CollectingSession, Snapshot
+from pysframe.unwind.batch import BatchSample, BatchUnwinder
 from pysframe.unwind.flat import FP_BASED, KIND_DEFAULT, flatten
 from pysframe.unwind.memory import StackMemory
 from pysframe.unwind.unwinder import Registers, Unwind, Unwinder

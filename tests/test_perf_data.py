@@ -89,7 +89,7 @@ def test_mutated_recordings_never_raise_past_the_reader(tmp_path: Path) -> None:
     PerfDataError on open, or records with what was skipped listed; unwinding never crashes."""
     import random
 
-    from pysframe.unwind.perf_session import PerfUnwinder
+    from pysframe.session.perf import PerfUnwinder
 
     original = PERF_DATA.read_bytes()[:400_000]
     rng = random.Random(5)
@@ -138,7 +138,7 @@ def test_compressed_recording_script_text_when_binaries_match(tmp_path: Path,
                                                              ) -> None:
     from pysframe.elf import ElfError, ElfImage
     from pysframe.report.perf_script import perf_script_text
-    from pysframe.unwind.perf_session import PerfUnwinder
+    from pysframe.session.perf import PerfUnwinder
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     path = DATA / "sh-loop.zstd.perf.data"

@@ -152,7 +152,7 @@ def test_compressed2_records(tmp_path: Path) -> None:
 
 
 def unwound(path: Path) -> list[tuple[int, int, tuple[int, ...]]]:
-    from pysframe.unwind.perf_session import PerfUnwinder
+    from pysframe.session.perf import PerfUnwinder
 
     with open_perf_data(str(path)) as data:
         out = [(u.sample.tid, u.sample.time, tuple(f.pc for f in u.unwind.frames))

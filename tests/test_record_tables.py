@@ -16,6 +16,7 @@ from tests.test_record_bpf import REASON, mapped
 from conftest import FIXTURES
 from pysframe.format.constants import ABI
 from pysframe.record.tables import walker_rows
+from pysframe.session.tables import GeneratedTables
 from pysframe.unwind.flat import KIND_MASK, flatten
 from pysframe.unwind.modules import BinaryFinder
 
@@ -25,7 +26,7 @@ PROGRAMS = sorted(FIXTURES.glob("2.4*/x86_64/*/prog"))
 @pytest.mark.skipif(not PROGRAMS, reason="no fixture binaries (../shared/fixtures) here")
 @pytest.mark.parametrize("path", PROGRAMS, ids=lambda path: "/".join(path.parts[-4:-1]))
 def test_every_pc_gets_the_batch_lookups_rule(path: Path) -> None:
-    module = BinaryFinder().module(str(path), None, 0, 0)
+    module = BinaryFinder(tables=GeneratedTables()).module(str(path), None, 0, 0)
     assert module is not None and module.lookup is not None
     flat = flatten(module.lookup, ABI.AMD64_ENDIAN_LITTLE)
     assert flat.masks  # the PLT blocks of these programs are PCMASK functions

@@ -12,12 +12,12 @@ import pytest
 from pysframe.format.constants import ABI
 from pysframe.format.lookup import FrameRow, Rule, RuleKind
 from pysframe.report.perf_script import TRUNCATED, format_sample
+from pysframe.session.perf import PerfUnwinder, UnwoundSample, recorded_frames
 from pysframe.sources.perf_records import EventAttr, Sample
 from pysframe.symbolize.symbolizer import Symbolizer
 from pysframe.unwind import callee_saved
 from pysframe.unwind.address_space import AddressSpace, Mapping, Module
 from pysframe.unwind.memory import StackMemory
-from pysframe.unwind.perf_session import PerfUnwinder, UnwoundSample, recorded_frames
 from pysframe.unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
 
 KERNEL, USER = (1 << 64) - 128, (1 << 64) - 512
@@ -232,7 +232,7 @@ def test_the_running_kernels_vdso_is_read_for_its_symbols_and_cfi() -> None:
     """Samples in the vDSO (time(), clock_gettime()) are named and unwound through the
     vDSO of this process when the recording's has the same build id."""
     from pysframe.elf import ElfImage
-    from pysframe.unwind.perf_session import own_vdso
+    from pysframe.session.perf import own_vdso
 
     image = own_vdso()
     assert image is not None and image.startswith(b"\x7fELF")

@@ -114,7 +114,7 @@ def test_jobs_print_the_same_text_in_the_same_order(monkeypatch: pytest.MonkeyPa
                                                     tmp_path: Path) -> None:
     """-j 3 over small chunks (three processes, seven chunks of the Lua recording): the text
     of one process, byte for byte."""
-    from pysframe.unwind import vector_session
+    from pysframe.session import vector as vector_session
 
     path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
     if not path.exists():

@@ -8,10 +8,10 @@ import pytest
 
 from conftest import FIXTURES
 from pysframe.format import ABI
+from pysframe.session.perf import PerfUnwinder
 from pysframe.sources.perf_data import open_perf_data
 from pysframe.unwind.address_space import AddressSpace
 from pysframe.unwind.memory import StackMemory
-from pysframe.unwind.perf_session import PerfUnwinder
 from pysframe.unwind.unwinder import Registers, Stop, Unwinder
 
 LUA = FIXTURES / "real" / "lua-2.46-x86_64"

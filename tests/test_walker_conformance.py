@@ -63,6 +63,7 @@ from pysframe.record import asm, tables
 from pysframe.record.asm import Asm
 from pysframe.record.tables import procs_value, walker_rows
 from pysframe.record.walker import MAPPING, MAPPINGS, walker
+from pysframe.session.tables import GeneratedTables
 from pysframe.sources.core import CoreFile
 from pysframe.unwind.address_space import AddressSpace, Mapping
 from pysframe.unwind.batch import BatchSample
@@ -214,7 +215,7 @@ class Conformance:
 
 
 def fixtures() -> Iterator[tuple[str, Binary]]:
-    finder = BinaryFinder()
+    finder = BinaryFinder(tables=GeneratedTables())
     for path in ELF_FIXTURES:
         binary = map_fixture(str(path), finder)
         if binary is not None:
@@ -411,7 +412,7 @@ def test_walker_equals_the_tracer_on_cores(tmp_path: Path, monkeypatch: pytest.M
             if program != lua:
                 os.close(child._pysframe_master)  # type: ignore[attr-defined]
         space = AddressSpace()
-        finder = BinaryFinder()
+        finder = BinaryFinder(tables=GeneratedTables())
         for mapped in core.mappings:
             module = finder.module(mapped.path, None, mapped.start, mapped.pgoff)
             if module is not None:

@@ -28,8 +28,8 @@ from ..errors import PysframeError
 from ..format.decode import decode
 from ..format.encode import encode
 from ..records import record_class
+from ..session.perf import PerfUnwinder, UnwoundSample
 from ..unwind.address_space import AddressSpace, Mapping
-from ..unwind.perf_session import PerfUnwinder, UnwoundSample
 from ..unwind.step import Stop
 from .infrastructure import DeferredUnwinder, Task, UnwindWork
 from .mm import Mm, map_elf
@@ -205,7 +205,7 @@ class WhatIf:
 
     def session_registers(self, unwound: UnwoundSample) -> tuple[int, int, int] | None:
         """(ip, sp, fp) at kernel entry, or None without user registers or stack copy."""
-        from ..unwind.perf_session import sample_registers
+        from ..session.perf import sample_registers
 
         sample = unwound.sample
         if not sample.stack or not sample.regs:

@@ -22,6 +22,7 @@ import struct
 import time
 from collections.abc import Callable
 
+from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
 from ..unwind.modules import BinaryFinder
 from . import bpf_sys as sys_bpf
@@ -238,7 +239,7 @@ class _Session:
         btf = own(sys_bpf.btf_load(blob))
         self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
                                              btf=btf, func_info=infos))
-        self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder())
+        self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=GeneratedTables()))
         self.ring = RingBuffer(self.ring_fd, RING_BYTES)
         #: Woken by samples and by side-band records alike: a new mapping's table is
         #: loaded as soon as the kernel reports it.

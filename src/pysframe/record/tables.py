@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import PysframeError
 from ..format.constants import ABI
+from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
 from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat
@@ -37,7 +38,7 @@ class TableLoader:
     def __init__(self, rows: Fd, procs: Fd, capacity: int, finder: BinaryFinder | None = None
                  ) -> None:
         self.rows, self.procs, self.capacity = rows, procs, capacity
-        self.finder = finder or BinaryFinder()
+        self.finder = finder or BinaryFinder(tables=GeneratedTables())
         #: Rows handed out (the high-water mark) and the ranges given back, (first, rows).
         self.used = 0
         self.free: list[tuple[int, int]] = []

@@ -6,18 +6,18 @@ from collections.abc import Iterable, Iterator
 from typing import cast
 
 from ..errors import Problems
+from ..session.perf import (
+    CONTEXT_MARKER_MIN,
+    KERNEL_START,
+    UnwoundSample,
+    valid_callchain,
+)
 from ..sources.perf_data import EventAttr
 from ..sources.perf_deferred import deferred_cookie
 from ..sources.perf_records import SAMPLE_CPU
 from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
-from ..unwind.perf_session import (
-    CONTEXT_MARKER_MIN,
-    KERNEL_START,
-    UnwoundSample,
-    valid_callchain,
-)
 from ..unwind.unwinder import EXACT_PC, Stop
 
 #: perf's line where a chain was cut off by the end of the stack copy: its unwinder reads

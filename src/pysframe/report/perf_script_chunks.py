@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from ..session.vector import Chunk, Group
 from ..sources.perf_arrays import SampleArrays
 from ..symbolize.symbolizer import Symbolizer
 from ..symbolize.symbols import SymbolTable
 from ..unwind.batch import STOPS
 from ..unwind.unwinder import Stop
-from ..unwind.vector_session import Chunk, Group
 from .perf_script import TRUNCATED, format_sample, frame_line, kernel_lines
 
 _COPY_ENDED = STOPS.index(Stop.COPY_ENDED)

@@ -23,10 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import Problems
+from ..session.perf import UnwoundSample
 from ..symbolize.symbolizer import UNKNOWN, Symbolizer
 from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
-from ..unwind.perf_session import UnwoundSample
 from ..unwind.unwinder import EXACT_PC
 from .perf_script import event_name
 

@@ -19,7 +19,6 @@ stack stay uint64 and are only compared.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +26,6 @@ import numpy.typing as npt
 from ..format.constants import ABI
 from ..format.lookup import SFrameLookup
 from ..records import record_class
-from ..sources.perf_data import Sample
 from .address_space import AddressSpace, Mapping, Module
 from .flat import (
     CFA_SHIFT,
@@ -44,7 +42,6 @@ from .flat import (
 )
 from .flat_cache import cached_flat
 from .memory import StackMemory
-from .perf_session import PerfUnwinder, UnwoundSample, sample_registers
 from .unwinder import X86_64_SIGRETURN, FrameMethod, Registers, Stop, Unwind, Unwinder
 
 U64 = npt.NDArray[np.uint64]
@@ -470,69 +467,4 @@ class _Batch:
         new_fp[at[good]] = saved[good]
 
 
-
-
-@record_class
-class Snapshot:
-    """The samples of a recording taken in one address-space layout, in recording order
-    (``order``: each sample's index in the stream of unwound samples)."""
-
-    space: AddressSpace
-    order: list[int]
-    samples: list[BatchSample]
-
-
-class CollectingSession(PerfUnwinder):
-    """A :class:`PerfUnwinder` that collects the samples to unwind, grouped by address-space
-    snapshot, instead of unwinding them (samples without registers or a stack copy are
-    left out). For the batch engine, its tests and benches."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.snapshots: dict[tuple[int, int], Snapshot] = {}
-        self._owner: object = None
-        self._file: npt.NDArray[np.uint8] | None = None
-        self.count = 0
-
-    def _unwind(self, sample: Sample) -> UnwoundSample:
-        space = self._space(sample.pid)
-        registers = sample_registers(sample, self.arch) if sample.stack else None
-        index = self.count
-        self.count += 1
-        if registers is not None and sample.stack is not None:
-            key = (id(space), space.version)
-            snapshot = self.snapshots.get(key)
-            if snapshot is None:
-                snapshot = self.snapshots[key] = Snapshot(space.copy(), [], [])
-            snapshot.order.append(index)
-            snapshot.samples.append(self._batch_sample(registers, sample.stack))
-        return UnwoundSample(sample, "", _EMPTY, [])
-
-    def _batch_sample(self, registers: Registers, stack: memoryview) -> BatchSample:
-        """The sample, with its copy's offset in the mapped file when it is a view of it."""
-        owner = stack.obj
-        if self._owner is not owner:
-            self._owner = owner
-            try:
-                self._file = np.frombuffer(owner, np.uint8)  # type: ignore[call-overload]
-            except (TypeError, ValueError):
-                self._file = None
-        if self._file is None or not len(stack):
-            return BatchSample(registers, stack)
-        address = np.frombuffer(stack, np.uint8).ctypes.data
-        offset = address - self._file.ctypes.data
-        if not 0 <= offset <= len(self._file) - len(stack):
-            return BatchSample(registers, stack)
-        return BatchSample(registers, stack, offset, self._file)
-
-    def collect(self) -> list[Snapshot]:
-        """Read the whole recording; the snapshots in order of their first sample."""
-        for _ in self.samples():
-            pass
-        return list(self.snapshots.values())
-
-
-_EMPTY = Unwind()
-
-__all__ = ["STOPS", "BatchResult", "BatchSample", "BatchUnwinder", "CollectingSession",
-           "Snapshot"]
+__all__ = ["STOPS", "BatchResult", "BatchSample", "BatchUnwinder"]
