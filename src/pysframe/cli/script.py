@@ -12,12 +12,15 @@ if TYPE_CHECKING:
     from ..session.perf import UnwoundSample
 from .errors import EXIT_INVALID, EXIT_OK, WHERE, CommandError
 
-#: ``batch`` in the environment unwinds with the numpy batch engine sample by sample,
-#: ``scalar`` with the scalar tracer only, ``vector`` with the batch pipeline whenever the
-#: recording has its shape (tests and benches compare them). By default the batch
-#: pipeline takes recordings of at least :data:`VECTOR_FROM` bytes of records: below,
-#: numpy's import (~60-80 ms) costs more than it saves (the 26 MiB Lua recording: 280 ms
-#: batch, 190 ms scalar).
+#: ``PYSFRAME_ENGINE`` forces one engine (tests and benches compare them): ``scalar`` (the
+#: scalar tracer only), ``batch`` (the numpy batch engine sample by sample; it converts
+#: every chain back to records, and loses to the scalar tracer on shallow stacks: 0.92 s
+#: against 0.39 s for ``--show-stops`` on a 126 MB recording of a 5-frame loop, so no cost
+#: rule picks it), ``vector`` (the batch pipeline whenever the recording has its shape,
+#: every group batched). By default the batch pipeline takes recordings of at least
+#: :data:`VECTOR_FROM` bytes of records, each chunk's samples of one layout batched from
+#: ``session.vector.BATCH_FROM`` of them: below, numpy's import (~60-80 ms) costs more than
+#: it saves (the 26 MiB Lua recording: 280 ms batch, 190 ms scalar).
 ENGINE_VARIABLE = "PYSFRAME_ENGINE"
 VECTOR_FROM = 64 << 20
 
@@ -51,18 +54,18 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     try:
         from ..report.perf_script import event_name
         from ..report.perf_script_chunks import chunk_text
-        from ..session.vector import VectorSession
+        from ..session.vector import BATCH_FROM, VectorSession
         from ..sources.perf_arrays import sample_arrays
         from ..sources.perf_records import SAMPLE_CPU
     except ImportError:  # no numpy
         return None
     arrays = sample_arrays(data)
-    if arrays is None or type(unwinder).__name__ != "PerfUnwinder":
+    if arrays is None:
         return None
     attr = data.attrs[0]
     event, with_cpu = event_name(attr), bool(attr.sample_type & SAMPLE_CPU)
     lines: dict[int, dict[int, str]] = {}
-    session = VectorSession(unwinder, arrays)
+    session = VectorSession(unwinder, arrays, 1 if chosen == "vector" else BATCH_FROM)
 
     def texts(first: int, last: int) -> Iterator[str]:
         for chunk in session.chunks(first, last):
