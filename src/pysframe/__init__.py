@@ -5,7 +5,8 @@ from its own stage and earlier ones): ``errors``, ``exports`` and ``cachedir`` (
 ``format`` (the .sframe bytes), ``elf`` (finding sections in ELF files), ``cfi``
 (DWARF call-frame information), ``generate`` (SFrame from CFI, as GNU as and ld
 make it), ``sources`` (perf.data, live processes, core dumps), ``unwind`` (the stack
-tracer), ``symbolize`` (frame names), ``report`` (outputs), ``demo`` and ``cli``
+tracer, given its tables and samples), ``session`` (what feeds it: generated tables, a
+recording's samples), ``symbolize`` (frame names), ``report`` (outputs), ``demo`` and ``cli``
 (the ``sframe`` command).
 
 The library API is what each package exports in its ``__all__``, imported from the
