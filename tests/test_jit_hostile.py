@@ -60,3 +60,18 @@ def test_damaged_archives_end_the_listing_not_the_run(tmp_path: Path) -> None:
                           str(tmp_path / "out.a")], capture_output=True, text=True)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
     assert "runs past the end" in run.stderr and not (tmp_path / "out.a").exists()
+
+
+def test_a_hundred_thousand_bogus_entries_are_one_line() -> None:
+    """A hostile target's descriptor listing 99,999 objects that are not ELF: the objects
+    are skipped and said once, with a count, not in 100,000 lines."""
+    count = 99_999
+    entries = b"".join(struct.pack("<QQQQ", 0x10000 + 32 * (index + 1) if index + 1 < count
+                                   else 0, 0, 0x5000, 16) for index in range(count))
+    read = memory({0x1000: struct.pack("<IIQQ", 1, 0, 0, 0x10000), 0x10000: entries,
+                   0x5000: b"not an elf file!"})
+    objects, problems = jit_objects(read, 0x1000)
+    assert len(objects) == count and problems == []
+    mappings, more = jit_mappings(objects)
+    assert mappings == [] and len(more) == 1
+    assert more[0].startswith(f"JIT objects: {count:,} problems, the first: JIT object at 0x5000")

@@ -60,3 +60,15 @@ class Problems:
 
     def __iter__(self) -> Iterator[PysframeError]:
         return iter(self._seen.values())
+
+
+#: Problems of one kind listed one line each before they are summed up in one.
+LISTED_PROBLEMS = 10
+
+
+def summarized(lines: list[str], what: str, limit: int = LISTED_PROBLEMS) -> list[str]:
+    """``lines`` as they are when there are at most ``limit``; else one line that counts
+    them and quotes the first (100,000 bogus entries of a hostile target are one line)."""
+    if len(lines) <= limit:
+        return lines
+    return [f"{what}: {len(lines):,} problems, the first: {lines[0]}"]

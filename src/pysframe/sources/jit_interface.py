@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from ..errors import summarized
 from ..records import record_class
 
 DESCRIPTOR_SYMBOL = "__jit_debug_descriptor"
@@ -70,4 +71,4 @@ def jit_objects(read_bytes: ReadBytes, descriptor: int) -> tuple[list[JitObject]
                 objects.append(JitObject(entry, address, data))
                 total += size
         entry = following
-    return objects, problems
+    return objects, summarized(problems, f"JIT descriptor at {descriptor:#x}")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..elf import ElfError, ElfImage
+from ..errors import summarized
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
@@ -79,7 +80,7 @@ def jit_mappings(objects: Sequence[JitCode]) -> tuple[list[Mapping], list[str]]:
         module = Module(image.path, None, 0, lookup, origin, image)  # (unique: caches key on it)
         mappings.append(Mapping(text.address, text.address + text.size, 0, JIT_FILENAME,
                                 None, module))
-    return mappings, problems
+    return mappings, summarized(problems, "JIT objects")
 
 
 def add_jit_code(space: AddressSpace, mappings: list[Mapping]) -> None:
