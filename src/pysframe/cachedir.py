@@ -348,45 +348,68 @@ def prune(kind: str, max_bytes: int) -> int:
     """Keep the entries of ``kind``'s directory (every variant) under ``max_bytes``: the
     least recently written go first (an older variant's entries, left by an upgrade, are
     among them). Silently nothing when the cache cannot be used; returns the bytes freed.
-    Every step through descriptors (``dir_fd``), nothing followed through a link."""
-    directory = _directory([kind.partition("/")[0]], create=False)
+    Every step through descriptors (``dir_fd``), nothing followed through a link; each
+    subdirectory is opened and checked once."""
+    top = kind.partition("/")[0]
+    directory = _directory([top], create=False)
     if directory is None:
         return 0
     entries: list[tuple[float, int, str, str]] = []  # (written, size, subdirectory, name)
     try:
         for sub in os.scandir(directory):
-            if len(sub.name) != 2 or not sub.is_dir(follow_symlinks=False):
-                continue
-            child = _directory([kind.partition("/")[0], sub.name], create=False)
-            if child is None:
-                continue
-            try:
-                for entry in os.scandir(child):
-                    if entry.is_file(follow_symlinks=False):
-                        status = entry.stat(follow_symlinks=False)
-                        entries.append((status.st_mtime, status.st_size, sub.name, entry.name))
-            finally:
-                os.close(child)
-        total = sum(size for _, size, _, _ in entries)
-        freed = 0
+            if len(sub.name) == 2 and sub.is_dir(follow_symlinks=False):
+                for name, status in _files(directory, sub.name, top):
+                    entries.append((status.st_mtime, status.st_size, sub.name, name))
+        excess = sum(size for _, size, _, _ in entries) - max_bytes
+        victims: dict[str, list[tuple[str, int]]] = {}
         for _, size, sub_name, name in sorted(entries):
-            if total - freed <= max_bytes:
+            if excess <= 0:
                 break
-            child = _directory([kind.partition("/")[0], sub_name], create=False)
-            if child is None:
-                continue
-            try:
-                os.unlink(name, dir_fd=child)
-                freed += size
-            except OSError:
-                pass  # another process pruned it first
-            finally:
-                os.close(child)
-        return freed
+            victims.setdefault(sub_name, []).append((name, size))
+            excess -= size
+        return sum(_unlink_all(directory, sub_name, top, names)
+                   for sub_name, names in victims.items())
     except OSError:
         return 0
     finally:
         os.close(directory)
+
+
+def _checked_child(parent: int, name: str, top: str) -> int | None:
+    try:
+        return _open_directory(parent, name, os.path.join(cache_root(), top, name), False)
+    except (_Unusable, OSError):
+        return None
+
+
+def _files(parent: int, name: str, top: str) -> list[tuple[str, os.stat_result]]:
+    """(name, status) of the regular files in the subdirectory ``name``."""
+    child = _checked_child(parent, name, top)
+    if child is None:
+        return []
+    try:
+        return [(entry.name, entry.stat(follow_symlinks=False)) for entry in os.scandir(child)
+                if entry.is_file(follow_symlinks=False)]
+    finally:
+        os.close(child)
+
+
+def _unlink_all(parent: int, name: str, top: str, victims: list[tuple[str, int]]) -> int:
+    """The files ``victims`` (name, size) removed from the subdirectory; bytes freed."""
+    child = _checked_child(parent, name, top)
+    if child is None:
+        return 0
+    freed = 0
+    try:
+        for victim, size in victims:
+            try:
+                os.unlink(victim, dir_fd=child)
+                freed += size
+            except OSError:
+                pass  # another process pruned it first
+    finally:
+        os.close(child)
+    return freed
 
 
 def _write_entry(directory: int, name: str, data: bytes) -> None:

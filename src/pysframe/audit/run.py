@@ -41,10 +41,8 @@ CACHE_BYTES = 256 << 20
 
 def prune_cache() -> int:
     """The audit's cache brought under its budget (at the end of a run); bytes freed."""
-    try:
-        budget = int(os.environ.get("PYSFRAME_AUDIT_CACHE_MB", "")) << 20
-    except ValueError:
-        budget = CACHE_BYTES
+    megabytes = os.environ.get("PYSFRAME_AUDIT_CACHE_MB", "")
+    budget = int(megabytes) << 20 if megabytes.isdigit() else CACHE_BYTES
     return cachedir.prune(CACHE_KIND, budget)
 
 

@@ -55,6 +55,7 @@ def upgrade_object(image: ElfImage) -> bytes | None:
     headers, shstrndx = section_rows(data)
     names = image.section_headers()
     changed = False
+    signals: set[tuple[int, int, int]] | None = None
     for section in image.sframe_sections():
         index = next((h.number for h in names if h.name == section.name
                       and h.offset == section.file_offset), None)
@@ -66,7 +67,8 @@ def upgrade_object(image: ElfImage) -> bytes | None:
             continue
         relocations = [i for i, h in enumerate(headers) if h[1] == SHT_RELA and h[7] == index]
         upgraded = convert(section_model, VERSION_3)
-        signals = _signal_frames(data, headers, names)
+        if signals is None:  # read once, for every SFrame section of the object
+            signals = _signal_frames(data, headers, names)
         for rela_index in relocations:
             for at, symbol, addend in _relocations(data, headers[rela_index]):
                 fde, within = divmod(at - HEADER_SIZE, V2_ENTRY)
