@@ -4,7 +4,7 @@ Each workload is recorded once with ``perf record --call-graph dwarf`` (perf cop
 sample's registers and user stack). On those copies:
 
 - ``scalar``: ``sframe script`` with the scalar tracer;
-- ``batch``: ``sframe script`` with the numpy batch engine;
+- ``batch``: ``sframe script`` with every group batched by the numpy engine;
 - ``deferred``: ``sframe defer --assume-sframe`` (the kernel's deferred SFrame unwinder,
   modelled over the same copies), then that recording's stitched chains;
 
@@ -213,7 +213,7 @@ def _judge(name: str, command: list[str], directory: Path, perf: str) -> Row:
     if recorded.returncode != 0:
         unavailable(f"perf cannot record here: {recorded.stderr.strip()[-200:]}")
     scalar = _sframe("script", str(data), "--show-stops", cache=cache, engine="scalar")
-    batch = _sframe("script", str(data), "--show-stops", cache=cache, engine="batch")
+    batch = _sframe("script", str(data), "--show-stops", cache=cache, engine="vector")
     assert scalar.returncode == 0, scalar.stderr[-500:]
     row = Row()
     ours, theirs = _chains(scalar.stdout), _chains(batch.stdout)

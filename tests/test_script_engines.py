@@ -32,7 +32,7 @@ def test_both_engines_print_the_same_chains_and_stops(
         path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     scalar = _script(path, "scalar", monkeypatch, tmp_path, capsys)
-    batch = _script(path, "batch", monkeypatch, tmp_path, capsys)
+    batch = _script(path, "vector", monkeypatch, tmp_path, capsys)
     assert scalar[0] and scalar[1]  # text and a stop line per sample
     assert batch[2] == scalar[2]
     assert batch[1] == scalar[1]  # every sample's frame methods and stop reason

@@ -12,44 +12,31 @@ if TYPE_CHECKING:
     from ..session.perf import UnwoundSample
 from .errors import EXIT_INVALID, EXIT_OK, WHERE, CommandError
 
-#: ``PYSFRAME_ENGINE`` forces one engine (tests and benches compare them): ``scalar`` (the
-#: scalar tracer only), ``batch`` (the numpy batch engine sample by sample; it converts
-#: every chain back to records, and loses to the scalar tracer on shallow stacks: 0.92 s
-#: against 0.39 s for ``--show-stops`` on a 126 MB recording of a 5-frame loop, so no cost
-#: rule picks it), ``vector`` (the batch pipeline whenever the recording has its shape,
-#: every group batched). By default the batch pipeline takes recordings of at least
-#: :data:`VECTOR_FROM` bytes of records, each chunk's samples of one layout batched from
-#: ``session.vector.BATCH_FROM`` of them: below, numpy's import (~60-80 ms) costs more than
-#: it saves (the 26 MiB Lua recording: 280 ms batch, 190 ms scalar).
+#: ``sframe script`` has one pipeline: the records drive one process model
+#: (:class:`~..session.perf.PerfUnwinder`), and each chunk's samples of one address-space
+#: layout are unwound by the numpy batch engine when there are at least
+#: ``session.vector.BATCH_FROM`` of them, else one by one by the scalar tracer (the same
+#: step, the same chains). Recordings under :data:`VECTOR_FROM` bytes of records are
+#: unwound sample by sample without numpy: its import (~60-80 ms) costs more than it
+#: saves there (the 26 MiB Lua recording: 280 ms batch, 190 ms scalar).
+#:
+#: ``PYSFRAME_ENGINE`` moves those two thresholds, not the path (tests and benches compare
+#: the two sides of the cost rule on the same recording): ``scalar`` never batches,
+#: ``vector`` batches every group, even of one sample.
 ENGINE_VARIABLE = "PYSFRAME_ENGINE"
 VECTOR_FROM = 64 << 20
 
 
-def _engine() -> type[Any]:
-    """The unwinder class: the lean scalar tracer, or the batch engine when asked for."""
-    import os
-
-    from ..session.perf import PerfUnwinder
-
-    if os.environ.get(ENGINE_VARIABLE, "") != "batch":
-        return PerfUnwinder
-    try:
-        from ..session.batch import BatchPerfUnwinder
-    except ImportError:  # no numpy: the scalar tracer does it all
-        return PerfUnwinder
-    return BatchPerfUnwinder
-
-
 def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: int,
-                 problems: Problems, statuses: list[int], phases: Phases | None = None
-                 ) -> Iterator[str] | None:
+                 problems: Problems, statuses: list[int], phases: Phases | None = None,
+                 show_stops: bool = False) -> Iterator[str] | None:
     """The text in chunks from the batch pipeline, when it takes this recording (None: the
     sample-by-sample path does), made by ``jobs`` processes."""
     import os
     import time
 
     chosen = os.environ.get(ENGINE_VARIABLE, "")
-    if chosen in ("scalar", "batch") or (chosen != "vector" and data.data_size < VECTOR_FROM):
+    if chosen == "scalar" or (chosen != "vector" and data.data_size < VECTOR_FROM):
         return None
     try:
         from ..report.perf_script import event_name
@@ -71,13 +58,15 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         for chunk in session.chunks(first, last):
             WHERE.at(data.path, int(arrays.offset[chunk.start]) if chunk.end > chunk.start
                      else None)
+            if show_stops:
+                _chunk_stops(chunk, session)
             begin = time.perf_counter()
             text = chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu)
             if phases is not None:
                 phases.seconds["format"] += time.perf_counter() - begin
             yield text
 
-    ranges = session.ranges(jobs)
+    ranges = session.ranges(1 if show_stops else jobs)  # stop lines in the samples' order
     if len(ranges) == 1:
         return texts(*ranges[0])
     from .jobs import in_order
@@ -98,14 +87,14 @@ def default_jobs() -> int:
 def open_recording(path: str, binaries: list[str], problems: Problems,
                    merge_callchains: bool = True) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder, or a one-line CommandError."""
-    from ..session.perf import recorded_files
+    from ..session.perf import PerfUnwinder, recorded_files
     from ..session.tables import GeneratedTables
     from ..sources.perf_data import open_perf_data
     from .progress import TableBar
 
     data = open_perf_data(path)
     try:
-        unwinder = _engine()(data, binaries, problems=problems,
+        unwinder = PerfUnwinder(data, binaries, problems=problems,
                              merge_callchains=merge_callchains,
                              tables=GeneratedTables(progress_bar=TableBar.start))
     except ValueError as error:
@@ -149,9 +138,8 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
             symbolizer = phases.timed_symbolizer(symbolizer)
         statuses: list[int] = []
         arrays_start = time.perf_counter()
-        chunks = None if show_stops else _vector_text(
-            data, unwinder, symbolizer, kernel, jobs or default_jobs(), problems, statuses,
-            phases)
+        chunks = _vector_text(data, unwinder, symbolizer, kernel, jobs or default_jobs(),
+                              problems, statuses, phases, show_stops)
         if chunks is not None:
             if phases is not None:  # numpy's import and the array scan are the scan's
                 phases.seconds["read"] += time.perf_counter() - arrays_start
@@ -262,11 +250,29 @@ def _located(path: str, samples: Iterator[UnwoundSample]) -> Iterator[UnwoundSam
 
 def _with_stops(samples: Any) -> Any:
     for unwound in samples:
-        sys.stderr.write(f"{unwound.sample.tid} {unwound.sample.time}: "
-                         f"{len(unwound.unwind.pcs)} frames "
-                         f"({', '.join(method.value for method in unwound.unwind.methods)}); "
-                         f"stopped: {unwound.unwind.stop.value}\n")
+        sys.stderr.write(_stop_line(unwound.sample.tid, unwound.sample.time, unwound.unwind))
         yield unwound
+
+
+def _stop_line(tid: int, time: int, unwind: Any) -> str:
+    """``--show-stops``: one sample's frame count, frame methods and stop reason."""
+    return (f"{tid} {time}: {len(unwind.pcs)} frames "
+            f"({', '.join(method.value for method in unwind.methods)}); "
+            f"stopped: {unwind.stop.value}\n")
+
+
+def _chunk_stops(chunk: Any, session: Any) -> None:
+    """``--show-stops`` for a chunk of the batch pipeline: its samples' lines, in order."""
+    unwinds = {index: unwound.unwind for index, unwound in chunk.scalar.items()}
+    for group in chunk.groups:
+        for position, index in enumerate(group.rows.tolist()):
+            if index not in unwinds:
+                unwinds[index] = group.result.unwind(position)
+    arrays = session.arrays
+    tids = arrays.tid[chunk.start:chunk.end].tolist()
+    times = arrays.time[chunk.start:chunk.end].tolist()
+    sys.stderr.write("".join(_stop_line(tids[index], times[index], unwinds[index])
+                             for index in range(chunk.end - chunk.start)))
 
 
 def progress_bar(samples: Any, data: Any, description: str = "unwinding") -> Any:
