@@ -332,28 +332,34 @@ def test_walker_equals_the_tracer_on_every_recorded_sample(tmp_path: Path,
 
 
 @pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the walker recognises the sigreturn trampoline only "
-                   "where it has no row (walker.py: the check is in fp_step); a table with a "
-                   "row there (a signal FDE: SFrame V3 flags one, pack_row drops the flag) "
-                   "makes it step the trampoline as a call frame, reading junk")
 def test_a_row_at_the_sigreturn_trampoline_still_ends_the_walk(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walker knows the trampoline by its code only where it finds no rule; a table
+    with a row there (a signal frame's FDE) is packed with "no rule" over the trampoline
+    (tables.without_signal_rows), so the walk ends there as the scalar tracer's does."""
     from tests.test_batch_unwind import collected
+
+    from pysframe.record.tables import signal_trampolines, without_signal_rows
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     with collected(RECORDING) as (_, snapshots):
         snapshot = snapshots[0]
         space, loaded = walker_space(snapshot.space)
         trampoline = trampolines(space)[0]
-        rows = []
+        rows, packed = [], 0
         for mapping, starts, words in loaded:  # CFA = SP + 8, RA at CFA - 8: a plain row
             if mapping.start <= trampoline < mapping.end and mapping.module is not None:
                 at = trampoline - mapping.module.bias
                 index = int(np.searchsorted(starts, at, side="right"))
+                assert words[index - 1] == 0 and starts[index - 1] == at - 1  # as loaded
                 word = KIND_DEFAULT | (8 + BIAS) << CFA_SHIFT | (BIAS - 8) << RA_SHIFT
                 starts = np.insert(starts, index, [at, at + len(X86_64_SIGRETURN)])
                 words = np.insert(words, index, [word, 0])
+                starts, words = without_signal_rows(starts, words,
+                                                    signal_trampolines(mapping.module))
+                packed += 1
             rows.append((mapping, starts, words))
+        assert packed == 1
         sample = snapshot.samples[0]
         r = sample.registers
         walked = WalkerRig(rows).walk(trampoline, r.sp, r.fp,

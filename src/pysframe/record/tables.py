@@ -10,6 +10,11 @@ A table is counted by the processes whose entry names it; when the last of them 
 stops mapping it (its entry rewritten without it), its rows go back to the free ranges,
 after the entries no longer point at them.
 
+The bytes of the x86-64 sigreturn trampoline (glibc's ``__restore_rt``) are given a "no
+rule" row (:func:`without_signal_rows`): the walker recognises the trampoline by its code
+only where it finds no rule, as the scalar tracer does before any row, so a row there (a
+signal frame's FDE) never makes it step the trampoline as a call frame.
+
 PLT blocks (PCMASK functions: rows that repeat every ``rep_size`` bytes) are written
 out as plain rows, one run per stub (:func:`walker_rows`): the walker's one binary
 search then covers them, at a few rows per stub.
@@ -28,6 +33,7 @@ from ..sources.live import read_maps
 from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat
 from ..unwind.modules import BinaryFinder
+from ..unwind.unwinder import X86_64_SIGRETURN
 from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch
 from .walker import MAPPING, MAPPINGS, PROCS_VALUE
 
@@ -195,7 +201,51 @@ def module_rows(module: object, build_id: bytes | None = None, kernel_rules: boo
         return empty, empty, refusal
     flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, build_id or _build_id_of(module))
     starts, words = walker_rows(flat)
-    return starts, words, None
+    return (*without_signal_rows(starts, words, signal_trampolines(module)), None)
+
+
+_PF_X, _PT_LOAD = 1, 1
+
+
+def signal_trampolines(module: object) -> list[int]:
+    """The link-time addresses of the sigreturn trampoline's code in ``module``'s
+    executable segments (glibc's ``__restore_rt``: one in libc)."""
+    image = getattr(module, "image", None)
+    if image is None:
+        return []
+    try:
+        segments = image.program_headers()
+        data = image.data
+    except (PysframeError, ValueError):
+        return []
+    found = []
+    for segment in segments:
+        if segment.type != _PT_LOAD or not segment.flags & _PF_X:
+            continue
+        end = min(segment.offset + segment.filesz, len(data))
+        at = data.find(X86_64_SIGRETURN, segment.offset, end)
+        while at >= 0:
+            found.append(at - segment.offset + segment.vaddr)
+            at = data.find(X86_64_SIGRETURN, at + 1, end)
+    return found
+
+
+def without_signal_rows(starts: np.ndarray, words: np.ndarray, trampolines: list[int]
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with "no rule" from one byte before each trampoline (a return into it is
+    looked up there) to its end; the rule in force after it is kept."""
+    for address in trampolines:
+        first, last = address - 1, address + len(X86_64_SIGRETURN)
+        if not len(starts) or first < 0:
+            continue
+        after = int(np.searchsorted(starts, last, side="right")) - 1
+        rule_after = words[after] if after >= 0 else np.uint64(KIND_NONE)
+        keep = (starts < first) | (starts > last)
+        starts, words = starts[keep], words[keep]
+        at = int(np.searchsorted(starts, first))
+        starts = np.insert(starts, at, np.array([first, last], np.uint64))
+        words = np.insert(words, at, np.array([KIND_NONE, rule_after], np.uint64))
+    return starts, words
 
 
 def rows_items(first: int, starts: np.ndarray, words: np.ndarray) -> tuple[bytes, bytes]:
