@@ -234,9 +234,7 @@ class PerfUnwinder:
             for problem in problems + more:
                 if self.problems is not None:  # costs the dump's frames, not the run
                     self.problems.add(PysframeError(problem))
-        space = self._space(record.pid)
-        for mapping in found:
-            space.add(mapping)
+        self._space(record.pid).add_all(found)
 
     def _deferred_record(self, record: CallchainDeferred) -> UnwoundSample:
         """A deferred callchain shown apart (``--no-merge-callchains``), as a pseudo-sample

@@ -85,5 +85,4 @@ def jit_mappings(objects: Sequence[JitCode]) -> tuple[list[Mapping], list[str]]:
 
 def add_jit_code(space: AddressSpace, mappings: list[Mapping]) -> None:
     """Put the JIT mappings into ``space`` (over the anonymous memory they sit in)."""
-    for mapping in mappings:
-        space.add(mapping)
+    space.add_all(mappings)
