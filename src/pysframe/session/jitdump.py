@@ -23,12 +23,14 @@ def jitdump_mappings(loads: list[CodeLoad], where: str) -> tuple[list[Mapping], 
     problems: list[str] = []
     for load in loads:
         eh_frame, eh_address = _eh_frame_of(load)
+        path = f"{JIT_FILENAME} {load.address:#x}"
         try:
-            image = ElfImage(f"{JIT_FILENAME} {load.address:#x}",
-                             code_object(load.name, load.address, load.code, eh_frame,
-                                         eh_address))
             lookup = None
-            if eh_frame:
+            if not eh_frame:  # named only: its object made if a frame is ever named
+                image: ElfImage = _CodeImage(path, load)
+            else:
+                image = ElfImage(path, code_object(load.name, load.address, load.code,
+                                                   eh_frame, eh_address))
                 data, address = sframe_for(image, use_cache=False)
                 lookup = SFrameLookup(SFrameReader(data, address))
         except (ElfError, SFrameError, GenerateError, ValueError) as error:
@@ -39,6 +41,23 @@ def jitdump_mappings(loads: list[CodeLoad], where: str) -> tuple[list[Mapping], 
         mappings.append(Mapping(load.address, load.address + len(load.code), 0, JIT_FILENAME,
                                 None, module))
     return mappings, problems
+
+
+class _CodeImage(ElfImage):
+    """The object of a code load without unwinding information, made on first use: a JIT
+    writes hundreds of thousands of loads, and a recording names a few of them."""
+
+    def __init__(self, path: str, load: CodeLoad) -> None:
+        self.path = path
+        self._load: CodeLoad | None = load
+
+    def __getattr__(self, name: str) -> object:
+        load = self.__dict__.pop("_load", None)
+        if load is None:
+            raise AttributeError(name)
+        ElfImage.__init__(self, self.path, code_object(load.name, load.address, load.code,
+                                                       b"", 0))
+        return getattr(self, name)
 
 
 def _eh_frame_of(load: CodeLoad) -> tuple[bytes, int]:
