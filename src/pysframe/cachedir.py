@@ -34,7 +34,7 @@ import stat
 import struct
 import sys
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .errors import PysframeError
 from .inputs import InputError, open_regular
@@ -512,8 +512,10 @@ def _read_entry(directory: int, name: str) -> bytes | None:
         os.close(fd)
 
 
-def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` through a temporary file beside it and a rename, so no
+def write_atomically(path: str, data: bytes | Iterable[bytes], mode: int | None = None
+                     ) -> None:
+    """Write ``data`` (bytes, or chunks of them: a large output is never whole in memory)
+    to ``path`` through a temporary file beside it and a rename, so no
     reader ever sees a partial file. ``mode``: the new file's permissions (default: what
     ``open`` would give, 0666 less the umask). Raises ``OSError``; the temporary file is
     removed on every failure."""
@@ -523,7 +525,7 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
     handle, temporary = tempfile.mkstemp(prefix=".sframe-tmp-", dir=directory)
     try:
         with os.fdopen(handle, "wb") as out:
-            out.write(data)
+            write_chunks(out, data)
         if mode is None:
             umask = os.umask(0)
             os.umask(umask)
@@ -533,3 +535,12 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def write_chunks(out: BinaryIO, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data``, bytes or chunks of them, to ``out``."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        out.write(data)
+        return
+    for chunk in data:
+        out.write(chunk)

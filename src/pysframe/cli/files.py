@@ -14,7 +14,7 @@ import os
 import stat
 from collections.abc import Iterable
 
-from ..cachedir import write_atomically
+from ..cachedir import write_atomically, write_chunks
 from ..errors import PysframeError
 from ..inputs import kind_of, load
 from .errors import EXIT_UNREADABLE, CommandError
@@ -26,7 +26,7 @@ def read_file(path: str) -> bytes | mmap.mmap:
     return load(path)
 
 
-def write_output(path: str, data: bytes, inputs: Iterable[str] = (),
+def write_output(path: str, data: bytes | Iterable[bytes], inputs: Iterable[str] = (),
                  mode: int | None = None) -> None:
     """Write an output file whole or not at all; see the module docstring. ``mode``: the
     permissions of a new or replaced regular file (default 0666 less the umask); what is
@@ -49,7 +49,7 @@ def write_output(path: str, data: bytes, inputs: Iterable[str] = (),
         raise _cannot_write(path, error) from None
 
 
-def _write_through(path: str, data: bytes) -> None:
+def _write_through(path: str, data: bytes | Iterable[bytes]) -> None:
     """Write into what is at ``path`` (a link's target, a device, a FIFO) without
     replacing it; a link to nothing is refused rather than followed to create a file."""
     try:
@@ -64,7 +64,7 @@ def _write_through(path: str, data: bytes) -> None:
         elif stat.S_ISDIR(status.st_mode):
             raise CommandError(f"{path}: cannot write: {kind_of(status.st_mode)}",
                                EXIT_UNREADABLE)
-        out.write(data)
+        write_chunks(out, data)
 
 
 def refuse_inputs(path: str, inputs: Iterable[str]) -> None:

@@ -156,7 +156,7 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
             for chunk in chunks:
                 write(chunk)
         else:
-            write_output(output, "".join(chunks).encode(), inputs=[path])
+            write_output(output, (chunk.encode() for chunk in chunks), inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
         missing = report_missing_deferred(path, unwinder, report)
