@@ -141,7 +141,8 @@ def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path: Path, busy: Path,
     time.sleep(2)
     os.killpg(recorder.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
     _, errors = recorder.communicate(timeout=60)
-    assert recorder.returncode == 0, errors
+    assert recorder.returncode == -signal.SIGINT, errors  # as perf: the file written, then
+    # it dies of the signal (a shell shows 130)
     assert "Traceback" not in errors
     assert settled(before) == before
     assert output.stat().st_size > 1000

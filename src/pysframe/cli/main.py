@@ -195,14 +195,20 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
                        report=report))
 
 
-@cli.command(context_settings={"ignore_unknown_options": True,
-                              "allow_interspersed_args": False})
-@click.option("-p", "--pid", "pids", multiple=True, type=click.IntRange(min=1),
-              help="Record this running process (all its threads). Repeatable.")
+@cli.command(context_settings={"allow_interspersed_args": False})
+@click.option("-p", "--pid", "pids", multiple=True, metavar="PID[,PID...]",
+              help="Record these running processes (all their threads). Repeatable.")
+@click.option("-t", "--tid", "tids", multiple=True, metavar="TID[,TID...]",
+              help="Record these threads only (not the threads they start). Repeatable.")
 @click.option("-a", "--all-cpus", "system_wide", is_flag=True,
-              help="Record every process on every CPU (until --duration or Ctrl-C).")
-@click.option("-F", "--freq", "frequency", default=999, show_default=True,
-              help="Samples per second per thread.")
+              help="Record every process on every CPU (until --duration, Ctrl-C, or the end "
+                   "of the command given).")
+@click.option("-C", "--cpu", "cpus", default=None, metavar="LIST",
+              help="With -a (implied): only these CPUs, e.g. 0-3,6.")
+@click.option("-F", "--freq", "frequency", default=None, type=int,
+              help="Samples per second per thread (default 999).")
+@click.option("-c", "--count", "period", default=None, type=click.IntRange(min=1),
+              help="A sample every COUNT events, instead of a frequency.")
 @click.option("--duration", type=click.FloatRange(min=0), default=None,
               help="Stop after this many seconds (default: when the command ends, or Ctrl-C).")
 @click.option("-e", "--event", default="cpu-clock", show_default=True,
@@ -210,22 +216,39 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
                                  "cache-references", "cache-misses", "branches",
                                  "branch-misses"]),
               help="The event that takes the samples.")
+@click.option("-g", "call_graph_flag", is_flag=True,
+              help="Accepted for perf's sake: user and kernel stacks are always recorded.")
+@click.option("--call-graph", "call_graph", default=None, metavar="MODE",
+              help="perf's choice of unwinder (fp, dwarf, lbr): refused, see the message.")
+@click.option("--max-stack", "max_stack", default=None, type=click.IntRange(1, 4096),
+              help="User frames walked per sample (default 1024, at most 4096).")
 @click.option("--defer", is_flag=True,
               help="Walk the user stack of a sample taken in a system call once, when the "
                    "thread returns to user space, shared by every sample of that entry "
                    "(the kernel's deferred unwinding; perf >= 6.19 reads the file).")
 @click.option("-o", "--output", default="perf.data", show_default=True,
-              type=click.Path(dir_okay=False))
+              type=click.Path(dir_okay=False),
+              help="The file to write; one already there is kept as OUTPUT.old, as perf does.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary at the end; errors only.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(pids: tuple[int, ...], system_wide: bool, frequency: int, duration: float | None,
-           event: str, defer: bool, output: str, command: tuple[str, ...]) -> None:
-    """Sample a command (after --) or processes (-p) with stacks walked in the kernel by an
-    eBPF program from SFrame tables; write perf.data (root, Linux 5.17+ with BTF)."""
-    from .record import run_record
+def record(pids: tuple[str, ...], tids: tuple[str, ...], system_wide: bool, cpus: str | None,
+           frequency: int | None, period: int | None, duration: float | None, event: str,
+           call_graph_flag: bool, call_graph: str | None, max_stack: int | None, defer: bool,
+           output: str, quiet: bool, command: tuple[str, ...]) -> None:
+    """Sample a command (after --) or processes (-p, -t, -a) with stacks walked in the
+    kernel by an eBPF program from SFrame tables; write perf.data (root, Linux 5.17+ with
+    BTF). Exit status: the command's when one is run (128 + N if a signal N ended it);
+    killed by the signal that stopped the recording (SIGINT, SIGTERM, SIGHUP) after the
+    file is written, as perf; 2 for usage and refusals; 126/127 when the command cannot be
+    executed or is not found."""
+    from .record import RecordOptions, run_record
 
-    sys.exit(run_record(pids=list(pids), command=list(command), frequency=frequency,
-                        duration=duration, output=output, report=report, event=event,
-                        system_wide=system_wide, defer=defer))
+    del call_graph_flag  # -g: stacks are always recorded
+    options = RecordOptions(pids=pids, tids=tids, system_wide=system_wide, cpus=cpus,
+                            frequency=frequency, period=period, duration=duration,
+                            event=event, call_graph=call_graph, max_stack=max_stack,
+                            defer=defer, output=output, quiet=quiet, command=list(command))
+    sys.exit(run_record(options, report=report))
 
 
 @cli.command()
@@ -367,8 +390,9 @@ def _run_click() -> int:
         return 0
     except click.exceptions.Abort:
         raise KeyboardInterrupt from None
-    except click.UsageError as error:
-        error.show()
+    except click.UsageError as error:  # one line, as every error (not click's usage block)
+        where = error.ctx.command_path if error.ctx is not None else "sframe"
+        sys.stderr.write(f"{where}: {error.format_message()} (see '{where} --help')\n")
         return EXIT_UNREADABLE
     except click.ClickException as error:
         error.show()

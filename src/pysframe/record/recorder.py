@@ -14,6 +14,7 @@ one :class:`~.bpf_sys.Resources` and released on every path: the end of the comm
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import shutil
@@ -21,6 +22,7 @@ import signal
 import struct
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
@@ -45,7 +47,7 @@ from .perf_file import (
 )
 from .perf_ring import PerfRing
 from .ringbuf import RingBuffer
-from .sampler import KIND_DEFERRED, KIND_REQUEST, RECORD_SIZE
+from .sampler import KIND_DEFERRED, KIND_REQUEST, RECORD_SIZE, USER_AT
 from .tables import TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, walker
 
@@ -70,6 +72,24 @@ MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
 SIDE_BAND_FLAGS = ((1 << 1) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 18) | (1 << 23)
                    | (1 << 24) | (1 << 25) | (1 << 34))
 CLOCK_MONOTONIC = 1
+#: perf_event_attr's ``freq`` bit: sample_period holds a frequency.
+FREQ_FLAG = 1 << 10
+
+
+@dataclass(slots=True)
+class Target:
+    """What to record: a command (started here, held until its events exist), processes,
+    threads, or every process (on ``cpus``, default all; with a command, until it ends);
+    sampled at ``frequency`` Hz or every ``period`` events."""
+
+    pids: list[int] = field(default_factory=list)
+    tids: list[int] = field(default_factory=list)
+    command: list[str] | None = None
+    system_wide: bool = False
+    cpus: list[int] | None = None
+    frequency: int = 999
+    period: int | None = None
+    max_stack: int | None = None
 
 
 class Recording:
@@ -78,6 +98,12 @@ class Recording:
     def __init__(self) -> None:
         self.records: list[tuple[int, int, bytes]] = []
         self.samples = 0
+        #: Samples with a user stack (not idle, not a kernel thread's).
+        self.user_samples = 0
+        #: The signal (SIGINT, SIGTERM, SIGHUP) that stopped the recording, or 0.
+        self.signal = 0
+        #: The command's wait status (None: no command, or it could not be reaped).
+        self.workload_status: int | None = None
         self.outermost = 0
         self.lost = 0
         #: Samples by the reason their user walk ended.
@@ -101,59 +127,46 @@ class Recording:
         self.freed_tables = 0
 
 
-def record(target_pids: list[int], command: list[str] | None, frequency: int,
-           duration: float | None, report: Callable[[str], None], event: str = "cpu-clock",
-           system_wide: bool = False, defer: bool = False) -> tuple[bytes, Recording]:
-    """Record ``command`` (started here), the threads of ``target_pids``, or with
-    ``system_wide`` every process; with ``defer``, samples taken in system calls have
-    their user stacks walked at the return to user space (:mod:`.defer_walk`). Returns
-    the perf.data bytes and the counts."""
+#: The signals that stop a recording cleanly (the file is written, the command it
+#: started is sent SIGTERM), as perf record handles them.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: How long a command sent SIGTERM at the end is waited for before SIGKILL.
+WORKLOAD_GRACE_S = 5.0
+
+
+def record(target: Target, duration: float | None, report: Callable[[str], None],
+           event: str = "cpu-clock", defer: bool = False) -> tuple[bytes, Recording]:
+    """Record ``target``; with ``defer``, samples taken in system calls have their user
+    stacks walked at the return to user space (:mod:`.defer_walk`). Returns the perf.data
+    bytes and the counts. SIGINT, SIGTERM and SIGHUP end the recording (noted in the
+    result); a command it started and that still runs is then sent SIGTERM."""
     result = Recording()
     stop = {"now": False}
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+
+    def stopping(number: int, _: object) -> None:
+        stop["now"] = True
+        result.signal = result.signal or number
+
+    previous = {number: signal.signal(number, stopping) for number in STOP_SIGNALS}
+    child: int | None = None
     try:
         with sys_bpf.Resources() as owned:
-            session = _Session(owned, frequency, result, report, defer)
+            session = _Session(owned, target.frequency, result, report, defer)
             session.event = EVENTS[event]
+            session.period = target.period
+            session.cpus = target.cpus
             text = kernel_text()
             if text is not None:
                 session.keep(0, kernel_mmap_record(*text))
-            child, release = None, None
-            if command is not None:
-                executable = shutil.which(command[0])
-                if executable is not None:
-                    session.loader.prepare(executable)
-                child, release = _held_child(command)
-                targets = [child]
-                session.on_exec = True
-            elif system_wide:
-                targets = [-1]
-            else:
-                targets = [tid for pid in target_pids for tid in _threads(pid)]
-            try:
-                for tid in targets:
-                    session.follow(tid)
-                if command is None:  # a held command has not run its program yet
-                    pids = (_processes() if system_wide
-                            else sorted({_tgid(tid) for tid in targets} - {0}))
-                    session.prefetch(pids)
-                    for pid in pids:
-                        session.tables(pid)
-                        session.synthesize(pid)
-                    if system_wide:  # kernel threads: their names only
-                        for pid in sorted(set(_processes(kernel_threads=True)) - set(pids)):
-                            session.synthesize(pid)
-                session.enable()
-            except BaseException:
-                if child is not None:  # never let the command run unrecorded
-                    os.kill(child, signal.SIGKILL)
-                    os.waitpid(child, 0)
-                raise
-            if release is not None:
-                release()
+            child = _start(session, target)
             _until_done(session, stop, duration, child,
-                        None if system_wide else target_pids)
+                        None if target.system_wide and target.command is None
+                        else target.pids or target.tids)
             session.stop_sampling()
+            if child is not None:  # perf's manners: the command it started ends with it
+                if result.workload_status is None:
+                    result.workload_status = _end(child, signal.SIGTERM)
+                child = None
             if defer:  # walks asked for by the last samples come at their threads' returns
                 session.poll(DRAIN_MS)
             session.poll(0)
@@ -164,13 +177,97 @@ def record(target_pids: list[int], command: list[str] | None, frequency: int,
                 report(f"{path}: its .sframe is not loaded, the kernel's rules refuse it "
                        f"({reason}); its frames fall back to frame pointers")
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if child is not None:
+            _end(child, signal.SIGKILL)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     result.records.sort(key=lambda item: (item[0], item[1]))
     event_type, config = EVENTS[event]
-    attr = event_attr(frequency, ATTR_FLAGS | (DEFER_FLAGS if defer else 0), config=config,
-                      event_type=event_type)
+    attr = event_attr(target.period or target.frequency,
+                      _sampling_flags(ATTR_FLAGS, target.period)
+                      | (DEFER_FLAGS if defer else 0), config=config, event_type=event_type)
     return perf_data(attr, (data for _, _, data in result.records),
                      _build_ids(result.binaries)), result
+
+
+def _start(session: _Session, target: Target) -> int | None:
+    """Events on the targets, tables for the processes already running, then sampling;
+    a command is started (held until its events exist) and its pid returned. On any
+    failure the command is killed before it runs: never recorded only in part."""
+    release, child = None, None
+    targets: list[int] = []
+    if target.command is not None:
+        executable = shutil.which(target.command[0])
+        if executable is not None:
+            session.loader.prepare(executable)
+        child, release = _held_child(target.command)
+        if not target.system_wide:
+            targets = [child]
+            session.on_exec = True
+    if target.system_wide:
+        targets = [-1]
+    elif target.pids:
+        targets = [tid for pid in target.pids for tid in _threads(pid)]
+    elif target.tids:
+        targets = list(target.tids)
+    try:
+        for tid in targets:
+            session.follow(tid, inherit=not target.tids)
+        if not session.on_exec:  # a held command has not run its program yet
+            pids = (_processes() if target.system_wide
+                    else sorted({_tgid(tid) for tid in targets} - {0}))
+            session.prefetch(pids)
+            for pid in pids:
+                session.tables(pid)
+                session.synthesize(pid)
+            if target.system_wide:  # kernel threads: their names only
+                for pid in sorted(set(_processes(kernel_threads=True)) - set(pids)):
+                    session.synthesize(pid)
+        session.enable()
+        if release is not None:
+            release()
+    except BaseException:
+        if child is not None:  # never let the command run unrecorded
+            _end(child, signal.SIGKILL)
+        raise
+    return child
+
+
+def _sampling_flags(flags: int, period: int | None) -> int:
+    """``flags`` with perf's ``freq`` bit cleared when sampling every ``period`` events."""
+    return flags & ~FREQ_FLAG if period is not None else flags | FREQ_FLAG
+
+
+def _end(child: int, number: int) -> int | None:
+    """The command's wait status once it has ended: sent ``number`` if it still runs, then
+    SIGKILL after :data:`WORKLOAD_GRACE_S` (never left running, never waited for forever)."""
+    status = _status(child)
+    if status is not None:
+        return status
+    try:
+        os.kill(child, number)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + WORKLOAD_GRACE_S
+    while time.monotonic() < deadline:
+        status = _status(child)
+        if status is not None:
+            return status
+        time.sleep(0.02)
+    try:
+        os.kill(child, signal.SIGKILL)
+        return os.waitpid(child, 0)[1]
+    except (ProcessLookupError, ChildProcessError):
+        return None
+
+
+def _status(child: int) -> int | None:
+    """The child's wait status if it has ended (reaped now), else None."""
+    try:
+        done, status = os.waitpid(child, os.WNOHANG)
+    except ChildProcessError:
+        return 0
+    return status if done == child else None
 
 
 def _until_done(session: _Session, stop: dict[str, bool], duration: float | None,
@@ -185,8 +282,11 @@ def _until_done(session: _Session, stop: dict[str, bool], duration: float | None
         if time.monotonic() >= next_sweep:
             session.loader.sweep()
             next_sweep = time.monotonic() + sweep_every
-        if child is not None and _reaped(child):
-            return
+        if child is not None:
+            status = _status(child)
+            if status is not None:
+                session.result.workload_status = status
+                return
         if child is None and target_pids is not None and not any(
                 os.path.exists(f"/proc/{pid}") for pid in target_pids):
             return
@@ -250,18 +350,24 @@ class _Session:
         self.sequence = 0
         #: A command held before its exec: its events start at the exec.
         self.on_exec = False
-        #: The sampling event: (perf type, config).
+        #: The sampling event: (perf type, config); every ``period`` events instead of at
+        #: ``frequency`` Hz when set; ``-a``'s CPUs (None: all).
         self.event = EVENTS["cpu-clock"]
+        self.period: int | None = None
+        self.cpus: list[int] | None = None
 
-    def follow(self, tid: int) -> None:
+    def follow(self, tid: int, inherit: bool = True) -> None:
         """A sampling event running the walker and a side-band event on thread ``tid``
-        (-1: every thread of every CPU: ``-a``)."""
+        (-1: every thread of every CPU: ``-a``), inherited by the threads and processes it
+        starts unless ``inherit`` is False (``-t``)."""
         # Disabled until enabled, or until the exec of a held command (enable_on_exec).
-        inherit = 0 if tid < 0 else 1 << 1
-        flags = (1 << 0) | inherit | (1 << 10) | ((1 << 12) if self.on_exec else 0)
-        sample = event_attr(self.frequency, flags, config=self.event[1],
+        inheriting = 1 << 1 if tid >= 0 and inherit else 0
+        flags = _sampling_flags((1 << 0) | inheriting | ((1 << 12) if self.on_exec else 0),
+                                self.period)
+        sample = event_attr(self.period or self.frequency, flags, config=self.event[1],
                             event_type=self.event[0])
-        for cpu in ([-1] if tid >= 0 else range(os.cpu_count() or 1)):
+        cpus = self.cpus if self.cpus is not None else range(os.cpu_count() or 1)
+        for cpu in ([-1] if tid >= 0 else cpus):
             event = self.owned.own(sys_bpf.perf_event_open(sample, tid, cpu))
             sys_bpf.ioctl(event, sys_bpf.PERF_EVENT_IOC_SET_BPF, int(self.program))
             self.events.append(event)
@@ -351,7 +457,9 @@ class _Session:
                 self._walked(reason)
             else:
                 stamp, data = sample_record(raw)
-                self._walked(reason)
+                if _has_user_stack(raw):  # idle and kernel-thread samples have none
+                    self.result.user_samples += 1
+                    self._walked(reason)
             self.result.samples += kind != KIND_DEFERRED
             self.keep(stamp, data)
 
@@ -399,25 +507,70 @@ class _Session:
 
 
 def _held_child(command: list[str]) -> tuple[int, Callable[[], None]]:
-    """Fork ``command``, held before exec until the returned function is called."""
+    """Fork ``command``, held before exec until the returned function is called; that
+    function raises :class:`CommandFailed` if the exec fails. The held child never runs
+    the command unless told to: the end of the pipe (the recorder died or gave up) ends
+    it, and so does the recorder's death (``PR_SET_PDEATHSIG``) while it waits."""
+    prctl = _prctl()  # looked up before the fork: the child only calls it
     read_end, write_end = os.pipe()
+    status_read, status_write = os.pipe2(os.O_CLOEXEC)  # closed by a successful exec
     pid = os.fork()
     if pid == 0:  # the child: wait for the go, then become the command
+        code = 127
         try:
             os.close(write_end)
-            os.read(read_end, 1)
+            os.close(status_read)
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.read(read_end, 1) != b"g":
+                os._exit(code)
             os.close(read_end)
+            prctl(PR_SET_PDEATHSIG, 0)  # released: its life is its own from here, as under perf
             os.execvp(command[0], command)
         except OSError as error:
-            os.write(2, f"sframe record: {command[0]}: {error.strerror}\n".encode())
-        os._exit(127)
+            os.write(status_write, (error.errno or 0).to_bytes(4, "little"))
+            code = 126 if error.errno not in (errno.ENOENT, errno.ENOTDIR) else 127
+        os._exit(code)
     os.close(read_end)
+    os.close(status_write)
 
     def release() -> None:
         os.write(write_end, b"g")
         os.close(write_end)
+        with os.fdopen(status_read, "rb") as status:
+            failed = status.read(4)
+        if len(failed) == 4:
+            number = int.from_bytes(failed, "little")
+            os.waitpid(pid, 0)
+            raise CommandFailed(command[0], number)
 
     return pid, release
+
+
+class CommandFailed(Exception):
+    """The command to record could not be executed (``errno``)."""
+
+    def __init__(self, name: str, number: int) -> None:
+        super().__init__(f"{name}: {os.strerror(number)}")
+        self.errno = number
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Callable[[int, int], object]:
+    """libc's prctl(option, value), or a no-op where it cannot be found."""
+    import ctypes
+
+    try:
+        function = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return lambda option, value: None
+    return lambda option, value: function(option, value, 0, 0, 0)
+
+
+def _has_user_stack(raw: bytes | memoryview) -> bool:
+    """Whether a walker record has a user frame (its first user ip is not 0)."""
+    return bool(struct.unpack_from("<Q", raw, USER_AT)[0])
 
 
 def _run_time(program: sys_bpf.Fd) -> float:
@@ -429,14 +582,6 @@ def _run_time(program: sys_bpf.Fd) -> float:
         return int(fields.get("run_time_ns", "0").strip() or 0) / runs if runs else 0.0
     except (OSError, ValueError):
         return 0.0
-
-
-def _reaped(pid: int) -> bool:
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return done == pid
 
 
 def _processes(kernel_threads: bool = False) -> list[int]:

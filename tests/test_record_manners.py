@@ -1,0 +1,165 @@
+"""``sframe record`` with perf record's manners (issue 26, item 5): the options perf users
+type, refusals in one line before anything runs, ``perf.data.old``, the signals that end
+a recording (the file written, the command it started ended, the exit status perf
+gives), a held command that never runs if the recorder goes away before releasing it.
+
+The refusals need neither root nor BPF; the rest records (skipped with the reason where
+BPF cannot be used)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.support.oracles import need_perf
+from tests.test_record_bpf import REASON
+
+from pysframe.sources.perf_data import Sample, open_perf_data
+
+SFRAME = [sys.executable, "-m", "pysframe"]
+needs_bpf = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+def sframe(*arguments: str, cwd: Path, timeout: float = 120
+           ) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, XDG_CACHE_HOME=str(cwd / "cache"))
+    return subprocess.run([*SFRAME, *arguments], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=cwd)
+
+
+@pytest.mark.parametrize(("arguments", "status", "says"), [
+    (["-x", "ls"], 2, "No such option '-x'"),
+    (["--call-graph", "dwarf", "ls"], 2, "perf record --call-graph dwarf"),
+    (["--call-graph=lbr", "--", "ls"], 2, "--call-graph lbr"),
+    (["-p", "999999"], 2, "-p 999999: no such process"),
+    (["-t", "999999"], 2, "-t 999999: no such thread"),
+    (["-p", "1,x"], 2, "not a list of ids"),
+    (["--", "/nonexistent/cmd"], 127, "/nonexistent/cmd: command not found"),
+    (["no-such-command-here"], 127, "no-such-command-here: command not found"),
+    (["-F", "99", "-c", "1000", "ls"], 2, "not both"),
+    (["-C", "0-99999"], 2, "this machine has CPUs"),
+    (["-p", "1", "-a"], 2, "give one of"),
+    ([], 2, "give one of"),
+])
+def test_refusals_are_one_line_before_anything_runs(tmp_path: Path, arguments: list[str],
+                                                    status: int, says: str) -> None:
+    (tmp_path / "perf.data").write_bytes(b"an older recording")
+    run = sframe("record", *arguments, cwd=tmp_path)
+    assert run.returncode == status, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and says in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+    assert (tmp_path / "perf.data").read_bytes() == b"an older recording"  # untouched
+    assert not (tmp_path / "perf.data.old").exists()
+
+
+def test_a_file_that_is_not_executable_is_refused(tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\ntouch ran\n")
+    run = sframe("record", "--", str(script), cwd=tmp_path)
+    assert run.returncode == 126 and len(run.stderr.strip().splitlines()) == 1
+    assert "permission denied" in run.stderr and not (tmp_path / "ran").exists()
+    assert not (tmp_path / "perf.data").exists()
+
+
+def test_a_held_command_never_runs_if_the_recorder_goes_away(tmp_path: Path) -> None:
+    """The recorder forks the command held on a pipe; if it dies before the release (a
+    kill -9 while preparing tables), the pipe's end makes the child exit, not exec."""
+    marker = tmp_path / "ran"
+    program = (
+        "import os, sys\n"
+        "from pysframe.record.recorder import _held_child\n"
+        f"pid, release = _held_child(['touch', {str(marker)!r}])\n"
+        "print(pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n")
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == -signal.SIGKILL
+    child = int(run.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{child}") or "Z" in Path(f"/proc/{child}/stat").read_text()
+    assert not marker.exists()
+
+
+def test_a_released_command_runs_and_a_failed_exec_is_reported() -> None:
+    from pysframe.record.recorder import CommandFailed, _held_child
+
+    pid, release = _held_child(["true"])
+    release()
+    assert os.waitpid(pid, 0)[1] == 0
+    pid, release = _held_child(["/nonexistent/cmd"])
+    with pytest.raises(CommandFailed, match="No such file"):
+        release()
+
+
+@needs_bpf
+def test_g_is_accepted_and_an_older_file_kept_as_old(tmp_path: Path) -> None:
+    (tmp_path / "perf.data").write_bytes(b"an older recording")
+    run = sframe("record", "-g", "-q", "--", "sh", "-c", "exit 3", cwd=tmp_path)
+    assert run.returncode == 3, run.stderr  # the command's status, as perf gives it
+    assert run.stderr == ""  # -q: no summary
+    assert (tmp_path / "perf.data.old").read_bytes() == b"an older recording"
+    with open_perf_data(str(tmp_path / "perf.data")) as data:
+        assert data.attrs and not data.skipped
+
+
+@needs_bpf
+def test_a_period_instead_of_a_frequency(tmp_path: Path) -> None:
+    run = sframe("record", "-c", "250000", "-o", "p.data", "--", "sh", "-c",
+                 "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    with open_perf_data(str(tmp_path / "p.data")) as data:
+        attr = data.attrs[0]
+        assert not attr.flags & (1 << 10)  # freq off: sample_period is a period
+        periods = {record.period for record in data.records() if isinstance(record, Sample)}
+    assert periods == {250000}
+    perf = need_perf()
+    shown = subprocess.run([perf, "script", "-i", str(tmp_path / "p.data"), "-F", "period"],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "HOME": str(tmp_path)})
+    assert shown.returncode == 0 and set(shown.stdout.split()) == {"250000"}
+
+
+@needs_bpf
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_writes_the_file_and_ends_the_command(tmp_path: Path, number: int) -> None:
+    """As perf: the file is written, the command it started is sent SIGTERM, and the
+    recorder then dies of the signal it got (a shell sees 128 + N)."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    recorder = subprocess.Popen([*SFRAME, "record", "-o", "s.data", "--", "sleep", "600"],
+                                cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    sleeper = None
+    while sleeper is None and time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-P", str(recorder.pid), "-x", "sleep"],
+                               capture_output=True, text=True)
+        sleeper = int(found.stdout.split()[0]) if found.stdout.split() else None
+        time.sleep(0.1)
+    assert sleeper is not None
+    time.sleep(0.5)
+    recorder.send_signal(number)  # to the recorder only, not the command's group
+    _, errors = recorder.communicate(timeout=60)
+    assert recorder.returncode == -number, errors
+    assert "Traceback" not in errors
+    assert (tmp_path / "s.data").stat().st_size > 500
+    assert not os.path.exists(f"/proc/{sleeper}")  # ended, and reaped
+
+
+@needs_bpf
+def test_idle_samples_are_not_counted_against_walked(tmp_path: Path) -> None:
+    run = sframe("record", "-a", "--duration", "1.5", "-o", "a.data", cwd=tmp_path,
+                 timeout=300)
+    assert run.returncode == 0, run.stderr
+    summary = next(line for line in run.stderr.splitlines() if "sframe record:" in line)
+    assert "of user stacks walked" in summary
+    with open_perf_data(str(tmp_path / "a.data")) as data:
+        idle = sum(1 for record in data.records()
+                   if isinstance(record, Sample) and record.pid == 0)
+    if idle:
+        assert "without a user stack (idle, kernel threads) not counted" in summary
