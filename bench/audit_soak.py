@@ -24,6 +24,10 @@ from pathlib import Path
 
 SOURCES = [Path("/usr/lib/x86_64-linux-gnu/libc.so.6"), Path("/usr/bin/python3"),
            Path(sys.executable), Path("/usr/bin/ls"), Path("/usr/bin/bash")]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import venv_sframe  # noqa: E402
+
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "2.46" / "x86_64" / "O2"
 
 
@@ -66,7 +70,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=100)
     arguments = parser.parse_args()
-    sframe = shutil.which("sframe") or f"{sys.executable} -m pysframe"
+    sframe = " ".join(venv_sframe())  # ours as installed, not the first sframe on PATH
     failures, statuses = [], {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as work:

@@ -180,9 +180,15 @@ def mapped(pid: int, name: str, seconds: float = 10.0) -> None:
 def test_the_sframe_walker_reaches_the_outermost_frame(tmp_path: Path) -> None:
     """No frame pointers anywhere: every frame comes from the SFrame rows in the maps (the
     program's table generated from its CFI, libc's too), as the user-space tracer uses."""
-    from pysframe.record.sampler import RECORD_SIZE
     from pysframe.record.tables import TableLoader
-    from pysframe.record.walker import PROCS_VALUE, ROW, STOP_NAMES, STOP_OUTERMOST, walker
+    from pysframe.record.walker import (
+        PROCS_VALUE,
+        ROW,
+        STOP_NAMES,
+        STOP_OUTERMOST,
+        scratch_map,
+        walker,
+    )
 
     source = tmp_path / "spin.c"
     source.write_text(PROGRAM.replace("int main(", "__attribute__((noinline)) int run(")
@@ -194,7 +200,7 @@ def test_the_sframe_walker_reaches_the_outermost_frame(tmp_path: Path) -> None:
     before = objects()
     with bpf_sys.Resources() as owned:
         ring_fd = owned.own(bpf_sys.map_create(bpf_sys.MAP_RINGBUF, 0, 0, 1 << 20, "t_rb"))
-        scratch = owned.own(bpf_sys.map_create(bpf_sys.MAP_PERCPU_ARRAY, 4, RECORD_SIZE, 1,
+        scratch = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, *scratch_map(),
                                                "t_scratch"))
         procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 64, "t_procs"))
         rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 1 << 17, "t_rows"))

@@ -15,7 +15,7 @@ difference, or a fault of the interpreter (an access the verifier would refuse).
 with ``-s`` for the counts.
 
 Not a mutant here: the frame limit's check before ``user[count]`` (``count >=
-MAX_FRAMES``) raised past the array. The ``bpf_loop`` bound (``MAX_FRAMES - 1`` steps)
+USER_FRAMES``) raised past the array. The ``bpf_loop`` bound (``USER_FRAMES - 1`` steps)
 already keeps every concrete run inside it; the check is there for the verifier, which
 cannot see that bound through the state on the stack, and only the verifier's abstract
 run can miss it. An interpreter runs concrete values.
@@ -49,9 +49,11 @@ import pytest
 from tests.support.bpf_interp import Fault
 from tests.support.synthetic_stacks import Binary, make_case, map_fixture
 from tests.support.walker_run import (
+    RIG_FRAMES,
     TGID,
     CopyAndCode,
     WalkerRig,
+    rig_walker,
     uncovered,
     walker_labels,
     walker_space,
@@ -188,7 +190,7 @@ class Conformance:
         self.rows = {id(m): (m.start, m.end, m.module.bias if m.module else 0,
                              [int(s) for s in starts], [int(w) for w in words])
                      for m, starts, words in loaded}
-        self.scalar = Unwinder(ABI.AMD64_ENDIAN_LITTLE, 127)
+        self.scalar = Unwinder(ABI.AMD64_ENDIAN_LITTLE, RIG_FRAMES)
 
     def check(self, pc: int, sp: int, fp: int, stack: bytes, tally: Tally, label: str) -> bool:
         """One case into ``tally``; False: a difference not documented. Every fourth is
@@ -483,8 +485,8 @@ MUTANTS = [
            _op(J | asm.JEQ, 3, imm=0), lambda i: (*i[:4], 99, i[5])),
     Mutant("outermost rows not recognised", "search", _op(J | asm.JEQ, 7),
            lambda i: (*i[:4], 0, i[5])),
-    Mutant("frame limit one frame short", "moved_up", _op(J | asm.JGE, 3, imm=127),
-           lambda i: (*i[:4], 126, i[5])),
+    Mutant("frame limit one frame short", "moved_up", _op(J | asm.JGE, 3, imm=RIG_FRAMES),
+           lambda i: (*i[:4], RIG_FRAMES - 1, i[5])),
     Mutant("state key written to the wrong stack slot (uninitialised key)", "step_exact",
            _op(asm.STX | asm.MEM | asm.W, 10, 1), lambda i: (*i[:3], -128, *i[4:])),
 ]
@@ -537,7 +539,7 @@ def test_every_walker_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.Monke
     survivors, killed = [], []
     for mutant in MUTANTS:
         with mutated(mutant, monkeypatch) as hits:
-            code = walker(10, 11, 12, 13)
+            code = rig_walker(10, 11, 12, 13)
         assert hits[0] >= 1, f"mutant {mutant.name!r} no longer applies to walker.py"
 
         def build(*fds: int, code: tuple[bytes, bytes, bytes] = code

@@ -17,7 +17,7 @@ from unittest.mock import patch
 import numpy as np
 
 from pysframe.record.asm import Asm
-from pysframe.record.sampler import PT_BP, PT_CS, PT_IP, PT_SP, RECORD_SIZE, USER_AT
+from pysframe.record.sampler import PT_BP, PT_CS, PT_IP, PT_SP, USER_AT, record_size
 from pysframe.record.tables import module_rows, procs_value, rows_items
 from pysframe.record.walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW, walker
 from pysframe.records import replace
@@ -32,6 +32,16 @@ USER_CS = 0x33
 TGID = 4242
 KERNEL_PC, KERNEL_SP = 0xFFFF_FFFF_8100_0000, 0xFFFF_C900_0000_0000
 Builder = Callable[[int, int, int, int], tuple[bytes, bytes, bytes]]
+#: The most frames the walker keeps here: the recorder's default (1,024) is the same code
+#: with another constant, and fixture stacks are not that deep; 127 lets cases reach the
+#: limit (the tracer is given the same).
+RIG_FRAMES = 127
+
+
+def rig_walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int
+               ) -> tuple[bytes, bytes, bytes]:
+    """The walker as the rig runs it: :data:`RIG_FRAMES` frames."""
+    return walker(ringbuf_fd, scratch_fd, procs_fd, rows_fd, frames=RIG_FRAMES)
 
 
 @dataclass
@@ -101,7 +111,7 @@ class WalkerRig:
         capacity = max(1, sum(len(starts) for _, starts, _ in loaded))
         self.rows = array(ROW.size, capacity)
         self.procs = hash_map(4, PROCS_VALUE, 64)
-        self.scratch = array(RECORD_SIZE, 1, per_cpu=True)
+        self.scratch = array(record_size(RIG_FRAMES), 4)  # a record per CPU (scratch_map)
         self.ring = ringbuf()
         entries = []
         first = 0
@@ -115,7 +125,7 @@ class WalkerRig:
                                         len(starts)))
             first += len(starts)
         self.procs.update(TGID.to_bytes(4, "little"), procs_value(entries))
-        code, _, _ = (build or walker)(RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD)
+        code, _, _ = (build or rig_walker)(RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD)
         self.program = Program.decode(code)
         #: The walker's instructions executed so far (see :func:`walker_labels`).
         self.coverage: set[int] = set()

@@ -19,12 +19,14 @@ from typing import Any
 
 from .errors import guarded, report
 
+#: ``script --max-stack``: perf's default (kernel.perf_event_max_stack), and the most.
+SCRIPT_MAX_STACK, MOST_STACK = 127, 4096
 #: A command to run: its name (``script`` or ``stack``) and the keyword arguments.
 Call = tuple[str, dict[str, Any]]
 
 #: Options that take a value, and flags, per command: option -> argument name.
 _SCRIPT_VALUES = {"--binaries": "binaries", "-o": "output", "--output": "output",
-                  "-j": "jobs", "--jobs": "jobs"}
+                  "-j": "jobs", "--jobs": "jobs", "--max-stack": "max_stack"}
 _SCRIPT_FLAGS = {"--show-stops": "show_stops", "--merge-callchains": "merge_callchains",
                  "--no-merge-callchains": "merge_callchains"}
 _STACK_VALUES = {"--core": "core", "--exe": "exe", "--max-depth": "max_depth",
@@ -72,7 +74,8 @@ def _script_call(args: list[str]) -> Call | None:
         return None
     options, (perf_data,) = parsed
     kwargs: dict[str, Any] = {"binaries": [], "output": None, "show_stops": False,
-                              "jobs": None, "merge_callchains": True}
+                              "jobs": None, "merge_callchains": True,
+                              "max_stack": SCRIPT_MAX_STACK}
     for name, value in options:
         if name == "binaries":
             kwargs["binaries"].append(value)
@@ -85,6 +88,12 @@ def _script_call(args: list[str]) -> Call | None:
             return None
         if not 1 <= kwargs["jobs"] <= 256:
             return None
+    try:
+        kwargs["max_stack"] = int(kwargs["max_stack"])
+    except ValueError:
+        return None
+    if not 1 <= kwargs["max_stack"] <= MOST_STACK:
+        return None
     # click.Path(dir_okay=False) / (file_okay=False) refuse an existing path of the
     # other kind: left to click, for its message.
     if os.path.isdir(perf_data) or (kwargs["output"] is not None

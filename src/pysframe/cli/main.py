@@ -158,15 +158,18 @@ def inject(file: str, output: str, version: str, as_gnu: bool) -> None:
 @click.option("--merge-callchains/--no-merge-callchains", default=True, show_default=True,
               help="Deferred user callchains (perf >= 6.19): join each to its samples, or "
                    "print samples and deferred callchains apart, as perf does.")
+@click.option("--max-stack", type=click.IntRange(1, 4096), default=127, show_default=True,
+              help="Frames printed per sample (kernel and user, as perf counts them; for a "
+                   "stack copy, user frames unwound), as perf script's.")
 def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
-           show_stops: bool, jobs: int | None, merge_callchains: bool) -> None:
+           show_stops: bool, jobs: int | None, merge_callchains: bool, max_stack: int) -> None:
     """Unwind a `perf record --call-graph dwarf` file with SFrame; print like `perf script
     --no-inline`."""
     from .script import run_script
 
     sys.exit(run_script(perf_data, binaries=list(binaries), output=output,
                         show_stops=show_stops, report=report, jobs=jobs,
-                        merge_callchains=merge_callchains))
+                        merge_callchains=merge_callchains, max_stack=max_stack))
 
 
 @cli.command()
@@ -306,13 +309,16 @@ def strip_command(file: str, output: str) -> None:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--binaries", multiple=True, type=click.Path(file_okay=False),
               help="Directory to search for the recorded binaries (by build id). Repeatable.")
-def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, ...]) -> None:
+@click.option("--max-stack", type=click.IntRange(1, 4096), default=4096, show_default=True,
+              help="Frames kept per sample (profiles keep whole stacks by default).")
+def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, ...],
+                   max_stack: int) -> None:
     """Aggregate unwound samples: folded stacks, speedscope JSON, an SVG flame graph or a
     pprof profile. Frames without a symbol are shown as file+0xoffset."""
     from .script import run_report
 
     sys.exit(run_report(perf_data, binaries=list(binaries), output=output, form=form,
-                        report=report))
+                        report=report, max_stack=max_stack))
 
 
 @cli.command()

@@ -61,7 +61,8 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
             if show_stops:
                 _chunk_stops(chunk, session)
             begin = time.perf_counter()
-            text = chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu)
+            text = chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu,
+                              unwinder.unwinder.max_depth)
             if phases is not None:
                 phases.seconds["format"] += time.perf_counter() - begin
             yield text
@@ -85,7 +86,7 @@ def default_jobs() -> int:
 
 
 def open_recording(path: str, binaries: list[str], problems: Problems,
-                   merge_callchains: bool = True) -> tuple[Any, Any]:
+                   merge_callchains: bool = True, max_stack: int = 127) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder, or a one-line CommandError."""
     from ..session.perf import PerfUnwinder, recorded_files
     from ..session.tables import GeneratedTables
@@ -94,7 +95,7 @@ def open_recording(path: str, binaries: list[str], problems: Problems,
 
     data = open_perf_data(path)
     try:
-        unwinder = PerfUnwinder(data, binaries, problems=problems,
+        unwinder = PerfUnwinder(data, binaries, max_stack, problems=problems,
                              merge_callchains=merge_callchains,
                              tables=GeneratedTables(progress_bar=TableBar.start))
     except ValueError as error:
@@ -112,7 +113,8 @@ PHASES_VARIABLE = "PYSFRAME_PHASE_TIMES"
 
 
 def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
-               report: Any, jobs: int | None = None, merge_callchains: bool = True) -> int:
+               report: Any, jobs: int | None = None, merge_callchains: bool = True,
+               max_stack: int = 127) -> int:
     import os
     import time
 
@@ -126,7 +128,7 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
         refuse_inputs(output, [path])  # before any work
     problems = Problems(report)
     phases = Phases() if os.environ.get(PHASES_VARIABLE) else None
-    data, unwinder = open_recording(path, binaries, problems, merge_callchains)
+    data, unwinder = open_recording(path, binaries, problems, merge_callchains, max_stack)
     with data:
         kernel_ids = [entry.build_id for entry in data.build_ids() if entry.kernel
                       and entry.filename == "[kernel.kallsyms]"]
@@ -150,7 +152,8 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
                 samples = phases.timed(samples, "read")
             if show_stops:
                 samples = _with_stops(samples)
-            chunks = perf_script_text(samples, kernel, problems, symbolizer=symbolizer)
+            chunks = perf_script_text(samples, kernel, problems, symbolizer=symbolizer,
+                                      max_stack=max_stack)
         if output is None:
             write = sys.stdout.write
             for chunk in chunks:
@@ -289,7 +292,8 @@ def progress_bar(samples: Any, data: Any, description: str = "unwinding") -> Any
             yield unwound
 
 
-def run_report(path: str, *, binaries: list[str], output: str, form: str, report: Any) -> int:
+def run_report(path: str, *, binaries: list[str], output: str, form: str, report: Any,
+               max_stack: int = 4096) -> int:
     """``sframe report``: the recording's samples aggregated into one profile ``form``."""
     from ..report.profiles import collect
     from ..symbolize.kernel import kernel_symbols_for
@@ -298,13 +302,13 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
     if output is not None:
         refuse_inputs(output, [path])  # before any work
     problems = Problems(report)
-    data, unwinder = open_recording(path, binaries, problems)
+    data, unwinder = open_recording(path, binaries, problems, max_stack=max_stack)
     with data:
         kernel_id = next((entry.build_id for entry in data.build_ids() if entry.kernel
                           and entry.filename == "[kernel.kallsyms]"), None)
         kernel = kernel_symbols_for(kernel_id)
         profile = collect(progress_bar(_located(path, unwinder.samples()), data), problems,
-                          kernel)
+                          kernel, max_stack)
         write_output(output, _profile_bytes(profile, form, data, kernel_id), inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")

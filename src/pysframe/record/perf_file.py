@@ -62,7 +62,8 @@ def sample_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     (_, flags, pid, tid, time, cpu, kernel_bytes, user_count, _, ip, _, _,
      period, _) = RECORD.unpack_from(raw)
     kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
-    user = struct.unpack_from(f"<{min(user_count, 127)}Q", raw, USER_AT)
+    user = struct.unpack_from(f"<{min(user_count, (len(raw) - USER_AT) // 8)}Q", raw,
+                              USER_AT)
     chain: list[int] = []
     if flags & FLAG_IN_KERNEL and kernel:
         chain += [PERF_CONTEXT_KERNEL, *kernel]
@@ -91,7 +92,8 @@ def deferred_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     space: the cookie and the user stack, with the file's sample_id trailer."""
     (_, _, pid, tid, time, cpu, _, user_count, _, _, _, _, _,
      cookie) = RECORD.unpack_from(raw)
-    user = struct.unpack_from(f"<{min(user_count, 127)}Q", raw, USER_AT)
+    user = struct.unpack_from(f"<{min(user_count, (len(raw) - USER_AT) // 8)}Q", raw,
+                              USER_AT)
     chain = list(user) if user and user[0] else []  # plain addresses, as perf writes them
     trailer = sample_id_trailer(SAMPLE_TYPE, pid, tid, time, cpu)
     return time, callchain_deferred(cookie, chain, trailer)

@@ -47,9 +47,9 @@ from .perf_file import (
 )
 from .perf_ring import PerfRing
 from .ringbuf import RingBuffer
-from .sampler import KIND_DEFERRED, KIND_REQUEST, RECORD_SIZE, USER_AT
+from .sampler import KIND_DEFERRED, KIND_REQUEST, USER_AT, USER_FRAMES
 from .tables import TableLoader
-from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, walker
+from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, scratch_map, walker
 
 RING_BYTES = 1 << 24
 #: How often the ring buffer is drained (the walker does not wake us per sample); the side
@@ -151,7 +151,8 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
     child: int | None = None
     try:
         with sys_bpf.Resources() as owned:
-            session = _Session(owned, target.frequency, result, report, defer)
+            session = _Session(owned, target.frequency, result, report, defer,
+                               target.max_stack or USER_FRAMES)
             session.event = EVENTS[event]
             session.period = target.period
             session.cpus = target.cpus
@@ -308,11 +309,12 @@ def _build_ids(binaries: dict[str, bytes]) -> list[bytes]:
 
 class _Session:
     def __init__(self, owned: sys_bpf.Resources, frequency: int, result: Recording,
-                 report: Callable[[str], None], defer: bool = False) -> None:
+                 report: Callable[[str], None], defer: bool = False,
+                 frames: int = USER_FRAMES) -> None:
         self.owned, self.frequency, self.result, self.report = owned, frequency, result, report
         own = owned.own
         self.ring_fd = own(sys_bpf.map_create(sys_bpf.MAP_RINGBUF, 0, 0, RING_BYTES, "sf_ring"))
-        scratch = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, RECORD_SIZE, 1, "sf_scratch"))
+        scratch = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, *scratch_map(frames), "sf_scratch"))
         self.procs = own(sys_bpf.map_create(sys_bpf.MAP_HASH, 4, PROCS_VALUE, 4096, "sf_procs"))
         rows = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS, "sf_rows"))
         maps = (int(self.ring_fd), int(scratch), int(self.procs), int(rows))
@@ -320,22 +322,24 @@ class _Session:
             self.pending = own(sys_bpf.map_create(sys_bpf.MAP_LRU_HASH, 4, 8, PENDING,
                                                   "sf_pending"))
             counter = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, 8, 1, "sf_entries"))
-            code, blob, infos = deferring_walker(*maps, int(self.pending), int(counter))
+            code, blob, infos = deferring_walker(*maps, int(self.pending), int(counter),
+                                                 frames)
             # The sampling program interrupts the return programs (a perf event's program
             # is kept from running inside a kprobe's, not a raw tracepoint's): they build
             # their records in scratch of their own.
-            returning = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, RECORD_SIZE, 1,
+            returning = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, *scratch_map(frames),
                                                "sf_scratch_ret"))
             hook_maps = (maps[0], int(returning), maps[2], maps[3])
             for hook in RETURN_HOOKS:
                 hook_code, hook_blob, hook_infos = return_walker(
-                    *hook_maps, int(self.pending), at_exit=hook == "sched_process_exit")
+                    *hook_maps, int(self.pending), at_exit=hook == "sched_process_exit",
+                    frames=frames)
                 hook_program = own(sys_bpf.prog_load(
                     sys_bpf.PROG_RAW_TRACEPOINT, hook_code, f"sframe_{hook}",
                     btf=own(sys_bpf.btf_load(hook_blob)), func_info=hook_infos))
                 own(sys_bpf.raw_tracepoint_open(hook, hook_program))
         else:
-            code, blob, infos = walker(*maps)
+            code, blob, infos = walker(*maps, frames=frames)
         btf = own(sys_bpf.btf_load(blob))
         self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
                                              btf=btf, func_info=infos))
@@ -570,7 +574,7 @@ def _prctl() -> Callable[[int, int], object]:
 
 def _has_user_stack(raw: bytes | memoryview) -> bool:
     """Whether a walker record has a user frame (its first user ip is not 0)."""
-    return bool(struct.unpack_from("<Q", raw, USER_AT)[0])
+    return len(raw) >= USER_AT + 8 and bool(struct.unpack_from("<Q", raw, USER_AT)[0])
 
 
 def _run_time(program: sys_bpf.Fd) -> float:

@@ -42,9 +42,14 @@ GET_STACK, PROBE_READ_USER, RINGBUF_RESERVE, RINGBUF_SUBMIT = 67, 112, 131, 132
 GET_CURRENT_TASK_BTF, TASK_PT_REGS = 158, 175
 #: x86-64 struct pt_regs offsets (the sample context starts with one).
 PT_BP, PT_IP, PT_CS, PT_SP = 32, 128, 136, 152
+#: Kernel frames kept (perf's kernel.perf_event_max_stack), and the user frames of this
+#: program's frame-pointer walk.
 MAX_FRAMES = 127
+#: The SFrame walker's user frames: by default, and at most (``--max-stack``).
+USER_FRAMES, MOST_USER_FRAMES = 1024, 4096
 #: Record layout: u32 kind, flags, pid, tid; u64 time; u32 cpu, kernel bytes, user frames,
-#: stop; u64 ip, sp, bp, period, cookie; u64 kernel[127]; u64 user[127].
+#: stop; u64 ip, sp, bp, period, cookie; u64 kernel[127]; u64 user[N] (N: the walk's most
+#: frames; a record is sent up to its last user frame).
 RECORD = struct.Struct("<IIIIQIIIIQQQQQ")
 COOKIE_AT = 72
 #: The sample's period, in the program's context (struct bpf_perf_event_data).
@@ -52,6 +57,11 @@ CTX_PERIOD = 168
 KERNEL_AT = RECORD.size
 USER_AT = KERNEL_AT + 8 * MAX_FRAMES
 RECORD_SIZE = USER_AT + 8 * MAX_FRAMES
+
+
+def record_size(user_frames: int) -> int:
+    """The bytes of a record with room for ``user_frames`` user frames."""
+    return USER_AT + 8 * user_frames
 FLAG_IN_KERNEL, FLAG_USER_REGS = 1, 2
 #: A sample with its user stack; a sample whose user stack is deferred (``--defer``: kernel
 #: stack and cookie only); a deferred walk (cookie and user stack, at the return to user).

@@ -16,11 +16,13 @@ interrupted frame's registers are in the signal frame, not where the frame point
 points: the step would skip the interrupted frames or read junk); the outermost row
 ends the walk; other rules (flexible V3 rules, and a PLT block too large to be written
 out as rows: :func:`.tables.walker_rows`) end it with their reason. The CFA must move up (the topmost frame may keep SP), the
-return address be non-zero, and at most :data:`~.sampler.MAX_FRAMES` frames are kept.
+return address be non-zero, and at most ``frames`` frames are kept (default
+:data:`~.sampler.USER_FRAMES`; the record is sent up to its last frame).
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
 
@@ -32,6 +34,7 @@ from .asm import (
     JEQ,
     JGE,
     JGT,
+    JLE,
     JLT,
     JNE,
     JSET,
@@ -54,15 +57,17 @@ from .asm import (
 from .btf import function_btf
 from .sampler import (
     GET_CURRENT_PID_TGID,
+    GET_SMP_PROCESSOR_ID,
     MAP_LOOKUP_ELEM,
-    MAX_FRAMES,
+    MOST_USER_FRAMES,
     PROBE_READ_USER,
-    RECORD_SIZE,
     STOP_BACKWARDS,
     STOP_DEPTH,
     STOP_FAULT,
     STOP_ZERO,
     USER_AT,
+    USER_FRAMES,
+    record_size,
     sample_fields,
 )
 
@@ -94,14 +99,19 @@ Fill = Callable[[Asm], None]
 
 
 def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
-           fill: Fill | None = None, name: str = "sframe_sample"
+           fill: Fill | None = None, name: str = "sframe_sample", frames: int = USER_FRAMES
            ) -> tuple[bytes, bytes, bytes]:
     """(instructions, BTF blob, func_info) of the sampling program with the SFrame walker;
-    ``fill``: what fills the record (default: the sample's fields, then the walk)."""
+    ``fill``: what fills the record (default: the sample's fields, then the walk);
+    ``frames``: the most user frames a walk keeps. ``scratch_fd``: an array with a
+    record per CPU (:func:`scratch_map`)."""
+    if not 1 < frames <= MOST_USER_FRAMES:
+        raise ValueError(f"a walk keeps 2 to {MOST_USER_FRAMES} frames, not {frames}")
     a = Asm()
-    _main(a, ringbuf_fd, scratch_fd, fill or (lambda asm: sample_fields(asm, "main_walk")))
+    _main(a, ringbuf_fd, scratch_fd, fill or (lambda asm: sample_fields(asm, "main_walk")),
+          frames)
     a.label("frame_step")
-    _frame_step(a, scratch_fd, procs_fd, rows_fd)
+    _frame_step(a, scratch_fd, procs_fd, rows_fd, frames)
     a.label("search_step")
     _search_step(a, rows_fd)
     blob, infos = function_btf(name, [("frame_step", a.offset_of("frame_step")),
@@ -109,10 +119,33 @@ def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
     return a.assemble(), blob, infos
 
 
-def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, fill: Fill) -> None:
+def scratch_map(frames: int = USER_FRAMES) -> tuple[int, int, int]:
+    """(key size, value size, entries) of the walker's scratch ``BPF_MAP_TYPE_ARRAY``: a
+    record per possible CPU, indexed by the CPU's number (a per-CPU array's values stop
+    at 32 KiB: 4,096 frames do not fit)."""
+    return 4, record_size(frames), possible_cpus()
+
+
+def possible_cpus() -> int:
+    """The CPU numbers the kernel may use (``/sys/devices/system/cpu/possible``: 0-N)."""
+    try:
+        with open("/sys/devices/system/cpu/possible") as possible:
+            text = possible.read().strip()
+        return int(text.replace(",", "-").split("-")[-1]) + 1
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
+def _scratch(a: Asm, scratch_fd: int, missing: str) -> None:
+    """R8 = this CPU's record in the scratch array (R0-R5 clobbered), else to ``missing``."""
+    a.call(GET_SMP_PROCESSOR_ID).stx(4, R10, -4, R0)
+    a.ld_map(R1, scratch_fd).mov(R2, R10, reg=True).add(R2, -4)
+    a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, missing).mov(R8, R0, reg=True)
+
+
+def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, fill: Fill, frames: int) -> None:
     a.mov(R6, R1, reg=True)
-    a.st(4, R10, -4, 0).ld_map(R1, scratch_fd).mov(R2, R10, reg=True).add(R2, -4)
-    a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, "main_out").mov(R8, R0, reg=True)
+    _scratch(a, scratch_fd, "main_out")
     a.call(GET_CURRENT_PID_TGID).mov(R7, R0, reg=True)
     fill(a)
     a.label("main_walk")
@@ -122,24 +155,28 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, fill: Fill) -> None:
     a.ldx(8, R1, R8, 56).stx(8, R10, STATE + FP, R1)
     a.st(4, R10, STATE + COUNT, 1).st(4, R10, STATE + STOP, STOP_DEPTH)
     a.st(4, R10, STATE + TOPMOST, 1)
-    a.mov(R1, MAX_FRAMES - 1).ld_func(R2, "frame_step")
+    a.mov(R1, frames - 1).ld_func(R2, "frame_step")
     a.mov(R3, R10, reg=True).add(R3, STATE).mov(R4, 0).call(BPF_LOOP)
     a.ldx(4, R1, R10, STATE + COUNT).stx(4, R8, 32, R1)
     a.ldx(4, R1, R10, STATE + STOP).stx(4, R8, 36, R1)
     # No wake-up per sample: the reader drains the buffer in batches (every 50 ms), so the
     # sampled CPU does not send it an interrupt 1000 times a second.
+    # The record up to its last user frame (bounded for the verifier).
     a.label("main_output")
-    a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True).mov(R3, RECORD_SIZE)
+    a.ldx(4, R3, R8, 32).jump(JLE, R3, frames, "main_size")
+    a.mov(R3, frames)
+    a.label("main_size")
+    a.alu(LSH, R3, 3).add(R3, USER_AT)
+    a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True)
     a.mov(R4, BPF_RB_NO_WAKEUP).call(RINGBUF_OUTPUT)
     a.label("main_out")
     a.mov(R0, 0).exit()
 
 
-def _frame_step(a: Asm, scratch_fd: int, procs_fd: int, rows_fd: int) -> None:
+def _frame_step(a: Asm, scratch_fd: int, procs_fd: int, rows_fd: int, frames: int) -> None:
     """long frame_step(u32 index, struct state *ctx): one frame; 1 ends the walk."""
     a.mov(R9, R2, reg=True)
-    a.st(4, R10, -4, 0).ld_map(R1, scratch_fd).mov(R2, R10, reg=True).add(R2, -4)
-    a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, "step_end").mov(R8, R0, reg=True)
+    _scratch(a, scratch_fd, "step_end")
     # R6: the pc to look up (exact at the top, return address - 1 above)
     a.ldx(8, R6, R9, PC).ldx(4, R1, R9, TOPMOST).jump(JNE, R1, 0, "step_exact").add(R6, -1)
     a.label("step_exact")
@@ -171,7 +208,7 @@ def _frame_step(a: Asm, scratch_fd: int, procs_fd: int, rows_fd: int) -> None:
     a.jump(JEQ, R7, OUTERMOST, "stop_outermost").jump(JEQ, R1, 2, "stop_rare")
     _default_rule(a)
     _frame_pointer_rule(a)
-    _advance(a)
+    _advance(a, frames)
 
 
 def _field(a: Asm, dst: int, word: int, shift: int) -> None:
@@ -216,7 +253,7 @@ def _frame_pointer_rule(a: Asm) -> None:
     a.jump(JNE, R0, 0, "stop_fault")
 
 
-def _advance(a: Asm) -> None:
+def _advance(a: Asm, frames: int) -> None:
     """RA at R10-24, the caller's FP at R10-32, CFA in R6: the caller becomes the frame."""
     a.label("advance")
     a.ldx(8, R1, R10, -24).jump(JEQ, R1, 0, "stop_zero")
@@ -224,7 +261,7 @@ def _advance(a: Asm) -> None:
     a.jump(JNE, R6, R2, "stop_backwards", reg=True)
     a.ldx(4, R3, R9, TOPMOST).jump(JEQ, R3, 0, "stop_backwards")
     a.label("moved_up")
-    a.ldx(4, R3, R9, COUNT).jump(JGE, R3, MAX_FRAMES, "stop_depth")
+    a.ldx(4, R3, R9, COUNT).jump(JGE, R3, frames, "stop_depth")
     a.mov(R4, R3, reg=True).alu(LSH, R4, 3).add(R4, R8, reg=True).stx(8, R4, USER_AT, R1)
     a.add(R3, 1).stx(4, R9, COUNT, R3)
     a.stx(8, R9, PC, R1).stx(8, R9, SP, R6)

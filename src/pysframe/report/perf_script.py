@@ -66,8 +66,10 @@ def kernel_line(address: int, kernel: SymbolTable | None) -> str:
     return f"{address:16x} {name} ([kernel.kallsyms])"
 
 
-def kernel_lines(callchain: tuple[int, ...], kernel: SymbolTable | None) -> list[str]:
-    """The kernel part of a recorded callchain (the entries after PERF_CONTEXT_KERNEL)."""
+def kernel_lines(callchain: tuple[int, ...], kernel: SymbolTable | None,
+                 limit: int | None = None) -> list[str]:
+    """The kernel part of a recorded callchain (the entries after PERF_CONTEXT_KERNEL),
+    at most ``limit`` of them (perf's --max-stack)."""
     lines = []
     in_kernel = False
     for address in callchain:
@@ -75,12 +77,12 @@ def kernel_lines(callchain: tuple[int, ...], kernel: SymbolTable | None) -> list
             in_kernel = address == PERF_CONTEXT_KERNEL
         elif in_kernel:
             lines.append("\t" + kernel_line(address, kernel))
-    return lines
+    return lines if limit is None else lines[:limit]
 
 
 def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
                   lines_cache: dict[int, dict[int, str]] | None = None,
-                  kernel: SymbolTable | None = None) -> str:
+                  kernel: SymbolTable | None = None, max_stack: int | None = None) -> str:
     """The text of one sample. ``lines_cache``: frame lines by layout and printed pc,
     kept across samples (a sample of layout 0, unknown, does without)."""
     sample = unwound.sample
@@ -102,7 +104,7 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
     if unwind.stop is Stop.RECORDED and not valid_callchain(sample.callchain):
         return lines[0] + "\n\n"  # perf drops a recorded chain with an unknown context
     if sample.callchain:
-        lines += kernel_lines(sample.callchain, kernel)
+        lines += kernel_lines(sample.callchain, kernel, max_stack)
         cookie = deferred_cookie(sample.callchain)
         if cookie is not None:  # shown apart: the user part is the record that follows
             lines.append(f"\t{cookie:16x} (cookie) ([unknown])")
@@ -151,12 +153,13 @@ def frame_line(symbolizer: Symbolizer, mapping: Mapping | None, pc: int) -> str:
 
 
 def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | None = None,
-                     problems: Problems | None = None, *, symbolizer: Symbolizer | None = None
-                     ) -> Iterator[str]:
-    """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available."""
+                     problems: Problems | None = None, *, symbolizer: Symbolizer | None = None,
+                     max_stack: int | None = None) -> Iterator[str]:
+    """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available;
+    ``max_stack``: the most kernel frames (the user frames were cut when unwound)."""
     if symbolizer is None:
         symbolizer = Symbolizer(problems)
     # Frames repeat across samples: one formatted line per (layout, address).
     lines: dict[int, dict[int, str]] = {}
     for unwound in samples:
-        yield format_sample(unwound, symbolizer, lines, kernel)
+        yield format_sample(unwound, symbolizer, lines, kernel, max_stack)

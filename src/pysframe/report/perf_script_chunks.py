@@ -26,8 +26,9 @@ _COPY_ENDED = STOPS.index(Stop.COPY_ENDED)
 
 def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
                kernel: SymbolTable | None, lines_cache: dict[int, dict[int, str]],
-               event: str, with_cpu: bool) -> str:
-    """The text of the chunk's samples, in order."""
+               event: str, with_cpu: bool, max_stack: int | None = None) -> str:
+    """The text of the chunk's samples, in order (at most ``max_stack`` kernel frames
+    each; the user frames were cut when unwound)."""
     n = chunk.end - chunk.start
     sizes = np.ones(n, np.int64)  # a scalar sample: its whole text is one item
     kernel_of: dict[int, list[str]] = {}
@@ -40,7 +41,7 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
             if index in chunk.scalar:
                 continue
             if arrays.chain_count[chunk.start + index]:
-                kernel_of[index] = _kernel(arrays, chunk.start + index, kernel)
+                kernel_of[index] = _kernel(arrays, chunk.start + index, kernel, max_stack)
         extra = np.array([len(kernel_of.get(index, ())) for index in rows.tolist()], np.int64)
         keep = np.array([index not in chunk.scalar for index in rows.tolist()], np.bool_)
         sizes[rows[keep]] = (2 + extra + counts + truncated)[keep]
@@ -50,7 +51,8 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
     items = np.empty(int(sizes.sum()), dtype=object)
     items[starts + sizes - 1] = ""
     for index, unwound in chunk.scalar.items():
-        items[starts[index]] = format_sample(unwound, symbolizer, lines_cache, kernel)[:-1]
+        items[starts[index]] = format_sample(unwound, symbolizer, lines_cache, kernel,
+                                             max_stack)[:-1]
     for group, keep, counts, truncated, extra in placed:
         _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache)
     batch_rows = [index for group in chunk.groups for index in group.rows.tolist()
@@ -61,10 +63,11 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
     return "\n".join(items.tolist()) + "\n"
 
 
-def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None) -> list[str]:
+def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None,
+            max_stack: int | None) -> list[str]:
     first = int(arrays.chain_pos[sample]) // 8
     chain = tuple(arrays.words[first:first + int(arrays.chain_count[sample])].tolist())
-    return kernel_lines(chain, kernel)
+    return kernel_lines(chain, kernel, max_stack)
 
 
 def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,

@@ -93,7 +93,9 @@ class Profile:
 class _Collector:
     """Builds a :class:`Profile`: one location per distinct (mapping, address)."""
 
-    def __init__(self, symbolizer: Symbolizer, kernel: SymbolTable | None) -> None:
+    def __init__(self, symbolizer: Symbolizer, kernel: SymbolTable | None,
+                 max_stack: int | None = None) -> None:
+        self.max_stack = max_stack
         self.profile = Profile()
         self.symbolizer = symbolizer
         self.kernel = kernel
@@ -141,7 +143,7 @@ class _Collector:
         sample = unwound.sample
         # Leaf first: the kernel's frames (the callchain's kernel part), then user frames.
         stack = [self.kernel_location(address) for address in sample.callchain
-                 if 1 << 63 <= address < CONTEXT_MARKER_MIN]
+                 if 1 << 63 <= address < CONTEXT_MARKER_MIN][:self.max_stack]
         methods = unwound.unwind.methods
         for index, (pc, mapping) in enumerate(zip(unwound.unwind.pcs, unwound.mappings,
                                                   strict=True)):
@@ -168,9 +170,10 @@ class _Collector:
 
 
 def collect(samples: Iterable[UnwoundSample], problems: Problems | None = None,
-            kernel: SymbolTable | None = None) -> Profile:
-    """The profile of ``samples``; ``kernel``: kallsyms of the recorded kernel, if known."""
-    collector = _Collector(Symbolizer(problems), kernel)
+            kernel: SymbolTable | None = None, max_stack: int | None = None) -> Profile:
+    """The profile of ``samples``; ``kernel``: kallsyms of the recorded kernel, if known;
+    ``max_stack``: the most kernel frames kept (the user frames were cut when unwound)."""
+    collector = _Collector(Symbolizer(problems), kernel, max_stack)
     for unwound in samples:
         collector.add(unwound)
     return collector.profile

@@ -273,7 +273,7 @@ class PerfUnwinder:
         if registers is None or sample.stack is None:
             # No user registers and stack copy (a `-g`/LBR recording, a kernel thread, a
             # recording without callchains): the user frames the kernel recorded, if any.
-            unwind = recorded_frames(sample, space)
+            unwind = recorded_frames(sample, space, self.unwinder.max_depth)
             data = self.data_spaces.get(sample.pid)
             if data is not None and None in unwind.mappings:
                 named = [mapping if mapping is not None or pc >= KERNEL_START
@@ -328,10 +328,12 @@ def default_comm(sample: Sample) -> str:
     return "swapper" if sample.tid == 0 else f":{sample.tid}"
 
 
-def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
+def recorded_frames(sample: Sample, space: AddressSpace, limit: int | None = None) -> Unwind:
     """The user part of the sample's recorded callchain (after PERF_CONTEXT_USER; printed
     as recorded, return addresses unadjusted, as perf does), or, for a recording without
-    callchains, the sample's ip alone (as frame 0, whatever its mode)."""
+    callchains, the sample's ip alone (as frame 0, whatever its mode). ``limit``: perf's
+    --max-stack, the most entries of the chain, kernel ones first (its context markers
+    not counted)."""
     if sample.attr is not None and sample.attr.sample_type & SAMPLE_STACK_USER and (
             sample.deferred_record is None):
         # The user part was to come from the stack copy, and this one has none (a thread
@@ -347,11 +349,16 @@ def recorded_frames(sample: Sample, space: AddressSpace) -> Unwind:
         return unwind
     user = False
     addresses = []
+    others = 0  # the kernel's (and a guest's) entries
     for address in sample.callchain:
         if address >= CONTEXT_MARKER_MIN:
             user = address == PERF_CONTEXT_USER
         elif user:
             addresses.append(address)
+        else:
+            others += 1
+    if limit is not None:
+        del addresses[max(limit - others, 0):]
     if sample.attr.lbr_callstack and PERF_CONTEXT_USER in sample.callchain and sample.branches:
         # LBR call stack (--call-graph lbr), as perf builds it: the newest call's target,
         # then every call site, newest first.
