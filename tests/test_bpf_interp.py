@@ -23,11 +23,9 @@ from pysframe.record.sampler import (
     PT_SP,
     RECORD,
     USER_AT,
-    USER_FRAMES,
-    record_size,
     sampler,
 )
-from pysframe.record.walker import PROCS_VALUE, ROW
+from pysframe.record.walker import PROCS_VALUE, ROW, scratch_map
 
 VALUE = array(16, 1)
 MAPS = {7: VALUE}
@@ -170,7 +168,7 @@ def test_the_defer_programs_request_then_walk() -> None:
     """In a system call the sample asks for a walk (a cookie, no user stack); at the
     return, the walk comes with the same cookie and the thread's entry is gone."""
     ring, pending = ringbuf(), hash_map(4, 8, 16)
-    maps = {3: ring, 4: array(record_size(USER_FRAMES), 4), 5: hash_map(4, PROCS_VALUE, 4),
+    maps = {3: ring, 4: array(scratch_map()[1], 4), 5: hash_map(4, PROCS_VALUE, 4),
             6: array(ROW.size, 1), 7: pending, 8: array(8, 1, per_cpu=True)}
     regs = bytearray(context(0x400500, FP - 32, FP, True))
     struct.pack_into("<Q", regs, 88, 0x400500)  # RCX = RIP: a syscall instruction's

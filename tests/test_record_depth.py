@@ -74,10 +74,12 @@ def test_a_300_deep_recursion_is_walked_whole(deep: Path) -> None:
 @needs_bpf
 def test_max_stack_bounds_the_walk(deep: Path) -> None:
     made = run(*SFRAME, "record", "--max-stack", "50", "-o", "d50.data", "--", "./deep",
-               "300", "100", cwd=deep)
+               "300", "1000", cwd=deep)
     assert made.returncode == 0, made.stderr
     chains = blocks(run(*SFRAME, "script", "d50.data", "--max-stack", "4096", cwd=deep).stdout)
-    assert chains and {len(chain) for chain in chains} == {50}
+    # (A sample taken before the new program's tables are loaded has its leaf only.)
+    assert chains and max(len(chain) for chain in chains) == 50
+    assert sum(len(chain) == 50 for chain in chains) >= 0.99 * len(chains)
     made = run(*SFRAME, "record", "--max-stack", "4096", "-o", "d4k.data", "--", "./deep",
                "2000", "30", cwd=deep)
     assert made.returncode == 0, made.stderr

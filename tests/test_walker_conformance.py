@@ -369,6 +369,52 @@ def test_a_row_at_the_sigreturn_trampoline_still_ends_the_walk(
     assert (walked.pcs, walked.stop) == ([trampoline], SIGNAL)
 
 
+@pytest.mark.skipif(not RECORDING.exists(), reason="no fixture recording (../shared/fixtures)")
+@pytest.mark.parametrize("tag_checked", [True, False], ids=["walker", "mutant: tag ignored"])
+def test_cached_rules_are_forgotten_when_the_tables_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tag_checked: bool) -> None:
+    """The walker caches each pc's rule per CPU under the process entry's generation: once
+    the entry is written again (a new layout, a table dropped), the same stacks walk as a
+    fresh walker with an empty cache walks them. A walker that ignores the generation
+    (the mutant) keeps using the old rules."""
+    from tests.test_batch_unwind import collected
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    mutant = Mutant("", "step_exact", _op(JX | asm.JNE, 1, 2), lambda i: (i[0], 1, 1, *i[3:]))
+    with collected(RECORDING) as (_, snapshots):
+        snapshot = snapshots[0]
+        space, loaded = walker_space(snapshot.space)
+        samples = snapshot.samples[:40]
+        # The tables changed: the first mapping with rows loses them (its frames by
+        # frame pointer from now on).
+        dropped = next(index for index, (_, starts, _) in enumerate(loaded) if len(starts))
+        changed = [(mapping, starts[:0] if index == dropped else starts,
+                    words[:0] if index == dropped else words)
+                   for index, (mapping, starts, words) in enumerate(loaded)]
+        if tag_checked:
+            rig = WalkerRig(loaded)
+        else:
+            with mutated(mutant, monkeypatch) as hits:
+                rig = WalkerRig(loaded)
+            assert hits[0] >= 1
+        fresh = WalkerRig(changed)
+
+        def walks(walker: WalkerRig) -> list[tuple[list[int], int]]:
+            found = []
+            for sample in samples:
+                r = sample.registers
+                walked = walker.walk(r.pc, r.sp, r.fp, CopyAndCode(r.sp, bytes(sample.stack),
+                                                                   space))
+                found.append((walked.pcs, walked.stop))
+            return found
+
+        before = walks(rig)  # the cache filled with the old rules
+        rig.load(changed, generation=1)
+        after, expected = walks(rig), walks(fresh)
+    assert before != expected  # the change matters to these stacks
+    assert (after == expected) is tag_checked
+
+
 class CoreAndCode(CopyAndCode):
     """A core's memory (where it has the bytes), else the mapped binaries' code."""
 
@@ -483,12 +529,15 @@ MUTANTS = [
            lambda i: (*i[:4], 99, i[5])),
     Mutant("a CFA that did not move accepted above the topmost frame", "advance",
            _op(J | asm.JEQ, 3, imm=0), lambda i: (*i[:4], 99, i[5])),
-    Mutant("outermost rows not recognised", "search", _op(J | asm.JEQ, 7),
+    Mutant("outermost rows not recognised", "have_rule", _op(J | asm.JEQ, 7),
            lambda i: (*i[:4], 0, i[5])),
     Mutant("frame limit one frame short", "moved_up", _op(J | asm.JGE, 3, imm=RIG_FRAMES),
            lambda i: (*i[:4], RIG_FRAMES - 1, i[5])),
-    Mutant("state key written to the wrong stack slot (uninitialised key)", "step_exact",
-           _op(asm.STX | asm.MEM | asm.W, 10, 1), lambda i: (*i[:3], -128, *i[4:])),
+    Mutant("process key written to the wrong stack slot (uninitialised key)", "main_walk",
+           lambda i: i[0] == asm.STX | asm.MEM | asm.W and i[1] == 10 and i[3] == -4,
+           lambda i: (*i[:3], -128, *i[4:])),
+    Mutant("a cached rule used whatever the pc", "step_exact", _op(JX | asm.JNE, 1, 6),
+           lambda i: (i[0], 1, 1, *i[3:])),
 ]
 
 

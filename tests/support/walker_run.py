@@ -17,9 +17,9 @@ from unittest.mock import patch
 import numpy as np
 
 from pysframe.record.asm import Asm
-from pysframe.record.sampler import PT_BP, PT_CS, PT_IP, PT_SP, USER_AT, record_size
+from pysframe.record.sampler import PT_BP, PT_CS, PT_IP, PT_SP, USER_AT
 from pysframe.record.tables import module_rows, procs_value, rows_items
-from pysframe.record.walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW, walker
+from pysframe.record.walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW, scratch_map, walker
 from pysframe.records import replace
 from pysframe.unwind.address_space import AddressSpace, Mapping, Module
 
@@ -111,8 +111,20 @@ class WalkerRig:
         capacity = max(1, sum(len(starts) for _, starts, _ in loaded))
         self.rows = array(ROW.size, capacity)
         self.procs = hash_map(4, PROCS_VALUE, 64)
-        self.scratch = array(record_size(RIG_FRAMES), 4)  # a record per CPU (scratch_map)
+        self.scratch = array(scratch_map(RIG_FRAMES)[1], 4)  # a record and cache per CPU
         self.ring = ringbuf()
+        self.load(loaded)
+        code, _, _ = (build or rig_walker)(RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD)
+        self.program = Program.decode(code)
+        #: The walker's instructions executed so far (see :func:`walker_labels`).
+        self.coverage: set[int] = set()
+        self.maps: dict[int, Map] = {RINGBUF_FD: self.ring, SCRATCH_FD: self.scratch,
+                                     PROCS_FD: self.procs, ROWS_FD: self.rows}
+
+    def load(self, loaded: list[tuple[Mapping, np.ndarray, np.ndarray]],
+             generation: int = 0) -> None:
+        """Write the tables and the process's entry (its ``generation``), as the
+        recorder's TableLoader does (the rows must fit the array made at first)."""
         entries = []
         first = 0
         for mapping, starts, words in loaded:
@@ -124,13 +136,7 @@ class WalkerRig:
             entries.append(MAPPING.pack(mapping.start, mapping.end, mapping.module.bias, first,
                                         len(starts)))
             first += len(starts)
-        self.procs.update(TGID.to_bytes(4, "little"), procs_value(entries))
-        code, _, _ = (build or rig_walker)(RINGBUF_FD, SCRATCH_FD, PROCS_FD, ROWS_FD)
-        self.program = Program.decode(code)
-        #: The walker's instructions executed so far (see :func:`walker_labels`).
-        self.coverage: set[int] = set()
-        self.maps: dict[int, Map] = {RINGBUF_FD: self.ring, SCRATCH_FD: self.scratch,
-                                     PROCS_FD: self.procs, ROWS_FD: self.rows}
+        self.procs.update(TGID.to_bytes(4, "little"), procs_value(entries, generation))
 
     def walk(self, pc: int, sp: int, fp: int, memory: CopyAndCode, in_kernel: bool = False
              ) -> Walk:

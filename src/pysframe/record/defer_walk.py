@@ -52,7 +52,7 @@ MAP_UPDATE_ELEM, MAP_DELETE_ELEM = 2, 3
 #: x86-64 struct pt_regs: RCX and the system call number saved at entry.
 PT_CX, PT_ORIG_AX = 88, 120
 #: Scratch slots below the walker's state on the programs' stacks.
-KEY_AT, VALUE_AT, ZERO_AT = -72, -80, -84
+KEY_AT, VALUE_AT, ZERO_AT = -104, -112, -116
 #: The tracepoints where a pending walk is made.
 RETURN_HOOKS = ("sys_exit", "sched_process_exit")
 

@@ -54,6 +54,8 @@ class TableLoader:
         #: Tables freed, and their rows (for the summary and the tests).
         self.freed_tables = 0
         self.freed_rows = 0
+        #: The last generation given to a process entry (see procs_value).
+        self._generation = 0
         #: The executable mappings each entry was written from (to skip unchanged ones).
         self.fingerprints: dict[int, int] = {}
         #: (path, build id) -> (first row, rows); (0, 0): no table.
@@ -184,7 +186,9 @@ class TableLoader:
             if count and len(entries) < MAPPINGS:
                 entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first, count))
                 keys.add(key)
-        map_update(self.procs, pid.to_bytes(4, "little"), procs_value(entries))
+        self._generation = (self._generation + 1) & 0xFFFFFFFF
+        map_update(self.procs, pid.to_bytes(4, "little"),
+                   procs_value(entries, self._generation))
         self._name(pid, keys)
         return len(entries)
 
@@ -256,9 +260,12 @@ def rows_items(first: int, starts: np.ndarray, words: np.ndarray) -> tuple[bytes
     return keys, values
 
 
-def procs_value(entries: list[bytes]) -> bytes:
-    """A process's ``procs`` value from its :data:`~.walker.MAPPING` entries."""
-    value = len(entries).to_bytes(4, "little") + bytes(4) + b"".join(entries)
+def procs_value(entries: list[bytes], generation: int = 0) -> bytes:
+    """A process's ``procs`` value from its :data:`~.walker.MAPPING` entries; its
+    ``generation`` (new at every write: the walker's cached rules of an older one never
+    match it)."""
+    value = (len(entries).to_bytes(4, "little") + generation.to_bytes(4, "little")
+             + b"".join(entries))
     return value.ljust(PROCS_VALUE, b"\0")
 
 

@@ -39,6 +39,8 @@ from .asm import (
     JNE,
     JSET,
     LSH,
+    MUL,
+    OR,
     R0,
     R1,
     R2,
@@ -52,6 +54,7 @@ from .asm import (
     R10,
     RSH,
     SUB,
+    XOR,
     Asm,
 )
 from .btf import function_btf
@@ -88,8 +91,15 @@ MAPPING = struct.Struct("<QQQII")
 PROCS_VALUE = 8 + MAPPINGS * MAPPING.size
 ROW = struct.Struct("<QQ")
 #: The walk's state, on the main program's stack (the loop callbacks' ``ctx``).
-STATE = -64
-PC, SP, FP, COUNT, STOP, TGID, TOPMOST, KEY, LO, HI = 0, 8, 16, 24, 28, 32, 36, 40, 48, 52
+STATE = -96
+PC, SP, FP, COUNT, STOP, TGID, TOPMOST, KEY, LO, HI, RECORD_PTR, PROCS_PTR, TAG = (
+    0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 72)
+#: The per-CPU cache of rules, after the record in each CPU's scratch value: entries of
+#: (lookup pc, tag: tgid << 32 | the process entry's generation, rule word; 0: no rule),
+#: direct-mapped by pc. A process's entry gets a new generation whenever it is written,
+#: so an entry cached before its tables changed never matches again.
+CACHE_ENTRIES = 512
+CACHE_ENTRY = 24
 
 
 #: Fills the record before the walk (R6: the context, R7: the pid/tgid word, R8: the
@@ -108,10 +118,11 @@ def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
     if not 1 < frames <= MOST_USER_FRAMES:
         raise ValueError(f"a walk keeps 2 to {MOST_USER_FRAMES} frames, not {frames}")
     a = Asm()
-    _main(a, ringbuf_fd, scratch_fd, fill or (lambda asm: sample_fields(asm, "main_walk")),
-          frames)
+    _main(a, ringbuf_fd, scratch_fd, procs_fd,
+          fill or (lambda asm: sample_fields(asm, "main_walk")), frames)
     a.label("frame_step")
-    _frame_step(a, scratch_fd, procs_fd, rows_fd, frames)
+    cache_at = record_size(frames)
+    _frame_step(a, rows_fd, frames, cache_at)
     a.label("search_step")
     _search_step(a, rows_fd)
     blob, infos = function_btf(name, [("frame_step", a.offset_of("frame_step")),
@@ -121,9 +132,9 @@ def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
 
 def scratch_map(frames: int = USER_FRAMES) -> tuple[int, int, int]:
     """(key size, value size, entries) of the walker's scratch ``BPF_MAP_TYPE_ARRAY``: a
-    record per possible CPU, indexed by the CPU's number (a per-CPU array's values stop
-    at 32 KiB: 4,096 frames do not fit)."""
-    return 4, record_size(frames), possible_cpus()
+    record and the rule cache per possible CPU, indexed by the CPU's number (a per-CPU
+    array's values stop at 32 KiB: 4,096 frames do not fit)."""
+    return 4, record_size(frames) + CACHE_ENTRIES * CACHE_ENTRY, possible_cpus()
 
 
 def possible_cpus() -> int:
@@ -143,13 +154,24 @@ def _scratch(a: Asm, scratch_fd: int, missing: str) -> None:
     a.call(MAP_LOOKUP_ELEM).jump(JEQ, R0, 0, missing).mov(R8, R0, reg=True)
 
 
-def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, fill: Fill, frames: int) -> None:
+def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, procs_fd: int, fill: Fill,
+          frames: int) -> None:
     a.mov(R6, R1, reg=True)
     _scratch(a, scratch_fd, "main_out")
     a.call(GET_CURRENT_PID_TGID).mov(R7, R0, reg=True)
     fill(a)
     a.label("main_walk")
-    a.ldx(4, R1, R8, 8).stx(4, R10, STATE + TGID, R1)
+    # The record, for the steps: a map value pointer spilled on this stack, which the
+    # verifier lets the loop's callback read back through its ctx with its type.
+    a.stx(8, R10, STATE + RECORD_PTR, R8)
+    a.ldx(4, R1, R8, 8).stx(4, R10, STATE + TGID, R1).stx(4, R10, -4, R1)
+    # The process's entry (0: none, every frame by frame pointer) and its cache tag.
+    a.st(8, R10, STATE + PROCS_PTR, 0).st(8, R10, STATE + TAG, 0)
+    a.ld_map(R1, procs_fd).mov(R2, R10, reg=True).add(R2, -4).call(MAP_LOOKUP_ELEM)
+    a.jump(JEQ, R0, 0, "main_steps").stx(8, R10, STATE + PROCS_PTR, R0)
+    a.ldx(4, R1, R10, STATE + TGID).alu(LSH, R1, 32).ldx(4, R2, R0, 4)
+    a.alu(OR, R1, R2, reg=True).stx(8, R10, STATE + TAG, R1)
+    a.label("main_steps")
     a.ldx(8, R1, R8, 40).stx(8, R10, STATE + PC, R1).stx(8, R8, USER_AT, R1)
     a.ldx(8, R1, R8, 48).stx(8, R10, STATE + SP, R1)
     a.ldx(8, R1, R8, 56).stx(8, R10, STATE + FP, R1)
@@ -173,20 +195,28 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, fill: Fill, frames: int) -> 
     a.mov(R0, 0).exit()
 
 
-def _frame_step(a: Asm, scratch_fd: int, procs_fd: int, rows_fd: int, frames: int) -> None:
-    """long frame_step(u32 index, struct state *ctx): one frame; 1 ends the walk."""
+def _frame_step(a: Asm, rows_fd: int, frames: int, cache_at: int) -> None:
+    """long frame_step(u32 index, struct state *ctx): one frame; 1 ends the walk. The
+    record and the process's entry come from ``ctx`` (pointers the main program found
+    once per sample); the rule from the cache, else from the mapping and its rows."""
     a.mov(R9, R2, reg=True)
-    _scratch(a, scratch_fd, "step_end")
+    a.ldx(8, R8, R9, RECORD_PTR)
     # R6: the pc to look up (exact at the top, return address - 1 above)
     a.ldx(8, R6, R9, PC).ldx(4, R1, R9, TOPMOST).jump(JNE, R1, 0, "step_exact").add(R6, -1)
     a.label("step_exact")
-    a.ldx(4, R1, R9, TGID).stx(4, R10, -8, R1)
-    a.ld_map(R1, procs_fd).mov(R2, R10, reg=True).add(R2, -8).call(MAP_LOOKUP_ELEM)
-    a.jump(JEQ, R0, 0, "fp_step").mov(R7, R0, reg=True)
-    # the mapping holding R6 (R3: index, R4: entry)
+    a.ldx(8, R7, R9, PROCS_PTR).jump(JEQ, R7, 0, "fp_step")
+    # The cache entry of R6 (R5), its rule word when it holds R6 for this tag.
+    a.mov(R5, R6, reg=True).alu(RSH, R5, 9).alu(XOR, R5, R6, reg=True)
+    a.alu(AND, R5, CACHE_ENTRIES - 1).alu(MUL, R5, CACHE_ENTRY).add(R5, cache_at)
+    a.add(R5, R8, reg=True).stx(8, R10, -64, R5)
+    a.ldx(8, R1, R5, 0).jump(JNE, R1, R6, "scan_hint", reg=True)
+    a.ldx(8, R1, R5, 8).ldx(8, R2, R9, TAG).jump(JNE, R1, R2, "scan_hint", reg=True)
+    a.ldx(8, R7, R5, 16).goto("have_rule")
+    # The mapping holding R6 (R3: index, R4: entry).
+    a.label("scan_hint")
     a.ldx(4, R1, R7, 0).mov(R3, 0)
     a.label("scan")
-    a.jump(JGE, R3, MAPPINGS, "fp_step").jump(JGE, R3, R1, "fp_step", reg=True)
+    a.jump(JGE, R3, MAPPINGS, "no_rule").jump(JGE, R3, R1, "no_rule", reg=True)
     a.mov(R4, R3, reg=True).alu(LSH, R4, 5).add(R4, R7, reg=True)
     a.ldx(8, R5, R4, 8).jump(JLT, R6, R5, "scan_next", reg=True)
     a.ldx(8, R5, R4, 16).jump(JGE, R6, R5, "scan_next", reg=True)
@@ -199,10 +229,16 @@ def _frame_step(a: Asm, scratch_fd: int, procs_fd: int, rows_fd: int, frames: in
     # the last row starting at or before the pc
     a.label("search")
     a.mov(R1, 32).ld_func(R2, "search_step").mov(R3, R9, reg=True).mov(R4, 0).call(BPF_LOOP)
-    a.ldx(4, R1, R9, LO).ldx(4, R2, R10, -12).jump(JGE, R2, R1, "fp_step", reg=True)
+    a.ldx(4, R1, R9, LO).ldx(4, R2, R10, -12).jump(JGE, R2, R1, "no_rule", reg=True)
     a.add(R1, -1).stx(4, R10, -16, R1)
     a.ld_map(R1, rows_fd).mov(R2, R10, reg=True).add(R2, -16).call(MAP_LOOKUP_ELEM)
-    a.jump(JEQ, R0, 0, "fp_step").ldx(8, R7, R0, 8)
+    a.jump(JEQ, R0, 0, "no_rule").ldx(8, R7, R0, 8).goto("cache_rule")
+    a.label("no_rule")
+    a.mov(R7, 0)
+    a.label("cache_rule")  # R6 -> R7 for this tag
+    a.ldx(8, R5, R10, -64).stx(8, R5, 0, R6)
+    a.ldx(8, R1, R9, TAG).stx(8, R5, 8, R1).stx(8, R5, 16, R7)
+    a.label("have_rule")
     a.mov(R1, R7, reg=True).alu(AND, R1, 3)
     a.jump(JEQ, R1, 0, "fp_step").jump(JEQ, R1, 3, "stop_plt")
     a.jump(JEQ, R7, OUTERMOST, "stop_outermost").jump(JEQ, R1, 2, "stop_rare")
