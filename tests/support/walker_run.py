@@ -17,7 +17,16 @@ from unittest.mock import patch
 import numpy as np
 
 from pysframe.record.asm import Asm
-from pysframe.record.sampler import PT_BP, PT_CS, PT_IP, PT_SP, USER_AT
+from pysframe.record.sampler import (
+    COPY_HEADER,
+    FLAG_STACK_COPY,
+    PT_BP,
+    PT_CS,
+    PT_IP,
+    PT_SP,
+    USER_AT,
+    record_size,
+)
 from pysframe.record.tables import module_rows, procs_value, rows_items
 from pysframe.record.walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW, scratch_map, walker
 from pysframe.records import replace
@@ -52,6 +61,8 @@ class Walk:
     pcs: list[int]
     stop: int
     executed: int
+    #: With a stack copy (code no table covered): (frame index, pc, sp, fp, the bytes).
+    copy: tuple[int, int, int, int, bytes] | None = None
 
 
 class CopyAndCode:
@@ -153,7 +164,13 @@ class WalkerRig:
         record = self.ring.records[0]
         count, stop = struct.unpack_from("<II", record, 32)
         pcs = list(struct.unpack_from(f"<{count}Q", record, USER_AT))
-        return Walk(pcs, stop, machine.executed)
+        copy = None
+        if struct.unpack_from("<I", record, 4)[0] & FLAG_STACK_COPY:
+            at = record_size(RIG_FRAMES)
+            index, length, pc, sp, fp = COPY_HEADER.unpack_from(record, at)
+            start = at + COPY_HEADER.size
+            copy = (index, pc, sp, fp, bytes(record[start:start + length]))
+        return Walk(pcs, stop, machine.executed, copy)
 
 
 def _registers(pc: int, sp: int, fp: int, cs: int) -> bytearray:

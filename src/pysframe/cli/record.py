@@ -197,6 +197,13 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
     sys.stderr.write(f"sframe record: {samples} ({walked:.1f}% of user stacks "
                      f"walked to the outermost frame{cost}{idle}), {size:,} bytes written to "
                      f"{options.output}\n")
+    if result.finished:
+        sys.stderr.write(f"sframe record: {result.finished:,} chain"
+                         f"{'s' if result.finished != 1 else ''} met code whose table was not "
+                         "loaded yet and were finished from their stack copies\n")
+    if result.copies_dropped:
+        report(f"{result.copies_dropped:,} more such samples kept the walker's chain (at most "
+               "4,096 stack copies are kept)")
     if result.freed_tables:
         report(f"the tables of {result.freed_tables} binar"
                f"{'ies' if result.freed_tables != 1 else 'y'} no target mapped any more were "

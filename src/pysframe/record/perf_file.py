@@ -57,13 +57,15 @@ def event_attr(frequency: int, flags: int = ATTR_FLAGS, config: int = 0,
     return out.event_attr(event_type, config, frequency, sample_type, flags)
 
 
-def sample_record(raw: bytes | memoryview) -> tuple[int, bytes]:
-    """(time, the PERF_RECORD_SAMPLE) of one walker record."""
+def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None
+                  ) -> tuple[int, bytes]:
+    """(time, the PERF_RECORD_SAMPLE) of one walker record (``user_frames``: its user
+    chain finished in user space, instead of the walker's)."""
     (_, flags, pid, tid, time, cpu, kernel_bytes, user_count, _, ip, _, _,
      period, _) = RECORD.unpack_from(raw)
     kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
-    user = struct.unpack_from(f"<{min(user_count, (len(raw) - USER_AT) // 8)}Q", raw,
-                              USER_AT)
+    user = user_frames if user_frames is not None else struct.unpack_from(
+        f"<{min(user_count, (len(raw) - USER_AT) // 8)}Q", raw, USER_AT)
     chain: list[int] = []
     if flags & FLAG_IN_KERNEL and kernel:
         chain += [PERF_CONTEXT_KERNEL, *kernel]

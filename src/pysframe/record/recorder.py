@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
 from ..unwind.modules import BinaryFinder
+from ..unwind.step import Stop
 from . import bpf_sys as sys_bpf
+from .completion import MOST_PENDING, Pending, ProcessMaps, finish, pending_of
 from .defer_walk import RETURN_HOOKS, deferring_walker, return_walker
 from .perf_file import (
     ATTR_FLAGS,
@@ -47,7 +49,7 @@ from .perf_file import (
 )
 from .perf_ring import PerfRing
 from .ringbuf import RingBuffer
-from .sampler import KIND_DEFERRED, KIND_REQUEST, USER_AT, USER_FRAMES
+from .sampler import FLAG_STACK_COPY, KIND_DEFERRED, KIND_REQUEST, RECORD, USER_AT, USER_FRAMES
 from .tables import TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, scratch_map, walker
 
@@ -65,6 +67,7 @@ SWEEP_S, SWEEP_ALL_S = 2.0, 10.0
 #: A record's kind and the reason its walk ended (the fields the summary counts), read
 #: without unpacking the rest (the file's record is made from the whole).
 KIND_AND_STOP = struct.Struct("<I32xI")
+KIND_AND_FLAGS = struct.Struct("<II")
 DRAIN_MS = 100
 MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
 #: side-band event flags: inherit, mmap, comm, task, sample_id_all, mmap2, comm_exec,
@@ -123,6 +126,10 @@ class Recording:
         self.deferred_walks = 0
         #: Walks of user stacks made (at the sample, or deferred).
         self.walks = 0
+        #: Samples whose chains were finished in user space from their stack copies, and
+        #: those past the bound that kept the walker's chain.
+        self.finished = 0
+        self.copies_dropped = 0
         #: Tables freed when no target mapped them any more.
         self.freed_tables = 0
 
@@ -172,6 +179,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
                 session.poll(DRAIN_MS)
             session.poll(0)
             session.close()
+            session.finish_chains()
             result.binaries = session.loader.build_ids
             result.freed_tables = session.loader.freed_tables
             for path, reason in session.loader.refused.items():
@@ -359,6 +367,11 @@ class _Session:
         self.event = EVENTS["cpu-clock"]
         self.period: int | None = None
         self.cpus: list[int] | None = None
+        #: Samples whose chains are finished in user space from their stack copies, and
+        #: each process's executable mappings for them.
+        self.frames = frames
+        self.maps = ProcessMaps()
+        self.to_finish: list[Pending] = []
 
     def follow(self, tid: int, inherit: bool = True) -> None:
         """A sampling event running the walker and a side-band event on thread ``tid``
@@ -464,8 +477,37 @@ class _Session:
                 if _has_user_stack(raw):  # idle and kernel-thread samples have none
                     self.result.user_samples += 1
                     self._walked(reason)
+                if KIND_AND_FLAGS.unpack_from(raw)[1] & FLAG_STACK_COPY:
+                    self._keep_copy(raw)
             self.result.samples += kind != KIND_DEFERRED
             self.keep(stamp, data)
+
+    def _keep_copy(self, raw: bytes | memoryview) -> None:
+        """A sample to finish in user space (its record is the next one kept)."""
+        if len(self.to_finish) >= MOST_PENDING:
+            self.result.copies_dropped += 1
+            return
+        found = pending_of(self.sequence, raw, self.frames)
+        if found is not None:
+            self.to_finish.append(found)
+
+    def finish_chains(self) -> None:
+        """The pending samples' chains finished in user space, their records rewritten."""
+        if not self.to_finish:
+            return
+        finished = finish(self.to_finish, self.maps, self.loader.finder, self.frames)
+        result = self.result
+        for item in self.to_finish:
+            found = finished.get(item.sequence)
+            if found is None:
+                continue
+            chain, stop = found
+            stamp, sequence, _ = result.records[item.sequence]
+            result.records[item.sequence] = (stamp, sequence,
+                                             sample_record(item.raw, chain)[1])
+            walker_outermost = RECORD.unpack_from(item.raw)[8] == STOP_OUTERMOST
+            result.outermost += (stop is Stop.OUTERMOST) - walker_outermost
+            result.finished += 1
 
     def _walked(self, reason: int) -> None:
         self.result.walks += 1
@@ -480,6 +522,7 @@ class _Session:
         kind, misc, size = struct.unpack_from("<IHH", data)
         trailer = data[size - 24:size]
         pid, _, stamp = struct.unpack_from("<iiQ", trailer) if len(trailer) == 24 else (0, 0, 0)
+        self.maps.side_band(kind, misc, data, stamp)
         if kind == 2 or kind == 13:  # LOST / LOST_SAMPLES
             self.result.lost += 1
         self.keep(stamp, data)

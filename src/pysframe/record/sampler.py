@@ -63,6 +63,15 @@ def record_size(user_frames: int) -> int:
     """The bytes of a record with room for ``user_frames`` user frames."""
     return USER_AT + 8 * user_frames
 FLAG_IN_KERNEL, FLAG_USER_REGS = 1, 2
+#: The walk met code no loaded table covers (a binary whose table is not loaded yet, code
+#: mapped a moment ago): the record carries that frame's registers and a copy of the
+#: user stack from its SP (:data:`COPY_HEADER` at ``record_size(frames)``, then the bytes),
+#: for the recorder to finish the chain in user space once the table exists.
+FLAG_STACK_COPY = 4
+#: u32 the frame's index in user[], u32 bytes copied; u64 its pc, sp, fp.
+COPY_HEADER = struct.Struct("<IIQQQ")
+#: The most bytes of stack copied (perf's default for --call-graph dwarf).
+COPY_BYTES = 8192
 #: A sample with its user stack; a sample whose user stack is deferred (``--defer``: kernel
 #: stack and cookie only); a deferred walk (cookie and user stack, at the return to user).
 KIND_SAMPLE, KIND_REQUEST, KIND_DEFERRED = 1, 2, 3

@@ -165,9 +165,10 @@ class TableLoader:
         """Write ``pid``'s entry from its maps (``if_changed``: only if its executable
         mappings changed since); returns how many mappings have rows."""
         entries: list[bytes] = []
+        tableless: list[bytes] = []
         keys: set[tuple[str, bytes | None]] = set()
-        code = [entry for entry in read_maps(pid)
-                if "x" in entry.perms and entry.path.startswith("/")]
+        maps = [entry for entry in read_maps(pid) if "x" in entry.perms]
+        code = [entry for entry in maps if entry.path.startswith("/")]
         fingerprint = hash(tuple((entry.start, entry.end, entry.inode, entry.path)
                                  for entry in code))
         if if_changed and self.fingerprints.get(pid) == fingerprint:
@@ -176,21 +177,30 @@ class TableLoader:
         for entry in code:
             module = self.finder.module(os.path.realpath(entry.path), None, entry.start,
                                         entry.pgoff)
-            if module is None:
-                continue
-            identity = _build_id_of(module)
-            if identity:
-                self.build_ids[entry.path] = identity
-            key = _key(module)
-            first, count = self._table(key, module)
-            if count and len(entries) < MAPPINGS:
+            first, count = 0, 0
+            if module is not None:
+                identity = _build_id_of(module)
+                if identity:
+                    self.build_ids[entry.path] = identity
+                key = _key(module)
+                first, count = self._table(key, module)
+            if count and module is not None and len(entries) < MAPPINGS:
                 entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first, count))
                 keys.add(key)
+            else:  # covered without rules: frame pointers, not a stack copy
+                tableless.append(MAPPING.pack(entry.start, entry.end, 0, 0, 0))
+        # Known code without a table (the vdso, a binary without one, a table the kernel's
+        # rules refuse) is listed too, after the tables, as far as the entry has room: the
+        # walker copies the stack only for code the entry does not know.
+        tableless += [MAPPING.pack(entry.start, entry.end, 0, 0, 0) for entry in maps
+                      if entry.path == "[vdso]"]
+        with_rows = len(entries)
+        entries += tableless[:max(MAPPINGS - len(entries), 0)]
         self._generation = (self._generation + 1) & 0xFFFFFFFF
         map_update(self.procs, pid.to_bytes(4, "little"),
                    procs_value(entries, self._generation))
         self._name(pid, keys)
-        return len(entries)
+        return with_rows
 
 
 def module_rows(module: object, build_id: bytes | None = None, kernel_rules: bool = True

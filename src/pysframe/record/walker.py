@@ -59,6 +59,9 @@ from .asm import (
 )
 from .btf import function_btf
 from .sampler import (
+    COPY_BYTES,
+    COPY_HEADER,
+    FLAG_STACK_COPY,
     GET_CURRENT_PID_TGID,
     GET_SMP_PROCESSOR_ID,
     MAP_LOOKUP_ELEM,
@@ -92,8 +95,11 @@ PROCS_VALUE = 8 + MAPPINGS * MAPPING.size
 ROW = struct.Struct("<QQ")
 #: The walk's state, on the main program's stack (the loop callbacks' ``ctx``).
 STATE = -96
-PC, SP, FP, COUNT, STOP, TGID, TOPMOST, KEY, LO, HI, RECORD_PTR, PROCS_PTR, TAG = (
-    0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 72)
+PC, SP, FP, COUNT, STOP, TGID, TOPMOST, KEY, LO, HI, RECORD_PTR, PROCS_PTR, TAG, FRESH = (
+    0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 72, 80)
+#: The rule cached for a pc no mapping of the process's entry holds (kind "none" as the
+#: frame-pointer fallback, told apart from a mapping's "no rule" by this bit).
+UNCOVERED = 4
 #: The per-CPU cache of rules, after the record in each CPU's scratch value: entries of
 #: (lookup pc, tag: tgid << 32 | the process entry's generation, rule word; 0: no rule),
 #: direct-mapped by pc. A process's entry gets a new generation whenever it is written,
@@ -121,8 +127,7 @@ def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
     _main(a, ringbuf_fd, scratch_fd, procs_fd,
           fill or (lambda asm: sample_fields(asm, "main_walk")), frames)
     a.label("frame_step")
-    cache_at = record_size(frames)
-    _frame_step(a, rows_fd, frames, cache_at)
+    _frame_step(a, rows_fd, frames, cache_at(frames))
     a.label("search_step")
     _search_step(a, rows_fd)
     blob, infos = function_btf(name, [("frame_step", a.offset_of("frame_step")),
@@ -134,7 +139,12 @@ def scratch_map(frames: int = USER_FRAMES) -> tuple[int, int, int]:
     """(key size, value size, entries) of the walker's scratch ``BPF_MAP_TYPE_ARRAY``: a
     record and the rule cache per possible CPU, indexed by the CPU's number (a per-CPU
     array's values stop at 32 KiB: 4,096 frames do not fit)."""
-    return 4, record_size(frames) + CACHE_ENTRIES * CACHE_ENTRY, possible_cpus()
+    return 4, cache_at(frames) + CACHE_ENTRIES * CACHE_ENTRY, possible_cpus()
+
+
+def cache_at(frames: int) -> int:
+    """Where the rule cache starts in a scratch value: after the record and its copy."""
+    return record_size(frames) + COPY_HEADER.size + COPY_BYTES
 
 
 def possible_cpus() -> int:
@@ -176,11 +186,12 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, procs_fd: int, fill: Fill,
     a.ldx(8, R1, R8, 48).stx(8, R10, STATE + SP, R1)
     a.ldx(8, R1, R8, 56).stx(8, R10, STATE + FP, R1)
     a.st(4, R10, STATE + COUNT, 1).st(4, R10, STATE + STOP, STOP_DEPTH)
-    a.st(4, R10, STATE + TOPMOST, 1)
+    a.st(4, R10, STATE + TOPMOST, 1).st(4, R10, STATE + FRESH, 0)
     a.mov(R1, frames - 1).ld_func(R2, "frame_step")
     a.mov(R3, R10, reg=True).add(R3, STATE).mov(R4, 0).call(BPF_LOOP)
     a.ldx(4, R1, R10, STATE + COUNT).stx(4, R8, 32, R1)
     a.ldx(4, R1, R10, STATE + STOP).stx(4, R8, 36, R1)
+    _stack_copy(a, frames, ringbuf_fd)
     # No wake-up per sample: the reader drains the buffer in batches (every 50 ms), so the
     # sampled CPU does not send it an interrupt 1000 times a second.
     # The record up to its last user frame (bounded for the verifier).
@@ -195,7 +206,7 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, procs_fd: int, fill: Fill,
     a.mov(R0, 0).exit()
 
 
-def _frame_step(a: Asm, rows_fd: int, frames: int, cache_at: int) -> None:
+def _frame_step(a: Asm, rows_fd: int, frames: int, cache_offset: int) -> None:
     """long frame_step(u32 index, struct state *ctx): one frame; 1 ends the walk. The
     record and the process's entry come from ``ctx`` (pointers the main program found
     once per sample); the rule from the cache, else from the mapping and its rows."""
@@ -204,10 +215,10 @@ def _frame_step(a: Asm, rows_fd: int, frames: int, cache_at: int) -> None:
     # R6: the pc to look up (exact at the top, return address - 1 above)
     a.ldx(8, R6, R9, PC).ldx(4, R1, R9, TOPMOST).jump(JNE, R1, 0, "step_exact").add(R6, -1)
     a.label("step_exact")
-    a.ldx(8, R7, R9, PROCS_PTR).jump(JEQ, R7, 0, "fp_step")
+    a.ldx(8, R7, R9, PROCS_PTR).jump(JEQ, R7, 0, "uncovered")
     # The cache entry of R6 (R5), its rule word when it holds R6 for this tag.
     a.mov(R5, R6, reg=True).alu(RSH, R5, 9).alu(XOR, R5, R6, reg=True)
-    a.alu(AND, R5, CACHE_ENTRIES - 1).alu(MUL, R5, CACHE_ENTRY).add(R5, cache_at)
+    a.alu(AND, R5, CACHE_ENTRIES - 1).alu(MUL, R5, CACHE_ENTRY).add(R5, cache_offset)
     a.add(R5, R8, reg=True).stx(8, R10, -64, R5)
     a.ldx(8, R1, R5, 0).jump(JNE, R1, R6, "scan_hint", reg=True)
     a.ldx(8, R1, R5, 8).ldx(8, R2, R9, TAG).jump(JNE, R1, R2, "scan_hint", reg=True)
@@ -216,7 +227,7 @@ def _frame_step(a: Asm, rows_fd: int, frames: int, cache_at: int) -> None:
     a.label("scan_hint")
     a.ldx(4, R1, R7, 0).mov(R3, 0)
     a.label("scan")
-    a.jump(JGE, R3, MAPPINGS, "no_rule").jump(JGE, R3, R1, "no_rule", reg=True)
+    a.jump(JGE, R3, MAPPINGS, "not_mapped").jump(JGE, R3, R1, "not_mapped", reg=True)
     a.mov(R4, R3, reg=True).alu(LSH, R4, 5).add(R4, R7, reg=True)
     a.ldx(8, R5, R4, 8).jump(JLT, R6, R5, "scan_next", reg=True)
     a.ldx(8, R5, R4, 16).jump(JGE, R6, R5, "scan_next", reg=True)
@@ -233,6 +244,8 @@ def _frame_step(a: Asm, rows_fd: int, frames: int, cache_at: int) -> None:
     a.add(R1, -1).stx(4, R10, -16, R1)
     a.ld_map(R1, rows_fd).mov(R2, R10, reg=True).add(R2, -16).call(MAP_LOOKUP_ELEM)
     a.jump(JEQ, R0, 0, "no_rule").ldx(8, R7, R0, 8).goto("cache_rule")
+    a.label("not_mapped")
+    a.mov(R7, UNCOVERED).goto("cache_rule")
     a.label("no_rule")
     a.mov(R7, 0)
     a.label("cache_rule")  # R6 -> R7 for this tag
@@ -240,11 +253,44 @@ def _frame_step(a: Asm, rows_fd: int, frames: int, cache_at: int) -> None:
     a.ldx(8, R1, R9, TAG).stx(8, R5, 8, R1).stx(8, R5, 16, R7)
     a.label("have_rule")
     a.mov(R1, R7, reg=True).alu(AND, R1, 3)
+    a.jump(JEQ, R7, UNCOVERED, "uncovered")
     a.jump(JEQ, R1, 0, "fp_step").jump(JEQ, R1, 3, "stop_plt")
     a.jump(JEQ, R7, OUTERMOST, "stop_outermost").jump(JEQ, R1, 2, "stop_rare")
     _default_rule(a)
     _frame_pointer_rule(a)
     _advance(a, frames)
+    _uncovered(a, frames)
+
+
+def _uncovered(a: Asm, frames: int) -> None:
+    """No loaded table covers this frame's pc: the first such frame's index and registers
+    are noted for a stack copy (made once the walk ends), then the frame-pointer step."""
+    a.label("uncovered")
+    a.ldx(4, R1, R9, FRESH).jump(JNE, R1, 0, "fp_step").st(4, R9, FRESH, 1)
+    a.mov(R5, R8, reg=True).add(R5, record_size(frames))
+    a.ldx(4, R1, R9, COUNT).add(R1, -1).stx(4, R5, 0, R1).st(4, R5, 4, 0)
+    a.ldx(8, R1, R9, PC).stx(8, R5, 8, R1)
+    a.ldx(8, R1, R9, SP).stx(8, R5, 16, R1)
+    a.ldx(8, R1, R9, FP).stx(8, R5, 24, R1).goto("fp_step")
+
+
+def _stack_copy(a: Asm, frames: int, ringbuf_fd: int) -> None:
+    """After the walk (R8: the record): with a frame noted by :func:`_uncovered`, up to
+    :data:`COPY_BYTES` of the stack from its SP (less where the stack ends sooner), the
+    record flagged and sent with its copy."""
+    copy = record_size(frames)
+    a.ldx(4, R1, R10, STATE + FRESH).jump(JEQ, R1, 0, "main_output")
+    for size in (COPY_BYTES, COPY_BYTES // 4, COPY_BYTES // 16):
+        a.mov(R1, R8, reg=True).add(R1, copy + COPY_HEADER.size).mov(R2, size)
+        a.mov(R3, R8, reg=True).add(R3, copy).ldx(8, R3, R3, 16).call(PROBE_READ_USER)
+        a.jump(JNE, R0, 0, f"copy_smaller_{size}")
+        a.mov(R5, R8, reg=True).add(R5, copy).st(4, R5, 4, size).goto("copy_done")
+        a.label(f"copy_smaller_{size}")
+    a.label("copy_done")
+    a.ldx(4, R1, R8, 4).alu(OR, R1, FLAG_STACK_COPY).stx(4, R8, 4, R1)
+    a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True)
+    a.mov(R3, copy + COPY_HEADER.size + COPY_BYTES)
+    a.mov(R4, BPF_RB_NO_WAKEUP).call(RINGBUF_OUTPUT).goto("main_out")
 
 
 def _field(a: Asm, dst: int, word: int, shift: int) -> None:

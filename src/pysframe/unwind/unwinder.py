@@ -200,7 +200,11 @@ class Unwinder:
         #: The tools' policy: how :func:`~.step.step` applies a rule here.
         self.policy = Policy.tools(abi, max_depth)
 
-    def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace) -> Unwind:
+    def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace, *,
+               topmost: bool = True) -> Unwind:
+        """The chain from ``registers``: the topmost frame's (the pc exact), or with
+        ``topmost`` False a caller's (the pc a return address, its rules looked up one
+        byte before it)."""
         result = Unwind([registers.pc], [_IP], Stop.DEPTH, [])
         pcs, methods, mappings = result.pcs, result.methods, result.mappings
         # Each frame's sp, and where the registers were last all known (frame 0 or a signal's
@@ -208,7 +212,6 @@ class Unwinder:
         sps = [registers.sp]
         known_at = 0
         pc, sp, fp, lr = registers.pc, registers.sp, registers.fp, registers.lr
-        topmost = True
         cache = self._plans
         plans = cache.plans_for(space)
         # A perf stack copy is read inline (the hot path: no call per word); any other

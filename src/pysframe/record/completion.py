@@ -1,0 +1,158 @@
+"""Chains the eBPF walker could not finish, finished in user space with the same step.
+
+When the walker meets code that no loaded table covers (a binary whose table is still
+being generated or loaded, code mapped a moment ago, a process whose entry is not
+written yet), its record carries that frame's registers and a copy of the user stack
+from its SP (``FLAG_STACK_COPY``). The recorder keeps such samples (at most
+:data:`MOST_PENDING`), follows each process's executable mappings from the side band
+(:class:`ProcessMaps`), and at the end unwinds each from its copy with the scalar tracer
+(:mod:`pysframe.unwind`), over the process's mappings as they were when the sample came
+and the tables the recorder has by then: the chain is the walker's frames up to that
+frame, then the tracer's.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ..format.constants import ABI
+from ..sources.perf_records import RECORD_MMAP2, EventAttr, Mmap, RecordParser
+from ..unwind.address_space import AddressSpace, Mapping
+from ..unwind.memory import StackMemory
+from ..unwind.modules import BinaryFinder
+from ..unwind.step import Stop
+from ..unwind.unwinder import Registers, Unwinder
+from .perf_file import SAMPLE_TYPE
+from .sampler import COPY_HEADER, RECORD, USER_AT, record_size
+
+#: Samples kept for completion (each holds its copy, up to ~17 KB): past this, a sample
+#: keeps the walker's chain.
+MOST_PENDING = 4096
+#: Side-band events kept per process (a process mapping code without end is bounded).
+MOST_EVENTS = 65536
+RECORD_COMM, RECORD_FORK = 3, 7
+#: PERF_RECORD_MISC_COMM_EXEC: the COMM of an exec (a new image: its mappings follow).
+MISC_COMM_EXEC = 0x2000
+#: The side-band event's attributes, to parse its records (sample_id_all).
+_SIDE_BAND = EventAttr(1, 9, SAMPLE_TYPE, 0, 1 << 18, 0, 0)
+
+
+@dataclass(slots=True)
+class Pending:
+    """A sample to finish: its record's place in the recording, the walker's user frames,
+    the frame the walker met uncovered code at (index, pc, sp, fp), the stack copied from
+    that sp, its process and time."""
+
+    sequence: int
+    raw: bytes
+    walked: list[int]
+    index: int
+    registers: tuple[int, int, int]
+    copy: bytes
+    pid: int
+    time: int
+
+
+#: A process's executable mappings: (start, length, pgoff, path, build id) each.
+Layout = tuple[tuple[int, int, int, str, bytes | None], ...]
+
+
+class ProcessMaps:
+    """Each process's executable mappings over time, followed from the side band: MMAP2
+    maps code, an exec's COMM starts a new image, a fork starts from the parent's. Kept
+    as history, as the layout a sample needs is the one at its time: the side band is
+    read before the samples of each poll, and code mapped since then is in them."""
+
+    def __init__(self) -> None:
+        #: pid -> (time, event): ("map", mapping) / ("exec", None) / ("fork", parent).
+        self.events: dict[int, list[tuple[int, str, object]]] = {}
+        self._parser = RecordParser([_SIDE_BAND])
+
+    def side_band(self, kind: int, misc: int, data: bytes, stamp: int) -> None:
+        if kind == RECORD_MMAP2 and not misc & 0x2000:
+            record = self._parser.parse(memoryview(data), kind, misc, 0, len(data), 0)
+            if isinstance(record, Mmap) and record.filename.startswith("/"):
+                self._add(record.pid, stamp, "map", (record.start, record.length,
+                                                     record.pgoff, record.filename,
+                                                     record.build_id))
+        elif kind == RECORD_COMM and misc & MISC_COMM_EXEC:
+            pid, tid = struct.unpack_from("<ii", data, 8)
+            if pid == tid:
+                self._add(pid, stamp, "exec", None)
+        elif kind == RECORD_FORK:
+            child, parent = struct.unpack_from("<ii", data, 8)
+            if child != parent:
+                self._add(child, stamp, "fork", parent)
+
+    def _add(self, pid: int, stamp: int, kind: str, value: object) -> None:
+        events = self.events.setdefault(pid, [])
+        if len(events) < MOST_EVENTS:
+            events.append((stamp, kind, value))
+
+    def in_order(self) -> None:
+        """Each process's events in time order (the side band is read CPU by CPU)."""
+        for events in self.events.values():
+            events.sort(key=lambda event: event[0])
+
+    def layout(self, pid: int, time: int, depth: int = 0) -> Layout:
+        """The process's executable mappings at ``time`` (events in order: :meth:`in_order`)."""
+        found: list[tuple[int, int, int, str, bytes | None]] = []
+        for stamp, kind, value in self.events.get(pid, ()):
+            if stamp > time:
+                break
+            if kind == "exec":
+                found = []
+            elif kind == "fork" and isinstance(value, int) and depth < 64:
+                found = list(self.layout(value, stamp, depth + 1))
+            elif kind == "map":
+                found.append(value)  # type: ignore[arg-type]
+        return tuple(found)
+
+
+def pending_of(sequence: int, raw: bytes | memoryview, frames: int) -> Pending | None:
+    """The sample to finish from a walker record with a stack copy (None: none usable)."""
+    fields = RECORD.unpack_from(raw)
+    pid, time, user_count = fields[2], fields[4], fields[7]
+    at = record_size(frames)
+    if len(raw) < at + COPY_HEADER.size:
+        return None
+    index, length, pc, sp, fp = COPY_HEADER.unpack_from(raw, at)
+    walked = list(struct.unpack_from(f"<{min(user_count, frames)}Q", raw, USER_AT))
+    if not length or index >= max(len(walked), 1):
+        return None
+    copy = bytes(raw[at + COPY_HEADER.size:at + COPY_HEADER.size + length])
+    return Pending(sequence, bytes(raw), walked, index, (pc, sp, fp), copy, pid, time)
+
+
+def finish(pending: list[Pending], maps: ProcessMaps, finder: BinaryFinder, frames: int
+           ) -> dict[int, tuple[list[int], Stop]]:
+    """Each pending sample's user chain finished in user space (by sequence), and why it
+    ended; a sample the tracer gets no further with keeps the walker's chain (absent)."""
+    unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, frames)
+    maps.in_order()
+    spaces: dict[Layout, AddressSpace] = {}
+    done: dict[int, tuple[list[int], Stop]] = {}
+    for item in pending:
+        layout = maps.layout(item.pid, item.time)
+        space = spaces.get(layout)
+        if space is None:
+            space = spaces[layout] = _space(layout, finder)
+        pc, sp, fp = item.registers
+        unwind = unwinder.unwind(Registers(pc, sp, fp), StackMemory(sp, item.copy), space,
+                                 topmost=item.index == 0)
+        chain = (item.walked[:item.index] + unwind.pcs)[:frames]
+        # Kept when it does better than the walker's frame-pointer guesses from there: to
+        # the outermost frame, or further (code no table covers, such as a JIT's, keeps
+        # the walker's chain when the tracer cannot step it either).
+        if unwind.stop is Stop.OUTERMOST or len(chain) > len(item.walked):
+            done[item.sequence] = (chain, unwind.stop)
+    return done
+
+
+def _space(layout: Layout, finder: BinaryFinder) -> AddressSpace:
+    space = AddressSpace()
+    for start, length, pgoff, path, build_id in layout:
+        module = finder.module(path, build_id, start, pgoff)
+        space.add(Mapping(start, start + length, pgoff, path, build_id, module))
+    return space
