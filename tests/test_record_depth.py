@@ -85,10 +85,13 @@ def test_max_stack_bounds_the_walk(deep: Path) -> None:
     assert chains and max(len(chain) for chain in chains) == 50
     assert sum(len(chain) == 50 for chain in chains) >= 0.99 * len(chains)
     made = run(*SFRAME, "record", "--max-stack", "4096", "-o", "d4k.data", "--", "./deep",
-               "2000", "30", cwd=deep)
+               "2000", "1000", cwd=deep)
     assert made.returncode == 0, made.stderr
     chains = blocks(run(*SFRAME, "script", "d4k.data", "--max-stack", "4096", cwd=deep).stdout)
-    assert chains and sum(" _start+" in chain[-1] for chain in chains) >= 0.99 * len(chains)
+    # (A first sample, taken before the table was loaded, is finished from a stack copy
+    # of 8 KiB: about 500 of these frames, not 2,000.)
+    assert len(chains) > 100
+    assert sum(" _start+" in chain[-1] for chain in chains) >= 0.99 * len(chains)
     assert max(len(chain) for chain in chains) >= 2000
 
 

@@ -20,6 +20,7 @@ import select
 import shutil
 import signal
 import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from .perf_file import (
 from .perf_ring import PerfRing
 from .ringbuf import RingBuffer
 from .sampler import FLAG_STACK_COPY, KIND_DEFERRED, KIND_REQUEST, RECORD, USER_AT, USER_FRAMES
+from .table_worker import TableWorker
 from .tables import TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, scratch_map, walker
 
@@ -171,6 +173,8 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
                         None if target.system_wide and target.command is None
                         else target.pids or target.tids)
             session.stop_sampling()
+            session.stopped = True
+            session.stop_worker()
             if child is not None:  # perf's manners: the command it started ends with it
                 if result.workload_status is None:
                     result.workload_status = _end(child, signal.SIGTERM)
@@ -222,22 +226,32 @@ def _start(session: _Session, target: Target) -> int | None:
     try:
         for tid in targets:
             session.follow(tid, inherit=not target.tids)
-        if not session.on_exec:  # a held command has not run its program yet
-            pids = (_processes() if target.system_wide
-                    else sorted({_tgid(tid) for tid in targets} - {0}))
-            session.prefetch(pids)
+        if target.system_wide:
+            # Sampling starts at once: the processes' names and mappings first (quick),
+            # their tables after, in the table worker; samples of code not loaded yet
+            # carry stack copies and are finished at the end.
+            pids = _processes()
             for pid in pids:
-                session.tables(pid)
                 session.synthesize(pid)
-            if target.system_wide:  # kernel threads: their names only
-                for pid in sorted(set(_processes(kernel_threads=True)) - set(pids)):
+            for pid in sorted(set(_processes(kernel_threads=True)) - set(pids)):
+                session.synthesize(pid)  # kernel threads: their names only
+            session.enable()
+            session.start_worker().prepare(pids, progress=sys.stderr.isatty())
+        else:
+            if not session.on_exec:  # a held command has not run its program yet
+                pids = sorted({_tgid(tid) for tid in targets} - {0})
+                session.prefetch(pids)
+                for pid in pids:
+                    session.tables(pid)
                     session.synthesize(pid)
-        session.enable()
+            session.enable()
+            session.start_worker()
         if release is not None:
             release()
     except BaseException:
         if child is not None:  # never let the command run unrecorded
             _end(child, signal.SIGKILL)
+        session.stop_worker()
         raise
     return child
 
@@ -289,7 +303,7 @@ def _until_done(session: _Session, stop: dict[str, bool], duration: float | None
     while not stop["now"] and (deadline is None or time.monotonic() < deadline):
         session.poll(POLL_MS)
         if time.monotonic() >= next_sweep:
-            session.loader.sweep()
+            session.sweep()
             next_sweep = time.monotonic() + sweep_every
         if child is not None:
             status = _status(child)
@@ -372,6 +386,10 @@ class _Session:
         self.frames = frames
         self.maps = ProcessMaps()
         self.to_finish: list[Pending] = []
+        #: The thread doing table work once sampling runs (None: done inline), and
+        #: whether sampling has stopped (no more table work then).
+        self.worker: TableWorker | None = None
+        self.stopped = False
 
     def follow(self, tid: int, inherit: bool = True) -> None:
         """A sampling event running the walker and a side-band event on thread ``tid``
@@ -401,6 +419,41 @@ class _Session:
             band = self.owned.own(sys_bpf.perf_event_open(bytes(side), tid, cpu))
             self.side_bands.append(PerfRing(band))
             self.waiting.register(int(band), select.POLLIN)
+
+    def ask_tables(self, pid: int) -> None:
+        """Load ``pid``'s tables: by the table worker when there is one (none once sampling
+        has stopped: the recording needs no more)."""
+        if self.stopped:
+            return
+        if self.worker is not None:
+            self.worker.ask("load", pid)
+        else:
+            self.tables(pid)
+
+    def drop(self, pid: int) -> None:
+        if self.stopped:
+            return
+        if self.worker is not None:
+            self.worker.ask("drop", pid)
+        else:
+            self.loader.drop_process(pid)
+
+    def sweep(self) -> None:
+        if self.worker is not None:
+            self.worker.ask("sweep")
+        else:
+            self.loader.sweep()
+
+    def start_worker(self) -> TableWorker:
+        """From here on, table work is done off the polling path."""
+        self.worker = TableWorker(self.tables, self.loader.drop_process, self.loader.sweep,
+                                  self.prefetch)
+        return self.worker
+
+    def stop_worker(self) -> None:
+        if self.worker is not None:
+            worker, self.worker = self.worker, None
+            worker.close()
 
     def tables(self, pid: int) -> None:
         try:
@@ -444,9 +497,11 @@ class _Session:
             return
         for entry in maps:
             if entry.path:
-                self.keep(now, mmap2_record(pid, entry.start, entry.end, entry.pgoff,
-                                             entry.perms, entry.device, entry.inode,
-                                             entry.path, now))
+                record = mmap2_record(pid, entry.start, entry.end, entry.pgoff, entry.perms,
+                                      entry.device, entry.inode, entry.path, now)
+                self.keep(now, record)
+                kind, misc = struct.unpack_from("<IH", record)
+                self.maps.side_band(kind, misc, record, 0)  # mapped before any sample
 
     def enable(self) -> None:
         if self.on_exec:
@@ -527,16 +582,16 @@ class _Session:
             self.result.lost += 1
         self.keep(stamp, data)
         if kind == MMAP2 and misc & 0x2000 == 0:  # executable code mapped
-            self.tables(pid)
+            self.ask_tables(pid)
         elif kind == FORK:
             child_pid, parent_pid = struct.unpack_from("<ii", data, 8)
             if child_pid != parent_pid:
-                self.tables(child_pid)
+                self.ask_tables(child_pid)
         elif kind == EXIT:
             exited, parent = struct.unpack_from("<ii", data, 8)
             tid = struct.unpack_from("<i", data, 16)[0]
             if exited == tid:
-                self.loader.drop_process(exited)
+                self.drop(exited)
             del parent
 
     def stop_sampling(self) -> None:

@@ -1,0 +1,98 @@
+"""The recorder's table work off its polling path: one thread owns the TableLoader.
+
+Loading a process's tables may mean generating a binary's table from its CFI (seconds for
+a large library on a first run); meanwhile the ring buffers must be drained, or samples
+are lost. So the polling thread only queues work (a process's entry to write or drop, a
+sweep) and this thread does it in order; the first tables of ``-a`` are prepared here
+after sampling has started (samples of code not loaded yet carry stack copies and are
+finished at the end: :mod:`.completion`). The thread does the generation through the
+finder's process pool, so the polling thread keeps the interpreter most of the time.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from collections.abc import Callable
+
+#: Work items: ("load", pid), ("drop", pid), ("sweep", 0), ("prepare", pid) (the first
+#: tables of a running process: generated in parallel with the others first).
+Work = tuple[str, int]
+#: Processes whose tables are prepared together at the start of ``-a``.
+ROUND = 16
+
+
+class TableWorker:
+    """Runs ``load(pid)``, ``drop(pid)``, ``sweep()`` and the first preparation of
+    ``prefetch(pids)`` in a thread, in the order they were asked for."""
+
+    def __init__(self, load: Callable[[int], None], drop: Callable[[int], None],
+                 sweep: Callable[[], None], prefetch: Callable[[list[int]], None]) -> None:
+        self._load, self._drop, self._sweep, self._prefetch = load, drop, sweep, prefetch
+        self._queue: queue.Queue[Work | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="sframe-tables", daemon=True)
+        self.error: BaseException | None = None
+        self.prepared = threading.Event()
+        self._abandon = False
+        self._pids: list[int] = []
+        self._progress = False
+        self._thread.start()
+
+    def ask(self, kind: str, pid: int = 0) -> None:
+        self._queue.put((kind, pid))
+
+    def prepare(self, pids: list[int], progress: bool) -> None:
+        """The first tables of ``pids`` (``-a``): generated in parallel, then loaded."""
+        self._queue.put(("prefetch", len(pids)))
+        self._pids = pids
+        self._progress = progress
+
+    def close(self) -> None:
+        """End the thread once the item at work is done (what is still queued is left:
+        the recording is over), its error, if any, re-raised."""
+        self._abandon = True
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            while (work := self._queue.get()) is not None:
+                if self._abandon:
+                    continue
+                kind, pid = work
+                if kind == "load":
+                    self._load(pid)
+                elif kind == "drop":
+                    self._drop(pid)
+                elif kind == "sweep":
+                    self._sweep()
+                elif kind == "prefetch":
+                    self._prepare_all()
+        except BaseException as error:
+            self.error = error
+            while self._queue.get() is not None:  # let close() end
+                pass
+
+    def _prepare_all(self) -> None:
+        pids, progress = self._pids, self._progress
+        if progress:
+            sys.stderr.write(f"sframe record: preparing tables for {len(pids)} processes "
+                             "(sampling meanwhile) ...\n")
+        # In rounds of a few processes, so that the end of the recording does not wait
+        # for every binary's table (the rest is left when it comes).
+        for first in range(0, len(pids), ROUND):
+            if self._abandon:
+                return
+            self._prefetch(pids[first:first + ROUND])
+            for pid in pids[first:first + ROUND]:
+                self._load(pid)
+            if progress:
+                done = min(first + ROUND, len(pids))
+                sys.stderr.write(f"\rsframe record: tables of {done} of {len(pids)} "
+                                 "processes loaded")
+        if progress:
+            sys.stderr.write(f"\rsframe record: tables of {len(pids)} processes loaded\n")
+        self.prepared.set()
