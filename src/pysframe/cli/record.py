@@ -201,6 +201,12 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
         sys.stderr.write(f"sframe record: {result.finished:,} chain"
                          f"{'s' if result.finished != 1 else ''} met code whose table was not "
                          "loaded yet and were finished from their stack copies\n")
+    import resource
+
+    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
+    sys.stderr.write(f"sframe record: memory: {peak / 2**20:.0f} MiB peak resident, "
+                     f"{result.maps_bytes / 2**20:.0f} MiB of BPF maps\n")
     if result.copies_dropped:
         report(f"{result.copies_dropped:,} more such samples kept the walker's chain (at most "
                "4,096 stack copies are kept)")

@@ -132,6 +132,8 @@ class Recording:
         #: those past the bound that kept the walker's chain.
         self.finished = 0
         self.copies_dropped = 0
+        #: The BPF maps' memory (memlock), read at the end.
+        self.maps_bytes = 0
         #: Tables freed when no target mapped them any more.
         self.freed_tables = 0
 
@@ -603,6 +605,7 @@ class _Session:
 
     def close(self) -> None:
         self.result.walker_ns = _run_time(self.program)
+        self.result.maps_bytes = _maps_memlock()
         self.ring.close()
         for band in self.side_bands:
             band.close()
@@ -668,6 +671,24 @@ def _prctl() -> Callable[[int, int], object]:
     except (OSError, AttributeError):
         return lambda option, value: None
     return lambda option, value: function(option, value, 0, 0, 0)
+
+
+def _maps_memlock() -> int:
+    """The bytes the kernel charges for this process's BPF maps (their fdinfo memlock)."""
+    total = 0
+    try:
+        names = os.listdir("/proc/self/fdinfo")
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            with open(f"/proc/self/fdinfo/{name}") as info:
+                fields = dict(line.split(":", 1) for line in info if ":" in line)
+        except (OSError, ValueError):
+            continue
+        if "map_type" in fields:
+            total += int(fields.get("memlock", "0").strip() or 0)
+    return total
 
 
 def _has_user_stack(raw: bytes | memoryview) -> bool:
