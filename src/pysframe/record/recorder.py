@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import PysframeError
 from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
 from ..unwind.modules import BinaryFinder
@@ -651,7 +652,7 @@ def _held_child(command: list[str]) -> tuple[int, Callable[[], None]]:
     return pid, release
 
 
-class CommandFailed(Exception):
+class CommandFailed(PysframeError):
     """The command to record could not be executed (``errno``)."""
 
     def __init__(self, name: str, number: int) -> None:
