@@ -56,9 +56,9 @@ static void *recurser(void *arg) { (void)arg; pthread_setname_np(pthread_self(),
 int main(int argc, char **argv) {
     /* argv[1] = number of extra deep recursers (for the interruption tests) */
     int extra = argc > 1 ? atoi(argv[1]) : 0;
-    pthread_t threads[4 + 256];
+    pthread_t threads[4 + 512];
     void *(*bodies[4])(void *) = {sleeper, reader, waiter, recurser};
-    if (pipe(pipe_fds) != 0 || extra < 0 || extra > 256)
+    if (pipe(pipe_fds) != 0 || extra < 0 || extra > 512)
         return 1;
     pthread_barrier_init(&barrier, NULL, 5 + extra);
     for (int i = 0; i < 4; i++)

@@ -184,6 +184,8 @@ def _workload_status(status: int | None) -> int:
 
 
 def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> None:
+    from ..record.completion import MOST_PENDING
+
     walked = 100 * result.outermost / result.walks if result.walks else 0.0
     if result.gone:
         report(f"{len(result.gone)} process{'es' if len(result.gone) != 1 else ''} ended before "
@@ -209,7 +211,7 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
                      f"{result.maps_bytes / 2**20:.0f} MiB of BPF maps\n")
     if result.copies_dropped:
         report(f"{result.copies_dropped:,} more such samples kept the walker's chain (at most "
-               "4,096 stack copies are kept)")
+               f"{MOST_PENDING:,} stack copies are kept)")
     if result.freed_tables:
         report(f"the tables of {result.freed_tables} binar"
                f"{'ies' if result.freed_tables != 1 else 'y'} no target mapped any more were "

@@ -26,9 +26,9 @@ from ..unwind.unwinder import Registers, Unwinder
 from .perf_file import SAMPLE_TYPE
 from .sampler import COPY_HEADER, RECORD, USER_AT, record_size
 
-#: Samples kept for completion (each holds its copy, up to ~17 KB): past this, a sample
-#: keeps the walker's chain.
-MOST_PENDING = 4096
+#: Samples kept for completion (each holds its copy and record, up to ~9 KB at 1,024
+#: frames): past this, a sample keeps the walker's chain.
+MOST_PENDING = 8192
 #: Side-band events kept per process (a process mapping code without end is bounded).
 MOST_EVENTS = 65536
 RECORD_COMM, RECORD_FORK = 3, 7
@@ -122,7 +122,10 @@ def pending_of(sequence: int, raw: bytes | memoryview, frames: int) -> Pending |
     if not length or index >= max(len(walked), 1):
         return None
     copy = bytes(raw[at + COPY_HEADER.size:at + COPY_HEADER.size + length])
-    return Pending(sequence, bytes(raw), walked, index, (pc, sp, fp), copy, pid, time)
+    # The record kept up to its user frames (its copy is kept apart): what
+    # sample_record reads when the chain is rewritten.
+    kept = bytes(raw[:USER_AT + 8 * min(user_count, frames)])
+    return Pending(sequence, kept, walked, index, (pc, sp, fp), copy, pid, time)
 
 
 def finish(pending: list[Pending], maps: ProcessMaps, finder: BinaryFinder, frames: int
