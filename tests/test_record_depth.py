@@ -89,7 +89,7 @@ def test_max_stack_bounds_the_walk(deep: Path) -> None:
     assert made.returncode == 0, made.stderr
     chains = blocks(run(*SFRAME, "script", "d4k.data", "--max-stack", "4096", cwd=deep).stdout)
     # (The first samples, taken before the table was loaded, are finished from a stack
-    # copy of 8 KiB: about 500 of these frames, not 2,000; a loaded machine takes a few.)
+    # copy of 16 KiB: about 1,000 of these frames, not 2,000; a loaded machine takes a few.)
     assert len(chains) > 100
     assert sum(" _start+" in chain[-1] for chain in chains) >= 0.97 * len(chains)
     assert max(len(chain) for chain in chains) >= 2000

@@ -70,8 +70,9 @@ FLAG_IN_KERNEL, FLAG_USER_REGS = 1, 2
 FLAG_STACK_COPY = 4
 #: u32 the frame's index in user[], u32 bytes copied; u64 its pc, sp, fp.
 COPY_HEADER = struct.Struct("<IIQQQ")
-#: The most bytes of stack copied (perf's default for --call-graph dwarf).
-COPY_BYTES = 8192
+#: The most bytes of stack copied (twice perf's default for --call-graph dwarf: a first
+#: sample of a deep recursion needs its frames above the uncovered one).
+COPY_BYTES = 16384
 #: A sample with its user stack; a sample whose user stack is deferred (``--defer``: kernel
 #: stack and cookie only); a deferred walk (cookie and user stack, at the return to user).
 KIND_SAMPLE, KIND_REQUEST, KIND_DEFERRED = 1, 2, 3

@@ -280,7 +280,7 @@ def _stack_copy(a: Asm, frames: int, ringbuf_fd: int) -> None:
     record flagged and sent with its copy."""
     copy = record_size(frames)
     a.ldx(4, R1, R10, STATE + FRESH).jump(JEQ, R1, 0, "main_output")
-    for size in (COPY_BYTES, COPY_BYTES // 4, COPY_BYTES // 16):
+    for size in (COPY_BYTES, COPY_BYTES // 2, COPY_BYTES // 8, COPY_BYTES // 32):
         a.mov(R1, R8, reg=True).add(R1, copy + COPY_HEADER.size).mov(R2, size)
         a.mov(R3, R8, reg=True).add(R3, copy).ldx(8, R3, R3, 16).call(PROBE_READ_USER)
         a.jump(JNE, R0, 0, f"copy_smaller_{size}")
