@@ -188,8 +188,10 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
 
     walked = 100 * result.outermost / result.walks if result.walks else 0.0
     if result.gone:
-        report(f"{len(result.gone)} process{'es' if len(result.gone) != 1 else ''} ended before "
-               "their tables were loaded: their samples have frame-pointer stacks only")
+        sys.stderr.write(f"sframe record: {len(result.gone)} process"
+                         f"{'es' if len(result.gone) != 1 else ''} ended before their tables "
+                         "were loaded (their samples finished from stack copies where they "
+                         "could be)\n")
     cost = (f"; the walker took {result.walker_ns / 1000:.1f} us per sample"
             if result.walker_ns else "")
     idle = (f"; {result.samples - result.user_samples:,} without a user stack (idle, kernel "

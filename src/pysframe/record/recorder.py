@@ -461,8 +461,10 @@ class _Session:
     def tables(self, pid: int) -> None:
         try:
             self.loader.load_process(pid)
-        except FileNotFoundError:
-            self.result.gone.add(pid)  # ended before its side band was read: FP walks only
+        except (FileNotFoundError, ProcessLookupError):
+            # ended before its tables were loaded (its maps gone, or ESRCH reading them):
+            # its samples were walked by frame pointers, or finished from their copies
+            self.result.gone.add(pid)
         except (OSError, sys_bpf.BpfError) as error:
             if pid not in self.result.failed:
                 self.result.failed.add(pid)

@@ -35,11 +35,21 @@ class TableWorker:
         self.error: BaseException | None = None
         self.prepared = threading.Event()
         self._abandon = False
+        self._lock = threading.Lock()
+        #: Processes with a load queued and not started yet.
+        self._waiting: set[int] = set()
         self._pids: list[int] = []
         self._progress = False
         self._thread.start()
 
     def ask(self, kind: str, pid: int = 0) -> None:
+        """Queue work; a load of a process already waiting to be loaded is not queued
+        again (an exec reports its binary, the loader and each library: one load does)."""
+        if kind == "load":
+            with self._lock:
+                if pid in self._waiting:
+                    return
+                self._waiting.add(pid)
         self._queue.put((kind, pid))
 
     def prepare(self, pids: list[int], progress: bool) -> None:
@@ -64,6 +74,8 @@ class TableWorker:
                     continue
                 kind, pid = work
                 if kind == "load":
+                    with self._lock:
+                        self._waiting.discard(pid)  # a mapping reported from now on: again
                     self._load(pid)
                 elif kind == "drop":
                     self._drop(pid)
