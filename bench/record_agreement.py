@@ -53,7 +53,7 @@ int main(int argc, char **argv) { long rounds = argc > 1 ? atol(argv[1]) : 2000;
 PYTHON_WORKLOAD = """
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
-for _ in range(12):
+for _ in range(60):
     fib(28)
 """
 
