@@ -101,8 +101,8 @@ int main(int argc, char **argv) { long rounds = argc > 1 ? atol(argv[1]) : 100;
   long v[3] = {1, 2, 3}; int values[64];
   usleep(300000);  /* STARTUP */
   struct sigaction sa; memset(&sa, 0, sizeof sa); sa.sa_handler = handler;
-  sigaction(SIGALRM, &sa, 0);
-  struct itimerval it = {{0, 20000}, {0, 20000}}; setitimer(ITIMER_REAL, &it, 0);
+  sigaction(SIGPROF, &sa, 0);  /* CPU time: as often on a loaded machine */
+  struct itimerval it = {{0, 10000}, {0, 10000}}; setitimer(ITIMER_PROF, &it, 0);
   for (long r = 0; r < rounds; r++) {
     sink += path_a(400000); sink += path_b(400000); sink += path_vla(400000, 40 + r % 64);
     sink += path_saves(400000, v);
@@ -526,17 +526,21 @@ def test_the_walked_chains_agree_with_perfs_dwarf_unwinding(
     """A second oracle: perf's own DWARF unwinding of the same program (another run)."""
     perf = need_perf()
     binary, ours = recorded(name, tmp_path, checker, cache)
-    dwarf_data = tmp_path / "dwarf.data"
-    run = subprocess.run([perf, "record", "-q", "--call-graph", "dwarf", "-F", "999", "-o",
-                          str(dwarf_data), "--", str(binary),
-                          str(int(WORKLOADS[name].rounds) // 2)],
-                         capture_output=True, text=True, timeout=300)
-    if run.returncode == -6 and "build-id.c" in run.stderr and objects()[0]:
-        # perf 6.1 aborts (BUG_ON at util/build-id.c:1010, then "stack smashing") while any
-        # process has one of our BPF programs loaded: another recording runs at once.
-        pytest.skip("perf 6.1 aborts while another process has a BPF program loaded")
-    assert run.returncode == 0, run.stderr[-500:]
-    theirs = [normalized(frames, checker) for frames in perf_script(perf, dwarf_data)]
+    theirs: list[list[Frame]] = []
+    # Two runs of perf: a chain a few percent of the samples hold was missing from one run
+    # of perf's now and then (seen in CI and here; ours and perf's next run had it).
+    for attempt in range(2):
+        dwarf_data = tmp_path / f"dwarf{attempt}.data"
+        run = subprocess.run([perf, "record", "-q", "--call-graph", "dwarf", "-F", "999", "-o",
+                              str(dwarf_data), "--", str(binary),
+                              str(int(WORKLOADS[name].rounds) // 2)],
+                             capture_output=True, text=True, timeout=300)
+        if run.returncode == -6 and "build-id.c" in run.stderr and objects()[0]:
+            # perf 6.1 aborts (BUG_ON at util/build-id.c:1010, then "stack smashing") while
+            # any process has one of our BPF programs loaded: another recording runs at once.
+            pytest.skip("perf 6.1 aborts while another process has a BPF program loaded")
+        assert run.returncode == 0, run.stderr[-500:]
+        theirs += [normalized(frames, checker) for frames in perf_script(perf, dwarf_data)]
     compare_with_dwarf(ours, theirs, checker, WORKLOADS[name].shape, name)
 
 
@@ -578,12 +582,18 @@ def compare_with_dwarf(ours: list[list[Frame]], theirs: list[list[Frame]], check
     # A chain common in one recording (seen 10 times in ours, 5 in perf's, of about 1,000
     # and 500 samples) is in the other one too, or a prefix of one (recursions folded:
     # each chain's depth is checked by its shape).
+    # Judged only where the other recording should hold it several times, by its size
+    # (a loaded machine gives one tool fewer samples than the other).
+    ours_total, theirs_total = max(len(ours), 1), max(len(theirs), 1)
     for mine, count in ours_chains.items():
-        if count >= 10 and mine not in theirs_chains and not any(
+        expected = count * theirs_total / ours_total
+        if count >= 10 and expected >= 5 and mine not in theirs_chains and not any(
                 chain == mine[:len(chain)] for chain in theirs_chains):
-            problems.append(f"{compact(mine)} ({count} of ours) never unwound by perf")
+            problems.append(f"{compact(mine)} ({count} of ours, ~{expected:.0f} expected in "
+                            "perf's) never unwound by perf")
     for chain, count in theirs_chains.items():
-        if count >= 5 and chain not in ours_chains and not any(
+        expected = count * ours_total / theirs_total
+        if count >= 5 and expected >= 5 and chain not in ours_chains and not any(
                 mine[:len(chain)] == chain for mine in ours_chains):
             problems.append(f"{compact(chain)} ({count} of perf's) never walked by us")
     print(f"{name}, perf --call-graph dwarf: {tally}; {len(short)} chains stopped early; "

@@ -270,7 +270,7 @@ def test_interrupted_mid_walk_leaves_the_process_running(threads_program: Path,
 
     On a loaded machine the walk (~1 s) can end before the signal lands; then the run is
     repeated with more threads, and every run is checked to leave the process running."""
-    for threads in ("128", "256", "512"):  # 2000 calls deep each
+    for threads in ("128", "256", "512", "512", "512", "512"):  # 2000 calls deep each
         child = start_threads(threads_program, threads)
         try:
             outcome = interrupt_mid_walk(child.pid, tmp_path)
