@@ -131,3 +131,15 @@ def test_report_keeps_whole_stacks_and_takes_max_stack(tmp_path: Path) -> None:
     # comm; at most 4 kernel frames; at most 4 frames unwound from the stack copy
     assert max(len(stack) for stack in folded["whole"]) > 1 + 4 + 4
     assert max(len(stack) for stack in folded["four"]) <= 1 + 4 + 4
+
+
+@needs_bpf
+def test_a_larger_stack_copy_finishes_deeper_first_samples(deep: Path) -> None:
+    """--stack-copy 65528 (perf's largest dwarf copy): the first samples of a 2,000-deep
+    recursion, taken before its table is loaded, are finished to ``_start`` too."""
+    made = run(*SFRAME, "record", "--max-stack", "4096", "--stack-copy", "65528", "-o",
+               "c64.data", "--", "./deep", "2000", "600", cwd=deep)
+    assert made.returncode == 0, made.stderr
+    chains = blocks(run(*SFRAME, "script", "c64.data", "--max-stack", "4096", cwd=deep).stdout)
+    assert len(chains) > 100
+    assert sum(" _start+" in chain[-1] for chain in chains) >= 0.99 * len(chains)

@@ -43,6 +43,8 @@ def sframe(*arguments: str, cwd: Path, timeout: float = 120
     (["no-such-command-here"], 127, "no-such-command-here: command not found"),
     (["-F", "99", "-c", "1000", "ls"], 2, "not both"),
     (["-C", "0-99999"], 2, "this machine has CPUs"),
+    (["--stack-copy", "1001", "ls"], 2, "a multiple of 8 bytes"),
+    (["--stack-copy", "100", "ls"], 2, "--stack-copy"),
     (["-p", "1", "-a"], 2, "give one of"),
     ([], 2, "give one of"),
 ])

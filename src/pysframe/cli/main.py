@@ -225,6 +225,10 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
               help="perf's choice of unwinder (fp, dwarf, lbr): refused, see the message.")
 @click.option("--max-stack", "max_stack", default=None, type=click.IntRange(1, 4096),
               help="User frames walked per sample (default 1024, at most 4096).")
+@click.option("--stack-copy", "stack_copy", default=None, type=click.IntRange(512, 65528),
+              metavar="BYTES",
+              help="Stack copied where the walk meets code whose table is not loaded yet, "
+                   "to finish the chain in user space (default 16384; a multiple of 8).")
 @click.option("--defer", is_flag=True,
               help="Walk the user stack of a sample taken in a system call once, when the "
                    "thread returns to user space, shared by every sample of that entry "
@@ -236,8 +240,9 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(pids: tuple[str, ...], tids: tuple[str, ...], system_wide: bool, cpus: str | None,
            frequency: int | None, period: int | None, duration: float | None, event: str,
-           call_graph_flag: bool, call_graph: str | None, max_stack: int | None, defer: bool,
-           output: str, quiet: bool, command: tuple[str, ...]) -> None:
+           call_graph_flag: bool, call_graph: str | None, max_stack: int | None,
+           stack_copy: int | None, defer: bool, output: str, quiet: bool,
+           command: tuple[str, ...]) -> None:
     """Sample a command (after --) or processes (-p, -t, -a) with stacks walked in the
     kernel by an eBPF program from SFrame tables; write perf.data (root, Linux 5.17+ with
     BTF). Exit status: the command's when one is run (128 + N if a signal N ended it);
@@ -250,7 +255,8 @@ def record(pids: tuple[str, ...], tids: tuple[str, ...], system_wide: bool, cpus
     options = RecordOptions(pids=pids, tids=tids, system_wide=system_wide, cpus=cpus,
                             frequency=frequency, period=period, duration=duration,
                             event=event, call_graph=call_graph, max_stack=max_stack,
-                            defer=defer, output=output, quiet=quiet, command=list(command))
+                            stack_copy=stack_copy, defer=defer, output=output, quiet=quiet,
+                            command=list(command))
     sys.exit(run_record(options, report=report))
 
 

@@ -38,6 +38,7 @@ class RecordOptions:
     event: str = "cpu-clock"
     call_graph: str | None = None
     max_stack: int | None = None
+    stack_copy: int | None = None
     defer: bool = False
     output: str = "perf.data"
     quiet: bool = False
@@ -110,9 +111,13 @@ def _target(options: RecordOptions) -> Any:
         raise CommandError(f"-F {frequency}: the frequency must be 1 to 100000 Hz",
                            EXIT_UNREADABLE)
     cpus = _cpu_list(options.cpus) if options.cpus is not None else None
+    if options.stack_copy is not None and options.stack_copy % 8:
+        raise CommandError(f"--stack-copy {options.stack_copy}: a multiple of 8 bytes",
+                           EXIT_UNREADABLE)
     return Target(pids=pids, tids=tids, command=options.command or None,
                   system_wide=system_wide, cpus=cpus, frequency=frequency,
-                  period=options.period, max_stack=options.max_stack)
+                  period=options.period, max_stack=options.max_stack,
+                  stack_copy=options.stack_copy)
 
 
 def _numbers(values: tuple[str, ...], flag: str) -> list[int]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from .asm import JEQ, JNE, JSET, JSLT, LSH, OR, R0, R1, R2, R3, R4, R7, R8, R10, RSH, Asm
 from .sampler import (
     COOKIE_AT,
+    COPY_BYTES,
     FLAG_IN_KERNEL,
     FLAG_USER_REGS,
     GET_CURRENT_TASK_BTF,
@@ -58,8 +59,8 @@ RETURN_HOOKS = ("sys_exit", "sched_process_exit")
 
 
 def deferring_walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
-                     pending_fd: int, counter_fd: int, frames: int = USER_FRAMES
-                     ) -> tuple[bytes, bytes, bytes]:
+                     pending_fd: int, counter_fd: int, frames: int = USER_FRAMES,
+                     copy_bytes: int = COPY_BYTES) -> tuple[bytes, bytes, bytes]:
     """The sampling program of ``--defer``: requests in system calls, walks elsewhere."""
     def fill(a: Asm) -> None:
         sample_fields(a, "defer_check")
@@ -71,7 +72,8 @@ def deferring_walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: i
         a.ldx(8, R1, R0, PT_CX).ldx(8, R2, R0, PT_IP).jump(JNE, R1, R2, "main_walk", reg=True)
         _request(a, pending_fd, counter_fd)
 
-    return walker(ringbuf_fd, scratch_fd, procs_fd, rows_fd, fill, "sframe_defer", frames)
+    return walker(ringbuf_fd, scratch_fd, procs_fd, rows_fd, fill, "sframe_defer", frames,
+                  copy_bytes)
 
 
 def _request(a: Asm, pending_fd: int, counter_fd: int) -> None:
@@ -100,8 +102,8 @@ def _request(a: Asm, pending_fd: int, counter_fd: int) -> None:
 
 
 def return_walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
-                  pending_fd: int, at_exit: bool, frames: int = USER_FRAMES
-                  ) -> tuple[bytes, bytes, bytes]:
+                  pending_fd: int, at_exit: bool, frames: int = USER_FRAMES,
+                  copy_bytes: int = COPY_BYTES) -> tuple[bytes, bytes, bytes]:
     """The program on a return hook (``at_exit``: on ``sched_process_exit``): the
     thread's pending walk, if any."""
     def fill(a: Asm) -> None:
@@ -130,7 +132,7 @@ def return_walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
         a.goto("main_out")
 
     name = "sframe_exit" if at_exit else "sframe_return"
-    return walker(ringbuf_fd, scratch_fd, procs_fd, rows_fd, fill, name, frames)
+    return walker(ringbuf_fd, scratch_fd, procs_fd, rows_fd, fill, name, frames, copy_bytes)
 
 
 def _settle(a: Asm, pending_fd: int, at_exit: bool) -> None:

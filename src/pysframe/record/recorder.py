@@ -51,7 +51,15 @@ from .perf_file import (
 )
 from .perf_ring import PerfRing
 from .ringbuf import RingBuffer
-from .sampler import FLAG_STACK_COPY, KIND_DEFERRED, KIND_REQUEST, RECORD, USER_AT, USER_FRAMES
+from .sampler import (
+    COPY_BYTES,
+    FLAG_STACK_COPY,
+    KIND_DEFERRED,
+    KIND_REQUEST,
+    RECORD,
+    USER_AT,
+    USER_FRAMES,
+)
 from .table_worker import TableWorker
 from .tables import TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, scratch_map, walker
@@ -96,6 +104,7 @@ class Target:
     frequency: int = 999
     period: int | None = None
     max_stack: int | None = None
+    stack_copy: int | None = None
 
 
 class Recording:
@@ -164,7 +173,8 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
     try:
         with sys_bpf.Resources() as owned:
             session = _Session(owned, target.frequency, result, report, defer,
-                               target.max_stack or USER_FRAMES)
+                               target.max_stack or USER_FRAMES,
+                               target.stack_copy or COPY_BYTES)
             session.event = EVENTS[event]
             session.period = target.period
             session.cpus = target.cpus
@@ -335,11 +345,12 @@ def _build_ids(binaries: dict[str, bytes]) -> list[bytes]:
 class _Session:
     def __init__(self, owned: sys_bpf.Resources, frequency: int, result: Recording,
                  report: Callable[[str], None], defer: bool = False,
-                 frames: int = USER_FRAMES) -> None:
+                 frames: int = USER_FRAMES, copy_bytes: int = COPY_BYTES) -> None:
         self.owned, self.frequency, self.result, self.report = owned, frequency, result, report
         own = owned.own
         self.ring_fd = own(sys_bpf.map_create(sys_bpf.MAP_RINGBUF, 0, 0, RING_BYTES, "sf_ring"))
-        scratch = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, *scratch_map(frames), "sf_scratch"))
+        scratch = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, *scratch_map(frames, copy_bytes),
+                                         "sf_scratch"))
         self.procs = own(sys_bpf.map_create(sys_bpf.MAP_HASH, 4, PROCS_VALUE, 4096, "sf_procs"))
         rows = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS, "sf_rows"))
         maps = (int(self.ring_fd), int(scratch), int(self.procs), int(rows))
@@ -348,23 +359,24 @@ class _Session:
                                                   "sf_pending"))
             counter = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, 8, 1, "sf_entries"))
             code, blob, infos = deferring_walker(*maps, int(self.pending), int(counter),
-                                                 frames)
+                                                 frames, copy_bytes)
             # The sampling program interrupts the return programs (a perf event's program
             # is kept from running inside a kprobe's, not a raw tracepoint's): they build
             # their records in scratch of their own.
-            returning = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, *scratch_map(frames),
+            returning = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY,
+                                               *scratch_map(frames, copy_bytes),
                                                "sf_scratch_ret"))
             hook_maps = (maps[0], int(returning), maps[2], maps[3])
             for hook in RETURN_HOOKS:
                 hook_code, hook_blob, hook_infos = return_walker(
                     *hook_maps, int(self.pending), at_exit=hook == "sched_process_exit",
-                    frames=frames)
+                    frames=frames, copy_bytes=copy_bytes)
                 hook_program = own(sys_bpf.prog_load(
                     sys_bpf.PROG_RAW_TRACEPOINT, hook_code, f"sframe_{hook}",
                     btf=own(sys_bpf.btf_load(hook_blob)), func_info=hook_infos))
                 own(sys_bpf.raw_tracepoint_open(hook, hook_program))
         else:
-            code, blob, infos = walker(*maps, frames=frames)
+            code, blob, infos = walker(*maps, frames=frames, copy_bytes=copy_bytes)
         btf = own(sys_bpf.btf_load(blob))
         self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
                                              btf=btf, func_info=infos))

@@ -73,6 +73,8 @@ COPY_HEADER = struct.Struct("<IIQQQ")
 #: The most bytes of stack copied (twice perf's default for --call-graph dwarf: a first
 #: sample of a deep recursion needs its frames above the uncovered one).
 COPY_BYTES = 16384
+#: ``--stack-copy``'s bounds (perf's for --call-graph dwarf,SIZE).
+MIN_COPY_BYTES, MOST_COPY_BYTES = 512, 65528
 #: A sample with its user stack; a sample whose user stack is deferred (``--defer``: kernel
 #: stack and cookie only); a deferred walk (cookie and user stack, at the return to user).
 KIND_SAMPLE, KIND_REQUEST, KIND_DEFERRED = 1, 2, 3

@@ -65,6 +65,8 @@ from .sampler import (
     GET_CURRENT_PID_TGID,
     GET_SMP_PROCESSOR_ID,
     MAP_LOOKUP_ELEM,
+    MIN_COPY_BYTES,
+    MOST_COPY_BYTES,
     MOST_USER_FRAMES,
     PROBE_READ_USER,
     STOP_BACKWARDS,
@@ -115,19 +117,23 @@ Fill = Callable[[Asm], None]
 
 
 def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
-           fill: Fill | None = None, name: str = "sframe_sample", frames: int = USER_FRAMES
-           ) -> tuple[bytes, bytes, bytes]:
+           fill: Fill | None = None, name: str = "sframe_sample", frames: int = USER_FRAMES,
+           copy_bytes: int = COPY_BYTES) -> tuple[bytes, bytes, bytes]:
     """(instructions, BTF blob, func_info) of the sampling program with the SFrame walker;
     ``fill``: what fills the record (default: the sample's fields, then the walk);
-    ``frames``: the most user frames a walk keeps. ``scratch_fd``: an array with a
-    record per CPU (:func:`scratch_map`)."""
+    ``frames``: the most user frames a walk keeps; ``copy_bytes``: the most stack copied
+    where it meets code no table covers. ``scratch_fd``: an array with a record per CPU
+    (:func:`scratch_map`)."""
     if not 1 < frames <= MOST_USER_FRAMES:
         raise ValueError(f"a walk keeps 2 to {MOST_USER_FRAMES} frames, not {frames}")
+    if not MIN_COPY_BYTES <= copy_bytes <= MOST_COPY_BYTES or copy_bytes % 8:
+        raise ValueError(f"a stack copy is {MIN_COPY_BYTES} to {MOST_COPY_BYTES} bytes, a "
+                         f"multiple of 8, not {copy_bytes}")
     a = Asm()
     _main(a, ringbuf_fd, scratch_fd, procs_fd,
-          fill or (lambda asm: sample_fields(asm, "main_walk")), frames)
+          fill or (lambda asm: sample_fields(asm, "main_walk")), frames, copy_bytes)
     a.label("frame_step")
-    _frame_step(a, rows_fd, frames, cache_at(frames))
+    _frame_step(a, rows_fd, frames, cache_at(frames, copy_bytes))
     a.label("search_step")
     _search_step(a, rows_fd)
     blob, infos = function_btf(name, [("frame_step", a.offset_of("frame_step")),
@@ -135,16 +141,17 @@ def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
     return a.assemble(), blob, infos
 
 
-def scratch_map(frames: int = USER_FRAMES) -> tuple[int, int, int]:
+def scratch_map(frames: int = USER_FRAMES, copy_bytes: int = COPY_BYTES
+                ) -> tuple[int, int, int]:
     """(key size, value size, entries) of the walker's scratch ``BPF_MAP_TYPE_ARRAY``: a
     record and the rule cache per possible CPU, indexed by the CPU's number (a per-CPU
     array's values stop at 32 KiB: 4,096 frames do not fit)."""
-    return 4, cache_at(frames) + CACHE_ENTRIES * CACHE_ENTRY, possible_cpus()
+    return 4, cache_at(frames, copy_bytes) + CACHE_ENTRIES * CACHE_ENTRY, possible_cpus()
 
 
-def cache_at(frames: int) -> int:
+def cache_at(frames: int, copy_bytes: int = COPY_BYTES) -> int:
     """Where the rule cache starts in a scratch value: after the record and its copy."""
-    return record_size(frames) + COPY_HEADER.size + COPY_BYTES
+    return record_size(frames) + COPY_HEADER.size + copy_bytes
 
 
 def possible_cpus() -> int:
@@ -165,7 +172,7 @@ def _scratch(a: Asm, scratch_fd: int, missing: str) -> None:
 
 
 def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, procs_fd: int, fill: Fill,
-          frames: int) -> None:
+          frames: int, copy_bytes: int) -> None:
     a.mov(R6, R1, reg=True)
     _scratch(a, scratch_fd, "main_out")
     a.call(GET_CURRENT_PID_TGID).mov(R7, R0, reg=True)
@@ -191,7 +198,7 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, procs_fd: int, fill: Fill,
     a.mov(R3, R10, reg=True).add(R3, STATE).mov(R4, 0).call(BPF_LOOP)
     a.ldx(4, R1, R10, STATE + COUNT).stx(4, R8, 32, R1)
     a.ldx(4, R1, R10, STATE + STOP).stx(4, R8, 36, R1)
-    _stack_copy(a, frames, ringbuf_fd)
+    _stack_copy(a, frames, ringbuf_fd, copy_bytes)
     # No wake-up per sample: the reader drains the buffer in batches (every 50 ms), so the
     # sampled CPU does not send it an interrupt 1000 times a second.
     # The record up to its last user frame (bounded for the verifier).
@@ -274,13 +281,15 @@ def _uncovered(a: Asm, frames: int) -> None:
     a.ldx(8, R1, R9, FP).stx(8, R5, 24, R1).goto("fp_step")
 
 
-def _stack_copy(a: Asm, frames: int, ringbuf_fd: int) -> None:
+def _stack_copy(a: Asm, frames: int, ringbuf_fd: int, copy_bytes: int) -> None:
     """After the walk (R8: the record): with a frame noted by :func:`_uncovered`, up to
-    :data:`COPY_BYTES` of the stack from its SP (less where the stack ends sooner), the
+    ``copy_bytes`` of the stack from its SP (less where the stack ends sooner), the
     record flagged and sent with its copy."""
     copy = record_size(frames)
     a.ldx(4, R1, R10, STATE + FRESH).jump(JEQ, R1, 0, "main_output")
-    for size in (COPY_BYTES, COPY_BYTES // 2, COPY_BYTES // 8, COPY_BYTES // 32):
+    sizes = sorted({max(copy_bytes // part // 8 * 8, 8) for part in (1, 2, 8, 32)},
+                   reverse=True)
+    for size in sizes:
         a.mov(R1, R8, reg=True).add(R1, copy + COPY_HEADER.size).mov(R2, size)
         a.mov(R3, R8, reg=True).add(R3, copy).ldx(8, R3, R3, 16).call(PROBE_READ_USER)
         a.jump(JNE, R0, 0, f"copy_smaller_{size}")
@@ -289,7 +298,7 @@ def _stack_copy(a: Asm, frames: int, ringbuf_fd: int) -> None:
     a.label("copy_done")
     a.ldx(4, R1, R8, 4).alu(OR, R1, FLAG_STACK_COPY).stx(4, R8, 4, R1)
     a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True)
-    a.mov(R3, copy + COPY_HEADER.size + COPY_BYTES)
+    a.mov(R3, copy + COPY_HEADER.size + copy_bytes)
     a.mov(R4, BPF_RB_NO_WAKEUP).call(RINGBUF_OUTPUT).goto("main_out")
 
 
