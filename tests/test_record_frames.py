@@ -587,6 +587,11 @@ def compare_with_dwarf(ours: list[list[Frame]], theirs: list[list[Frame]], check
     ours_total, theirs_total = max(len(ours), 1), max(len(theirs), 1)
     for mine, count in ours_chains.items():
         expected = count * theirs_total / ours_total
+        if TRAMPOLINE in mine:
+            # A signal handler's chain: perf's DWARF unwinding there is not the oracle (it
+            # was missing from both of perf's runs in CI); the walker's trampoline frames
+            # are checked against the code by test_every_frame_the_walker_records_follows_a_call.
+            continue
         if count >= 10 and expected >= 5 and mine not in theirs_chains and not any(
                 chain == mine[:len(chain)] for chain in theirs_chains):
             problems.append(f"{compact(mine)} ({count} of ours, ~{expected:.0f} expected in "
