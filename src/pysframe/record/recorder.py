@@ -75,10 +75,9 @@ PENDING = 1 << 16
 #: How often the targets' maps are read again for code unmapped without a record
 #: (``dlclose``), so that tables no process maps are freed; less often with ``-a``.
 SWEEP_S, SWEEP_ALL_S = 2.0, 10.0
-#: A record's kind and the reason its walk ended (the fields the summary counts), read
-#: without unpacking the rest (the file's record is made from the whole).
-KIND_AND_STOP = struct.Struct("<I32xI")
-KIND_AND_FLAGS = struct.Struct("<II")
+#: A record's kind, flags, user frames and the reason its walk ended (what the summary
+#: counts and what says a stack copy follows), read once, without unpacking the rest.
+RECORD_HEAD = struct.Struct("<II24xII")
 DRAIN_MS = 100
 MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
 #: side-band event flags: inherit, mmap, comm, task, sample_id_all, mmap2, comm_exec,
@@ -536,7 +535,7 @@ class _Session:
             for data in band.records():
                 self._side_band(data)
         for raw in self.ring.records():
-            kind, reason = KIND_AND_STOP.unpack_from(raw)
+            kind, flags, user_frames, reason = RECORD_HEAD.unpack_from(raw)
             if kind == KIND_REQUEST:
                 stamp, data = request_record(raw)
                 self.result.requests += 1
@@ -546,10 +545,10 @@ class _Session:
                 self._walked(reason)
             else:
                 stamp, data = sample_record(raw)
-                if _has_user_stack(raw):  # idle and kernel-thread samples have none
+                if user_frames and _has_user_stack(raw):  # idle, kernel threads: none
                     self.result.user_samples += 1
                     self._walked(reason)
-                if KIND_AND_FLAGS.unpack_from(raw)[1] & FLAG_STACK_COPY:
+                if flags & FLAG_STACK_COPY:
                     self._keep_copy(raw)
             self.result.samples += kind != KIND_DEFERRED
             self.keep(stamp, data)

@@ -33,7 +33,7 @@ from ..sources.live import read_maps
 from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat
 from ..unwind.modules import BinaryFinder
-from ..unwind.unwinder import X86_64_SIGRETURN
+from ..unwind.unwinder import X86_64_SIGRETURN, sigreturn_offsets
 from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch
 from .walker import MAPPING, MAPPINGS, PROCS_VALUE
 
@@ -236,11 +236,9 @@ def signal_trampolines(module: object) -> list[int]:
     for segment in segments:
         if segment.type != _PT_LOAD or not segment.flags & _PF_X:
             continue
-        end = min(segment.offset + segment.filesz, len(data))
-        at = data.find(X86_64_SIGRETURN, segment.offset, end)
-        while at >= 0:
-            found.append(at - segment.offset + segment.vaddr)
-            at = data.find(X86_64_SIGRETURN, at + 1, end)
+        end = min(segment.offset + segment.filesz, len(data)) - len(X86_64_SIGRETURN) + 1
+        found += [at - segment.offset + segment.vaddr
+                  for at in sigreturn_offsets(data, segment.offset, end)]
     return found
 
 

@@ -42,7 +42,7 @@ from .flat import (
 )
 from .flat_cache import cached_flat
 from .memory import StackMemory
-from .unwinder import X86_64_SIGRETURN, FrameMethod, Registers, Stop, Unwind, Unwinder
+from .unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder, sigreturn_offsets
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -244,14 +244,8 @@ class BatchUnwinder:
         key = (id(module), mapping.start, mapping.end, mapping.pgoff)
         found = self._sigreturns.get(key)
         if found is None:
-            data = module.image.data
-            found = []
-            at = data.find(X86_64_SIGRETURN)
-            while at >= 0:
-                address = at - mapping.pgoff + mapping.start
-                if mapping.start <= address < mapping.end:
-                    found.append(address)
-                at = data.find(X86_64_SIGRETURN, at + 1)
+            found = [at - mapping.pgoff + mapping.start for at in sigreturn_offsets(
+                module.image.data, mapping.pgoff, mapping.pgoff + mapping.end - mapping.start)]
             self._sigreturns[key] = found
         return found
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import RuleKind
@@ -35,7 +35,7 @@ from .plans import (
 from .step import FP_RULE, Policy, Regs, Rule, Stop, rule_of_row, step
 
 __all__ = ["EXACT_PC", "USER_LIMIT", "X86_64_SIGRETURN", "Frame", "FrameMethod", "Registers",
-           "StackReads", "Stop", "Unwind", "Unwinder", "unreadable"]
+           "StackReads", "Stop", "Unwind", "Unwinder", "sigreturn_offsets", "unreadable"]
 
 
 class FrameMethod(StrEnum):
@@ -134,6 +134,19 @@ class Registers:
 
 #: x86-64 rt_sigreturn trampoline (glibc's __restore_rt): mov $15,%rax; syscall.
 X86_64_SIGRETURN = bytes.fromhex("48c7c00f0000000f05")
+
+
+def sigreturn_offsets(data: Any, start: int, end: int) -> list[int]:
+    """Where the x86-64 sigreturn trampoline's code starts in ``data`` (bytes or a
+    mapped file) between ``start`` and ``end`` (file offsets): glibc's ``__restore_rt``,
+    once in libc."""
+    found = []
+    last = end + len(X86_64_SIGRETURN) - 1  # a trampoline that starts before ``end``
+    at = data.find(X86_64_SIGRETURN, start, last)
+    while at >= 0:
+        found.append(at)
+        at = data.find(X86_64_SIGRETURN, at + 1, last)
+    return found
 #: Offsets in the x86-64 signal frame, from the stack pointer in __restore_rt: the
 #: ucontext's mcontext gregs start at 40 (uc_flags, uc_link, uc_stack before them).
 _X86_64_GREGS = 40
