@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.oracles import need_perf
 from tests.support.walker_run import CopyAndCode, WalkerRig, walker_space
 from tests.test_record_bpf import REASON
 
@@ -141,9 +142,12 @@ def test_the_first_samples_of_new_binaries_reach_start(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     assert "finished from their stack copies" in made.stderr
-    text = subprocess.run([*SFRAME, "script", "f.data", "--max-stack", "4096"],
-                          capture_output=True, text=True, env=env, timeout=300,
-                          cwd=tmp_path).stdout
+    # Read by perf (the file's chains, named by perf), not by our own reader.
+    shown = subprocess.run([need_perf(), "script", "-i", "f.data", "--max-stack", "4096"],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                           env={**os.environ, "HOME": str(tmp_path)})
+    assert shown.returncode == 0, shown.stderr[-500:]
+    text = shown.stdout
     ours = [block for block in text.split("\n\n") if f"({tmp_path}/b" in block]
     assert len(ours) >= 100
     whole = [block for block in ours if " _start+" in block]
