@@ -10,6 +10,7 @@ reach ``_start`` (they had their leaf only before)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +153,18 @@ def test_the_first_samples_of_new_binaries_reach_start(tmp_path: Path) -> None:
     assert len(ours) >= 100
     whole = [block for block in ours if " _start+" in block]
     assert len(whole) >= 0.99 * len(ours), len(whole) / len(ours)
+    # The file says per sample which way it was walked: the chains the summary says were
+    # finished from their copies are the samples whose note says so.
+    finished = int(re.search(r"([\d,]+) chains met code whose table was not loaded yet",
+                             made.stderr).group(1).replace(",", ""))  # type: ignore[union-attr]
+    stops = subprocess.run([*SFRAME, "script", "f.data", "--show-stops", "--max-stack", "4096"],
+                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert stops.returncode == 0, stops.stderr[-500:]
+    lines = [line for line in stops.stderr.splitlines() if " frames (" in line]
+    assert len(lines) == text.count("cpu-clock")
+    assert all("(walked " in line for line in lines)
+    from_copies = [line for line in lines if "then in user space from the stack copy" in line]
+    assert len(from_copies) == finished
+    # (The others are mostly samples in ld.so before the program's _start: the loader's
+    # own entry, where they end, has no CFI.)
+    assert sum("stopped: outermost frame" in line for line in from_copies) >= 0.9 * finished

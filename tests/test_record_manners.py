@@ -158,7 +158,8 @@ def test_idle_samples_are_not_counted_against_walked(tmp_path: Path) -> None:
     run = sframe("record", "-a", "--duration", "1.5", "-o", "a.data", cwd=tmp_path,
                  timeout=300)
     assert run.returncode == 0, run.stderr
-    summary = next(line for line in run.stderr.splitlines() if "sframe record:" in line)
+    summary = next(line for line in run.stderr.splitlines()
+                   if line.startswith("sframe record:") and " samples (" in line)
     assert "of user stacks walked" in summary
     with open_perf_data(str(tmp_path / "a.data")) as data:
         idle = sum(1 for record in data.records()

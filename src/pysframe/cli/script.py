@@ -253,20 +253,29 @@ def _located(path: str, samples: Iterator[UnwoundSample]) -> Iterator[UnwoundSam
 
 def _with_stops(samples: Any) -> Any:
     for unwound in samples:
-        sys.stderr.write(_stop_line(unwound.sample.tid, unwound.sample.time, unwound.unwind))
+        sys.stderr.write(_stop_line(unwound.sample.tid, unwound.sample.time, unwound.unwind,
+                                    unwound.sample.raw))
         yield unwound
 
 
-def _stop_line(tid: int, time: int, unwind: Any) -> str:
-    """``--show-stops``: one sample's frame count, frame methods and stop reason."""
+def _stop_line(tid: int, time: int, unwind: Any, raw: memoryview | None = None) -> str:
+    """``--show-stops``: one sample's frame count, frame methods and stop reason; for a
+    sample of ``sframe record``, how the recorder walked it and why its walk ended."""
+    from ..report.walk_note import parse
+
+    note = parse(raw)
+    stop = unwind.stop.value
+    if note is not None and unwind.stop.name == "RECORDED":
+        stop = f"{note.stop.value if note.stop else stop} ({note.describe()})"
     return (f"{tid} {time}: {len(unwind.pcs)} frames "
             f"({', '.join(method.value for method in unwind.methods)}); "
-            f"stopped: {unwind.stop.value}\n")
+            f"stopped: {stop}\n")
 
 
 def _chunk_stops(chunk: Any, session: Any) -> None:
     """``--show-stops`` for a chunk of the batch pipeline: its samples' lines, in order."""
     unwinds = {index: unwound.unwind for index, unwound in chunk.scalar.items()}
+    raws = {index: unwound.sample.raw for index, unwound in chunk.scalar.items()}
     for group in chunk.groups:
         for position, index in enumerate(group.rows.tolist()):
             if index not in unwinds:
@@ -274,7 +283,8 @@ def _chunk_stops(chunk: Any, session: Any) -> None:
     arrays = session.arrays
     tids = arrays.tid[chunk.start:chunk.end].tolist()
     times = arrays.time[chunk.start:chunk.end].tolist()
-    sys.stderr.write("".join(_stop_line(tids[index], times[index], unwinds[index])
+    sys.stderr.write("".join(_stop_line(tids[index], times[index], unwinds[index],
+                                        raws.get(index))
                              for index in range(chunk.end - chunk.start)))
 
 

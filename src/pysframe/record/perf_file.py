@@ -5,8 +5,9 @@ What is recorded is chosen here; the bytes are written by the one perf.data writ
 :mod:`pysframe.report.perf_data_out`. Layout: a 104-byte header, the attribute section (one
 ``perf_event_attr`` of 128 bytes and an empty id array), the data section, and the
 BUILD_ID feature (build ids also travel in the MMAP2 records, recorded with ``build_id``).
-Sample type IP | TID | TIME | CALLCHAIN | CPU | PERIOD, ``sample_id_all``: every other
-record ends with ``{pid, tid, time, cpu}``.
+Sample type IP | TID | TIME | CALLCHAIN | CPU | PERIOD | RAW (the raw data is the walk's
+note, :mod:`pysframe.report.walk_note`), ``sample_id_all``: every other record ends with
+``{pid, tid, time, cpu}``.
 """
 
 from __future__ import annotations
@@ -29,13 +30,18 @@ from ..report.perf_data_out import (
     callchain_deferred,
     sample_id_trailer,
 )
-from .sampler import FLAG_IN_KERNEL, KERNEL_AT, RECORD, USER_AT
+from ..report.walk_note import Way, pack
+from ..unwind.step import WALKER_STOPS, Stop
+from .sampler import FLAG_IN_KERNEL, FLAG_STACK_COPY, KERNEL_AT, RECORD, USER_AT
 
-__all__ = ["ATTR_FLAGS", "DEFER_FLAGS", "EVENTS", "SAMPLE_TYPE", "build_id_entry",
+__all__ = ["ATTR_FLAGS", "DEFER_FLAGS", "EVENTS", "FILE_SAMPLE_TYPE", "SAMPLE_TYPE",
+           "build_id_entry",
            "comm_record", "deferred_record", "event_attr", "kernel_mmap_record", "kernel_text",
            "mmap2_record", "perf_data", "request_record", "sample_record"]
 
-SAMPLE_TYPE = 0x1A7  # IP TID TIME CALLCHAIN CPU PERIOD
+SAMPLE_TYPE = 0x1A7  # IP TID TIME CALLCHAIN CPU PERIOD: the kernel's events
+#: The file's samples: those fields and RAW (the walk's note).
+FILE_SAMPLE_TYPE = SAMPLE_TYPE | 0x400
 #: attr flags: freq, sample_id_all, mmap, comm, task, exclude_guest (perf sets it), mmap2,
 #: comm_exec, build_id.
 ATTR_FLAGS = ((1 << 10) | (1 << 18) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 20) | (1 << 23) | (1 << 24)
@@ -51,17 +57,20 @@ EVENTS = {"cpu-clock": (1, 0), "task-clock": (1, 1), "cycles": (0, 0), "instruct
 
 
 def event_attr(frequency: int, flags: int = ATTR_FLAGS, config: int = 0,
-               sample_type: int = SAMPLE_TYPE, event_type: int = 1) -> bytes:
+               sample_type: int = FILE_SAMPLE_TYPE, event_type: int = 1) -> bytes:
     """A 128-byte perf_event_attr: event (``event_type``, ``config``; default cpu-clock) at
     ``frequency`` Hz."""
     return out.event_attr(event_type, config, frequency, sample_type, flags)
 
 
-def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None
+def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None,
+                  finished: tuple[int, Stop] | None = None, frames: int = 0
                   ) -> tuple[int, bytes]:
     """(time, the PERF_RECORD_SAMPLE) of one walker record (``user_frames``: its user
-    chain finished in user space, instead of the walker's)."""
-    (_, flags, pid, tid, time, cpu, kernel_bytes, user_count, _, ip, _, _,
+    chain finished in user space from frame ``finished[0]``, instead of the walker's, and
+    why that walk ended; ``frames``: the walker's most user frames, where its stack copy
+    header lies)."""
+    (_, flags, pid, tid, time, cpu, kernel_bytes, user_count, reason, ip, _, _,
      period, _) = RECORD.unpack_from(raw)
     kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
     user = user_frames if user_frames is not None else struct.unpack_from(
@@ -73,8 +82,15 @@ def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None
         chain += [PERF_CONTEXT_USER, *user]
     first = kernel[0] if flags & FLAG_IN_KERNEL and kernel else ip
     misc = MISC_KERNEL if flags & FLAG_IN_KERNEL else MISC_USER
-    return time, out.sample(SAMPLE_TYPE, misc, ip=first, pid=pid, tid=tid, time=time, cpu=cpu,
-                            period=period, chain=chain)
+    if finished is not None:
+        note = pack(Way.FINISHED, finished[1], finished[0], len(user))
+    else:
+        uncovered = None
+        if flags & FLAG_STACK_COPY and frames and len(raw) >= USER_AT + 8 * frames + 4:
+            uncovered = struct.unpack_from("<I", raw, USER_AT + 8 * frames)[0]
+        note = pack(Way.KERNEL, WALKER_STOPS.get(reason), uncovered, len(user))
+    return time, out.sample(FILE_SAMPLE_TYPE, misc, ip=first, pid=pid, tid=tid, time=time,
+                            cpu=cpu, period=period, chain=chain, raw=note)
 
 
 def request_record(raw: bytes | memoryview) -> tuple[int, bytes]:
@@ -85,8 +101,9 @@ def request_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
     chain = [PERF_CONTEXT_KERNEL, *kernel] if kernel else []
     chain += [PERF_CONTEXT_USER_DEFERRED, cookie]
-    return time, out.sample(SAMPLE_TYPE, MISC_KERNEL, ip=kernel[0] if kernel else 0, pid=pid,
-                            tid=tid, time=time, cpu=cpu, period=period, chain=chain)
+    return time, out.sample(FILE_SAMPLE_TYPE, MISC_KERNEL, ip=kernel[0] if kernel else 0,
+                            pid=pid, tid=tid, time=time, cpu=cpu, period=period, chain=chain,
+                            raw=pack(Way.DEFERRED, None, None, 0))
 
 
 def deferred_record(raw: bytes | memoryview) -> tuple[int, bytes]:

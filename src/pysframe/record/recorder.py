@@ -414,7 +414,7 @@ class _Session:
         flags = _sampling_flags((1 << 0) | inheriting | ((1 << 12) if self.on_exec else 0),
                                 self.period)
         sample = event_attr(self.period or self.frequency, flags, config=self.event[1],
-                            event_type=self.event[0])
+                            sample_type=SAMPLE_TYPE, event_type=self.event[0])
         cpus = self.cpus if self.cpus is not None else range(os.cpu_count() or 1)
         for cpu in ([-1] if tid >= 0 else cpus):
             event = self.owned.own(sys_bpf.perf_event_open(sample, tid, cpu))
@@ -544,7 +544,7 @@ class _Session:
                 self.result.deferred_walks += 1
                 self._walked(reason)
             else:
-                stamp, data = sample_record(raw)
+                stamp, data = sample_record(raw, frames=self.frames)
                 if user_frames and _has_user_stack(raw):  # idle, kernel threads: none
                     self.result.user_samples += 1
                     self._walked(reason)
@@ -575,7 +575,8 @@ class _Session:
             chain, stop = found
             stamp, sequence, _ = result.records[item.sequence]
             result.records[item.sequence] = (stamp, sequence,
-                                             sample_record(item.raw, chain)[1])
+                                             sample_record(item.raw, chain,
+                                                           (item.index, stop))[1])
             walker_outermost = RECORD.unpack_from(item.raw)[8] == STOP_OUTERMOST
             result.outermost += (stop is Stop.OUTERMOST) - walker_outermost
             result.finished += 1

@@ -102,6 +102,8 @@ PC, SP, FP, COUNT, STOP, TGID, TOPMOST, KEY, LO, HI, RECORD_PTR, PROCS_PTR, TAG,
 #: The rule cached for a pc no mapping of the process's entry holds (kind "none" as the
 #: frame-pointer fallback, told apart from a mapping's "no rule" by this bit).
 UNCOVERED = 4
+#: The page size of x86-64 user memory (a stack copy ends at a page boundary).
+PAGE = 4096
 #: The per-CPU cache of rules, after the record in each CPU's scratch value: entries of
 #: (lookup pc, tag: tgid << 32 | the process entry's generation, rule word; 0: no rule),
 #: direct-mapped by pc. A process's entry gets a new generation whenever it is written,
@@ -283,22 +285,41 @@ def _uncovered(a: Asm, frames: int) -> None:
 
 def _stack_copy(a: Asm, frames: int, ringbuf_fd: int, copy_bytes: int) -> None:
     """After the walk (R8: the record): with a frame noted by :func:`_uncovered`, up to
-    ``copy_bytes`` of the stack from its SP (less where the stack ends sooner), the
-    record flagged and sent with its copy."""
+    ``copy_bytes`` of the stack from its SP, to the end of the last readable page where
+    the stack ends sooner, the record flagged and sent with its copy.
+
+    A read that crosses the end of the stack fails whole, and the frames nearest the
+    outermost one lie just below that end (under the arguments and environment): the
+    copy ends at the first page, going up from the SP's, whose last word cannot be read
+    (8-byte probes; [vvar] or [vdso] may be mapped a little above the stack, so the pages
+    are tried in order). R6: the SP; R7: its offset in its page, then the bytes to copy."""
     copy = record_size(frames)
+    data = copy + COPY_HEADER.size
     a.ldx(4, R1, R10, STATE + FRESH).jump(JEQ, R1, 0, "main_output")
-    sizes = sorted({max(copy_bytes // part // 8 * 8, 8) for part in (1, 2, 8, 32)},
-                   reverse=True)
-    for size in sizes:
-        a.mov(R1, R8, reg=True).add(R1, copy + COPY_HEADER.size).mov(R2, size)
-        a.mov(R3, R8, reg=True).add(R3, copy).ldx(8, R3, R3, 16).call(PROBE_READ_USER)
-        a.jump(JNE, R0, 0, f"copy_smaller_{size}")
-        a.mov(R5, R8, reg=True).add(R5, copy).st(4, R5, 4, size).goto("copy_done")
-        a.label(f"copy_smaller_{size}")
+    a.mov(R6, R8, reg=True).add(R6, copy).ldx(8, R6, R6, 16)
+    a.mov(R7, R6, reg=True).alu(AND, R7, PAGE - 1)
+    pages = (copy_bytes + PAGE - 1) // PAGE + 1
+    for page in range(1, pages + 1):
+        a.mov(R1, R8, reg=True).add(R1, data).mov(R2, 8)
+        a.mov(R3, R6, reg=True).alu(SUB, R3, R7, reg=True).add(R3, page * PAGE - 8)
+        a.call(PROBE_READ_USER).jump(JNE, R0, 0, f"copy_pages_{page - 1}")
+    a.goto(f"copy_pages_{pages}")
+    for page in range(pages, 0, -1):
+        a.label(f"copy_pages_{page}")
+        a.mov(R1, page * PAGE).alu(SUB, R1, R7, reg=True).mov(R7, R1, reg=True)
+        a.goto("copy_bounded")
+    a.label("copy_pages_0")  # not even the SP's page: an empty copy
+    a.goto("copy_done")
+    a.label("copy_bounded")
+    a.jump(JLE, R7, copy_bytes, "copy_read").mov(R7, copy_bytes)
+    a.label("copy_read")
+    a.mov(R1, R8, reg=True).add(R1, data).mov(R2, R7, reg=True).mov(R3, R6, reg=True)
+    a.call(PROBE_READ_USER).jump(JNE, R0, 0, "copy_done")
+    a.mov(R5, R8, reg=True).add(R5, copy).stx(4, R5, 4, R7)
     a.label("copy_done")
     a.ldx(4, R1, R8, 4).alu(OR, R1, FLAG_STACK_COPY).stx(4, R8, 4, R1)
     a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True)
-    a.mov(R3, copy + COPY_HEADER.size + copy_bytes)
+    a.mov(R3, data + copy_bytes)
     a.mov(R4, BPF_RB_NO_WAKEUP).call(RINGBUF_OUTPUT).goto("main_out")
 
 

@@ -67,7 +67,7 @@ _PREFIX = (SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_ADDR, S
 _TRAILER = (SAMPLE_TID, SAMPLE_TIME, SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_IDENTIFIER)
 #: The sample fields :func:`sample` writes.
 _SAMPLE_WRITTEN = SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU | SAMPLE_PERIOD | \
-    SAMPLE_CALLCHAIN
+    SAMPLE_CALLCHAIN | SAMPLE_RAW
 
 
 class WriteError(PysframeError):
@@ -95,12 +95,16 @@ def sample_id_trailer(sample_type: int, pid: int, tid: int, time: int, cpu: int,
 
 
 def sample(sample_type: int, misc: int, *, ip: int, pid: int, tid: int, time: int, cpu: int,
-           period: int, chain: Iterable[int]) -> bytes:
-    """A PERF_RECORD_SAMPLE of ``sample_type`` (any of IP, TID, TIME, CPU, PERIOD and
-    CALLCHAIN), its fields in perf's order."""
+           period: int, chain: Iterable[int], raw: bytes = b"") -> bytes:
+    """A PERF_RECORD_SAMPLE of ``sample_type`` (any of IP, TID, TIME, CPU, PERIOD,
+    CALLCHAIN and RAW), its fields in perf's order; ``raw``: the RAW field whole (its u32
+    size, then the data; 8-byte aligned)."""
     if sample_type & ~_SAMPLE_WRITTEN:
-        raise WriteError(f"sample type {sample_type:#x}: only IP, TID, TIME, CPU, PERIOD "
-                         "and CALLCHAIN samples are written")
+        raise WriteError(f"sample type {sample_type:#x}: only IP, TID, TIME, CPU, PERIOD, "
+                         "CALLCHAIN and RAW samples are written")
+    if bool(sample_type & SAMPLE_RAW) != bool(raw) or len(raw) % 8:
+        raise WriteError("a RAW field of a multiple of 8 bytes is written where the sample "
+                         "type has RAW, and only there")
     fields = []
     if sample_type & SAMPLE_IP:
         fields.append(struct.pack("<Q", ip))
@@ -115,6 +119,7 @@ def sample(sample_type: int, misc: int, *, ip: int, pid: int, tid: int, time: in
     if sample_type & SAMPLE_CALLCHAIN:
         addresses = list(chain)
         fields.append(struct.pack(f"<Q{len(addresses)}Q", len(addresses), *addresses))
+    fields.append(raw)
     return record(RECORD_SAMPLE, misc, b"".join(fields))
 
 

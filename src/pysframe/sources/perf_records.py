@@ -105,6 +105,8 @@ class Sample:
     #: Not a sample but a PERF_RECORD_CALLCHAIN_DEFERRED shown apart (``--no-merge-callchains``):
     #: its cookie; the callchain is ``USER, ips...``.
     deferred_record: int | None = None
+    #: PERF_SAMPLE_RAW's data (a view into the file; None: the sample type has no RAW).
+    raw: memoryview | None = None
 
     @property
     def cpumode(self) -> int:
@@ -358,6 +360,9 @@ class RecordParser:
             position += 8 * count
         if sample_type & SAMPLE_RAW:
             raw_size = struct.unpack_from("<I", buffer, position)[0]
+            if position + 4 + raw_size > end:
+                raise ValueError(f"raw data of {raw_size} bytes runs past the record")
+            sample.raw = buffer[position + 4:position + 4 + raw_size]
             position += 4 + raw_size
         if sample_type & SAMPLE_BRANCH_STACK:
             count = unpack(buffer, position)[0]
