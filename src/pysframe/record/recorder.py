@@ -400,6 +400,8 @@ class _Session:
         self.frames = frames
         self.maps = ProcessMaps()
         self.to_finish: list[Pending] = []
+        #: Samples to finish by process: the order in which ``-a`` prepares tables.
+        self.waiting_samples: dict[int, int] = {}
         #: The thread doing table work once sampling runs (None: done inline), and
         #: whether sampling has stopped (no more table work then).
         self.worker: TableWorker | None = None
@@ -461,7 +463,7 @@ class _Session:
     def start_worker(self) -> TableWorker:
         """From here on, table work is done off the polling path."""
         self.worker = TableWorker(self.tables, self.loader.drop_process, self.loader.sweep,
-                                  self.prefetch)
+                                  self.prefetch, lambda: dict(self.waiting_samples))
         return self.worker
 
     def stop_worker(self) -> None:
@@ -561,6 +563,7 @@ class _Session:
         found = pending_of(self.sequence, raw, self.frames)
         if found is not None:
             self.to_finish.append(found)
+            self.waiting_samples[found.pid] = self.waiting_samples.get(found.pid, 0) + 1
 
     def finish_chains(self) -> None:
         """The pending samples' chains finished in user space, their records rewritten."""

@@ -28,8 +28,11 @@ class TableWorker:
     ``prefetch(pids)`` in a thread, in the order they were asked for."""
 
     def __init__(self, load: Callable[[int], None], drop: Callable[[int], None],
-                 sweep: Callable[[], None], prefetch: Callable[[list[int]], None]) -> None:
+                 sweep: Callable[[], None], prefetch: Callable[[list[int]], None],
+                 waiting: Callable[[], dict[int, int]] | None = None) -> None:
         self._load, self._drop, self._sweep, self._prefetch = load, drop, sweep, prefetch
+        #: The samples waiting for each process's tables (pid -> count), read at each round.
+        self._samples_waiting = waiting or dict
         self._queue: queue.Queue[Work | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="sframe-tables", daemon=True)
         self.error: BaseException | None = None
@@ -94,17 +97,31 @@ class TableWorker:
             sys.stderr.write(f"sframe record: preparing tables for {len(pids)} processes "
                              "(sampling meanwhile) ...\n")
         # In rounds of a few processes, so that the end of the recording does not wait
-        # for every binary's table (the rest is left when it comes).
-        for first in range(0, len(pids), ROUND):
+        # for every binary's table (the rest is left when it comes); each round takes the
+        # processes with the most samples waiting for their tables (stack copies to
+        # finish), the others in the order given.
+        left = list(pids)
+        done = 0
+        while left:
             if self._abandon:
                 return
-            self._prefetch(pids[first:first + ROUND])
-            for pid in pids[first:first + ROUND]:
+            round_pids = next_round(left, self._samples_waiting())
+            taken = set(round_pids)
+            left = [pid for pid in left if pid not in taken]
+            self._prefetch(round_pids)
+            for pid in round_pids:
                 self._load(pid)
+            done += len(round_pids)
             if progress:
-                done = min(first + ROUND, len(pids))
                 sys.stderr.write(f"\rsframe record: tables of {done} of {len(pids)} "
                                  "processes loaded")
         if progress:
             sys.stderr.write(f"\rsframe record: tables of {len(pids)} processes loaded\n")
         self.prepared.set()
+
+
+def next_round(left: list[int], waiting: dict[int, int]) -> list[int]:
+    """The next :data:`ROUND` processes to prepare: most samples waiting first, then in
+    ``left``'s order."""
+    order = sorted(range(len(left)), key=lambda index: (-waiting.get(left[index], 0), index))
+    return [left[index] for index in order[:ROUND]]

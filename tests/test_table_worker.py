@@ -1,0 +1,35 @@
+"""The recorder's table thread: ``-a`` prepares processes in rounds, those with the most
+samples waiting for their tables first, and every process is prepared exactly once."""
+
+from __future__ import annotations
+
+from pysframe.record.table_worker import ROUND, TableWorker, next_round
+
+
+def test_rounds_take_the_processes_with_most_samples_waiting_first() -> None:
+    pids = list(range(100, 100 + 3 * ROUND))
+    waiting = {130: 50, 105: 7, 140: 7, 101: 1}
+    assert next_round(pids, waiting)[:4] == [130, 105, 140, 101]
+    assert next_round(pids, {})[:3] == pids[:3]  # nothing waiting: the order given
+
+
+def test_the_worker_prepares_every_process_once_in_that_order() -> None:
+    pids = list(range(1, 2 * ROUND + 5))
+    waiting = {pid: 0 for pid in pids}
+    loaded: list[int] = []
+    rounds: list[list[int]] = []
+
+    def load(pid: int) -> None:
+        loaded.append(pid)
+        # Samples keep coming while tables are prepared: the last process gets many.
+        waiting[pids[-1]] = 1000
+
+    worker = TableWorker(load, lambda pid: None, lambda: None, rounds.append,
+                         lambda: dict(waiting))
+    worker.prepare(pids, progress=False)
+    assert worker.prepared.wait(30)
+    worker.close()
+    assert sorted(loaded) == pids and len(loaded) == len(pids)
+    assert rounds[0] == pids[:ROUND]  # nothing was waiting at the first round
+    assert rounds[1][0] == pids[-1]  # then the one with samples waiting
+    assert [pid for batch in rounds for pid in batch] == loaded
