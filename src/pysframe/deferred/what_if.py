@@ -33,8 +33,7 @@ import struct
 from collections.abc import Iterator
 
 from ..errors import PysframeError
-from ..format.decode import decode
-from ..format.encode import encode
+from ..format.encode import relocate
 from ..records import record_class
 from ..session.perf import PerfUnwinder, UnwoundSample
 from ..sources.perf_records import Comm, Mmap, Record
@@ -220,10 +219,8 @@ class WhatIf:
         bias = int(getattr(module, "bias", 0))
         try:
             data, address = sframe_for(image, version=3)  # type: ignore[arg-type]
-            section = decode(data, address + bias)
             place = _free_slot(mm)
-            section.address = place
-            moved = encode(section)
+            moved = relocate(data, address + bias, place)
         except (PysframeError, ValueError, struct.error):  # no table: its frames as built
             return
         mm.mmap(place, -(-len(moved) // 4096) * 4096, moved, name=f"{name} (generated)")
