@@ -27,6 +27,7 @@ from pysframe.format import (
     decode,
     dump_text,
     encode,
+    relocate,
 )
 from pysframe.format.constants import F_FDE_FUNC_START_PCREL, F_FDE_SORTED, F_FRAME_POINTER
 
@@ -93,6 +94,26 @@ def test_pcrel_and_section_relative_starts() -> None:
     assert struct.unpack_from("<i", pcrel, 28)[0] == 0x2000 - (0x5000 + 28)
     assert struct.unpack_from("<i", absolute, 28)[0] == 0x2000 - 0x5000
     assert decode(absolute, 0x5000).fdes[0].start == 0x2000
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("pcrel", [True, False])
+def test_relocate_moves_the_section_not_the_code(version: int, pcrel: bool) -> None:
+    """A moved section describes the same functions: its bytes are those encode gives at
+    the new address (only the start fields differ from the old ones)."""
+    section = amd64(version, address=0x5000)
+    if not pcrel:
+        section.flags = 0
+    data = encode(section)
+    moved = relocate(data, 0x5000, 0x9000)
+    assert [fde.start for fde in decode(moved, 0x9000).fdes] == [0x2000, 0x2020]
+    section.address = 0x9000
+    assert moved == encode(section)
+    if version < 3:
+        with pytest.raises(EncodeError, match="32-bit"):
+            relocate(data, 0x5000, 0x5000 + (1 << 31))
+    else:
+        assert decode(relocate(data, 0x5000, 1 << 46), 1 << 46).fdes[0].start == 0x2000
 
 
 def test_gas_word_size_choice_signed_offsets_unsigned_controls() -> None:

@@ -93,6 +93,20 @@ class Mm:
     def vmas(self) -> tuple[Vma, ...]:
         return tuple(self._vmas)
 
+    def fork(self) -> Mm:
+        """The memory of a child this process forks (``dup_mmap``): a copy of the areas
+        (their bytes shared until either side writes: :meth:`write` replaces them), of
+        the files mapped and of the registered sections, which describe the same code at
+        the same addresses in the child. An exec in the child starts from an empty
+        :class:`Mm` instead."""
+        child = Mm(self.user_limit, self.sframes.validation)
+        child._vmas = [Vma(vma.start, vma.end, vma.executable, vma.data, vma.name)
+                       for vma in self._vmas]
+        child._starts = list(self._starts)
+        child.files = dict(self.files)
+        child.sframes.inherit(self.sframes)
+        return child
+
     # -- user reads ------------------------------------------------------------------
 
     def read_bytes(self, address: int, size: int) -> bytes | None:

@@ -154,6 +154,15 @@ class SFrameRegistry:
             if section.sframe_start < end and start < section.sframe_end:
                 section.lookup = None
 
+    def inherit(self, parent: SFrameRegistry) -> None:
+        """Take the sections of ``parent``'s process, whose memory this one copies (a fork):
+        each a section of its own (a write in one process drops only its own lookup), the
+        lookups built so far shared (they were read from the same bytes)."""
+        self._sections = [SFrameSection(section.sframe_start, section.sframe_end,
+                                        section.text_start, section.text_end, section.name,
+                                        section.lookup) for section in parent._sections]
+        self._starts = list(parent._starts)
+
     def register(self, what: SFrameRegistration) -> int:
         """``sframe_register``: sizes that wrap around the address space are refused."""
         if (what.sframe_start + what.sframe_size >= _ADDRESS_LIMIT

@@ -12,6 +12,14 @@ sections registered as the kernel would, and the sample's stack copy, beyond whi
 stack reads as unmapped). With ``assume_sframe`` every binary the kernel has no section
 for gets our generated table (what a distribution rebuilt with ``--gsframe`` gives).
 
+Each process's memory follows the side band as the kernel's does, not the session's
+address space: an exec starts an empty one (the session keeps the old image's mappings
+the new one does not cover, and the same library mapped by the old image at another
+address would stand for the new image's), each executable MMAP maps its file over what
+was there, in the order of the records (the executable and the loader at exec, the
+libraries as the loader maps them: each registered, or given our table, as it comes),
+and a fork copies the parent's.
+
 Each sample then gets a verdict against our own chain: ``unwound`` (the same frames),
 ``cut short`` (the kernel's chain is a proper prefix of ours) with the binary and why
 (no ``PT_GNU_SFRAME``, a table the kernel refuses, a frame only DWARF recovers, the
@@ -25,11 +33,12 @@ import struct
 from collections.abc import Iterator
 
 from ..errors import PysframeError
-from ..format.decode import decode
-from ..format.encode import encode
+from ..format.encode import relocate
 from ..records import record_class
 from ..session.perf import PerfUnwinder, UnwoundSample
-from ..unwind.address_space import AddressSpace, Mapping
+from ..sources.perf_records import Comm, Mmap, Record
+from ..sources.perf_records import Task as TaskRecord
+from ..unwind.address_space import Mapping
 from ..unwind.step import Stop
 from .infrastructure import DeferredUnwinder, Task, UnwindWork
 from .mm import Mm, map_elf
@@ -50,6 +59,7 @@ DIFFERS_FURTHER = "kernel went further"
 DIFFERS_OTHER = "another chain"
 #: Where generated tables are placed in a process with ``assume_sframe``.
 _GENERATED_BASE = 0x6FFF00000000
+_SLOT = 0x4000000
 
 
 @record_class
@@ -91,8 +101,10 @@ class WhatIf:
         self.outcomes: dict[int, Outcome] = {}
         self._open: dict[int, tuple[Entry, tuple[int, ...], list[tuple[UnwoundSample, Mm]]]] = {}
         self._tasks: dict[int, Task] = {}
-        self._mms: dict[tuple[int, int], Mm] = {}
+        #: Each process's memory now (by pid): replaced at exec, copied at fork.
+        self._mms: dict[int, Mm] = {}
         self._delivering: Entry | None = None
+        session.side_band_observers.append(self._side_band)
 
     def run(self) -> Iterator[UnwoundSample]:
         """Drive every sample through the model; yields them as read (for progress)."""
@@ -111,8 +123,7 @@ class WhatIf:
             self._close(sample.tid)
             self.outcomes[sample.offset] = Outcome(0, "no user context")
             return
-        space = self.session.spaces.get(sample.pid) or AddressSpace()
-        mm = self._mm(sample.pid, space)
+        mm = self._mm(sample.pid)
         in_kernel = sample.cpumode == 1
         key = tuple(sample.regs)
         found = self._open.get(sample.tid)
@@ -161,30 +172,46 @@ class WhatIf:
 
     # -- memory ------------------------------------------------------------------------
 
-    def _mm(self, pid: int, space: AddressSpace) -> Mm:
-        """The process's memory for its current layout (built once per layout)."""
-        key = (pid, space.version)
-        mm = self._mms.get(key)
+    def _mm(self, pid: int) -> Mm:
+        """The process's memory now (empty for a process the side band has not shown)."""
+        mm = self._mms.get(pid)
         if mm is None:
-            mm = self._mms[key] = Mm()
-            for mapping in space.mappings:
-                self._map(mm, mapping)
+            mm = self._mms[pid] = Mm()
         return mm
+
+    def _side_band(self, record: Record) -> None:
+        """Follow a record the session has just followed (its mapping is in its space)."""
+        if isinstance(record, Comm):
+            if record.exec and record.pid == record.tid:
+                # exec_mmap: a new mm, with no section; the new image's MMAPs follow.
+                self._mms[record.pid] = Mm()
+        elif isinstance(record, TaskRecord):
+            parent = self._mms.get(record.ppid)
+            if not record.exit and record.pid != record.ppid and parent is not None:
+                self._mms[record.pid] = parent.fork()
+        elif isinstance(record, Mmap) and record.executable:
+            space = self.session.spaces.get(record.pid)
+            mapping = space.find(record.start) if space is not None else None
+            if mapping is not None and (mapping.start, mapping.filename) == (record.start,
+                                                                             record.filename):
+                self._map(self._mm(record.pid), mapping)
 
     def _map(self, mm: Mm, mapping: Mapping) -> None:
         module = mapping.module
-        if module is None or module.image is None or mapping.filename in mm.files:
+        if module is None or module.image is None:
             return
+        there = mm.vma_at(mapping.start)
+        if there is not None and there.name == mapping.filename:
+            return  # mapped already (one MMAP per executable segment; map_elf maps all)
         try:
             mapped = map_elf(mm, module.image.data, module.bias, mapping.filename)
         except (PysframeError, ValueError, struct.error):  # it costs its own frames
             mm.files[mapping.filename] = None
             return
         if self.assume_sframe and mapped.sframe != 0 and mapped.text is not None:
-            self._assume(mm, module, mapped.text, mapping.filename, len(mm.files))
+            self._assume(mm, module, mapped.text, mapping.filename)
 
-    def _assume(self, mm: Mm, module: object, text: tuple[int, int], name: str,
-                slot: int) -> None:
+    def _assume(self, mm: Mm, module: object, text: tuple[int, int], name: str) -> None:
         """Register our generated table for ``text`` (placed in a free area of its own)."""
         from ..generate.cache import sframe_for
 
@@ -192,10 +219,8 @@ class WhatIf:
         bias = int(getattr(module, "bias", 0))
         try:
             data, address = sframe_for(image, version=3)  # type: ignore[arg-type]
-            section = decode(data, address + bias)
-            place = _GENERATED_BASE + slot * 0x4000000
-            section.address = place
-            moved = encode(section)
+            place = _free_slot(mm)
+            moved = relocate(data, address + bias, place)
         except (PysframeError, ValueError, struct.error):  # no table: its frames as built
             return
         mm.mmap(place, -(-len(moved) // 4096) * 4096, moved, name=f"{name} (generated)")
@@ -252,6 +277,15 @@ class WhatIf:
             return CUT_DWARF_ONLY
         status = mm.files.get(mapping.filename)
         return CUT_REFUSED if status is not None and status != 0 else CUT_NO_SFRAME
+
+
+def _free_slot(mm: Mm) -> int:
+    """The first slot for a generated table no other table holds (a table left where it
+    was when its file is mapped again elsewhere keeps its slot)."""
+    place = _GENERATED_BASE
+    while mm.vma_at(place) is not None:
+        place += _SLOT
+    return place
 
 
 def _mapping_at(unwound: UnwoundSample, index: int) -> Mapping | None:

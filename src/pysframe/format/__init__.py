@@ -6,7 +6,8 @@ SFrameReader, SFrameLookup``); the modules behind them are the implementation:
 
 - reading: :class:`SFrameReader` (bounds-checked, lazy), :func:`decode` (the whole
   :class:`Section` model), :func:`read_header`, :func:`sframe_extent`;
-- writing: :func:`encode`, :func:`convert` (V2 <-> V3), :func:`default_section`;
+- writing: :func:`encode`, :func:`convert` (V2 <-> V3), :func:`relocate` (a section
+  moved, for the same code), :func:`default_section`;
 - looking up a PC: :class:`SFrameLookup` built from a reader, giving a
   :class:`FrameRow` of :class:`Rule` values;
 - checking: :func:`validate` yields :class:`Finding` values;
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from .decode import FDEEntry, Header, SFrameReader, read_header, sframe_extent
     from .dump import dump_bytes, dump_lines, dump_text
     from .dump_style import STYLE_2_40, STYLE_2_44, STYLE_2_46, DumpStyle, style_for
-    from .encode import convert
+    from .encode import convert, relocate
     from .errors import (
         BadMagicError,
         CorruptError,
@@ -53,7 +54,7 @@ _HOMES = {
     **dict.fromkeys(("dump_bytes", "dump_lines", "dump_text"), ".dump"),
     **dict.fromkeys(("STYLE_2_40", "STYLE_2_44", "STYLE_2_46", "DumpStyle", "style_for"),
                     ".dump_style"),
-    "convert": ".encode",
+    **dict.fromkeys(("convert", "relocate"), ".encode"),
     **dict.fromkeys(("BadMagicError", "CorruptError", "EncodeError", "SFrameError",
                      "TruncatedError", "UnsupportedVersionError"), ".errors"),
     "section_json": ".jsondump",
@@ -101,6 +102,7 @@ __all__ = [
     "dump_text",
     "encode",
     "read_header",
+    "relocate",
     "section_json",
     "sframe_extent",
     "style_for",

@@ -35,7 +35,7 @@ from .constants import (
     PCType,
     fre_type_for_size,
 )
-from .decode import FLEX_CONTROL_POSITIONS
+from .decode import FLEX_CONTROL_POSITIONS, read_header
 from .errors import EncodeError
 from .model import FDE, FRE, Section
 
@@ -186,6 +186,29 @@ def encode(section: Section) -> bytes:
                 out += struct.pack(order + "BH", fde.rep_size, 0)
     out += fre_area
     out += section.tail
+    return bytes(out)
+
+
+def relocate(data: bytes | memoryview, address: int, new_address: int) -> bytes:
+    """The bytes of the section ``data`` at ``address`` moved to ``new_address``, for the
+    same code: only the FDEs' start fields change (relative to the section, or to the
+    entry with PC-relative starts, they move by the same amount either way), so a table of
+    tens of thousands of FDEs moves without decoding its rows (what
+    ``encode(decode(data, address))`` at the new address gives, for a table laid out as
+    :func:`encode` lays it out). :class:`EncodeError` if a V1/V2 start field would not fit
+    in 32 bits."""
+    header = read_header(data)
+    wide = header.version == VERSION_3
+    field = struct.Struct((">" if header.big_endian else "<") + ("q" if wide else "i"))
+    delta = address - new_address
+    out = bytearray(data)
+    for offset in range(header.fdes_start, header.fdes_end, header.fde_size):
+        moved = field.unpack_from(out, offset)[0] + delta
+        if not _fits_signed(moved, field.size):
+            raise EncodeError(f"FDE at offset {offset:#x}: start more than 2 GiB from the "
+                              f"section at {new_address:#x} (SFrame V{header.version} start "
+                              "fields are 32-bit)")
+        field.pack_into(out, offset, moved)
     return bytes(out)
 
 

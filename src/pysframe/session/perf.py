@@ -1,8 +1,11 @@
 """Unwinding the samples of a perf.data recording (``--call-graph dwarf``) with SFrame.
 
 Follows the process model of the recording: MMAP/MMAP2 build each process's
-address space, FORK copies it, an exec (COMM with the exec flag) starts a new
-one. Each sample's user registers and stack copy feed the tracer.
+address space, FORK copies it, an exec (COMM with the exec flag) maps the new
+image over the old one: the old image's mappings it does not cover stay in the space
+(the tracer looks frames up by address; a model of the memory of the new image alone,
+as ``sframe defer``'s, follows the exec through ``side_band_observers``). Each
+sample's user registers and stack copy feed the tracer.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
 
 from ..errors import Problems, PysframeError
@@ -154,6 +157,9 @@ class PerfUnwinder:
         self._vdso: str | None = None
         #: Time spent unwinding (samples() adds to it when it is not None).
         self.unwind_seconds: float | None = None
+        #: Called with each side-band record once the session has followed it: a model of
+        #: the processes' memory (``deferred.what_if``) follows their exec, fork and mmap.
+        self.side_band_observers: list[Callable[[Record], None]] = []
 
     def _vdso_file(self, build_id: bytes | None) -> str:
         """A file holding this process's vDSO when it is the recorded one (same build id:
@@ -214,7 +220,8 @@ class PerfUnwinder:
             else:
                 self._data_map(record)
         elif isinstance(record, Comm):
-            # An exec's new image: its MMAP2 records follow and replace the old mappings.
+            # An exec's new image: its MMAP2 records follow and replace the old mappings
+            # they overlap (the others stay: see the module's docstring).
             self.comms[record.tid] = record.comm
         elif isinstance(record, Task) and not record.exit:
             if record.pid != record.ppid and record.ppid in self.spaces:
@@ -222,6 +229,8 @@ class PerfUnwinder:
             if record.pid != record.ppid and record.ppid in self.data_spaces:
                 self.data_spaces[record.pid] = self.data_spaces[record.ppid].copy()
             self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
+        for observer in self.side_band_observers:
+            observer(record)
 
     def _jit_code(self, record: Mmap) -> None:
         """The code a jitdump describes, as mappings of the process (the dump read once;
