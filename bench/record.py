@@ -36,7 +36,15 @@ samples taken, also shown as a share of the workload's wall time. Also: bytes wr
 per sample, frames per sample and the share of `sframe record`'s samples walked to the
 outermost frame. Ours is the installed console script (bytecode caching on).
 
+Then (``--part agreement``, or both by default) bench/record_agreement.py's workloads, which
+issue 26 names: the 300-deep recursion, python3, 40 binaries never run before, make -j2 of a
+small C project and ``-a`` for --system-wide seconds (60 by default) on a machine kept busy:
+chains reaching the outermost frame and functions >= 1% against perf --call-graph
+dwarf,65528 + sframe script, the walker's ns per frame, the overhead on the workload
+against perf's no-stack floor in the same rounds, bytes per sample and peak memory.
+
     env -u PYTHONDONTWRITEBYTECODE python3 bench/record.py [--runs N] [--quick] [--shallow]
+                                                           [--part P] [--system-wide S]
 """
 
 from __future__ import annotations
@@ -302,7 +310,15 @@ def main() -> int:
                         help="the shallow workload too (4 frames: flatters the walker)")
     parser.add_argument("--counted", type=int, default=3,
                         help="runs of each sframe row with kernel.bpf_stats_enabled on")
+    parser.add_argument("--part", choices=("overhead", "agreement", "all"), default="all")
+    parser.add_argument("--system-wide", type=float, default=60.0, metavar="S",
+                        help="the agreement part's -a workload: seconds (0: none)")
     args = parser.parse_args()
+    if args.part != "overhead":
+        agreement = [sys.executable, str(Path(__file__).with_name("record_agreement.py")),
+                     "--system-wide", f"{args.system_wide:g}"]
+        if args.part == "agreement":
+            return subprocess.run(agreement, check=False).returncode
     if os.geteuid() != 0:
         sys.exit("bench: sframe record needs root")
     perf = shutil.which("perf")
@@ -334,6 +350,8 @@ def main() -> int:
             report(name, command, figures, counted, sframe, perf)
     finally:
         stats.write_text(before)
+    if args.part == "all":
+        return subprocess.run(agreement, check=False).returncode
     return 0
 
 

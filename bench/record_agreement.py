@@ -15,13 +15,24 @@ folded`, and compare:
 - the share of user stacks that reach the outermost frame (`_start`, `clone3`), ours
   against the reference's (goal: at least 99% where the reference reaches it);
 - from `sframe record`'s summary: bytes per sample, its memory (peak resident set and
-  BPF maps), and the walker's ns per frame (kernel.bpf_stats_enabled on while it runs).
+  BPF maps), and the walker's ns per frame (kernel.bpf_stats_enabled on while it runs;
+  its us per sample over the mean user frames per sample);
+- the overhead on the workload: its CPU time (user + system, as bash's `time` counts the
+  command's processes) under `sframe record` and under `perf record` with no stacks (the
+  floor any sampler pays), against a bare run of the same repeat, median of --repeats
+  runs in alternating order (issue 26's goal: within 1 point of perf's floor).
+A chain reaches the outermost frame at `_start` or `clone3`, at `_dl_start_user` (the
+return address in ld.so's entry, which has no CFI: samples taken while the dynamic loader
+runs), or at the caller of `__libc_start_main` (a stripped binary's `_start`, unnamed).
+The -a workload keeps the machine busy (make -j2 of the project, python3 and the C
+program in turn) for S seconds.
 Kernel frames and the thread name are left out of the stacks (both tools see the same
 kernel, but only dwarf recordings lose user frames behind a short stack copy), and frames
 without a symbol are compared by file (their names carry an offset, and the two tools'
 callers differ by one byte: return address against return address - 1).
 
     python3 bench/record_agreement.py [--rounds N] [--system-wide S] [--only NAME]
+                                      [--repeats N]
 """
 
 from __future__ import annotations
@@ -30,8 +41,10 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +82,13 @@ __attribute__((noinline)) long spin(long n) { volatile long s = NUMBER; for (lon
 __attribute__((noinline)) long middle(long n) { return spin(n) + 1; }
 int main(void) { long t = 0; for (int r = 0; r < 60; r++) t += middle(1000000); return t == 42; }
 """
-OUTERMOST = ("_start", "clone3", "clone", "__clone")
+OUTERMOST = ("_start", "clone3", "clone", "__clone", "_dl_start_user")
+
+
+def reaches_outermost(frames: list[str]) -> bool:
+    """Whether a chain (outermost first) ends at a process's or thread's first frame."""
+    return frames[0] in OUTERMOST or (len(frames) > 1
+                                      and frames[1].startswith("__libc_start_main"))
 
 
 @dataclass
@@ -81,6 +100,8 @@ class Profile:
     samples: int
     outermost: float
     functions: Counter[str]
+    #: Mean user frames per sample.
+    frames: float = 0.0
 
 
 def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: list[str]
@@ -91,7 +112,7 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
                     *options], env=env, check=False, capture_output=True)
     weights: Counter[str] = Counter()
     functions: Counter[str] = Counter()
-    samples = whole = 0
+    samples = whole = frame_count = 0
     for line in out.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         count = int(count_text)
@@ -104,13 +125,16 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
             continue
         weights[";".join(frames)] += count
         samples += count
-        whole += count * (frames[0] in OUTERMOST)
+        frame_count += count * len(frames)
+        whole += count * reaches_outermost(frames)
         for function in set(frames):
             functions[function] += count
-    return Profile(weights, samples, 100 * whole / max(samples, 1), functions)
+    return Profile(weights, samples, 100 * whole / max(samples, 1), functions,
+                   frame_count / max(samples, 1))
 
 
-def compare(name: str, ours: Profile, theirs: Profile, summary: str) -> bool:
+def compare(name: str, ours: Profile, theirs: Profile, summary: str,
+            overhead: tuple[float, float, float] | None = None) -> bool:
     total_ours, total_theirs = ours.samples or 1, theirs.samples or 1
     share_ours = {stack: 100 * count / total_ours for stack, count in ours.stacks.items()}
     share_theirs = {stack: 100 * count / total_theirs for stack, count in theirs.stacks.items()}
@@ -122,14 +146,70 @@ def compare(name: str, ours: Profile, theirs: Profile, summary: str) -> bool:
     reference = {f for f, count in theirs.functions.items() if count >= 0.01 * total_theirs}
     jaccard = len(mine & reference) / len(mine | reference) if mine | reference else 1.0
     reaches = ours.outermost >= min(99.0, theirs.outermost)
-    agree = worst[0] <= 3 and jaccard >= 0.9 and reaches
+    cheap = overhead is None or overhead[1] <= overhead[2] + 1
+    agree = worst[0] <= 3 and jaccard >= 0.9 and reaches and cheap
     print(f"{name}:\n  {ours.samples:,} samples (sframe record) vs {theirs.samples:,} (perf "
           f"dwarf,65528 + sframe script); outermost frame reached: {ours.outermost:.1f}% vs "
           f"{theirs.outermost:.1f}%; functions >= 1%: Jaccard {jaccard:.2f} "
           f"({len(mine)} vs {len(reference)}); {len(big)} stacks >= 1%, largest difference "
           f"{worst[0]:.1f} points{' (' + worst[1][-80:] + ')' if worst[0] > 3 else ''}"
-          f"\n  {summary}\n  -> {'agree' if agree else 'DIFFER'}")
+          f"\n  {summary}{_walker_per_frame(summary, ours.frames)}"
+          f"{_overhead_text(overhead)}\n  -> {'agree' if agree else 'DIFFER'}")
     return agree
+
+
+def _walker_per_frame(summary: str, frames: float) -> str:
+    found = re.search(r"the walker ([\d.]+) us a sample", summary)
+    if not found or not frames:
+        return ""
+    return f" over {frames:.0f} user frames: {1000 * float(found[1]) / frames:.0f} ns a frame"
+
+
+def _overhead_text(overhead: tuple[float, float, float] | None) -> str:
+    if overhead is None:
+        return ""
+    bare, ours, floor = overhead
+    return (f"\n  the workload's CPU time: bare {bare:.2f} s; overhead under sframe record "
+            f"{ours:+.1f}%, under perf record with no stacks (the floor) {floor:+.1f}% "
+            f"(goal: within 1 point)")
+
+
+def timed_cpu(argv: list[str], env: dict[str, str]) -> float:
+    """The CPU seconds (user + system) of the workload a tool runs: ``argv`` ends with
+    :func:`cpu_timed`'s wrapper, which prints them."""
+    run = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, check=False)
+    found = re.findall(r"^WORKLOAD-CPU ([\d.]+) ([\d.]+)$", run.stderr, re.M)
+    if not found:
+        sys.exit(f"bench: {argv[0]}: no CPU time printed: {run.stderr.strip()[-300:]}")
+    return float(found[-1][0]) + float(found[-1][1])
+
+
+def cpu_timed(command: list[str]) -> list[str]:
+    """``command`` under bash's ``time`` (its processes' CPU, children included)."""
+    return ["bash", "-c", 'TIMEFORMAT="WORKLOAD-CPU %U %S"; time "$@" >/dev/null 2>&1',
+            "bench", *command]
+
+
+def overheads(command: list[str], system_wide: bool, sframe: list[str], perf: str,
+              env: dict[str, str], repeats: int) -> tuple[float, float, float]:
+    """(bare CPU seconds, overhead % under sframe record, under perf record with no
+    stacks): medians over ``repeats`` rounds, each bare, ours, perf's in turn."""
+    wrapped = cpu_timed(command)
+    where = ["-a"] if system_wide else []
+    scratch = OUT / "agreement.overhead.data"
+    rows: dict[str, list[float]] = {"bare": [], "ours": [], "floor": []}
+    for _ in range(repeats):
+        bare = timed_cpu(wrapped, env)
+        ours = timed_cpu([*sframe, "record", "-q", *where, "-o", str(scratch), "--", *wrapped],
+                         env)
+        floor = timed_cpu([perf, "record", "-q", "-B", "-F", "999", "-e", "cpu-clock", *where,
+                           "-o", str(scratch), "--", *wrapped], env)
+        rows["bare"].append(bare)
+        rows["ours"].append(100 * (ours - bare) / bare)
+        rows["floor"].append(100 * (floor - bare) / bare)
+    return (statistics.median(rows["bare"]), statistics.median(rows["ours"]),
+            statistics.median(rows["floor"]))
 
 
 def our_summary(stderr: str, recording: Path) -> str:
@@ -183,12 +263,25 @@ def sframe_toolchain() -> Path | None:
     return None
 
 
+def busy_machine(seconds: float, pieces: list[list[str]], env: dict[str, str]) -> list[str]:
+    """A shell keeping the machine busy about ``seconds``: ``pieces`` in turn, as many
+    rounds as one bare round fits (a fixed amount of work, so that runs compare)."""
+    script = "; ".join(" ".join(f"'{arg}'" for arg in piece) + " >/dev/null 2>&1"
+                       for piece in pieces)
+    started = time.perf_counter()
+    subprocess.run(["sh", "-c", script], env=env, check=False)
+    rounds = max(1, round(seconds / max(time.perf_counter() - started, 0.1)))
+    return ["sh", "-c", f"for i in $(seq {rounds}); do {script}; done"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8000)
     parser.add_argument("--system-wide", type=float, default=0.0, metavar="S",
-                        help="also record the whole machine for S seconds")
+                        help="also record the whole machine, kept busy for S seconds")
     parser.add_argument("--only", default=None, help="the workloads whose name has this")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of bare / sframe record / perf record for the overhead")
     args = parser.parse_args()
     perf = shutil.which("perf")
     if perf is None or os.geteuid() != 0:
@@ -210,44 +303,48 @@ def main() -> int:
     script.write_text(PYTHON_WORKLOAD)
     lua = FIXTURES / "real" / "lua-2.46-x86_64"
     python = shutil.which("python3", path="/usr/bin") or "python3"
-    workloads: dict[str, tuple[list[str], list[str], list[str]]] = {
-        c_name: ([str(program), str(args.rounds)], [], []),
-        "300-deep recursion (C, generated tables)": ([str(OUT / "deep300"), "1500"], [], []),
+    make = make_project(OUT / "project")
+    workloads: dict[str, tuple[list[str], list[str], bool]] = {
+        c_name: ([str(program), str(args.rounds)], [], False),
+        "300-deep recursion (C, generated tables)": ([str(OUT / "deep300"), "1500"], [], False),
         "Lua fixture (binutils 2.46 .sframe)": ([str(lua / "lua"), str(lua / "bench.lua")],
-                                                [str(lua)], []),
-        "python3 (generated tables)": ([python, str(script)], [], []),
-        "40 binaries never run before, in turn": (fresh_binaries(OUT / "fresh"), [], []),
-        "make -j2 of 24 C files": (make_project(OUT / "project"), [], []),
+                                                [str(lua)], False),
+        "python3 (generated tables)": ([python, str(script)], [], False),
+        "40 binaries never run before, in turn": (fresh_binaries(OUT / "fresh"), [], False),
+        "make -j2 of 24 C files": (make, [], False),
     }
     if args.system_wide:
-        workloads[f"-a for {args.system_wide:g} s"] = (
-            [], [], ["-a", "--duration", f"{args.system_wide:g}"])
+        busy = busy_machine(args.system_wide, [make, [python, str(script)],
+                                               [str(program), str(args.rounds // 4)]], env)
+        workloads[f"-a, the machine kept busy ~{args.system_wide:g} s (make -j2, python3, C)"] = (
+            busy, [], True)
     agreed = True
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
     was = stats.read_text().strip()
     try:
-        for name, (command, binaries, options) in workloads.items():
+        for name, (command, binaries, system_wide) in workloads.items():
             if args.only and args.only not in name:
                 continue
+            stats.write_text("0")  # timed runs: no clock reads around every program run
+            overhead = overheads(command, system_wide, sframe, perf, env, args.repeats)
             ours, theirs = OUT / "agreement.sframe.data", OUT / "agreement.perf.data"
+            where = ["-a"] if system_wide else []
             stats.write_text("1")
-            target = options or ["--", *command]
-            made = subprocess.run([*sframe, "record", "-o", str(ours), *target], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            made = subprocess.run([*sframe, "record", *where, "-o", str(ours), "--", *command],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
             stats.write_text(was)
             if made.returncode != 0:
                 print(f"{name}: sframe record failed: {made.stderr.strip()[-300:]}")
                 agreed = False
                 continue
-            perf_target = ["-a", "--", "sleep", f"{args.system_wide:g}"] if options else [
-                "--", *command]
-            copy = "dwarf,16384" if options else "dwarf,65528"  # -a: 1 GB a minute as it is
-            subprocess.run([perf, "record", "-q", "-B", "-F", "999", "-e", "cpu-clock",
-                            "--call-graph", copy, "-o", str(theirs), *perf_target],
+            copy = "dwarf,16384" if system_wide else "dwarf,65528"  # -a: 1 GB a minute as it is
+            subprocess.run([perf, "record", "-q", "-B", "-F", "999", "-e", "cpu-clock", *where,
+                            "--call-graph", copy, "-o", str(theirs), "--", *command],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             agreed &= compare(name, folded(sframe, ours, env, binaries),
                               folded(sframe, theirs, env, binaries),
-                              our_summary(made.stderr, ours))
+                              our_summary(made.stderr, ours), overhead)
     finally:
         stats.write_text(was)
     return 0 if agreed else 1
