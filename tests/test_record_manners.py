@@ -166,3 +166,26 @@ def test_idle_samples_are_not_counted_against_walked(tmp_path: Path) -> None:
                    if isinstance(record, Sample) and record.pid == 0)
     if idle:
         assert "without a user stack (idle, kernel threads) not counted" in summary
+
+
+@needs_bpf
+def test_system_wide_sampling_starts_within_a_second_on_a_first_run(tmp_path: Path) -> None:
+    """-a with an empty cache (every table to generate): sampling starts once the running
+    processes' names and mappings are written, the tables follow (their samples are
+    finished from stack copies), and a terminal is told what is being prepared."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        started = time.monotonic_ns()  # the samples' clock (CLOCK_MONOTONIC)
+        run = subprocess.run([*SFRAME, "record", "-a", "--duration", "2", "-o", "a.data"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert run.returncode == 0, run.stderr
+    with open_perf_data(str(tmp_path / "a.data")) as data:
+        first = min(record.time for record in data.records() if isinstance(record, Sample))
+        spun = sum(1 for record in data.records()
+                   if isinstance(record, Sample) and record.pid == spinner.pid)
+    assert (first - started) / 1e9 < 1.0
+    assert spun >= 500  # about every sample of one CPU for 2 s
