@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from ..cfi.errors import CFIError
 from ..elf import ElfError, ElfImage
 from ..elf.headers import PT_LOAD
-from ..errors import Problems
+from ..errors import Problems, PysframeError
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
@@ -96,30 +96,45 @@ class BinaryFinder:
         if image is None:
             self._modules[key] = None
             return None
-        lookup, origin, file_offset = self._table(image)
+        lookup, origin, file_offset, damage = self._table(image)
         module = Module(image.path, build_id, 0, lookup, origin, image,
-                        TableGuard(self.problems, file_offset))
+                        TableGuard(self.problems, file_offset), damage)
         self._modules[key] = module
         return _rebased(module, self._bias(module, start, pgoff))
 
-    def _table(self, image: ElfImage) -> tuple[SFrameLookup | None, str, int | None]:
-        """The SFrame lookup to unwind ``image`` with, its origin, and the file offset of
-        the table when it is the file's own section. A binary without CFI simply has no
-        table; a malformed one is reported as a problem."""
+    def _table(self, image: ElfImage
+               ) -> tuple[SFrameLookup | None, str, int | None, PysframeError | None]:
+        """The SFrame lookup to unwind ``image`` with, its origin, the file offset of the
+        table when it is the file's own section, and the fault found in the file's own table
+        when it is damaged (the table is then made from the file's CFI; reported here, once
+        per binary). A binary without CFI simply has no table; a malformed one is reported
+        as a problem."""
         if self.symbols_only:
-            return None, "no SFrame: not needed (nothing to unwind)", None
+            return None, "no SFrame: not needed (nothing to unwind)", None, None
         try:
-            data, address = self.tables.table(image)
+            data, address, damage = self.tables.table(image)
             reader = SFrameReader(data, address)
             own = image.sframe_sections()
         except NoTable as error:
-            return None, f"no SFrame: {error}", None
+            return None, f"no SFrame: {error}", None, None
         except (ElfError, SFrameError, CFIError) as error:
             if self.problems is not None:
                 self.problems.add(error, image.path)
-            return None, f"no SFrame: {error}", None
+            return None, f"no SFrame: {error}", None, None
+        if damage is not None:
+            self._report_damage(image, damage)
+            return SFrameLookup(reader), "generated (its .sframe is damaged)", None, damage
         file_offset = next((s.file_offset for s in own if s.address == address and s.raw == data), None)
-        return SFrameLookup(reader), ".sframe" if own else "generated", file_offset
+        return SFrameLookup(reader), ".sframe" if own else "generated", file_offset, None
+
+    def _report_damage(self, image: ElfImage, damage: PysframeError) -> None:
+        """One line: the file's own table is damaged, its frames come from its CFI."""
+        if self.problems is None:
+            return
+        where = f" at file offset {damage.offset:#x}" if damage.offset is not None else ""
+        cfi = ".eh_frame" if image.section_header(".eh_frame") is not None else ".debug_frame"
+        self.problems.add(PysframeError(f".sframe damaged{where}: {damage.message}; frames from "
+                                        f"its {cfi} instead", path=image.path))
 
     def prefetch(self, files: Iterable[tuple[str, bytes | None]], *, progress: bool = False,
                  workers: int | None = None) -> int:
@@ -173,4 +188,4 @@ def _rebased(module: Module, bias: int) -> Module:
     if module.bias == bias:
         return module
     return Module(module.path, module.build_id, bias, module.lookup, module.origin, module.image,
-                  module.guard)
+                  module.guard, module.damage)

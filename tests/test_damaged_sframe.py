@@ -1,0 +1,142 @@
+"""A binary whose own ``.sframe`` is damaged (issue 27, item 2): one flipped byte in its FRE
+sub-section, and a table the kernel would drop at its first fault. ``sframe script``
+unwinds it from the table generated from its ``.eh_frame``, as a binary without
+``.sframe``, says so in one line and exits 1; the generated table's cache entry is kept
+apart from the merged one of the undamaged binary with the same build id."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from pysframe.elf import ElfImage
+from pysframe.format.decode import SFrameReader
+from pysframe.format.errors import SFrameError
+from pysframe.format.lookup import SFrameLookup
+from pysframe.generate.cache import cache_path, table_for
+
+LUA_DIR = FIXTURES / "real" / "lua-2.46-x86_64"
+LUA = LUA_DIR / "lua"
+DAMAGED_LINE = re.compile(r"^sframe: (\S+): \.sframe damaged at file offset 0x[0-9a-f]+: .+; "
+                          r"frames from its \.eh_frame instead$")
+
+pytestmark = pytest.mark.skipif(not (LUA_DIR / "perf.data").exists(),
+                                reason="../shared/fixtures is not present")
+
+
+def symbol_address(image: ElfImage, name: str) -> int:
+    symbols = image.elf.get_section_by_name(".symtab")
+    return next(int(symbol["st_value"]) for symbol in symbols.iter_symbols()
+                if symbol.name == name)
+
+
+def damaged_copy(source: Path, target: Path, function: str) -> int:
+    """A copy of ``source`` (same build id) with one bit flipped in the FRE sub-section
+    of ``function``'s FDE (its attribute record or rows): the first flip that makes a
+    lookup in ``function`` fail. Returns the flipped byte's file offset."""
+    image = ElfImage(str(source))
+    section = image.sframe_sections()[0]
+    lookup = SFrameLookup(SFrameReader(section.raw, section.address))
+    entry = lookup.find_fde(symbol_address(image, function))
+    assert entry is not None
+    raw = bytearray(section.raw)
+    # V3: the attribute record (5 bytes) is in the FRE sub-section, just before the rows.
+    for at in range(entry.fres_offset - 5, lookup.reader.fre_block_end(entry)):
+        for bit in range(8):
+            raw[at] ^= 1 << bit
+            if _lookup_fails(bytes(raw), section.address, entry.start):
+                data = bytearray(source.read_bytes())
+                data[section.file_offset + at] ^= 1 << bit
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(bytes(data))
+                target.chmod(0o755)
+                return section.file_offset + at
+            raw[at] ^= 1 << bit
+    raise AssertionError(f"no flip in {function}'s FREs makes a lookup fail")
+
+
+def _lookup_fails(raw: bytes, address: int, pc: int) -> bool:
+    try:
+        SFrameLookup(SFrameReader(raw, address)).find_fre_stepwise(pc)
+    except SFrameError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(directory with the undamaged binary, directory with the damaged one): the hottest
+    function of the recording, luaV_execute, damaged."""
+    root = tmp_path_factory.mktemp("damaged")
+    good = root / "good" / "lua"
+    good.parent.mkdir()
+    good.write_bytes(LUA.read_bytes())
+    damaged_copy(LUA, root / "damaged" / "lua", "luaV_execute")
+    return good.parent, root / "damaged"
+
+
+def script(binaries: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """``sframe script`` on the Lua recording, its binary found by build id under
+    ``binaries`` only (HOME elsewhere: not perf's ~/.debug copy)."""
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
+    return subprocess.run([sys.executable, "-m", "pysframe", "script", "--binaries",
+                           str(binaries), str(LUA_DIR / "perf.data")],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_a_flip_makes_the_section_fault(copies: tuple[Path, Path]) -> None:
+    good, damaged = copies
+    for directory, faulty in ((good, False), (damaged, True)):
+        image = ElfImage(str(directory / "lua"))
+        section = image.sframe_sections()[0]
+        fault = SFrameLookup(SFrameReader(section.raw, section.address)).first_fault()
+        assert (fault is not None) == faulty
+    assert ElfImage(str(damaged / "lua")).build_id() == ElfImage(str(LUA)).build_id()
+
+
+def test_script_unwinds_a_damaged_binary_from_its_eh_frame(
+        copies: tuple[Path, Path], tmp_path: Path) -> None:
+    good, damaged = copies
+    expected = script(good, tmp_path / "home-good")
+    assert expected.returncode == 0, expected.stderr
+    assert expected.stderr == ""
+    for run in (1, 2):  # the table generated, then taken from the cache
+        result = script(damaged, tmp_path / "home-damaged")
+        assert result.returncode == 1, (run, result.stderr)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, (run, lines)
+        match = DAMAGED_LINE.match(lines[0])
+        assert match and match.group(1) == str(damaged / "lua"), (run, lines)
+        assert result.stdout.count("\n") == expected.stdout.count("\n") > 70_000
+        assert result.stdout == expected.stdout, run
+
+
+def test_cache_keeps_the_damaged_and_the_good_table_apart(
+        copies: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One build id, two files: each gets its own table from a shared cache, in any order,
+    and only the damaged one is said to be damaged."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    good, damaged = copies
+
+    def made(directory: Path, use_cache: bool = True) -> tuple[bytes, int, str | None]:
+        table = table_for(ElfImage(str(directory / "lua")), use_cache=use_cache)
+        return table.data, table.address, None if table.damage is None else str(table.damage)
+
+    uncached = {"good": made(good, False), "damaged": made(damaged, False)}
+    assert uncached["good"][2] is None
+    assert uncached["damaged"][2] is not None
+    assert uncached["damaged"][0] != uncached["good"][0]  # generated, not merged
+    for name, directory in [("good", good), ("damaged", damaged)] * 2:
+        assert made(directory) == uncached[name], name
+    build_id = ElfImage(str(LUA)).build_id()
+    assert build_id is not None
+    for kind in ("merged", "replaced"):  # one entry each, side by side
+        entry = cache_path(build_id, 3, kind)
+        assert entry is not None and entry.exists(), kind
