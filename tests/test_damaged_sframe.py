@@ -140,3 +140,111 @@ def test_cache_keeps_the_damaged_and_the_good_table_apart(
     for kind in ("merged", "replaced"):  # one entry each, side by side
         entry = cache_path(build_id, 3, kind)
         assert entry is not None and entry.exists(), kind
+
+
+# --- a live process: sframe stack and sframe record --------------------------------------
+
+#: leaf <- middle <- outer <- main, no frame pointers: a lost table loses the frames above.
+CHAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+volatile unsigned long sink;
+
+__attribute__((noinline)) void leaf(long rounds) {
+    if (rounds < 0) {  /* stack: wait in read() until stdin closes */
+        char c;
+        puts("ready");
+        fflush(stdout);
+        if (read(0, &c, 1) < 0)
+            sink++;
+        return;
+    }
+    for (long i = 0; i < rounds; i++)  /* record: spin here */
+        sink += (unsigned long)i * 7;
+}
+
+__attribute__((noinline)) void middle(long rounds) {
+    volatile char pad[64];
+    pad[0] = 1;
+    leaf(rounds);
+    sink += pad[0];
+}
+
+__attribute__((noinline)) void outer(long rounds) {
+    volatile char pad[32];
+    pad[0] = 2;
+    middle(rounds);
+    sink += pad[0];
+}
+
+int main(int argc, char **argv) {
+    outer(argc > 1 ? atol(argv[1]) : -1);
+    return 0;
+}
+"""
+EXPECTED = ["leaf", "middle", "outer", "main", "__libc_start_call_main", "__libc_start_main",
+            "_start"]
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the program built with its own .sframe by gas 2.47.50, gcc -O2
+    -fomit-frame-pointer; a copy with ``middle``'s FREs damaged)."""
+    from tests.support.oracles import missing, need_binutils
+
+    gas = Path(need_binutils("as", "2.47.50"))
+    driver = gas.parent.parent / "gcc-B" / "2.47.50" / "x86_64"
+    if not (driver / "as").exists():
+        missing(f"gcc's -B directory for binutils 2.47.50 ({driver})", "tools/install-oracles.sh")
+    root = tmp_path_factory.mktemp("chain")
+    (root / "chain.c").write_text(CHAIN)
+    good = root / "good" / "chain"
+    good.parent.mkdir()
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", f"-B{driver}/", "-Wa,--gsframe",
+                    "-o", str(good), str(root / "chain.c")], check=True, timeout=120)
+    assert ElfImage(str(good)).sframe_sections()
+    damaged = root / "damaged" / "chain"
+    damaged_copy(good, damaged, "middle")
+    return good, damaged
+
+
+def stack_frames(program: Path, home: Path) -> tuple[list[tuple[str, str, int]], str, int]:
+    """``sframe stack --json`` of ``program`` waiting in read(): each frame's function,
+    file name and file offset; stderr; the exit status."""
+    import json
+
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
+    child = subprocess.Popen([str(program)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        run = subprocess.run([sys.executable, "-m", "pysframe", "stack", "--json",
+                              "--no-debuginfo", str(child.pid)],
+                             capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=10)
+    if run.returncode == 2 and "not permitted" in run.stderr:
+        pytest.skip("ptrace is not permitted here")
+    frames = json.loads(run.stdout)["threads"][0]["frames"] if run.stdout else []
+    return ([(frame["function"], Path(frame["path"]).name, frame["file_offset"])
+             for frame in frames], run.stderr, run.returncode)
+
+
+def test_stack_of_a_damaged_binary_names_the_same_frames(
+        chains: tuple[Path, Path], tmp_path: Path) -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("sframe stack is x86-64 only")
+    good, damaged = chains
+    expected, stderr, status = stack_frames(good, tmp_path / "home")
+    assert (stderr, status) == ("", 0)
+    assert [name.split("+")[0].split("@")[0] for name, _, _ in expected[1:]] == EXPECTED
+    frames, stderr, status = stack_frames(damaged, tmp_path / "home")  # one cache for both
+    assert frames == expected
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and status == 1, stderr
+    match = DAMAGED_LINE.match(lines[0])
+    assert match and match.group(1) == str(damaged), lines
