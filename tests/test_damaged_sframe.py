@@ -248,3 +248,48 @@ def test_stack_of_a_damaged_binary_names_the_same_frames(
     assert len(lines) == 1 and status == 1, stderr
     match = DAMAGED_LINE.match(lines[0])
     assert match and match.group(1) == str(damaged), lines
+
+
+def recorded_chains(program: Path, home: Path) -> tuple[list[list[str]], str, int]:
+    """``sframe record`` of ``program`` spinning in ``leaf``: each sample's user functions,
+    read back by ``sframe script``; the recorder's stderr and exit status."""
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
+    data = home / f"{program.parent.name}.data"
+    run = subprocess.run([sys.executable, "-m", "pysframe", "record", "-o", str(data), "--",
+                          str(program), "1000000000"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    text = subprocess.run([sys.executable, "-m", "pysframe", "script", str(data)],
+                          capture_output=True, text=True, env=env, timeout=300,
+                          check=True).stdout
+    samples = []
+    for block in text.split("\n\n"):
+        lines = block.strip("\n").splitlines()[1:]
+        samples.append([line.split()[1].split("+")[0].split("@")[0] for line in lines])
+    return samples, run.stderr, run.returncode
+
+
+def test_record_walks_a_damaged_binary_with_its_generated_table(
+        chains: tuple[Path, Path], tmp_path: Path) -> None:
+    """The walker gets the rows generated from the damaged binary's .eh_frame (not none,
+    as for a table the kernel's rules refuse): every sample in ``leaf`` is walked to
+    ``_start``, as with the intact binary. One line says so; the exit status is the
+    workload's, as perf's (and as for the other notes of sframe record)."""
+    from tests.test_record_bpf import REASON
+
+    if REASON is not None:
+        pytest.skip(REASON)
+    for program in chains:
+        samples, stderr, status = recorded_chains(program, tmp_path / "home")
+        in_leaf = [sample for sample in samples if sample and sample[0] == "leaf"]
+        assert len(in_leaf) > 100, (program, len(samples), stderr)
+        assert all(sample == EXPECTED for sample in in_leaf), (program, stderr)
+        assert status == 0, stderr
+        notes = [line for line in stderr.splitlines() if not line.startswith(
+            ("sframe record: ", "sframe: the tables of "))]
+        if program == chains[0]:
+            assert notes == [], stderr
+        else:
+            assert len(notes) == 1, stderr
+            match = DAMAGED_LINE.match(notes[0])
+            assert match and match.group(1) == str(program), notes

@@ -129,12 +129,8 @@ class BinaryFinder:
 
     def _report_damage(self, image: ElfImage, damage: PysframeError) -> None:
         """One line: the file's own table is damaged, its frames come from its CFI."""
-        if self.problems is None:
-            return
-        where = f" at file offset {damage.offset:#x}" if damage.offset is not None else ""
-        cfi = ".eh_frame" if image.section_header(".eh_frame") is not None else ".debug_frame"
-        self.problems.add(PysframeError(f".sframe damaged{where}: {damage.message}; frames from "
-                                        f"its {cfi} instead", path=image.path))
+        if self.problems is not None:
+            self.problems.add(PysframeError(damage_message(image, damage), path=image.path))
 
     def prefetch(self, files: Iterable[tuple[str, bytes | None]], *, progress: bool = False,
                  workers: int | None = None) -> int:
@@ -182,6 +178,15 @@ class BinaryFinder:
                         else offset <= pgoff < segment.offset + max(segment.filesz, 1)):
                     return int(start - ((segment.vaddr & ~0xFFF) + (pgoff - offset)))
         return start - pgoff
+
+
+def damage_message(image: ElfImage, damage: PysframeError) -> str:
+    """What to say of a binary whose own .sframe is damaged (``damage``: the fault, its
+    offset in the file) and whose table was made from its CFI instead."""
+    where = f" at file offset {damage.offset:#x}" if damage.offset is not None else ""
+    # The generator reads .debug_frame only when there is no .eh_frame.
+    cfi = ".eh_frame" if image.section_header(".eh_frame") is not None else ".debug_frame"
+    return f".sframe damaged{where}: {damage.message}; frames from its {cfi} instead"
 
 
 def _rebased(module: Module, bias: int) -> Module:
