@@ -142,6 +142,31 @@ def test_cache_keeps_the_damaged_and_the_good_table_apart(
         assert entry is not None and entry.exists(), kind
 
 
+def test_defer_keeps_the_kernels_drop_and_its_report_says_so(
+        copies: tuple[Path, Path], tmp_path: Path) -> None:
+    """The kernel's model takes the damaged section, drops it at its first fault and does
+    not fall back to the CFI: the samples cut short in the Lua binary are charged to that
+    (not to a missing PT_GNU_SFRAME), and the one line says what the kernel does."""
+    _, damaged = copies
+    (tmp_path / "home").mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "home"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    run = subprocess.run([sys.executable, "-m", "pysframe", "defer", "--report", "--binaries",
+                          str(damaged), "-o", str(tmp_path / "deferred.data"),
+                          str(LUA_DIR / "perf.data")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 1, run.stderr
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"sframe: {damaged / 'lua'}: .sframe damaged "
+                                                   "at file offset 0x"), lines
+    assert "the kernel drops it at its first fault" in lines[0]
+    causes = [line.split() for line in run.stdout.splitlines() if "cut short:" in line]
+    lua = [cause for cause in causes if cause[0].endswith("/lua")]
+    assert lua and all(" ".join(cause[1:-1]) == "cut short: kernel dropped its damaged .sframe"
+                       for cause in lua), run.stdout
+    assert int(lua[0][-1].replace(",", "")) > 2000, run.stdout
+
+
 # --- a live process: sframe stack and sframe record --------------------------------------
 
 #: leaf <- middle <- outer <- main, no frame pointers: a lost table loses the frames above.

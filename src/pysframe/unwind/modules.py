@@ -26,6 +26,9 @@ from ..format.lookup import SFrameLookup
 from .address_space import Module, TableGuard
 from .provider import NoTable, TableProvider
 
+#: What follows from a damaged own table, as the commands that unwind with it say.
+DAMAGE_OUTCOME = "frames from its {cfi} instead"
+
 
 class BinaryFinder:
     """Locates the file for a (path, build id): ~/.debug, recorded path, user directories."""
@@ -45,6 +48,9 @@ class BinaryFinder:
         #: Binaries opened for their symbols only: no table read or generated (a recording
         #: without stack copies is never unwound here).
         self.symbols_only = False
+        #: What the line about a damaged own table says follows from it (``{cfi}``: what
+        #: its table was made from instead); ``sframe defer`` says what the kernel does.
+        self.damage_outcome = DAMAGE_OUTCOME
         self._index: dict[str, list[str]] | None = None
         self._modules: dict[tuple[str, bytes | None], Module | None] = {}
         #: Images found by :meth:`prefetch` (used once).
@@ -130,7 +136,8 @@ class BinaryFinder:
     def _report_damage(self, image: ElfImage, damage: PysframeError) -> None:
         """One line: the file's own table is damaged, its frames come from its CFI."""
         if self.problems is not None:
-            self.problems.add(PysframeError(damage_message(image, damage), path=image.path))
+            self.problems.add(PysframeError(damage_message(image, damage, self.damage_outcome),
+                                            path=image.path))
 
     def prefetch(self, files: Iterable[tuple[str, bytes | None]], *, progress: bool = False,
                  workers: int | None = None) -> int:
@@ -180,13 +187,15 @@ class BinaryFinder:
         return start - pgoff
 
 
-def damage_message(image: ElfImage, damage: PysframeError) -> str:
+def damage_message(image: ElfImage, damage: PysframeError, outcome: str = "") -> str:
     """What to say of a binary whose own .sframe is damaged (``damage``: the fault, its
-    offset in the file) and whose table was made from its CFI instead."""
+    offset in the file) and whose table was made from its CFI instead: the fault, then
+    ``outcome`` (default :data:`DAMAGE_OUTCOME`)."""
     where = f" at file offset {damage.offset:#x}" if damage.offset is not None else ""
     # The generator reads .debug_frame only when there is no .eh_frame.
     cfi = ".eh_frame" if image.section_header(".eh_frame") is not None else ".debug_frame"
-    return f".sframe damaged{where}: {damage.message}; frames from its {cfi} instead"
+    return (f".sframe damaged{where}: {damage.message}; "
+            f"{(outcome or DAMAGE_OUTCOME).format(cfi=cfi)}")
 
 
 def _rebased(module: Module, bias: int) -> Module:
