@@ -23,8 +23,9 @@ and a fork copies the parent's.
 Each sample then gets a verdict against our own chain: ``unwound`` (the same frames),
 ``cut short`` (the kernel's chain is a proper prefix of ours) with the binary and why
 (no ``PT_GNU_SFRAME``, a table the kernel refuses, a damaged table it dropped at a fault,
-a frame only DWARF recovers, the frame limit), ``differs`` (another chain: a frame-pointer guess went elsewhere, or the
-kernel went further), or ``no user context`` (a kernel thread; nothing deferred).
+a frame only DWARF recovers, the frame limit), ``differs`` (another chain: a
+frame-pointer guess went elsewhere, or the kernel went further), or ``no user context``
+(a kernel thread; nothing deferred).
 """
 
 from __future__ import annotations

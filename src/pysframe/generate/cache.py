@@ -6,8 +6,8 @@ functions their table lacks merged in, unless their table is damaged: one that f
 where a reader reads it (:func:`own_fault`; the kernel drops such a section at its first
 fault) is not used at all, and the table is generated from the CFI as for a binary
 without one. That table is kept under a kind of its own (``replaced``), apart from the
-merged tables, so a binary's entry says which of the two it holds. Every table is validated before it is used or
-kept, with the checks ``sframe validate`` runs on a file (functions inside executable
+merged tables, so a binary's entry says which of the two it holds. Every table is
+validated before it is used or kept, with the checks ``sframe validate`` runs on a file (functions inside executable
 segments included; the kernel's registration policy does not apply to this process's
 unwinder): an FDE with an error is left out, so its function is unwound as one without
 SFrame data, and a table that still does not validate is not used at all. An entry is
@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 # cache miss: a warm `sframe stack` never needs them.
 
 #: Bumped whenever the generator's output changes, so old entries are not reused (4: a
-#: damaged own table is no longer merged, its good FDEs kept: entries made so are stale).
+#: damaged own table is no longer merged with its faulting FDEs left out: such entries
+#: are stale).
 GENERATOR_VERSION = 4
 #: Linker stub sections: a merged table takes their rows from the generator (correct
 #: ones), not from the file's own table (GNU ld's x86-64 .plt.got rows are wrong).

@@ -28,6 +28,8 @@ from .provider import NoTable, TableProvider
 
 #: What follows from a damaged own table, as the commands that unwind with it say.
 DAMAGE_OUTCOME = "frames from its {cfi} instead"
+#: The origin of a module's table made from its CFI because its own table is damaged.
+ORIGIN_REPLACED = "generated (its .sframe is damaged)"
 
 
 class BinaryFinder:
@@ -129,7 +131,7 @@ class BinaryFinder:
             return None, f"no SFrame: {error}", None, None
         if damage is not None:
             self._report_damage(image, damage)
-            return SFrameLookup(reader), "generated (its .sframe is damaged)", None, damage
+            return SFrameLookup(reader), ORIGIN_REPLACED, None, damage
         file_offset = next((s.file_offset for s in own if s.address == address and s.raw == data), None)
         return SFrameLookup(reader), ".sframe" if own else "generated", file_offset, None
 
