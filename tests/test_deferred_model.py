@@ -256,6 +256,10 @@ def test_a_corrupt_section_is_removed_after_the_fault() -> None:
     # The next walk has no section: frame pointers only.
     assert unwind_user(mm, EntryRegisters(ip=F2 + 0x20, sp=SP + 8, fp=SP + 8)).methods[:1] == [
         "fp"]
+    # Why the file has none (for sframe defer's report), in a child forked since too.
+    name = mm.sframes.removals[0].section.name
+    assert mm.sframes.dropped_damaged(name) and mm.fork().sframes.dropped_damaged(name)
+    assert not mm.sframes.dropped_damaged(name + "-other")
 
 
 def test_registration_refuses_what_the_kernel_refuses() -> None:

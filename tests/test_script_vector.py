@@ -133,8 +133,9 @@ def test_jobs_print_the_same_text_in_the_same_order(monkeypatch: pytest.MonkeyPa
 
 def test_a_corrupt_table_costs_the_same_in_both_paths(tmp_path: Path) -> None:
     """The Lua binary with an invalid FRE type in its hottest function: the batch pipeline
-    drops the table at the same fault, reports it once with its file offset, prints the
-    same text and exits 1, as the record path does (with -j 2 too)."""
+    replaces the damaged table as the record path does (by the one generated from its
+    .eh_frame), reports it once with its file offset, prints the same text and exits 1
+    (with -j 2 too)."""
     import subprocess
     import sys
 

@@ -15,6 +15,9 @@ from ..errors import Problems
 from .errors import EXIT_INVALID, EXIT_OK, CommandError
 
 _DWARF = (1 << 5) | (1 << 12) | (1 << 13)  # CALLCHAIN, REGS_USER, STACK_USER
+#: What follows from a binary's damaged own .sframe here (the line that names the fault).
+DAMAGE_OUTCOME = ("the kernel drops it at its first fault (frames there: frame pointers), "
+                  "as in the recording written; the report's yardstick reads its {cfi}")
 
 
 def run_defer(path: str, *, output: str, binaries: list[str], assume_sframe: bool,
@@ -30,6 +33,8 @@ def run_defer(path: str, *, output: str, binaries: list[str], assume_sframe: boo
         refuse_inputs(plot, [path, output])
     problems = Problems(report)
     data, unwinder = open_recording(path, binaries, problems)
+    # The recording written keeps the kernel's semantics: a damaged table is dropped.
+    unwinder.finder.damage_outcome = DAMAGE_OUTCOME
     with data:
         if not data.attrs or any(attr.sample_type & _DWARF != _DWARF for attr in data.attrs):
             raise CommandError(f"{path}: not a --call-graph dwarf recording (samples need a "

@@ -10,6 +10,7 @@ from ..symbolize.frames import FrameNamer
 from ..symbolize.symbolizer import SymbolHit
 from ..unwind.address_space import Mapping
 from ..unwind.jit_modules import JIT_FILENAME
+from ..unwind.modules import ORIGIN_REPLACED
 from ..unwind.unwinder import EXACT_PC, Unwind
 from .errors import EXIT_INVALID, EXIT_OK
 
@@ -123,7 +124,9 @@ def _frame_lines(frame: NamedFrame, number: int, show_build_id: bool) -> list[st
 
 
 _ORIGINS = {".sframe": "its own .sframe section (+ CFI for functions it lacks)",
-            "generated": "SFrame generated from its .eh_frame (cached by build id)"}
+            "generated": "SFrame generated from its .eh_frame (cached by build id)",
+            ORIGIN_REPLACED: "SFrame generated from its .eh_frame, its own .sframe being "
+                             "damaged (cached by build id)"}
 
 
 def _module_legend(threads: list[NamedThread]) -> list[str]:

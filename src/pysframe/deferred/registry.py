@@ -162,6 +162,8 @@ class SFrameRegistry:
                                         section.text_start, section.text_end, section.name,
                                         section.lookup) for section in parent._sections]
         self._starts = list(parent._starts)
+        # The parent's history too: a section it dropped is missing here for that reason.
+        self.removals = list(parent.removals)
 
     def register(self, what: SFrameRegistration) -> int:
         """``sframe_register``: sizes that wrap around the address space are refused."""
@@ -189,6 +191,12 @@ class SFrameRegistry:
         del self._sections[index]
         del self._starts[index]
         self.removals.append(Removal(section, reason))
+
+    def dropped_damaged(self, name: str) -> bool:
+        """Whether a section registered for the file ``name`` was removed because it
+        faulted or was found corrupt while unwinding (not unmapped, not unregistered)."""
+        return any(removal.reason in ("fault", "corrupt") and removal.section.name == name
+                   for removal in self.removals)
 
     # -- registration checks -----------------------------------------------------------
 

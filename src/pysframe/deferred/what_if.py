@@ -22,9 +22,10 @@ and a fork copies the parent's.
 
 Each sample then gets a verdict against our own chain: ``unwound`` (the same frames),
 ``cut short`` (the kernel's chain is a proper prefix of ours) with the binary and why
-(no ``PT_GNU_SFRAME``, a table the kernel refuses, a frame only DWARF recovers, the
-frame limit), ``differs`` (another chain: a frame-pointer guess went elsewhere, or the
-kernel went further), or ``no user context`` (a kernel thread; nothing deferred).
+(no ``PT_GNU_SFRAME``, a table the kernel refuses, a damaged table it dropped at a fault,
+a frame only DWARF recovers, the frame limit), ``differs`` (another chain: a
+frame-pointer guess went elsewhere, or the kernel went further), or ``no user context``
+(a kernel thread; nothing deferred).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ from .user_unwind import EntryRegisters, UserTrace
 MAX_FRAMES = 127
 CUT_NO_SFRAME = "no PT_GNU_SFRAME"
 CUT_REFUSED = "table refused by the kernel"
+#: The kernel took the binary's section, found it corrupt at a lookup and removed it (it
+#: does not fall back to the binary's CFI): frame pointers from there on.
+CUT_DROPPED = "kernel dropped its damaged .sframe"
 CUT_DWARF_ONLY = "frame only DWARF recovers"
 CUT_LIMIT = "frame limit"
 CUT_NO_BINARY = "no binary"
@@ -275,6 +279,8 @@ class WhatIf:
             return CUT_NO_BINARY
         if mm.sframes.find_section(pc) is not None:
             return CUT_DWARF_ONLY
+        if mm.sframes.dropped_damaged(mapping.filename):
+            return CUT_DROPPED
         status = mm.files.get(mapping.filename)
         return CUT_REFUSED if status is not None and status != 0 else CUT_NO_SFRAME
 

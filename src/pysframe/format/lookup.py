@@ -215,8 +215,22 @@ class SFrameLookup:
         cached = self._rows.get(index)
         if cached is not None:
             return cached
-        reader = self._reader
-        entry = reader.fde(index)
+        entry, starts, fres = self._read_function(index)
+        # Rows decoded so far may not exceed the header's count: FDEs sharing FRE data
+        # would otherwise make the caches grow with num_fdes x fre_len.
+        self._decoded_rows += len(fres)
+        if self._decoded_rows > self._reader.header.num_fres:
+            raise CorruptError(f"FDEs claim more than the {self._reader.header.num_fres} FREs "
+                               "the header counts", entry.offset)
+        rows: list[FrameRow | None] = [None] * len(fres)
+        result = (starts, fres, rows, entry)
+        self._rows[index] = result
+        return result
+
+    def _read_function(self, index: int) -> tuple[FDEEntry, list[int], list[FRE]]:
+        """FDE ``index`` and its rows' starts and FREs, with the checks every lookup makes
+        (raises :class:`CorruptError` where they fail)."""
+        entry = self._reader.fde(index)
         if entry.fde_type not in (FDEType.DEFAULT, FDEType.FLEX):
             raise CorruptError(f"FDE {index}: unknown FDE type {entry.fde_type}", entry.offset)
         if entry.pc_type == PCType.MASK and entry.rep_size == 0:
@@ -225,7 +239,7 @@ class SFrameLookup:
         fres: list[FRE] = []
         previous = -1
         mask = entry.info & INFO_PC_TYPE_BIT
-        for at, fre in reader.fres_with_offsets(entry):
+        for at, fre in self._reader.fres_with_offsets(entry):
             if fre.start <= previous:
                 raise CorruptError(f"FDE {index}: FRE start {fre.start:#x} not above the previous "
                                    f"one ({previous:#x})", at)
@@ -235,16 +249,27 @@ class SFrameLookup:
             previous = fre.start
             starts.append(fre.start)
             fres.append(fre)
-        # Rows decoded so far may not exceed the header's count: FDEs sharing FRE data
-        # would otherwise make the caches grow with num_fdes x fre_len.
-        self._decoded_rows += len(fres)
-        if self._decoded_rows > reader.header.num_fres:
-            raise CorruptError(f"FDEs claim more than the {reader.header.num_fres} FREs the header "
-                               "counts", entry.offset)
-        rows: list[FrameRow | None] = [None] * len(fres)
-        result = (starts, fres, rows, entry)
-        self._rows[index] = result
-        return result
+        return entry, starts, fres
+
+    def first_fault(self) -> SFrameError | None:
+        """The error a lookup somewhere in the section would raise (the first in stored
+        order: every function's rows read and made, none kept), or None. A reader that
+        drops a table at its first fault, as the kernel does, would drop this one; asked
+        up front, the answer does not depend on which PCs happen to be looked up."""
+        reader = self._reader
+        decoded = 0
+        try:
+            for index in range(reader.num_fdes):
+                entry, _, fres = self._read_function(index)
+                decoded += len(fres)
+                if decoded > reader.header.num_fres:
+                    raise CorruptError(f"FDEs claim more than the {reader.header.num_fres} FREs "
+                                       "the header counts", entry.offset)
+                for k, fre in enumerate(fres):
+                    self.make_row(entry, k, fre)
+        except SFrameError as error:
+            return error
+        return None
 
     def find_fre(self, pc: int) -> FrameRow | None:
         """The rules for ``pc``, or ``None`` when the section has no information for it."""

@@ -2,8 +2,12 @@
 kept in the cache of derived data (:mod:`pysframe.cachedir`) by build id.
 
 Binaries without .sframe get their table generated once; binaries with one get the
-functions their table lacks merged in. Every table is validated before it is used or
-kept, with the checks ``sframe validate`` runs on a file (functions inside executable
+functions their table lacks merged in, unless their table is damaged: one that faults
+where a reader reads it (:func:`own_fault`; the kernel drops such a section at its first
+fault) is not used at all, and the table is generated from the CFI as for a binary
+without one. That table is kept under a kind of its own (``replaced``), apart from the
+merged tables, so a binary's entry says which of the two it holds. Every table is
+validated before it is used or kept, with the checks ``sframe validate`` runs on a file (functions inside executable
 segments included; the kernel's registration policy does not apply to this process's
 unwinder): an FDE with an error is left out, so its function is unwound as one without
 SFrame data, and a table that still does not validate is not used at all. An entry is
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..cachedir import Source, describe, entry_path, load, read_stamped, stamped, store
 from ..format.decode import SFrameReader, decode
@@ -29,13 +33,16 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..elf import ElfImage
+    from ..elf.sections import SFrameSectionData
     from ..format.model import FDE, Section
 
 # The generator (CFI parser, gas rules, encoder) and the validator are imported only on a
 # cache miss: a warm `sframe stack` never needs them.
 
-#: Bumped whenever the generator's output changes, so old entries are not reused.
-GENERATOR_VERSION = 3
+#: Bumped whenever the generator's output changes, so old entries are not reused (4: a
+#: damaged own table is no longer merged with its faulting FDEs left out: such entries
+#: are stale).
+GENERATOR_VERSION = 4
 #: Linker stub sections: a merged table takes their rows from the generator (correct
 #: ones), not from the file's own table (GNU ld's x86-64 .plt.got rows are wrong).
 _STUBS = (".plt", ".plt.got", ".plt.sec")
@@ -114,38 +121,108 @@ def table_source(image: ElfImage) -> Source:
     return image_source(image, names)
 
 
+class Table(NamedTuple):
+    """A table to unwind a file with: section bytes and address, and ``damage``, the fault
+    found in the file's own .sframe (offset: in the file) when it is damaged and this table
+    was generated from the CFI instead (None otherwise)."""
+
+    data: bytes
+    address: int
+    damage: SFrameError | None = None
+
+
 def sframe_for(image: ElfImage, *, version: int = 3, use_cache: bool = True,
                merge_cfi: bool = True) -> tuple[bytes, int]:
-    """(section bytes, section address) of the SFrame table to unwind ``image`` with.
-
-    A file without .sframe gets one generated from its CFI. A file with .sframe
-    gets, with ``merge_cfi``, the functions its table lacks (the C run-time's
-    ``_start`` and friends were not assembled with --gsframe) added from its CFI,
-    so chains end at ``_start``'s "RA undefined" row instead of running out of
-    rules, and the rows of its PLT stubs replaced by correct ones (GNU ld writes CFA
-    SP+16 for x86-64 ``.plt.got`` entries, which have SP+8). Generated and merged tables sit at address 0 (link-time starts), are
-    validated (see the module's description) and cached by build id (a file without one
-    by the digest of what its table is made from). When no valid
-    table can be made, a file's own table is used as it is; a file without one raises
-    :class:`GenerateError`.
-    """
+    """(section bytes, section address) of the SFrame table to unwind ``image`` with: the
+    table of :func:`table_for`."""
     own = image.sframe_sections()
     if own and not merge_cfi:
         return own[0].raw, own[0].address
-    kind = entry_kind(version, "merged" if own else "generated")
+    table = table_for(image, version=version, use_cache=use_cache)
+    return table.data, table.address
+
+
+def table_for(image: ElfImage, *, version: int = 3, use_cache: bool = True) -> Table:
+    """The SFrame table to unwind ``image`` with.
+
+    A file without .sframe gets one generated from its CFI. A file with .sframe
+    gets the functions its table lacks (the C run-time's ``_start`` and friends were not
+    assembled with --gsframe) added from its CFI, so chains end at ``_start``'s "RA
+    undefined" row instead of running out of rules, and the rows of its PLT stubs
+    replaced by correct ones (GNU ld writes CFA SP+16 for x86-64 ``.plt.got`` entries,
+    which have SP+8). A file whose own table is damaged (:func:`own_fault`) gets one
+    generated from its CFI, as a file without .sframe, with the fault as ``damage``.
+    Generated and merged tables sit at address 0 (link-time starts), are validated (see
+    the module's description) and cached by build id (a file without one by the digest of
+    what its table is made from). When no valid table can be made, a file's own table is
+    used as it is (damaged or not: a reader drops it at its first fault); a file without
+    one raises :class:`GenerateError`.
+    """
+    own = image.sframe_sections()
     source = table_source(image) if use_cache else None
     key = cache_key(image, source) if source is not None else None
     if key is not None and source is not None:
-        cached = load(kind, key, source)
-        if cached is not None and _readable(cached):
-            return cached, 0
+        cached = _cached(image, own, key, source, version)
+        if cached is not None:
+            return cached
+    fault = own_fault(image, own[0]) if own else None
+    if fault is not None:
+        return _replaced(image, own[0], fault, key, source, version)
+    kind = entry_kind(version, "merged" if own else "generated")
     data = _valid_table(image, own[0].raw if own else None, own[0].address if own else 0,
                         version)
     if data is None:
-        return own[0].raw, own[0].address  # _valid_table raises when there is no own table
+        return Table(own[0].raw, own[0].address)  # _valid_table raises without an own table
     if key is not None and source is not None:
         store(kind, key, data, source)
-    return data, 0
+    return Table(data, 0)
+
+
+def own_fault(image: ElfImage, section: SFrameSectionData) -> SFrameError | None:
+    """The first fault a reader meets in ``section``, the file's own .sframe (its offset:
+    in the file), or None. Only faults count (what makes a lookup fail, and the kernel
+    drop the section: :meth:`~pysframe.format.lookup.SFrameLookup.first_fault`); a table
+    that reads cleanly but breaks a rule of the format is merged, its bad FDEs left out."""
+    from ..format.lookup import SFrameLookup
+
+    try:
+        fault = SFrameLookup(SFrameReader(section.raw, section.address)).first_fault()
+    except SFrameError as error:
+        fault = error
+    if fault is None:
+        return None
+    offset = None if fault.offset is None else section.file_offset + fault.offset
+    return SFrameError(fault.message, offset, path=image.path)
+
+
+def _replaced(image: ElfImage, own: SFrameSectionData, fault: SFrameError, key: bytes | None,
+              source: Source | None, version: int) -> Table:
+    """The table generated from the CFI of ``image``, whose own table ``own`` is damaged
+    (``fault``); the own table as it is when none can be made (no usable CFI)."""
+    try:
+        data = _valid_table(image, None, 0, version)
+    except GenerateError:
+        return Table(own.raw, own.address)
+    assert data is not None  # without an own table, _valid_table returns or raises
+    if key is not None and source is not None:
+        store(entry_kind(version, "replaced"), key, data, source)
+    return Table(data, 0, fault)
+
+
+def _cached(image: ElfImage, own: list[SFrameSectionData], key: bytes, source: Source,
+            version: int) -> Table | None:
+    """The table :func:`table_for` made for ``image`` before, from the cache, or None. An
+    entry of the kind ``replaced`` stands for a damaged own table: its fault is found again
+    (rare, and the line that reports it needs it)."""
+    if not own:
+        cached = load(entry_kind(version, "generated"), key, source)
+        return Table(cached, 0) if cached is not None and _readable(cached) else None
+    cached = load(entry_kind(version, "merged"), key, source)
+    if cached is not None and _readable(cached):
+        return Table(cached, 0)
+    cached = load(entry_kind(version, "replaced"), key, source)
+    fault = own_fault(image, own[0]) if cached is not None and _readable(cached) else None
+    return Table(cached, 0, fault) if cached is not None and fault is not None else None
 
 
 def cache_key(image: ElfImage, source: Source) -> bytes:
@@ -158,10 +235,14 @@ def cache_key(image: ElfImage, source: Source) -> bytes:
 def cached_table(image: ElfImage, *, version: int = 3) -> bytes | None:
     """The table (at address 0) :func:`sframe_for` would take from the cache for
     ``image``, or None."""
-    kind = entry_kind(version, "merged" if image.sframe_sections() else "generated")
+    table = cached(image, version=version)
+    return table.data if table is not None else None
+
+
+def cached(image: ElfImage, *, version: int = 3) -> Table | None:
+    """The table :func:`table_for` would take from the cache for ``image``, or None."""
     source = table_source(image)
-    cached = load(kind, cache_key(image, source), source)
-    return cached if cached is not None and _readable(cached) else None
+    return _cached(image, image.sframe_sections(), cache_key(image, source), source, version)
 
 
 def _readable(data: bytes) -> bool:

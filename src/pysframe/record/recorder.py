@@ -201,6 +201,8 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
             for path, reason in session.loader.refused.items():
                 report(f"{path}: its .sframe is not loaded, the kernel's rules refuse it "
                        f"({reason}); its frames fall back to frame pointers")
+            for path, message in session.loader.damaged.items():
+                report(f"{path}: {message}")
     finally:
         if child is not None:
             _end(child, signal.SIGKILL)

@@ -32,7 +32,7 @@ from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
 from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat
-from ..unwind.modules import BinaryFinder
+from ..unwind.modules import BinaryFinder, damage_message
 from ..unwind.unwinder import X86_64_SIGRETURN, sigreturn_offsets
 from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch
 from .walker import MAPPING, MAPPINGS, PROCS_VALUE
@@ -65,6 +65,9 @@ class TableLoader:
         #: Binaries whose own table the kernel's rules refuse (not loaded: their frames
         #: fall back to frame pointers), with the first reason.
         self.refused: dict[str, str] = {}
+        #: Binaries whose own table is damaged (their rows come from the table generated
+        #: from their CFI), with what to say of it.
+        self.damaged: dict[str, str] = {}
 
     def _table(self, key: tuple[str, bytes | None], module: object) -> tuple[int, int]:
         found = self.tables.get(key)
@@ -74,6 +77,9 @@ class TableLoader:
         starts, words, refusal = module_rows(module, key[1])
         if refusal is not None:
             self.refused[str(getattr(module, "path", ""))] = refusal
+        damage, image = getattr(module, "damage", None), getattr(module, "image", None)
+        if damage is not None and image is not None:
+            self.damaged[str(getattr(module, "path", ""))] = damage_message(image, damage)
         count = len(starts)
         first = self._allocate(count) if count else None
         if first is not None:
@@ -207,9 +213,12 @@ def module_rows(module: object, build_id: bytes | None = None, kernel_rules: boo
                 ) -> tuple[np.ndarray, np.ndarray, str | None]:
     """(row starts, rule words, refusal) of a binary as the walker's ``rows`` hold them:
     none when the kernel's rules refuse its own table (``refusal`` says why: its frames
-    fall back to frame pointers; ``kernel_rules`` False: not checked) or it has no table."""
+    fall back to frame pointers; ``kernel_rules`` False: not checked) or it has no table.
+    A damaged own table is not refused: the module's table was generated from its CFI
+    instead (as for a binary without .sframe), and that one is loaded."""
     empty = np.zeros(0, np.uint64)
-    refusal = _kernel_refusal(module) if kernel_rules else None
+    damaged = getattr(module, "damage", None) is not None
+    refusal = _kernel_refusal(module) if kernel_rules and not damaged else None
     lookup = getattr(module, "lookup", None)
     if refusal is not None or lookup is None:
         return empty, empty, refusal

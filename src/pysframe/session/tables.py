@@ -16,9 +16,9 @@ from typing import Protocol
 
 from ..elf import ElfImage
 from ..errors import PysframeError
-from ..generate.cache import cached_table, sframe_for
+from ..generate.cache import cached, table_for
 from ..generate.errors import GenerateError
-from ..unwind.provider import NoTable
+from ..unwind.provider import NoTable, Table
 
 
 class ProgressBar(Protocol):
@@ -31,8 +31,9 @@ class ProgressBar(Protocol):
 
 class GeneratedTables:
     """Each binary's table from the cache, else generated from its CFI (and cached, unless
-    ``use_cache`` is false); a file's own ``.sframe`` gains the functions it lacks (see
-    :func:`~pysframe.generate.cache.sframe_for`). ``progress_bar(total)`` starts the bar
+    ``use_cache`` is false); a file's own ``.sframe`` gains the functions it lacks, or, when
+    it is damaged, is replaced by the table generated from the CFI (see
+    :func:`~pysframe.generate.cache.table_for`). ``progress_bar(total)`` starts the bar
     :meth:`prefetch` shows when asked to."""
 
     def __init__(self, use_cache: bool = True,
@@ -40,14 +41,14 @@ class GeneratedTables:
         self.use_cache = use_cache
         self.progress_bar = progress_bar
         #: Tables made ready by :meth:`prefetch`, by ``id`` of their image (used once).
-        self._ready: dict[int, tuple[ElfImage, tuple[bytes, int]]] = {}
+        self._ready: dict[int, tuple[ElfImage, Table]] = {}
 
-    def table(self, image: ElfImage) -> tuple[bytes, int]:
+    def table(self, image: ElfImage) -> Table:
         ready = self._ready.pop(id(image), None)
         if ready is not None and ready[0] is image:
             return ready[1]
         try:
-            return sframe_for(image, use_cache=self.use_cache)
+            return Table(*table_for(image, use_cache=self.use_cache))
         except GenerateError as error:
             raise NoTable(error.message, error.offset, path=error.path) from None
 
@@ -62,11 +63,11 @@ class GeneratedTables:
         missing: list[ElfImage] = []
         for image in images:
             try:
-                table = cached_table(image)
+                table = cached(image)
             except PysframeError:
                 table = None
             if table is not None:
-                self._ready[id(image)] = (image, (table, 0))
+                self._ready[id(image)] = (image, Table(*table))
             elif image.build_id():
                 missing.append(image)
         processes = workers or os.cpu_count() or 1
@@ -84,7 +85,7 @@ class GeneratedTables:
     def _generate_here(self, image: ElfImage) -> str:
         """Generate (and cache) the table of ``image`` in this process."""
         try:
-            self._ready[id(image)] = (image, sframe_for(image))
+            self._ready[id(image)] = (image, Table(*table_for(image)))
         except PysframeError:
             pass  # table() tries again and the finder reports it
         return image.path
@@ -93,7 +94,7 @@ class GeneratedTables:
 def _make_table(path: str) -> str:
     """In a worker process: generate and cache the table of the ELF file ``path``."""
     try:
-        sframe_for(ElfImage(path))
+        table_for(ElfImage(path))
     except PysframeError:
         pass  # reported by the main process, which tries again
     return path

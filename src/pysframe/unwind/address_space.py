@@ -58,6 +58,9 @@ class Module:
     origin: str  # ".sframe", "generated", or why there is no table
     image: ElfImage | None = None
     guard: TableGuard = field(default_factory=TableGuard)
+    #: When the file's own .sframe is damaged and ``lookup`` reads a table made from its
+    #: CFI instead: the fault found in the own table (its offset: in the file).
+    damage: PysframeError | None = None
 
     def find_fre(self, pc: int) -> FrameRow | None:
         """The SFrame row for the runtime ``pc``, or None (no table, no row, or a table

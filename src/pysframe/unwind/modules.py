@@ -19,12 +19,17 @@ from collections.abc import Iterable
 from ..cfi.errors import CFIError
 from ..elf import ElfError, ElfImage
 from ..elf.headers import PT_LOAD
-from ..errors import Problems
+from ..errors import Problems, PysframeError
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
 from .address_space import Module, TableGuard
 from .provider import NoTable, TableProvider
+
+#: What follows from a damaged own table, as the commands that unwind with it say.
+DAMAGE_OUTCOME = "frames from its {cfi} instead"
+#: The origin of a module's table made from its CFI because its own table is damaged.
+ORIGIN_REPLACED = "generated (its .sframe is damaged)"
 
 
 class BinaryFinder:
@@ -45,6 +50,9 @@ class BinaryFinder:
         #: Binaries opened for their symbols only: no table read or generated (a recording
         #: without stack copies is never unwound here).
         self.symbols_only = False
+        #: What the line about a damaged own table says follows from it (``{cfi}``: what
+        #: its table was made from instead); ``sframe defer`` says what the kernel does.
+        self.damage_outcome = DAMAGE_OUTCOME
         self._index: dict[str, list[str]] | None = None
         self._modules: dict[tuple[str, bytes | None], Module | None] = {}
         #: Images found by :meth:`prefetch` (used once).
@@ -96,30 +104,42 @@ class BinaryFinder:
         if image is None:
             self._modules[key] = None
             return None
-        lookup, origin, file_offset = self._table(image)
+        lookup, origin, file_offset, damage = self._table(image)
         module = Module(image.path, build_id, 0, lookup, origin, image,
-                        TableGuard(self.problems, file_offset))
+                        TableGuard(self.problems, file_offset), damage)
         self._modules[key] = module
         return _rebased(module, self._bias(module, start, pgoff))
 
-    def _table(self, image: ElfImage) -> tuple[SFrameLookup | None, str, int | None]:
-        """The SFrame lookup to unwind ``image`` with, its origin, and the file offset of
-        the table when it is the file's own section. A binary without CFI simply has no
-        table; a malformed one is reported as a problem."""
+    def _table(self, image: ElfImage
+               ) -> tuple[SFrameLookup | None, str, int | None, PysframeError | None]:
+        """The SFrame lookup to unwind ``image`` with, its origin, the file offset of the
+        table when it is the file's own section, and the fault found in the file's own table
+        when it is damaged (the table is then made from the file's CFI; reported here, once
+        per binary). A binary without CFI simply has no table; a malformed one is reported
+        as a problem."""
         if self.symbols_only:
-            return None, "no SFrame: not needed (nothing to unwind)", None
+            return None, "no SFrame: not needed (nothing to unwind)", None, None
         try:
-            data, address = self.tables.table(image)
+            data, address, damage = self.tables.table(image)
             reader = SFrameReader(data, address)
             own = image.sframe_sections()
         except NoTable as error:
-            return None, f"no SFrame: {error}", None
+            return None, f"no SFrame: {error}", None, None
         except (ElfError, SFrameError, CFIError) as error:
             if self.problems is not None:
                 self.problems.add(error, image.path)
-            return None, f"no SFrame: {error}", None
+            return None, f"no SFrame: {error}", None, None
+        if damage is not None:
+            self._report_damage(image, damage)
+            return SFrameLookup(reader), ORIGIN_REPLACED, None, damage
         file_offset = next((s.file_offset for s in own if s.address == address and s.raw == data), None)
-        return SFrameLookup(reader), ".sframe" if own else "generated", file_offset
+        return SFrameLookup(reader), ".sframe" if own else "generated", file_offset, None
+
+    def _report_damage(self, image: ElfImage, damage: PysframeError) -> None:
+        """One line: the file's own table is damaged, its frames come from its CFI."""
+        if self.problems is not None:
+            self.problems.add(PysframeError(damage_message(image, damage, self.damage_outcome),
+                                            path=image.path))
 
     def prefetch(self, files: Iterable[tuple[str, bytes | None]], *, progress: bool = False,
                  workers: int | None = None) -> int:
@@ -169,8 +189,19 @@ class BinaryFinder:
         return start - pgoff
 
 
+def damage_message(image: ElfImage, damage: PysframeError, outcome: str = "") -> str:
+    """What to say of a binary whose own .sframe is damaged (``damage``: the fault, its
+    offset in the file) and whose table was made from its CFI instead: the fault, then
+    ``outcome`` (default :data:`DAMAGE_OUTCOME`)."""
+    where = f" at file offset {damage.offset:#x}" if damage.offset is not None else ""
+    # The generator reads .debug_frame only when there is no .eh_frame.
+    cfi = ".eh_frame" if image.section_header(".eh_frame") is not None else ".debug_frame"
+    return (f".sframe damaged{where}: {damage.message}; "
+            f"{(outcome or DAMAGE_OUTCOME).format(cfi=cfi)}")
+
+
 def _rebased(module: Module, bias: int) -> Module:
     if module.bias == bias:
         return module
     return Module(module.path, module.build_id, bias, module.lookup, module.origin, module.image,
-                  module.guard)
+                  module.guard, module.damage)

@@ -11,7 +11,7 @@ framehop's unwinder takes its sections through ``ModuleSectionInfo`` and never p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import PysframeError
 
@@ -24,13 +24,22 @@ class NoTable(PysframeError):
     to the frame pointer. Not a problem to report, unlike a malformed file."""
 
 
+class Table(NamedTuple):
+    """The SFrame table to unwind a binary with: section bytes and address; ``damage``:
+    when the file's own ``.sframe`` is damaged (it faults where a reader reads it) and this
+    table was made from the file's CFI instead, that fault (its offset: in the file)."""
+
+    data: bytes
+    address: int
+    damage: PysframeError | None = None
+
+
 class TableProvider(Protocol):
     """Gives the SFrame table to unwind a binary with."""
 
-    def table(self, image: ElfImage) -> tuple[bytes, int]:
-        """(section bytes, section address) of the table to unwind ``image`` with. Raises
-        :class:`NoTable` when there is none, ``ElfError``/``SFrameError``/``CFIError`` when
-        the file is malformed."""
+    def table(self, image: ElfImage) -> Table:
+        """The table to unwind ``image`` with. Raises :class:`NoTable` when there is none,
+        ``ElfError``/``SFrameError``/``CFIError`` when the file is malformed."""
         ...
 
     def prefetch(self, images: Sequence[ElfImage], *, progress: bool = False,
@@ -44,11 +53,11 @@ class TableProvider(Protocol):
 class OwnSections:
     """The binaries' own ``.sframe`` sections, as they are (nothing generated or cached)."""
 
-    def table(self, image: ElfImage) -> tuple[bytes, int]:
+    def table(self, image: ElfImage) -> Table:
         own = image.sframe_sections()
         if not own:
             raise NoTable("the file has no .sframe section")
-        return own[0].raw, own[0].address
+        return Table(own[0].raw, own[0].address)
 
     def prefetch(self, images: Sequence[ElfImage], *, progress: bool = False,
                  workers: int | None = None) -> int:
