@@ -39,7 +39,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     if chosen == "scalar" or (chosen != "vector" and data.data_size < VECTOR_FROM):
         return None
     try:
-        from ..report.perf_script import event_name
+        from ..report.event_names import event_name
         from ..report.perf_script_chunks import chunk_text
         from ..session.vector import BATCH_FROM, VectorSession
         from ..sources.perf_arrays import sample_arrays

@@ -28,12 +28,17 @@ from ..symbolize.symbolizer import UNKNOWN, Symbolizer
 from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
 from ..unwind.unwinder import EXACT_PC
-from .perf_script import event_name
+from .event_names import base_event, event_name
 
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
 KERNEL_FILE = "[kernel.kallsyms]"
 #: Events whose period is time in nanoseconds (software clocks).
 CLOCK_EVENTS = ("cpu-clock", "task-clock")
+
+
+def is_clock(event: str) -> bool:
+    """Whether the event of a printed name (``cpu-clock:u``) is a software clock."""
+    return base_event(event) in CLOCK_EVENTS
 
 
 @dataclass(frozen=True, slots=True)
