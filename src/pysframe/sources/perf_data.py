@@ -58,6 +58,7 @@ FEATURE_ARCH = 6
 FEATURE_NRCPUS = 7
 FEATURE_CMDLINE = 11
 FEATURE_EVENT_DESC = 12
+FEATURE_SAMPLE_TIME = 21
 FEATURE_COMPRESSED = 27
 
 #: Mapped pages further than this behind the reader are dropped (see _release_behind).
@@ -173,6 +174,15 @@ class PerfData:
                 "utf-8", "replace"))
             offset += 4 + length
         return out
+
+    @property
+    def sample_span(self) -> tuple[int, int] | None:
+        """The first and last sample times perf noted (its SAMPLE_TIME feature), or None."""
+        data = self._feature(FEATURE_SAMPLE_TIME)
+        if data is None or len(data) < 16:
+            return None
+        first, last = struct.unpack_from("<QQ", data, 0)
+        return (first, last) if 0 < first <= last else None
 
     def build_ids(self) -> list[BuildIdEntry]:
         data = self._feature(FEATURE_BUILD_ID)
