@@ -359,7 +359,8 @@ def report_command(perf_data: str | None, input_path: str | None, pids: str | No
                    output: str, binaries: tuple[str, ...], max_stack: int) -> None:
     """Aggregate unwound samples of a recording (FILE, -i FILE, or ./perf.data): folded
     stacks, speedscope JSON, an SVG flame graph or a pprof profile. Frames without a
-    symbol are shown as file+0xoffset."""
+    symbol are named by their function's start where the binary's .eh_frame knows it
+    (file+0xoffset), else by their file ([file])."""
     from .script import run_report
 
     sys.exit(run_report(_recording(perf_data, input_path), binaries=list(binaries),

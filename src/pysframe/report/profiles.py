@@ -8,11 +8,15 @@ period. The outputs are made from it: folded stacks and the SVG flame graph
 pprof (:mod:`.pprof`) by location. Memory grows with the number of distinct stacks, not
 samples.
 
-Frame names: the function (``Symbolizer.function``); a frame in a mapped file without a
-symbol is ``file+0xoffset`` (the file's base name and the offset in the file, as perf
-script prints the address of such a frame), so distinct unknown code stays distinct; a
-frame in no mapping is ``[unknown]``. Kernel frames are named from the recorded
-kernel's symbols when they are available, else by address.
+Frame names: the function (``Symbolizer.function``). A frame in a mapped file without a
+symbol is named by its function all the same when the file's ``.eh_frame`` knows where
+that function starts: ``file+0xoffset``, the file's base name and the offset in the file
+of the start (perf script prints frames' addresses as offsets in the file too), so the
+frames of one unnamed function are one node and distinct functions stay distinct; else
+by the file alone, ``[file]`` (one node per file, not one per instruction address). A
+frame in no mapping is ``[unknown]``. Kernel frames are named from the kernel's symbols
+when they are available, else ``[kernel.kallsyms]``. A frame keeps its own address
+(pprof's locations).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ..session.perf import UnwoundSample
 from ..symbolize.symbolizer import UNKNOWN, Symbolizer
 from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
+from ..unwind.eh_index import function_start
 from ..unwind.unwinder import EXACT_PC
 from .event_names import base_event, event_name
 
@@ -130,8 +135,7 @@ class _Collector:
                 mapping.filename, build_id, mapping.start, mapping.end, mapping.pgoff)
         name = self.symbolizer.function(mapping, pc)
         if name == UNKNOWN:
-            offset = pc - mapping.start + mapping.pgoff
-            name = f"{os.path.basename(mapping.filename) or mapping.filename}+{offset:#x}"
+            name = unnamed_function(mapping, pc)
         return Location(name, pc, described)
 
     def kernel_location(self, address: int) -> int:
@@ -139,7 +143,7 @@ class _Collector:
         found = self.location_ids.get(key)
         if found is None:
             hit = self.kernel.lookup(address) if self.kernel is not None else None
-            name = hit[0] if hit else f"{address:#x}"
+            name = hit[0] if hit else KERNEL_FILE
             found = self.location_ids[key] = len(self.profile.locations)
             self.profile.locations.append(Location(name, address, None, kernel=True))
         return found
@@ -172,6 +176,17 @@ class _Collector:
             profile.first_time = sample.time
         if profile.last_time is None or sample.time > profile.last_time:
             profile.last_time = sample.time
+
+
+def unnamed_function(mapping: Mapping, pc: int) -> str:
+    """The name of a function without a symbol: ``file+0xoffset``, the offset in the file
+    where the function containing ``pc`` starts, when the file's ``.eh_frame`` has an FDE
+    covering ``pc``; else the file alone, ``[file]`` (every such frame of it one node)."""
+    base = os.path.basename(mapping.filename) or mapping.filename
+    start = function_start(mapping.module, pc) if mapping.module is not None else None
+    if start is None:
+        return f"[{base}]"
+    return f"{base}+{start - mapping.start + mapping.pgoff:#x}"
 
 
 def collect(samples: Iterable[UnwoundSample], problems: Problems | None = None,
