@@ -27,12 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import Problems
-from ..session.perf import UnwoundSample
+from ..session.perf import KERNEL_START, UnwoundSample
 from ..symbolize.symbolizer import UNKNOWN, Symbolizer
 from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
 from ..unwind.eh_index import function_start
-from ..unwind.unwinder import EXACT_PC
+from ..unwind.unwinder import EXACT_PC, Stop
 from .event_names import base_event, event_name
 
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
@@ -153,13 +153,10 @@ class _Collector:
         # Leaf first: the kernel's frames (the callchain's kernel part), then user frames.
         stack = [self.kernel_location(address) for address in sample.callchain
                  if 1 << 63 <= address < CONTEXT_MARKER_MIN][:self.max_stack]
-        methods = unwound.unwind.methods
-        for index, (pc, mapping) in enumerate(zip(unwound.unwind.pcs, unwound.mappings,
-                                                  strict=True)):
-            # callers as return address - 1 (inside the call); signal frames as they are
-            if index and methods[index] not in EXACT_PC:
-                pc -= 1
-            stack.append(self.location(mapping, pc))
+        if unwound.unwind.stop is Stop.NO_CALLCHAIN and sample.ip >= KERNEL_START:
+            stack.append(self.kernel_location(sample.ip))  # no callchain: the ip alone
+        else:
+            stack += self._user_frames(unwound)
         event = event_name(sample.attr)
         event_id = self.event_ids.get(event)
         if event_id is None:
@@ -176,6 +173,18 @@ class _Collector:
             profile.first_time = sample.time
         if profile.last_time is None or sample.time > profile.last_time:
             profile.last_time = sample.time
+
+    def _user_frames(self, unwound: UnwoundSample) -> list[int]:
+        """The locations of the sample's user frames, leaf first."""
+        methods = unwound.unwind.methods
+        found = []
+        for index, (pc, mapping) in enumerate(zip(unwound.unwind.pcs, unwound.mappings,
+                                                  strict=True)):
+            # callers as return address - 1 (inside the call); signal frames as they are
+            if index and methods[index] not in EXACT_PC:
+                pc -= 1
+            found.append(self.location(mapping, pc))
+        return found
 
 
 def unnamed_function(mapping: Mapping, pc: int) -> str:
