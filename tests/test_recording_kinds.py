@@ -29,7 +29,7 @@ DWARF_TYPE = FP_TYPE | REGS_USER | STACK_USER
 
 
 def _attr(sample_type: int) -> EventAttr:
-    return EventAttr(1, 0, sample_type, 0, 0, 0, 0)
+    return EventAttr(1, 0, sample_type, 0, 0, 0, 0, name="cpu-clock")  # as EVENT_DESC names it
 
 
 def _sample(sample_type: int, callchain: tuple[int, ...] = (), ip: int = 0x401234,

@@ -21,12 +21,17 @@ from .errors import guarded, report
 
 #: ``script --max-stack``: perf's default (kernel.perf_event_max_stack), and the most.
 SCRIPT_MAX_STACK, MOST_STACK = 127, 4096
+#: The recording read when none is named (as main.DEFAULT_RECORDING, without click).
+DEFAULT_RECORDING = "perf.data"
 #: A command to run: its name (``script`` or ``stack``) and the keyword arguments.
 Call = tuple[str, dict[str, Any]]
 
 #: Options that take a value, and flags, per command: option -> argument name.
 _SCRIPT_VALUES = {"--binaries": "binaries", "-o": "output", "--output": "output",
-                  "-j": "jobs", "--jobs": "jobs", "--max-stack": "max_stack"}
+                  "-j": "jobs", "--jobs": "jobs", "--max-stack": "max_stack",
+                  "-i": "input_path", "--input": "input_path", "--pid": "pids",
+                  "--tid": "tids", "-c": "comms", "--comms": "comms", "--comm": "comms",
+                  "--time": "times"}
 _SCRIPT_FLAGS = {"--show-stops": "show_stops", "--merge-callchains": "merge_callchains",
                  "--no-merge-callchains": "merge_callchains"}
 _STACK_VALUES = {"--core": "core", "--exe": "exe", "--max-depth": "max_depth",
@@ -61,7 +66,7 @@ def _tokens(args: list[str], values: dict[str, str], flags: dict[str, str]
                 return None
             options.append((values[token], args[index]))
             index += 1
-        elif token[:2] in ("-o", "-j") and token[:2] in values:
+        elif token[1] != "-" and token[:2] in values:  # -oOUT, -j4: the value attached
             options.append((values[token[:2]], token[2:]))
         else:
             return None
@@ -70,17 +75,25 @@ def _tokens(args: list[str], values: dict[str, str], flags: dict[str, str]
 
 def _script_call(args: list[str]) -> Call | None:
     parsed = _tokens(args, _SCRIPT_VALUES, _SCRIPT_FLAGS)
-    if parsed is None or len(parsed[1]) != 1:
+    if parsed is None or len(parsed[1]) > 1:
         return None
-    options, (perf_data,) = parsed
+    options, positional = parsed
     kwargs: dict[str, Any] = {"binaries": [], "output": None, "show_stops": False,
                               "jobs": None, "merge_callchains": True,
-                              "max_stack": SCRIPT_MAX_STACK}
+                              "max_stack": SCRIPT_MAX_STACK, "pids": None, "tids": None,
+                              "comms": None, "times": None, "input_path": None}
     for name, value in options:
         if name == "binaries":
             kwargs["binaries"].append(value)
         else:
             kwargs[name] = value
+    input_path = kwargs.pop("input_path")
+    if positional and input_path is not None:
+        return None  # named twice: click's message
+    if input_path is not None and os.path.isdir(input_path):
+        return None
+    named = positional[0] if positional else input_path
+    perf_data = DEFAULT_RECORDING if named is None else named
     if kwargs["jobs"] is not None:
         try:
             kwargs["jobs"] = int(kwargs["jobs"])

@@ -13,6 +13,8 @@ import click
 from .errors import EXIT_UNREADABLE, guarded, report
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: The recording ``script`` and ``report`` read when none is named, as perf.
+DEFAULT_RECORDING = "perf.data"
 
 
 def _parse_address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
@@ -144,8 +146,39 @@ def inject(file: str, output: str, version: str, as_gnu: bool) -> None:
     sys.exit(run_inject(file, output, version=int(version), as_gnu=as_gnu))
 
 
+def _recording_options(command: _F) -> _F:
+    """The recording (FILE, or ``-i FILE``, default ./perf.data, as perf) and perf's sample
+    filters, for ``script`` and ``report``."""
+    options = [
+        click.option("--time", "times", metavar="START,END",
+                     help="Only samples in this time range, in seconds as perf prints them "
+                          "(either side may be empty; several ranges apart by blanks), or "
+                          "in percent of the recording: 10%/2 (the second tenth), 0%-10%."),
+        click.option("-c", "--comms", "--comm", "comms", metavar="COMM[,COMM...]",
+                     help="Only samples of threads of these names."),
+        click.option("--tid", "tids", metavar="TID[,TID...]",
+                     help="Only samples of these threads."),
+        click.option("--pid", "pids", metavar="PID[,PID...]",
+                     help="Only samples of these processes."),
+        click.option("-i", "--input", "input_path", type=click.Path(dir_okay=False),
+                     help="The recording (instead of FILE)."),
+        click.argument("perf_data", required=False, type=click.Path(dir_okay=False)),
+    ]
+    for option in options:
+        command = option(command)
+    return command
+
+
+def _recording(perf_data: str | None, input_path: str | None) -> str:
+    """The recording named by FILE or -i, else ./perf.data (perf's default)."""
+    if perf_data is not None and input_path is not None:
+        raise click.UsageError("name the recording once: FILE or -i FILE")
+    named = perf_data if perf_data is not None else input_path
+    return DEFAULT_RECORDING if named is None else named
+
+
 @cli.command()
-@click.argument("perf_data", type=click.Path(dir_okay=False))
+@_recording_options
 @click.option("--binaries", multiple=True, type=click.Path(file_okay=False),
               help="Directory to search (recursively) for the recorded binaries, matched by "
                    "build id. Repeatable.")
@@ -161,15 +194,18 @@ def inject(file: str, output: str, version: str, as_gnu: bool) -> None:
 @click.option("--max-stack", type=click.IntRange(1, 4096), default=127, show_default=True,
               help="Frames printed per sample (kernel and user, as perf counts them; for a "
                    "stack copy, user frames unwound), as perf script's.")
-def script(perf_data: str, binaries: tuple[str, ...], output: str | None,
-           show_stops: bool, jobs: int | None, merge_callchains: bool, max_stack: int) -> None:
-    """Unwind a `perf record --call-graph dwarf` file with SFrame; print like `perf script
-    --no-inline`."""
+def script(perf_data: str | None, input_path: str | None, pids: str | None,
+           tids: str | None, comms: str | None, times: str | None, binaries: tuple[str, ...],
+           output: str | None, show_stops: bool, jobs: int | None, merge_callchains: bool,
+           max_stack: int) -> None:
+    """Unwind a `perf record --call-graph dwarf` file (FILE, -i FILE, or ./perf.data) with
+    SFrame; print like `perf script --no-inline`."""
     from .script import run_script
 
-    sys.exit(run_script(perf_data, binaries=list(binaries), output=output,
-                        show_stops=show_stops, report=report, jobs=jobs,
-                        merge_callchains=merge_callchains, max_stack=max_stack))
+    sys.exit(run_script(_recording(perf_data, input_path), binaries=list(binaries),
+                        output=output, show_stops=show_stops, report=report, jobs=jobs,
+                        merge_callchains=merge_callchains, max_stack=max_stack, pids=pids,
+                        tids=tids, comms=comms, times=times))
 
 
 @cli.command()
@@ -306,25 +342,30 @@ def strip_command(file: str, output: str) -> None:
 
 
 @cli.command(name="report")
-@click.argument("perf_data", type=click.Path(dir_okay=False))
+@_recording_options
 @click.option("--format", "form", type=click.Choice(["folded", "speedscope", "svg", "pprof"]),
               default="folded", show_default=True,
               help="folded: FlameGraph's folded stacks; speedscope: JSON for speedscope.app; "
                    "svg: a flame graph with search and zoom; pprof: gzipped profile.proto "
                    "for go tool pprof, Pyroscope, Parca.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="The file to write ('-': standard output).")
 @click.option("--binaries", multiple=True, type=click.Path(file_okay=False),
               help="Directory to search for the recorded binaries (by build id). Repeatable.")
 @click.option("--max-stack", type=click.IntRange(1, 4096), default=4096, show_default=True,
               help="Frames kept per sample (profiles keep whole stacks by default).")
-def report_command(perf_data: str, form: str, output: str, binaries: tuple[str, ...],
-                   max_stack: int) -> None:
-    """Aggregate unwound samples: folded stacks, speedscope JSON, an SVG flame graph or a
-    pprof profile. Frames without a symbol are shown as file+0xoffset."""
+def report_command(perf_data: str | None, input_path: str | None, pids: str | None,
+                   tids: str | None, comms: str | None, times: str | None, form: str,
+                   output: str, binaries: tuple[str, ...], max_stack: int) -> None:
+    """Aggregate unwound samples of a recording (FILE, -i FILE, or ./perf.data): folded
+    stacks, speedscope JSON, an SVG flame graph or a pprof profile. Frames without a
+    symbol are named by their function's start where the binary's .eh_frame knows it
+    (file+0xoffset), else by their file ([file])."""
     from .script import run_report
 
-    sys.exit(run_report(perf_data, binaries=list(binaries), output=output, form=form,
-                        report=report, max_stack=max_stack))
+    sys.exit(run_report(_recording(perf_data, input_path), binaries=list(binaries),
+                        output=output, form=form, report=report, max_stack=max_stack,
+                        pids=pids, tids=tids, comms=comms, times=times))
 
 
 @cli.command()

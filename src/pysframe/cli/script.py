@@ -10,7 +10,7 @@ from ..errors import Problems
 
 if TYPE_CHECKING:
     from ..session.perf import UnwoundSample
-from .errors import EXIT_INVALID, EXIT_OK, WHERE, CommandError
+from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, WHERE, CommandError
 
 #: ``sframe script`` has one pipeline: the records drive one process model
 #: (:class:`~..session.perf.PerfUnwinder`), and each chunk's samples of one address-space
@@ -38,8 +38,10 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     chosen = os.environ.get(ENGINE_VARIABLE, "")
     if chosen == "scalar" or (chosen != "vector" and data.data_size < VECTOR_FROM):
         return None
+    if unwinder.keep is not None:  # filtered: the samples left are unwound one by one
+        return None
     try:
-        from ..report.perf_script import event_name
+        from ..report.event_names import event_name
         from ..report.perf_script_chunks import chunk_text
         from ..session.vector import BATCH_FROM, VectorSession
         from ..sources.perf_arrays import sample_arrays
@@ -85,9 +87,16 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+#: perf's sample filters as given (``--pid``, ``--tid``, ``--comms``, ``--time``).
+Filters = dict[str, str | None]
+
+
 def open_recording(path: str, binaries: list[str], problems: Problems,
-                   merge_callchains: bool = True, max_stack: int = 127) -> tuple[Any, Any]:
-    """The opened perf.data file and its unwinder, or a one-line CommandError."""
+                   merge_callchains: bool = True, max_stack: int = 127,
+                   filters: Filters | None = None) -> tuple[Any, Any]:
+    """The opened perf.data file and its unwinder (keeping the samples ``filters`` select),
+    or a one-line CommandError."""
+    from ..session.filters import FilterError, sample_filter
     from ..session.perf import PerfUnwinder, recorded_files
     from ..session.tables import GeneratedTables
     from ..sources.perf_data import open_perf_data
@@ -95,18 +104,25 @@ def open_recording(path: str, binaries: list[str], problems: Problems,
 
     data = open_perf_data(path)
     try:
+        keep = sample_filter(**(filters or {}), span=data.sample_span)
         unwinder = PerfUnwinder(data, binaries, max_stack, problems=problems,
                              merge_callchains=merge_callchains,
                              tables=GeneratedTables(progress_bar=TableBar.start))
+    except FilterError as error:
+        data.close()
+        raise CommandError(str(error), EXIT_UNREADABLE) from None
     except ValueError as error:
         data.close()
         raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
+    unwinder.keep = keep
 
     # First run: the binaries' tables, generated in parallel before unwinding.
     unwinder.finder.prefetch(recorded_files(data), progress=sys.stderr.isatty())
     return data, unwinder
 
 
+#: The output name that means standard output (``report -o -``).
+STDOUT = "-"
 #: Set in the environment (to anything), ``sframe script`` prints the time of each phase
 #: on stderr at the end (bench/perf_script.py reads it).
 PHASES_VARIABLE = "PYSFRAME_PHASE_TIMES"
@@ -114,7 +130,8 @@ PHASES_VARIABLE = "PYSFRAME_PHASE_TIMES"
 
 def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,
                report: Any, jobs: int | None = None, merge_callchains: bool = True,
-               max_stack: int = 127) -> int:
+               max_stack: int = 127, pids: str | None = None, tids: str | None = None,
+               comms: str | None = None, times: str | None = None) -> int:
     import os
     import time
 
@@ -128,7 +145,8 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
         refuse_inputs(output, [path])  # before any work
     problems = Problems(report)
     phases = Phases() if os.environ.get(PHASES_VARIABLE) else None
-    data, unwinder = open_recording(path, binaries, problems, merge_callchains, max_stack)
+    data, unwinder = open_recording(path, binaries, problems, merge_callchains, max_stack,
+                                    {"pid": pids, "tid": tids, "comms": comms, "time": times})
     with data:
         kernel_ids = [entry.build_id for entry in data.build_ids() if entry.kernel
                       and entry.filename == "[kernel.kallsyms]"]
@@ -303,23 +321,32 @@ def progress_bar(samples: Any, data: Any, description: str = "unwinding") -> Any
 
 
 def run_report(path: str, *, binaries: list[str], output: str, form: str, report: Any,
-               max_stack: int = 4096) -> int:
-    """``sframe report``: the recording's samples aggregated into one profile ``form``."""
+               max_stack: int = 4096, pids: str | None = None, tids: str | None = None,
+               comms: str | None = None, times: str | None = None) -> int:
+    """``sframe report``: the recording's samples aggregated into one profile ``form``,
+    written to ``output`` (``-``: standard output)."""
     from ..report.profiles import collect
     from ..symbolize.kernel import kernel_symbols_for
     from .files import refuse_inputs, write_output
 
-    if output is not None:
+    if output != STDOUT:
         refuse_inputs(output, [path])  # before any work
     problems = Problems(report)
-    data, unwinder = open_recording(path, binaries, problems, max_stack=max_stack)
+    data, unwinder = open_recording(path, binaries, problems, max_stack=max_stack,
+                                    filters={"pid": pids, "tid": tids, "comms": comms,
+                                             "time": times})
     with data:
         kernel_id = next((entry.build_id for entry in data.build_ids() if entry.kernel
                           and entry.filename == "[kernel.kallsyms]"), None)
         kernel = kernel_symbols_for(kernel_id)
         profile = collect(progress_bar(_located(path, unwinder.samples()), data), problems,
                           kernel, max_stack)
-        write_output(output, _profile_bytes(profile, form, data, kernel_id), inputs=[path])
+        written = _profile_bytes(profile, form, data, kernel_id)
+        if output == STDOUT:
+            sys.stdout.buffer.write(written)
+            sys.stdout.flush()
+        else:
+            write_output(output, written, inputs=[path])
         for offset, reason in data.skipped:
             report(f"{path}: skipped at offset {offset:#x}: {reason}")
         missing = report_missing_deferred(path, unwinder, report)

@@ -118,10 +118,17 @@ def deferred_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     return time, callchain_deferred(cookie, chain, trailer)
 
 
-def perf_data(attr: bytes, records: Iterable[bytes], build_ids: Iterable[bytes] = ()) -> bytes:
-    """The whole file: header, attribute section, data section, and the BUILD_ID feature
-    when ``build_ids`` (records of :func:`build_id_entry`) are given."""
-    return out.perf_data([attr], b"".join(records), {FEATURE_BUILD_ID: b"".join(build_ids)})
+def perf_data(attr: bytes, records: Iterable[bytes], build_ids: Iterable[bytes] = (),
+              event: str | None = None) -> bytes:
+    """The whole file: header, attribute section, data section, the BUILD_ID feature when
+    ``build_ids`` (records of :func:`build_id_entry`) are given, and the EVENT_DESC feature
+    naming the event ``event`` (as ``-e`` named it) when given: perf prints that name (perf
+    6.1 and 7.2 derive different modifiers from the attribute alone: ``cpu-clock:`` and
+    ``cpu-clock:H:``)."""
+    features = {FEATURE_BUILD_ID: b"".join(build_ids)}
+    if event is not None:
+        features[out.FEATURE_EVENT_DESC] = out.event_desc([(attr, event)])
+    return out.perf_data([attr], b"".join(records), features)
 
 
 PROT = {"r": 1, "w": 2, "x": 4}

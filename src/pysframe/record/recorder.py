@@ -214,7 +214,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
                       _sampling_flags(ATTR_FLAGS, target.period)
                       | (DEFER_FLAGS if defer else 0), config=config, event_type=event_type)
     return perf_data(attr, (data for _, _, data in result.records),
-                     _build_ids(result.binaries)), result
+                     _build_ids(result.binaries), event), result
 
 
 def _start(session: _Session, target: Target) -> int | None:

@@ -186,6 +186,20 @@ def defer_attr(attr: bytearray, index: int) -> None:
     struct.pack_into("<I", attr, ATTR_STACK_USER, 0)
 
 
+def event_desc(events: Iterable[tuple[bytes, str]]) -> bytes:
+    """The EVENT_DESC feature naming each attribute (perf pairs them by position): u32
+    count, u32 attr size, then per event the attr, u32 id count (0 here), the name (u32
+    length, then the bytes with a NUL, padded to 64 as perf pads them)."""
+    listed = list(events)
+    size = len(listed[0][0]) if listed else 0
+    out = [struct.pack("<II", len(listed), size)]
+    for attr, name in listed:
+        raw = name.encode() + b"\0"
+        raw += bytes(-len(raw) % 64)
+        out.append(attr + struct.pack("<II", 0, len(raw)) + raw)
+    return b"".join(out)
+
+
 # --- the file -------------------------------------------------------------------------------
 
 def perf_data(attrs: Iterable[bytes], data: bytes, features: Mapping[int, bytes]) -> bytes:

@@ -12,29 +12,18 @@ from ..session.perf import (
     UnwoundSample,
     valid_callchain,
 )
-from ..sources.perf_data import EventAttr
 from ..sources.perf_deferred import deferred_cookie
 from ..sources.perf_records import SAMPLE_CPU
 from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
 from ..unwind.unwinder import EXACT_PC, Stop
+from .event_names import event_name
 
 #: perf's line where a chain was cut off by the end of the stack copy: its unwinder reads
 #: the missing return address as 0 and prints it minus one.
 TRUNCATED = "\tffffffffffffffff [unknown] ([unknown])"
 PERF_CONTEXT_KERNEL = (1 << 64) - 128
-SOFTWARE_EVENTS = {0: "cpu-clock", 1: "task-clock", 2: "page-faults", 3: "context-switches",
-                   4: "cpu-migrations", 5: "minor-faults", 6: "major-faults"}
-HARDWARE_EVENTS = {0: "cycles", 1: "instructions", 2: "cache-references", 3: "cache-misses",
-                   4: "branches", 5: "branch-misses", 6: "bus-cycles"}
-
-
-def event_name(attr: EventAttr | None) -> str:
-    if attr is None:
-        return "unknown"
-    table = SOFTWARE_EVENTS if attr.type == 1 else HARDWARE_EVENTS if attr.type == 0 else {}
-    return table.get(attr.config, f"raw-{attr.type}:{attr.config:#x}")
 
 
 def deferred_header(unwound: UnwoundSample) -> str:

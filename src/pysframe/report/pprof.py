@@ -5,8 +5,9 @@ What is written:
 
 - sample types: ``samples``/``count`` (one per sample), then one column per recorded
   event: for cpu-clock ``cpu``/``nanoseconds`` (the name Go and Pyroscope use for CPU
-  time), for task-clock ``task-clock``/``nanoseconds``, for other events the event's
-  name with unit ``count``; a sample's value in its event's column is its period, 0 in
+  time), for task-clock ``task-clock``/``nanoseconds`` (whatever their modifiers; a second
+  event of the same clock keeps its printed name), for other events the event's printed
+  name (``cycles:u``) with unit ``count``; a sample's value in its event's column is its period, 0 in
   the others. The first event is the default sample type and the ``period_type``; the
   ``period`` is its mean period (perf records at a frequency, so periods vary).
 - one location per distinct frame, leaf first in each sample, with the address perf
@@ -31,6 +32,7 @@ import gzip
 from collections import Counter
 from collections.abc import Iterable
 
+from .event_names import base_event
 from .profiles import KERNEL_FILE, Location, Profile, ProfileMapping
 
 #: Events whose period is time in nanoseconds, and the sample type each gets.
@@ -95,7 +97,10 @@ def _value_type(strings: _Strings, kind: str, unit: str) -> bytes:
 def _sample_types(profile: Profile) -> list[tuple[str, str]]:
     columns = [("samples", "count")]
     for event in profile.events:
-        columns.append((_CLOCKS[event], "nanoseconds") if event in _CLOCKS else (event, "count"))
+        clock = _CLOCKS.get(base_event(event))
+        taken = any(kind == clock for kind, _ in columns)  # cpu-clock:u and cpu-clock:k
+        columns.append((clock, "nanoseconds") if clock and not taken else
+                       (event, "nanoseconds" if clock else "count"))
     return columns
 
 

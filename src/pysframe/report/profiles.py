@@ -8,11 +8,15 @@ period. The outputs are made from it: folded stacks and the SVG flame graph
 pprof (:mod:`.pprof`) by location. Memory grows with the number of distinct stacks, not
 samples.
 
-Frame names: the function (``Symbolizer.function``); a frame in a mapped file without a
-symbol is ``file+0xoffset`` (the file's base name and the offset in the file, as perf
-script prints the address of such a frame), so distinct unknown code stays distinct; a
-frame in no mapping is ``[unknown]``. Kernel frames are named from the recorded
-kernel's symbols when they are available, else by address.
+Frame names: the function (``Symbolizer.function``). A frame in a mapped file without a
+symbol is named by its function all the same when the file's ``.eh_frame`` knows where
+that function starts: ``file+0xoffset``, the file's base name and the offset in the file
+of the start (perf script prints frames' addresses as offsets in the file too), so the
+frames of one unnamed function are one node and distinct functions stay distinct; else
+by the file alone, ``[file]`` (one node per file, not one per instruction address). A
+frame in no mapping is ``[unknown]``. Kernel frames are named from the kernel's symbols
+when they are available, else ``[kernel.kallsyms]``. A frame keeps its own address
+(pprof's locations).
 """
 
 from __future__ import annotations
@@ -23,17 +27,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import Problems
-from ..session.perf import UnwoundSample
+from ..session.perf import KERNEL_START, UnwoundSample
 from ..symbolize.symbolizer import UNKNOWN, Symbolizer
 from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
-from ..unwind.unwinder import EXACT_PC
-from .perf_script import event_name
+from ..unwind.eh_index import function_start
+from ..unwind.unwinder import EXACT_PC, Stop
+from .event_names import base_event, event_name
 
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
 KERNEL_FILE = "[kernel.kallsyms]"
 #: Events whose period is time in nanoseconds (software clocks).
 CLOCK_EVENTS = ("cpu-clock", "task-clock")
+
+
+def is_clock(event: str) -> bool:
+    """Whether the event of a printed name (``cpu-clock:u``) is a software clock."""
+    return base_event(event) in CLOCK_EVENTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +135,7 @@ class _Collector:
                 mapping.filename, build_id, mapping.start, mapping.end, mapping.pgoff)
         name = self.symbolizer.function(mapping, pc)
         if name == UNKNOWN:
-            offset = pc - mapping.start + mapping.pgoff
-            name = f"{os.path.basename(mapping.filename) or mapping.filename}+{offset:#x}"
+            name = unnamed_function(mapping, pc)
         return Location(name, pc, described)
 
     def kernel_location(self, address: int) -> int:
@@ -134,7 +143,7 @@ class _Collector:
         found = self.location_ids.get(key)
         if found is None:
             hit = self.kernel.lookup(address) if self.kernel is not None else None
-            name = hit[0] if hit else f"{address:#x}"
+            name = hit[0] if hit else KERNEL_FILE
             found = self.location_ids[key] = len(self.profile.locations)
             self.profile.locations.append(Location(name, address, None, kernel=True))
         return found
@@ -144,13 +153,10 @@ class _Collector:
         # Leaf first: the kernel's frames (the callchain's kernel part), then user frames.
         stack = [self.kernel_location(address) for address in sample.callchain
                  if 1 << 63 <= address < CONTEXT_MARKER_MIN][:self.max_stack]
-        methods = unwound.unwind.methods
-        for index, (pc, mapping) in enumerate(zip(unwound.unwind.pcs, unwound.mappings,
-                                                  strict=True)):
-            # callers as return address - 1 (inside the call); signal frames as they are
-            if index and methods[index] not in EXACT_PC:
-                pc -= 1
-            stack.append(self.location(mapping, pc))
+        if unwound.unwind.stop is Stop.NO_CALLCHAIN and sample.ip >= KERNEL_START:
+            stack.append(self.kernel_location(sample.ip))  # no callchain: the ip alone
+        else:
+            stack += self._user_frames(unwound)
         event = event_name(sample.attr)
         event_id = self.event_ids.get(event)
         if event_id is None:
@@ -167,6 +173,29 @@ class _Collector:
             profile.first_time = sample.time
         if profile.last_time is None or sample.time > profile.last_time:
             profile.last_time = sample.time
+
+    def _user_frames(self, unwound: UnwoundSample) -> list[int]:
+        """The locations of the sample's user frames, leaf first."""
+        methods = unwound.unwind.methods
+        found = []
+        for index, (pc, mapping) in enumerate(zip(unwound.unwind.pcs, unwound.mappings,
+                                                  strict=True)):
+            # callers as return address - 1 (inside the call); signal frames as they are
+            if index and methods[index] not in EXACT_PC:
+                pc -= 1
+            found.append(self.location(mapping, pc))
+        return found
+
+
+def unnamed_function(mapping: Mapping, pc: int) -> str:
+    """The name of a function without a symbol: ``file+0xoffset``, the offset in the file
+    where the function containing ``pc`` starts, when the file's ``.eh_frame`` has an FDE
+    covering ``pc``; else the file alone, ``[file]`` (every such frame of it one node)."""
+    base = os.path.basename(mapping.filename) or mapping.filename
+    start = function_start(mapping.module, pc) if mapping.module is not None else None
+    if start is None:
+        return f"[{base}]"
+    return f"{base}+{start - mapping.start + mapping.pgoff:#x}"
 
 
 def collect(samples: Iterable[UnwoundSample], problems: Problems | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from .profiles import CLOCK_EVENTS, KERNEL_FILE, Location, Profile
+from .profiles import KERNEL_FILE, Location, Profile, is_clock
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
@@ -28,7 +28,7 @@ def speedscope(profile: Profile, name: str) -> str:
     for (event, comm, _, stack), (count, period) in profile.stacks.items():
         comm_id = frames.setdefault((comm, None), len(frames))
         key = (comm_id, *(ids[index] for index in reversed(stack)))
-        weight = period if profile.events[event] in CLOCK_EVENTS else count
+        weight = period if is_clock(profile.events[event]) else count
         per_event[event][key] = per_event[event].get(key, 0) + weight
     profiles = []
     for event_name, weights in zip(profile.events, per_event, strict=True):
@@ -37,7 +37,7 @@ def speedscope(profile: Profile, name: str) -> str:
         several = len(profile.events) > 1
         profiles.append({
             "type": "sampled", "name": f"{name} ({event_name})" if several else name,
-            "unit": "nanoseconds" if event_name in CLOCK_EVENTS else "none",
+            "unit": "nanoseconds" if is_clock(event_name) else "none",
             "startValue": 0, "endValue": total,
             "samples": [list(stack) for stack, _ in ordered],
             "weights": [weight for _, weight in ordered]})

@@ -17,6 +17,7 @@ import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from ..errors import Problems, PysframeError
 from ..format.constants import ABI
@@ -45,6 +46,9 @@ from ..unwind.provider import TableProvider
 from ..unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
 from .jitdump import jitdump_mappings
 from .tables import GeneratedTables
+
+if TYPE_CHECKING:
+    from .filters import SampleFilter
 
 #: perf's callchain context markers are the top 4095 values; PERF_CONTEXT_USER is -512.
 CONTEXT_MARKER_MIN = (1 << 64) - 4095
@@ -157,6 +161,9 @@ class PerfUnwinder:
         self._vdso: str | None = None
         #: Time spent unwinding (samples() adds to it when it is not None).
         self.unwind_seconds: float | None = None
+        #: Which samples samples() gives (perf's --pid, --tid, --comms, --time); the
+        #: others are not unwound. None: all.
+        self.keep: SampleFilter | None = None
         #: Called with each side-band record once the session has followed it: a model of
         #: the processes' memory (``deferred.what_if``) follows their exec, fork and mmap.
         self.side_band_observers: list[Callable[[Record], None]] = []
@@ -189,10 +196,15 @@ class PerfUnwinder:
         records: Iterable[Record] = time_ordered(self.data)
         if self.stitcher is not None:
             records = self.stitcher.stitched(records)
+        keep = self.keep
         for record in records:
             if isinstance(record, CallchainDeferred):
-                yield self._deferred_record(record)
+                unwound = self._deferred_record(record)
+                if keep is None or keep.keeps(unwound.sample, unwound.comm):
+                    yield unwound
             elif isinstance(record, Sample):
+                if keep is not None and not keep.keeps(record, self.comm_of(record)):
+                    continue
                 if clock is None:
                     yield self._unwind(record)
                     continue

@@ -57,6 +57,8 @@ FEATURE_VERSION = 5
 FEATURE_ARCH = 6
 FEATURE_NRCPUS = 7
 FEATURE_CMDLINE = 11
+FEATURE_EVENT_DESC = 12
+FEATURE_SAMPLE_TIME = 21
 FEATURE_COMPRESSED = 27
 
 #: Mapped pages further than this behind the reader are dropped (see _release_behind).
@@ -173,6 +175,15 @@ class PerfData:
             offset += 4 + length
         return out
 
+    @property
+    def sample_span(self) -> tuple[int, int] | None:
+        """The first and last sample times perf noted (its SAMPLE_TIME feature), or None."""
+        data = self._feature(FEATURE_SAMPLE_TIME)
+        if data is None or len(data) < 16:
+            return None
+        first, last = struct.unpack_from("<QQ", data, 0)
+        return (first, last) if 0 < first <= last else None
+
     def build_ids(self) -> list[BuildIdEntry]:
         data = self._feature(FEATURE_BUILD_ID)
         out: list[BuildIdEntry] = []
@@ -194,6 +205,29 @@ class PerfData:
                                     misc & 7 == 1))
             offset += size
         return out
+
+    def event_names(self) -> list[str]:
+        """The events' names in the EVENT_DESC feature, in the order of the attribute section
+        (perf pairs them by position): u32 count, u32 attr size, then per event the attr, u32
+        id count, the name (u32 length, then the bytes, NUL-padded), the ids. A description
+        that does not fit its section ends the list there (the others keep derived names)."""
+        view = self._feature(FEATURE_EVENT_DESC)
+        names: list[str] = []
+        if view is None or len(view) < 8:
+            return names
+        count, attr_size = struct.unpack_from("<II", view, 0)
+        position = 8
+        for _ in range(min(count, len(self.attrs))):
+            head = position + attr_size
+            if head + 8 > len(view):
+                break
+            ids, length = struct.unpack_from("<II", view, head)
+            end = head + 8 + length
+            if end + 8 * ids > len(view):
+                break
+            names.append(bytes(view[head + 8:end]).split(b"\0", 1)[0].decode("utf-8", "replace"))
+            position = end + 8 * ids
+        return names
 
     # --- records ----------------------------------------------------------------------
 
@@ -402,6 +436,8 @@ def _parse(path: str, buffer: memoryview, mapped: mmap.mmap | None) -> PerfData:
                     "end of the file (truncated recording)")
     else:
         result.features = _features(result, int.from_bytes(feature_bits, "little"))
+        for attr, name in zip(attrs, result.event_names(), strict=False):
+            attr.name = name
     return result
 
 

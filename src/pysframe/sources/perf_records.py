@@ -65,6 +65,9 @@ class EventAttr:
     sample_stack_user: int
     ids: tuple[int, ...] = ()
     branch_sample_type: int = 0
+    #: The event's name as perf recorded it in the EVENT_DESC feature (``cpu-clock:u``),
+    #: None when the recording has none for it.
+    name: str | None = None
 
     @property
     def lbr_callstack(self) -> bool:

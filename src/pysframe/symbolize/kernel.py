@@ -1,7 +1,8 @@
 """Kernel symbols for the kernel frames of perf samples, from ``/proc/kallsyms``.
 
-Used only when the running kernel is the recorded one (same build id, from
-``/sys/kernel/notes``) and kallsyms shows real addresses; otherwise kernel
+Used when the running kernel is the recorded one (same build id, from
+``/sys/kernel/notes``), or when the recording names no kernel build id (``perf record
+-B``: perf reads /proc/kallsyms then), and kallsyms shows real addresses; otherwise kernel
 frames stay ``[unknown]``, as perf prints them without symbols.
 
 Reading kallsyms takes ~0.3 s (about 200,000 lines), at every run; the table is kept
@@ -61,21 +62,46 @@ KALLSYMS_KIND = "kernel/kallsyms.p3"
 
 
 def kernel_symbols_for(recorded_build_id: bytes | None) -> SymbolTable | None:
-    """kallsyms if the running kernel is the one that was recorded, else ``None``."""
-    if recorded_build_id is None or running_kernel_build_id() != recorded_build_id:
+    """kallsyms if the running kernel is the one that was recorded; for a recording that
+    names no kernel (``perf record -B``), the running kernel's, read at the first lookup
+    (perf reads /proc/kallsyms then); else ``None``."""
+    if recorded_build_id is None:
+        return RunningKernelSymbols()
+    if running_kernel_build_id() != recorded_build_id:
         return None
+    return _kallsyms(recorded_build_id)
+
+
+class RunningKernelSymbols(SymbolTable):
+    """The running kernel's kallsyms, read (or taken from the cache) at the first lookup:
+    a recording without kernel samples never pays for them."""
+
+    def __init__(self) -> None:  # the table itself is made at the first lookup
+        self._table: SymbolTable | None = None
+        self._loaded = False
+
+    def lookup(self, address: int) -> tuple[str, int] | None:
+        if not self._loaded:
+            self._loaded = True
+            build_id = running_kernel_build_id()
+            self._table = load_kallsyms() if build_id is None else _kallsyms(build_id)
+        return self._table.lookup(address) if self._table is not None else None
+
+
+def _kallsyms(build_id: bytes) -> SymbolTable | None:
+    """kallsyms of the running kernel (of ``build_id``), from the cache while it boots."""
     boot = _boot_id()
     if boot is None:
         return load_kallsyms()
     source = describe(0, [boot, KALLSYMS_KIND.encode()])
-    payload = load(KALLSYMS_KIND, recorded_build_id, source)
+    payload = load(KALLSYMS_KIND, build_id, source)
     if payload is not None:
         cached = _table_from(payload)
         if cached is not None:
             return cached
     table = load_kallsyms()
     if table is not None:
-        store(KALLSYMS_KIND, recorded_build_id, _payload(table), source)
+        store(KALLSYMS_KIND, build_id, _payload(table), source)
     return table
 
 

@@ -12,34 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..cfi.eh_frame import CFIError, EhFrameIndex, cie_instructions, fde_instructions
+from ..cfi.eh_frame import CFIError, cie_instructions, fde_instructions
 from ..cfi.saved import SAME, saved_register
-from ..elf import ElfImage
-from ..errors import PysframeError
 from .address_space import AddressSpace, Module
+from .eh_index import eh_frame_index
 from .memory import StackReader
-
-#: One .eh_frame index per binary image (None: the binary has none usable).
-_indexes: dict[int, tuple[ElfImage, EhFrameIndex | None]] = {}
-_INDEX_LIMIT = 256
-
-
-def _index(image: ElfImage) -> EhFrameIndex | None:
-    found = _indexes.get(id(image))
-    if found is not None and found[0] is image:
-        return found[1]
-    index: EhFrameIndex | None = None
-    try:
-        eh_frame, hdr = image.section(".eh_frame"), image.section(".eh_frame_hdr")
-        if eh_frame is not None and hdr is not None:
-            index = EhFrameIndex(eh_frame[0], eh_frame[1], hdr[0], hdr[1],
-                                 big_endian=image.big_endian)
-    except (PysframeError, ValueError):
-        index = None
-    if len(_indexes) >= _INDEX_LIMIT:
-        _indexes.clear()
-    _indexes[id(image)] = (image, index)
-    return index
 
 
 def _saved_in(module: Module, pc: int, regnum: int) -> int | str | None:
@@ -47,7 +24,7 @@ def _saved_in(module: Module, pc: int, regnum: int) -> int | str | None:
     None when unknown."""
     if module.image is None:
         return None
-    index = _index(module.image)
+    index = eh_frame_index(module.image)
     if index is None:
         return None
     link_pc = pc - module.bias
