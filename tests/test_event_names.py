@@ -93,7 +93,10 @@ def test_a_description_cut_short_names_nothing(tmp_path: Path) -> None:
 
 # --- against perf itself ------------------------------------------------------------------
 
-LOOP = ["sh", "-c", "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done"]
+#: A shell loop (user time), then 512 MiB of /dev/zero copied (kernel time: a recording
+#: of kernel samples only must have some).
+LOOP = ["sh", "-c", "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; "
+        "dd if=/dev/zero of=/dev/null bs=64k count=8192 2>/dev/null"]
 
 
 def _headers(text: str) -> list[str]:
