@@ -100,6 +100,7 @@ def test_tables_are_shared_and_freed_with_their_last_process(tmp_path: Path,
             third = start(str(binary))  # the program again: into the freed range
             loader.load_process(third.pid)
             assert loader.used == high_water and loader.freed_rows == spin_rows
+            assert not loader.retired  # its rows were still in place: taken back as they were
             time.sleep(0.8)  # the shell has become python3
             # /proc/PID/exe is the file exec'd: the real interpreter, wherever a venv's
             # python (a link to it) lives; compared as files, not as path prefixes.
@@ -107,8 +108,39 @@ def test_tables_are_shared_and_freed_with_their_last_process(tmp_path: Path,
             loader.sweep()
             assert loader.freed_tables == 2  # sh's table: its only process exec'd
             in_use = sum(count for _, count in loader.tables.values())
-            assert in_use + sum(size for _, size in loader.free) == loader.used
+            retired = sum(count for _, count in loader.retired.values())
+            assert in_use + retired + sum(size for _, size in loader.free) == loader.used
     finally:
         for child in children:
             stop(child)
 
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_retired_tables_keep_their_rows_until_the_room_is_needed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table no process names is retired, not freed: asked for again, its rows are
+    still there; a table that needs their room frees the oldest retired ones; one that
+    fits nowhere is not remembered as having no table (asked again, it may fit)."""
+    from pysframe.record import bpf_sys
+    from pysframe.record.tables import TableLoader
+    from pysframe.record.walker import PROCS_VALUE, ROW
+
+    sizes = {"a": 40, "b": 40, "c": 70, "huge": 200}
+    monkeypatch.setattr("pysframe.record.tables.module_rows", lambda module, build_id=None: (
+        np.arange(sizes[module], dtype=np.uint64), np.zeros(sizes[module], np.uint64), None))
+    with bpf_sys.Resources() as owned:
+        procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 8, "t_procs"))
+        rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 100, "t_rows"))
+        loader = TableLoader(rows, procs, 100)
+        table = loader._table  # what load_process calls per mapping
+        assert table(("", b"a"), "a") == (0, 40) and table(("", b"b"), "b") == (40, 40)
+        loader._release(("", b"a"))
+        loader._release(("", b"b"))
+        assert list(loader.retired) == [("", b"a"), ("", b"b")]
+        assert table(("", b"b"), "b") == (40, 40)  # taken back in place
+        loader._release(("", b"b"))
+        assert table(("", b"c"), "c") == (0, 70)  # a's and b's rooms, both freed for it
+        assert not loader.retired and not loader.overflowed
+        assert table(("", b"huge"), "huge")[0] < 0 and loader.overflowed == {"": 200}
+        assert ("", b"huge") not in loader.tables  # not remembered as tableless

@@ -189,7 +189,7 @@ def _workload_status(status: int | None) -> int:
 
 
 def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> None:
-    from ..record.completion import MOST_PENDING
+    from ..record.completion import MOST_PENDING, MOST_PENDING_BYTES
 
     walked = 100 * result.outermost / result.walks if result.walks else 0.0
     if result.gone:
@@ -212,13 +212,19 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
                          "loaded yet and were finished from their stack copies\n")
     import resource
 
-    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
+    # The recorder's own peak: RUSAGE_CHILDREN would hold the workload's (a command's
+    # largest process, e.g. a compiler), which is not the recorder's memory.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     sys.stderr.write(f"sframe record: memory: {peak / 2**20:.0f} MiB peak resident, "
                      f"{result.maps_bytes / 2**20:.0f} MiB of BPF maps\n")
+    if result.overflowed:
+        report(f"the rows of {len(result.overflowed)} binar"
+               f"{'ies' if len(result.overflowed) != 1 else 'y'} did not fit in the walker's "
+               "table map when asked for (their samples were finished from stack copies): "
+               + ", ".join(sorted(result.overflowed)[:3]))
     if result.copies_dropped:
         report(f"{result.copies_dropped:,} more such samples kept the walker's chain (at most "
-               f"{MOST_PENDING:,} stack copies are kept)")
+               f"{MOST_PENDING:,} stack copies and {MOST_PENDING_BYTES >> 20} MiB of them are kept)")
     if result.freed_tables:
         report(f"the tables of {result.freed_tables} binar"
                f"{'ies' if result.freed_tables != 1 else 'y'} no target mapped any more were "

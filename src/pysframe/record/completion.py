@@ -29,6 +29,9 @@ from .sampler import COPY_HEADER, RECORD, USER_AT, record_size
 #: Samples kept for completion (each holds its copy and record, up to ~9 KB at 1,024
 #: frames): past this, a sample keeps the walker's chain.
 MOST_PENDING = 8192
+#: And at most this many bytes of stack copies (a busy -a run fills the count with 16 KiB
+#: copies: 128 MiB).
+MOST_PENDING_BYTES = 48 << 20
 #: Side-band events kept per process (a process mapping code without end is bounded).
 MOST_EVENTS = 65536
 RECORD_COMM, RECORD_FORK = 3, 7

@@ -31,7 +31,14 @@ from ..sources.live import read_maps
 from ..unwind.modules import BinaryFinder
 from ..unwind.step import Stop
 from . import bpf_sys as sys_bpf
-from .completion import MOST_PENDING, Pending, ProcessMaps, finish, pending_of
+from .completion import (
+    MOST_PENDING,
+    MOST_PENDING_BYTES,
+    Pending,
+    ProcessMaps,
+    finish,
+    pending_of,
+)
 from .defer_walk import RETURN_HOOKS, deferring_walker, return_walker
 from .perf_file import (
     ATTR_FLAGS,
@@ -145,6 +152,8 @@ class Recording:
         self.maps_bytes = 0
         #: Tables freed when no target mapped them any more.
         self.freed_tables = 0
+        #: Binaries whose rows did not fit in the rows map when first asked for.
+        self.overflowed: dict[str, int] = {}
 
 
 #: The signals that stop a recording cleanly (the file is written, the command it
@@ -198,6 +207,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
             session.finish_chains()
             result.binaries = session.loader.build_ids
             result.freed_tables = session.loader.freed_tables
+            result.overflowed = dict(session.loader.overflowed)
             for path, reason in session.loader.refused.items():
                 report(f"{path}: its .sframe is not loaded, the kernel's rules refuse it "
                        f"({reason}); its frames fall back to frame pointers")
@@ -382,6 +392,7 @@ class _Session:
         self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
                                              btf=btf, func_info=infos))
         self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=GeneratedTables()))
+        self.loader.without_tables.add(os.getpid())
         self.ring = RingBuffer(self.ring_fd, RING_BYTES)
         #: Woken by samples and by side-band records alike: a new mapping's table is
         #: loaded as soon as the kernel reports it.
@@ -402,6 +413,7 @@ class _Session:
         self.frames = frames
         self.maps = ProcessMaps()
         self.to_finish: list[Pending] = []
+        self.pending_bytes = 0
         #: Samples to finish by process: the order in which ``-a`` prepares tables.
         self.waiting_samples: dict[int, int] = {}
         #: The thread doing table work once sampling runs (None: done inline), and
@@ -559,12 +571,13 @@ class _Session:
 
     def _keep_copy(self, raw: bytes | memoryview) -> None:
         """A sample to finish in user space (its record is the next one kept)."""
-        if len(self.to_finish) >= MOST_PENDING:
+        if len(self.to_finish) >= MOST_PENDING or self.pending_bytes >= MOST_PENDING_BYTES:
             self.result.copies_dropped += 1
             return
         found = pending_of(self.sequence, raw, self.frames)
         if found is not None:
             self.to_finish.append(found)
+            self.pending_bytes += len(found.copy) + len(found.raw)
             self.waiting_samples[found.pid] = self.waiting_samples.get(found.pid, 0) + 1
 
     def finish_chains(self) -> None:

@@ -23,6 +23,7 @@ search then covers them, at a few rows per stub.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 
 import numpy as np
 
@@ -68,10 +69,22 @@ class TableLoader:
         #: Binaries whose own table is damaged (their rows come from the table generated
         #: from their CFI), with what to say of it.
         self.damaged: dict[str, str] = {}
+        #: Tables no process names any more, rows still in place, oldest first: freed
+        #: when their room is needed.
+        self.retired: OrderedDict[tuple[str, bytes | None], tuple[int, int]] = OrderedDict()
+        #: Binaries whose rows did not fit in the rows map when asked for (their rows).
+        self.overflowed: dict[str, int] = {}
+        #: A process whose code is walked by frame pointers, no table loaded (the
+        #: recorder itself under -a: its numpy alone has 370k rows).
+        self.without_tables: set[int] = set()
 
     def _table(self, key: tuple[str, bytes | None], module: object) -> tuple[int, int]:
         found = self.tables.get(key)
         if found is not None:
+            return found
+        found = self.retired.pop(key, None)
+        if found is not None:  # its rows are still there
+            self.tables[key] = found
             return found
         found = (0, 0)
         starts, words, refusal = module_rows(module, key[1])
@@ -86,32 +99,48 @@ class TableLoader:
             keys, values = rows_items(first, starts, words)
             map_update_batch(self.rows, keys, values, count)
             found = (first, count)
+        elif count:
+            # The rows map is full: not remembered as "no table" (tried again at the
+            # next load, once tables are freed); its code is left out of the entry, so
+            # that the walker copies the stack there and the chain is finished in user
+            # space.
+            self.overflowed[str(getattr(module, "path", ""))] = count
+            return -1, count
         self.tables[key] = found
         return found
 
     def _allocate(self, count: int) -> int | None:
-        """The first row of ``count`` free rows (a freed range first), or None: full."""
-        for index, (first, size) in enumerate(self.free):
-            if size >= count:
-                if size == count:
-                    del self.free[index]
-                else:
-                    self.free[index] = (first + count, size - count)
-                return first
-        if self.used + count > self.capacity:
-            return None
-        self.used += count
-        return self.used - count
+        """The first row of ``count`` free rows (a freed range first, then the unused end,
+        then the ranges of retired tables, oldest first), or None: full."""
+        while True:
+            for index, (first, size) in enumerate(self.free):
+                if size >= count:
+                    if size == count:
+                        del self.free[index]
+                    else:
+                        self.free[index] = (first + count, size - count)
+                    return first
+            if self.used + count <= self.capacity:
+                self.used += count
+                return self.used - count
+            if not self.retired:
+                return None
+            _, (first, size) = self.retired.popitem(last=False)
+            self._free_range(first, size)
 
     def _release(self, key: tuple[str, bytes | None]) -> None:
-        """The table is named by no entry any more: its rows are free (adjacent ranges
-        merged), and it is loaded again if a process maps it later."""
+        """The table is named by no entry any more: retired, its rows kept until their
+        room is needed (a binary run again and again, as a compiler by make, is not
+        loaded again each time); it is loaded again if a process maps it later."""
         first, count = self.tables.pop(key, (0, 0))
         self.users.pop(key, None)
         if not count:
             return
         self.freed_tables += 1
         self.freed_rows += count
+        self.retired[key] = (first, count)
+
+    def _free_range(self, first: int, count: int) -> None:
         merged: list[tuple[int, int]] = []
         for start, size in sorted([*self.free, (first, count)]):
             if merged and merged[-1][0] + merged[-1][1] == start:
@@ -164,7 +193,8 @@ class TableLoader:
         for candidate in [path, *_dependencies(path)]:
             module = self.finder.module(os.path.realpath(candidate), None, 0, 0)
             if module is not None and _key(module) not in self.tables:
-                loaded += self._table(_key(module), module)[1]
+                first, count = self._table(_key(module), module)
+                loaded += count if first >= 0 else 0
         return loaded
 
     def load_process(self, pid: int, if_changed: bool = False) -> int:
@@ -189,7 +219,10 @@ class TableLoader:
                 if identity:
                     self.build_ids[entry.path] = identity
                 key = _key(module)
-                first, count = self._table(key, module)
+                if pid not in self.without_tables:
+                    first, count = self._table(key, module)
+            if first < 0:
+                continue  # did not fit: uncovered (see _table)
             if count and module is not None and len(entries) < MAPPINGS:
                 entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first, count))
                 keys.add(key)
