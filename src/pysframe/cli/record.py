@@ -199,8 +199,12 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
                          "could be)\n")
     cost = (f"; the walker took {result.walker_ns / 1000:.1f} us per sample"
             if result.walker_ns else "")
-    idle = (f"; {result.samples - result.user_samples:,} without a user stack (idle, kernel "
-            "threads) not counted" if result.samples > result.user_samples else "")
+    without = result.samples - result.user_samples - result.own_samples
+    idle = (f"; {without:,} without a user stack (idle, kernel threads) not counted"
+            if without > 0 else "")
+    if result.own_samples:
+        idle += (f"; {result.own_samples:,} of the recorder itself (walked by frame pointers) "
+                 "not counted")
     # (Walks, not samples: with --defer, one walk serves the samples of a kernel entry.)
     samples = f"{result.samples:,} sample{'s' if result.samples != 1 else ''}"
     sys.stderr.write(f"sframe record: {samples} ({walked:.1f}% of user stacks "

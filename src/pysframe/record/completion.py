@@ -131,16 +131,18 @@ def pending_of(sequence: int, raw: bytes | memoryview, frames: int) -> Pending |
     return Pending(sequence, kept, walked, index, (pc, sp, fp), copy, pid, time)
 
 
-def finish(pending: list[Pending], maps: ProcessMaps, finder: BinaryFinder, frames: int
-           ) -> dict[int, tuple[list[int], Stop]]:
+def finish(pending: list[Pending], maps: ProcessMaps, finder: BinaryFinder, frames: int,
+           layouts: list[Layout] | None = None) -> dict[int, tuple[list[int], Stop]]:
     """Each pending sample's user chain finished in user space (by sequence), and why it
-    ended; a sample the tracer gets no further with keeps the walker's chain (absent)."""
+    ended; a sample the tracer gets no further with keeps the walker's chain (absent).
+    ``layouts``: each sample's mappings, taken before (else read from ``maps`` here)."""
     unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, frames)
-    maps.in_order()
+    if layouts is None:
+        maps.in_order()
+        layouts = [maps.layout(item.pid, item.time) for item in pending]
     spaces: dict[Layout, AddressSpace] = {}
     done: dict[int, tuple[list[int], Stop]] = {}
-    for item in pending:
-        layout = maps.layout(item.pid, item.time)
+    for item, layout in zip(pending, layouts, strict=True):
         space = spaces.get(layout)
         if space is None:
             space = spaces[layout] = _space(layout, finder)
@@ -160,5 +162,10 @@ def _space(layout: Layout, finder: BinaryFinder) -> AddressSpace:
     space = AddressSpace()
     for start, length, pgoff, path, build_id in layout:
         module = finder.module(path, build_id, start, pgoff)
+        lookup = getattr(module, "lookup", None)
+        if lookup is not None:
+            # Stepwise lookups only: the chains finished touch a few functions, and a flat
+            # index of a compiler's 535k rows is ~100 MiB of Python objects.
+            lookup.flat_threshold = 1 << 62
         space.add(Mapping(start, start + length, pgoff, path, build_id, module))
     return space

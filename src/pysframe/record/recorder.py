@@ -21,6 +21,7 @@ import shutil
 import signal
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -152,6 +153,8 @@ class Recording:
         self.maps_bytes = 0
         #: Tables freed when no target mapped them any more.
         self.freed_tables = 0
+        #: Samples of the recorder itself (``-a``).
+        self.own_samples = 0
         #: Binaries whose rows did not fit in the rows map when first asked for.
         self.overflowed: dict[str, int] = {}
 
@@ -392,7 +395,8 @@ class _Session:
         self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
                                              btf=btf, func_info=infos))
         self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=GeneratedTables()))
-        self.loader.without_tables.add(os.getpid())
+        self.own_pid = os.getpid()
+        self.loader.without_tables.add(self.own_pid)
         self.ring = RingBuffer(self.ring_fd, RING_BYTES)
         #: Woken by samples and by side-band records alike: a new mapping's table is
         #: loaded as soon as the kernel reports it.
@@ -414,6 +418,9 @@ class _Session:
         self.maps = ProcessMaps()
         self.to_finish: list[Pending] = []
         self.pending_bytes = 0
+        #: Held by the polling thread while it takes records in, and by the table thread
+        #: while it takes waiting samples out or rewrites their records.
+        self.lock = threading.Lock()
         #: Samples to finish by process: the order in which ``-a`` prepares tables.
         self.waiting_samples: dict[int, int] = {}
         #: The thread doing table work once sampling runs (None: done inline), and
@@ -477,7 +484,8 @@ class _Session:
     def start_worker(self) -> TableWorker:
         """From here on, table work is done off the polling path."""
         self.worker = TableWorker(self.tables, self.loader.drop_process, self.loader.sweep,
-                                  self.prefetch, lambda: dict(self.waiting_samples))
+                                  self.prefetch, lambda: dict(self.waiting_samples),
+                                  self.finish_ready)
         return self.worker
 
     def stop_worker(self) -> None:
@@ -547,6 +555,12 @@ class _Session:
                 self.waiting.poll(timeout_ms)
             except InterruptedError:
                 pass
+        with self.lock:
+            self._take_in()
+
+    def _take_in(self) -> None:
+        """The side band's records, then the walker's (a sample's mappings are known
+        before it: see :class:`ProcessMaps`)."""
         for band in self.side_bands:
             for data in band.records():
                 self._side_band(data)
@@ -561,7 +575,9 @@ class _Session:
                 self._walked(reason)
             else:
                 stamp, data = sample_record(raw, frames=self.frames)
-                if user_frames and _has_user_stack(raw):  # idle, kernel threads: none
+                if struct.unpack_from("<I", raw, 8)[0] == self.own_pid:
+                    self.result.own_samples += 1  # walked by frame pointers: not counted
+                elif user_frames and _has_user_stack(raw):  # idle, kernel threads: none
                     self.result.user_samples += 1
                     self._walked(reason)
                 if flags & FLAG_STACK_COPY:
@@ -580,13 +596,36 @@ class _Session:
             self.pending_bytes += len(found.copy) + len(found.raw)
             self.waiting_samples[found.pid] = self.waiting_samples.get(found.pid, 0) + 1
 
+    def finish_ready(self, pid: int) -> None:
+        """In the table thread, once ``pid``'s tables are loaded: its waiting samples
+        finished now (their copies freed: a busy ``-a`` run fills the bound otherwise).
+        Their layouts are taken under the lock; the unwinding is done outside it."""
+        with self.lock:
+            ready = [item for item in self.to_finish if item.pid == pid]
+            if not ready:
+                return
+            self.maps.in_order()
+            layouts = [self.maps.layout(item.pid, item.time) for item in ready]
+        finished = finish(ready, self.maps, self.loader.finder, self.frames, layouts)
+        with self.lock:
+            self._apply(ready, finished)
+            done = {id(item) for item in ready}
+            self.to_finish = [item for item in self.to_finish if id(item) not in done]
+            self.pending_bytes -= sum(len(item.copy) + len(item.raw) for item in ready)
+            self.waiting_samples.pop(pid, None)
+
     def finish_chains(self) -> None:
         """The pending samples' chains finished in user space, their records rewritten."""
         if not self.to_finish:
             return
         finished = finish(self.to_finish, self.maps, self.loader.finder, self.frames)
+        self._apply(self.to_finish, finished)
+
+    def _apply(self, items: list[Pending], finished: dict[int, tuple[list[int], Stop]]
+               ) -> None:
+        """The finished samples' records rewritten (under the lock while sampling)."""
         result = self.result
-        for item in self.to_finish:
+        for item in items:
             found = finished.get(item.sequence)
             if found is None:
                 continue

@@ -29,8 +29,11 @@ class TableWorker:
 
     def __init__(self, load: Callable[[int], None], drop: Callable[[int], None],
                  sweep: Callable[[], None], prefetch: Callable[[list[int]], None],
-                 waiting: Callable[[], dict[int, int]] | None = None) -> None:
+                 waiting: Callable[[], dict[int, int]] | None = None,
+                 loaded: Callable[[int], None] | None = None) -> None:
         self._load, self._drop, self._sweep, self._prefetch = load, drop, sweep, prefetch
+        #: Called once a process's tables are loaded (its waiting samples finished).
+        self._loaded = loaded or (lambda pid: None)
         #: The samples waiting for each process's tables (pid -> count), read at each round.
         self._samples_waiting = waiting or dict
         self._queue: queue.Queue[Work | None] = queue.Queue()
@@ -80,6 +83,7 @@ class TableWorker:
                     with self._lock:
                         self._waiting.discard(pid)  # a mapping reported from now on: again
                     self._load(pid)
+                    self._loaded(pid)
                 elif kind == "drop":
                     self._drop(pid)
                 elif kind == "sweep":
@@ -111,6 +115,7 @@ class TableWorker:
             self._prefetch(round_pids)
             for pid in round_pids:
                 self._load(pid)
+                self._loaded(pid)
             done += len(round_pids)
             if progress:
                 sys.stderr.write(f"\rsframe record: tables of {done} of {len(pids)} "
