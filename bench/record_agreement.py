@@ -82,6 +82,8 @@ __attribute__((noinline)) long spin(long n) { volatile long s = NUMBER; for (lon
 __attribute__((noinline)) long middle(long n) { return spin(n) + 1; }
 int main(void) { long t = 0; for (int r = 0; r < 60; r++) t += middle(1000000); return t == 42; }
 """
+#: The recording tools' own threads, left out of both profiles (with -a each samples itself).
+RECORDERS = ("sframe", "perf", "sframe-tables")
 OUTERMOST = ("_start", "clone3", "clone", "__clone", "_dl_start_user")
 
 
@@ -119,6 +121,8 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
         # A frame without a symbol is named file+offset, and `sframe record`'s callers are
         # return addresses where dwarf callers are return addresses - 1: such frames are
         # compared by file.
+        if stack.split(";")[0] in RECORDERS:
+            continue  # the recording tool itself (-a): not the workload
         frames = [re.sub(r"\+0x[0-9a-f]+$", "", frame) for frame in stack.split(";")[1:]
                   if not frame.endswith("_[k]")]
         if not frames:
