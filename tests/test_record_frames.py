@@ -181,6 +181,9 @@ class Binary:
     text: dict[int, str] = field(default_factory=dict)
     labels: set[int] = field(default_factory=set)
     symbols: dict[str, set[int]] = field(default_factory=dict)  # name -> values
+    #: IFUNC symbols (memset in libc): a call through their PLT slot lands in whichever
+    #: implementation the resolver chose (__memset_avx512_unaligned_erms here).
+    ifuncs: set[str] = field(default_factory=set)
 
     def vaddr(self, offset: int) -> int | None:
         for start, vaddr, size in self.segments:
@@ -232,6 +235,8 @@ def load_binary(path: str, objdump: str, readelf: str) -> Binary:
         fields = line.split()
         if len(fields) >= 8 and fields[3] == "FUNC" and fields[6] != "UND":
             binary.symbols.setdefault(fields[7].split("@")[0], set()).add(int(fields[1], 16))
+        elif len(fields) >= 8 and fields[3] == "IFUNC" and fields[6] != "UND":
+            binary.ifuncs.add(fields[7].split("@")[0])
     return binary
 
 
@@ -330,6 +335,8 @@ class Checker:
             if not inner.dso.startswith("/"):
                 return f"FAIL: {call[1]!r} into {inner}"
             callee = self.binary(inner.dso)
+            if name in callee.ifuncs:
+                return "indirect"  # the implementation the resolver chose
             entries = callee.symbols.get(name, set())
             if start in entries:
                 return "plt"

@@ -58,6 +58,7 @@ from .perf_file import (
     sample_record,
 )
 from .perf_ring import PerfRing
+from .procfs import maps_memlock, processes, run_time, tgid, threads
 from .ringbuf import RingBuffer
 from .sampler import (
     COPY_BYTES,
@@ -247,7 +248,7 @@ def _start(session: _Session, target: Target) -> int | None:
     if target.system_wide:
         targets = [-1]
     elif target.pids:
-        targets = [tid for pid in target.pids for tid in _threads(pid)]
+        targets = [tid for pid in target.pids for tid in threads(pid)]
     elif target.tids:
         targets = list(target.tids)
     try:
@@ -257,16 +258,16 @@ def _start(session: _Session, target: Target) -> int | None:
             # Sampling starts at once: the processes' names and mappings first (quick),
             # their tables after, in the table worker; samples of code not loaded yet
             # carry stack copies and are finished at the end.
-            pids = _processes()
+            pids = processes()
             for pid in pids:
                 session.synthesize(pid)
-            for pid in sorted(set(_processes(kernel_threads=True)) - set(pids)):
+            for pid in sorted(set(processes(kernel_threads=True)) - set(pids)):
                 session.synthesize(pid)  # kernel threads: their names only
             session.enable()
             session.start_worker().prepare(pids, progress=sys.stderr.isatty())
         else:
             if not session.on_exec:  # a held command has not run its program yet
-                pids = sorted({_tgid(tid) for tid in targets} - {0})
+                pids = sorted({tgid(tid) for tid in targets} - {0})
                 session.prefetch(pids)
                 for pid in pids:
                     session.tables(pid)
@@ -523,7 +524,7 @@ class _Session:
         """COMM and MMAP2 records of a process that was running before the recording, as
         perf synthesizes them from /proc."""
         now = time.monotonic_ns()
-        for tid in _threads(pid):
+        for tid in threads(pid):
             try:
                 with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8",
                           errors="replace") as handle:
@@ -676,8 +677,8 @@ class _Session:
                 pass
 
     def close(self) -> None:
-        self.result.walker_ns = _run_time(self.program)
-        self.result.maps_bytes = _maps_memlock()
+        self.result.walker_ns = run_time(self.program)
+        self.result.maps_bytes = maps_memlock()
         self.ring.close()
         for band in self.side_bands:
             band.close()
@@ -745,67 +746,6 @@ def _prctl() -> Callable[[int, int], object]:
     return lambda option, value: function(option, value, 0, 0, 0)
 
 
-def _maps_memlock() -> int:
-    """The bytes the kernel charges for this process's BPF maps (their fdinfo memlock)."""
-    total = 0
-    try:
-        names = os.listdir("/proc/self/fdinfo")
-    except OSError:
-        return 0
-    for name in names:
-        try:
-            with open(f"/proc/self/fdinfo/{name}") as info:
-                fields = dict(line.split(":", 1) for line in info if ":" in line)
-        except (OSError, ValueError):
-            continue
-        if "map_type" in fields:
-            total += int(fields.get("memlock", "0").strip() or 0)
-    return total
-
-
 def _has_user_stack(raw: bytes | memoryview) -> bool:
     """Whether a walker record has a user frame (its first user ip is not 0)."""
     return len(raw) >= USER_AT + 8 and bool(struct.unpack_from("<Q", raw, USER_AT)[0])
-
-
-def _run_time(program: sys_bpf.Fd) -> float:
-    """ns per run of ``program`` from its fdinfo (0 unless BPF run statistics are on)."""
-    try:
-        with open(f"/proc/self/fdinfo/{int(program)}") as info:
-            fields = dict(line.split(":", 1) for line in info if ":" in line)
-        runs = int(fields.get("run_cnt", "0").strip() or 0)
-        return int(fields.get("run_time_ns", "0").strip() or 0) / runs if runs else 0.0
-    except (OSError, ValueError):
-        return 0.0
-
-
-def _processes(kernel_threads: bool = False) -> list[int]:
-    """Every process with user mappings (with ``kernel_threads``: every process)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/maps") as maps:
-                    if kernel_threads or maps.read(1):
-                        found.append(int(name))
-            except OSError:
-                continue
-    return sorted(found)
-
-
-def _threads(pid: int) -> list[int]:
-    try:
-        return sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
-    except OSError:
-        return []
-
-
-def _tgid(tid: int) -> int:
-    try:
-        with open(f"/proc/{tid}/status") as status:
-            for line in status:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return tid

@@ -1,0 +1,69 @@
+"""What the recorder reads of /proc: processes, threads, thread groups, and the kernel's
+accounts of its own BPF objects (fdinfo: a program's run time, the maps' memlock)."""
+
+from __future__ import annotations
+
+import os
+
+from . import bpf_sys as sys_bpf
+
+
+def maps_memlock() -> int:
+    """The bytes the kernel charges for this process's BPF maps (their fdinfo memlock)."""
+    total = 0
+    try:
+        names = os.listdir("/proc/self/fdinfo")
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            with open(f"/proc/self/fdinfo/{name}") as info:
+                fields = dict(line.split(":", 1) for line in info if ":" in line)
+        except (OSError, ValueError):
+            continue
+        if "map_type" in fields:
+            total += int(fields.get("memlock", "0").strip() or 0)
+    return total
+
+
+def run_time(program: sys_bpf.Fd) -> float:
+    """ns per run of ``program`` from its fdinfo (0 unless BPF run statistics are on)."""
+    try:
+        with open(f"/proc/self/fdinfo/{int(program)}") as info:
+            fields = dict(line.split(":", 1) for line in info if ":" in line)
+        runs = int(fields.get("run_cnt", "0").strip() or 0)
+        return int(fields.get("run_time_ns", "0").strip() or 0) / runs if runs else 0.0
+    except (OSError, ValueError):
+        return 0.0
+
+
+def processes(kernel_threads: bool = False) -> list[int]:
+    """Every process with user mappings (with ``kernel_threads``: every process)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/maps") as maps:
+                    if kernel_threads or maps.read(1):
+                        found.append(int(name))
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def threads(pid: int) -> list[int]:
+    try:
+        return sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+
+
+def tgid(tid: int) -> int:
+    try:
+        with open(f"/proc/{tid}/status") as status:
+            for line in status:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return tid
