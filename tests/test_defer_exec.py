@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.oracles import need_perf, unavailable
+from tests.test_conformance_matrix import DEEP_C
 
 from pysframe.cli.script import open_recording
 from pysframe.errors import Problems
@@ -32,22 +33,10 @@ from pysframe.sources.perf_records import RECORD_MMAP2, Mmap
 
 SFRAME = [sys.executable, "-m", "pysframe"]
 
-#: A leaf spinning under a few calls for the seconds given (no frame pointer; gcc -O2
-#: turns the recursion into a loop: leaf, middle, main, then libc's start to _start).
-WORK_C = r"""
-#include <stdlib.h>
-#include <time.h>
-static volatile unsigned long sink;
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec / 1e9; }
-__attribute__((noinline)) unsigned long leaf(unsigned long n) {
-  for (unsigned long i = 0; i < n; i++) sink += i ^ (sink >> 3); return sink; }
-__attribute__((noinline)) unsigned long middle(int depth, unsigned long n) {
-  if (depth == 0) return leaf(n);
-  return middle(depth - 1, n) + (unsigned long)depth;   /* not a tail call */ }
-int main(int argc, char **argv) { double end = now() + (argc > 1 ? atof(argv[1]) : 0.3);
-  while (now() < end) middle(20, 20000); return 0; }
-"""
+#: A leaf spinning under a few calls for the seconds given (no frame pointer): the
+#: matrix's deep program, 20 calls deep, its recursion named middle (leaf, middle, main,
+#: then libc's start to _start).
+WORK_C = DEEP_C.replace("rec(", "middle(").replace("middle(300,", "middle(20,")
 
 #: python3's own work for a while, then the C program as its child (fork and exec).
 RUN_PY = """\

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.oracles import need_perf, unavailable
-from tests.support.parity import perf_can_record
+from tests.support.oracles import need_perf
+from tests.support.parity import recording_directory
 
 from pysframe.report import perf_data_out as out
 from pysframe.report.event_names import event_name, modifiers
@@ -118,11 +118,7 @@ def _theirs(perf: str, path: Path) -> str:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """`perf record -e EVENT` of a shell loop, for a few events (no callchains)."""
-    perf = need_perf()
-    directory = tmp_path_factory.mktemp("events")
-    reason = perf_can_record(directory)
-    if reason is not None:
-        unavailable(reason)
+    perf, directory = recording_directory(tmp_path_factory, "events")
     found = {}
     for event in ("cpu-clock:u", "task-clock:k", "cpu-clock:H", "cpu-clock"):
         path = directory / (event.replace(":", "_") + ".data")

@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.support.oracles import need_perf, unavailable
-from tests.support.parity import perf_can_record
+from tests.support.oracles import need_perf
+from tests.support.parity import recording_directory
 
 from conftest import FIXTURES
 from pysframe.elf import ElfImage
@@ -123,11 +123,7 @@ KERNEL_WORK = ["dd", "if=/dev/zero", "of=/dev/null", "bs=64k", "count=60000"]
 def without_callchains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """`perf record` without -g of a command that runs in the kernel, with and without
     build ids (-B)."""
-    perf = need_perf()
-    directory = tmp_path_factory.mktemp("nocallchain")
-    reason = perf_can_record(directory)
-    if reason is not None:
-        unavailable(reason)
+    perf, directory = recording_directory(tmp_path_factory, "nocallchain")
     found = {}
     for name, options in (("ids", []), ("no-ids", ["-B"])):
         path = directory / f"{name}.data"

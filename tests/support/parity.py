@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 MARKER = "ffffffffffffffff [unknown] ([unknown])"
 KERNEL = "([kernel.kallsyms])"
@@ -32,6 +33,19 @@ def perf_can_record(directory: Path) -> str | None:
     if probe.returncode != 0:
         return "perf cannot record here: " + (probe.stderr.strip().splitlines() or ["?"])[-1]
     return None
+
+
+def recording_directory(factory: Any, name: str) -> tuple[str, Path]:
+    """(perf, a fresh directory where it can record) for a module's recordings; the test
+    is unavailable (a failure under CI=true) where perf is missing or cannot record."""
+    from tests.support.oracles import need_perf, unavailable
+
+    perf = need_perf()
+    directory: Path = factory.mktemp(name)
+    reason = perf_can_record(directory)
+    if reason is not None:
+        unavailable(reason)
+    return perf, directory
 
 
 def record(output: Path, command: list[str], *options: str, timeout: float = 120) -> Path:
