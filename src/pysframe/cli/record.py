@@ -67,7 +67,8 @@ def run_record(options: RecordOptions, report: Any) -> int:
                            EXIT_UNREADABLE)
     _check_output(options.output)
     try:
-        data, result = record(target, options.duration, report, options.event, options.defer)
+        recorded, result = record(target, options.duration, report, options.event,
+                                  options.defer, _scratch_directory(options.output))
     except BpfError as error:
         raise CommandError(f"the kernel refused: {error}{_missing(str(error))}",
                            EXIT_UNREADABLE) from None
@@ -77,9 +78,9 @@ def run_record(options: RecordOptions, report: Any) -> int:
         raise CommandError(str(error), EXIT_NOT_FOUND if error.errno in (
             errno.ENOENT, errno.ENOTDIR) else EXIT_NOT_EXECUTABLE) from None
     _keep_old(options.output)
-    write_output(options.output, data)
+    write_output(options.output, recorded.chunks())
     if not options.quiet:
-        _summary(options, result, len(data), report)
+        _summary(options, result, recorded.size, report)
     if result.signal:  # stopped by a signal: die of it, as perf does, the file written
         sys.stderr.flush()
         signal.signal(result.signal, signal.SIG_DFL)
@@ -164,6 +165,20 @@ def _check_output(path: str) -> None:
         raise CommandError(f"{path}: cannot write: no directory {directory}", EXIT_UNREADABLE)
     if os.path.isdir(path):
         raise CommandError(f"{path}: cannot write: is a directory", EXIT_UNREADABLE)
+
+
+def _scratch_directory(path: str) -> str | None:
+    """Where the records wait for the end: beside a regular (or new) output file, where
+    there is room for it; the system's temporary directory for a device or a pipe."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    directory = os.path.dirname(os.path.abspath(path))
+    return directory if os.access(directory, os.W_OK | os.X_OK) else None
 
 
 def _keep_old(path: str) -> None:

@@ -26,6 +26,8 @@ SYS_BPF, SYS_PERF_EVENT_OPEN = 321, 298  # x86-64
 # bpf() commands.
 MAP_CREATE, MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_DELETE_ELEM = 0, 1, 2, 3
 PROG_LOAD, PROG_GET_NEXT_ID, MAP_GET_NEXT_ID, BTF_LOAD = 5, 11, 12, 18
+#: Loads tried before EAGAIN is reported (libbpf tries 5 times).
+PROG_LOAD_TRIES = 5
 RAW_TRACEPOINT_OPEN, MAP_UPDATE_BATCH = 17, 26
 # Map and program types.
 MAP_HASH, MAP_ARRAY, MAP_PERCPU_ARRAY, MAP_LRU_HASH, MAP_RINGBUF = 1, 2, 6, 9, 27
@@ -165,7 +167,12 @@ def prog_load(prog_type: int, instructions: bytes, name: str, *, license_text: s
         struct.pack_into("<IIQI", attr, 72, int(btf), func_info_size, ctypes.addressof(infos),
                          len(func_info) // func_info_size)
     buffer = ctypes.create_string_buffer(bytes(attr), 128)
-    result = _libc.syscall(SYS_BPF, PROG_LOAD, buffer, 128)
+    # The verifier gives up with EAGAIN when a signal arrives while it works (SIGCHLD,
+    # SIGWINCH, a profiler's ptrace stop); libbpf tries again, a few times, and so do we.
+    for _ in range(PROG_LOAD_TRIES):
+        result = _libc.syscall(SYS_BPF, PROG_LOAD, buffer, 128)
+        if result >= 0 or ctypes.get_errno() != errno.EAGAIN:
+            break
     if result < 0:
         code_ = ctypes.get_errno()
         text = log.value.decode(errors="replace").strip().splitlines()

@@ -14,6 +14,7 @@ frame, then the tracer's.
 from __future__ import annotations
 
 import struct
+from collections.abc import Container
 from dataclasses import dataclass
 
 from ..format.constants import ABI
@@ -65,12 +66,22 @@ class ProcessMaps:
     """Each process's executable mappings over time, followed from the side band: MMAP2
     maps code, an exec's COMM starts a new image, a fork starts from the parent's. Kept
     as history, as the layout a sample needs is the one at its time: the side band is
-    read before the samples of each poll, and code mapped since then is in them."""
+    read before the samples of each poll, and code mapped since then is in them. A
+    process that exited is forgotten (:meth:`forget_exited`) once no sample waits for it,
+    its children's forks made copies of its layout: an all-day ``-a`` run stays bounded."""
 
     def __init__(self) -> None:
-        #: pid -> (time, event): ("map", mapping) / ("exec", None) / ("fork", parent).
+        #: pid -> (time, event): ("map", mapping) / ("exec", None) / ("fork", parent) /
+        #: ("image", layout): a fork whose parent was forgotten.
         self.events: dict[int, list[tuple[int, str, object]]] = {}
         self._parser = RecordParser([_SIDE_BAND])
+        #: Processes with an event older than the one before it (read CPU by CPU):
+        #: sorted by the next :meth:`in_order`, the others are in order already.
+        self._unsorted: set[int] = set()
+        #: The children forked from each process, and the processes that exited (pid ->
+        #: the recorder's clock then, in seconds).
+        self._children: dict[int, list[int]] = {}
+        self._exited: dict[int, float] = {}
 
     def side_band(self, kind: int, misc: int, data: bytes, stamp: int) -> None:
         if kind == RECORD_MMAP2 and not misc & 0x2000:
@@ -87,16 +98,46 @@ class ProcessMaps:
             child, parent = struct.unpack_from("<ii", data, 8)
             if child != parent:
                 self._add(child, stamp, "fork", parent)
+                self._children.setdefault(parent, []).append(child)
 
     def _add(self, pid: int, stamp: int, kind: str, value: object) -> None:
         events = self.events.setdefault(pid, [])
         if len(events) < MOST_EVENTS:
+            if events and stamp < events[-1][0]:
+                self._unsorted.add(pid)
             events.append((stamp, kind, value))
 
     def in_order(self) -> None:
         """Each process's events in time order (the side band is read CPU by CPU)."""
-        for events in self.events.values():
-            events.sort(key=lambda event: event[0])
+        for pid in self._unsorted:
+            self.events.get(pid, []).sort(key=lambda event: event[0])
+        self._unsorted.clear()
+
+    def exited(self, pid: int, now: float) -> None:
+        """``pid`` exited (its EXIT record came at ``now``, the recorder's clock)."""
+        self._exited[pid] = now
+
+    def forget_exited(self, now: float, waiting: Container[int], grace: float = 2.0) -> int:
+        """Forget the processes that exited at least ``grace`` seconds before ``now``
+        (a sample read after its process's EXIT, from another CPU's buffer, still finds
+        it) and for which no sample waits; returns how many were forgotten."""
+        gone = [pid for pid, when in self._exited.items()
+                if now - when >= grace and pid not in waiting]
+        if gone:
+            self.in_order()
+        for pid in gone:
+            del self._exited[pid]
+            for child in self._children.pop(pid, ()):
+                self._copy_fork(child, pid)
+            self.events.pop(pid, None)
+        return len(gone)
+
+    def _copy_fork(self, child: int, parent: int) -> None:
+        """The child's fork from ``parent`` replaced by the parent's layout then."""
+        events = self.events.get(child)
+        for index, (stamp, kind, value) in enumerate(events or ()):
+            if kind == "fork" and value == parent and events is not None:
+                events[index] = (stamp, "image", self.layout(parent, stamp))
 
     def layout(self, pid: int, time: int, depth: int = 0) -> Layout:
         """The process's executable mappings at ``time`` (events in order: :meth:`in_order`)."""
@@ -108,6 +149,8 @@ class ProcessMaps:
                 found = []
             elif kind == "fork" and isinstance(value, int) and depth < 64:
                 found = list(self.layout(value, stamp, depth + 1))
+            elif kind == "image":
+                found = list(value)  # type: ignore[call-overload]
             elif kind == "map":
                 found.append(value)  # type: ignore[arg-type]
         return tuple(found)

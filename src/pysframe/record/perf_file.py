@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ..report import perf_data_out as out
 from ..report.perf_data_out import (
@@ -125,10 +125,18 @@ def perf_data(attr: bytes, records: Iterable[bytes], build_ids: Iterable[bytes] 
     naming the event ``event`` (as ``-e`` named it) when given: perf prints that name (perf
     6.1 and 7.2 derive different modifiers from the attribute alone: ``cpu-clock:`` and
     ``cpu-clock:H:``)."""
+    data = b"".join(records)
+    return b"".join(perf_data_chunks(attr, len(data), [data], build_ids, event))
+
+
+def perf_data_chunks(attr: bytes, data_size: int, data: Iterable[bytes],
+                     build_ids: Iterable[bytes] = (), event: str | None = None
+                     ) -> Iterator[bytes]:
+    """:func:`perf_data` in pieces, its records given as chunks of ``data_size`` bytes."""
     features = {FEATURE_BUILD_ID: b"".join(build_ids)}
     if event is not None:
         features[out.FEATURE_EVENT_DESC] = out.event_desc([(attr, event)])
-    return out.perf_data([attr], b"".join(records), features)
+    return out.perf_data_chunks([attr], data_size, data, features)
 
 
 PROT = {"r": 1, "w": 2, "x": 4}

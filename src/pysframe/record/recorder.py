@@ -23,7 +23,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import PysframeError
@@ -53,7 +53,7 @@ from .perf_file import (
     kernel_mmap_record,
     kernel_text,
     mmap2_record,
-    perf_data,
+    perf_data_chunks,
     request_record,
     sample_record,
 )
@@ -69,6 +69,7 @@ from .sampler import (
     USER_AT,
     USER_FRAMES,
 )
+from .spool import RecordSpool
 from .table_worker import TableWorker
 from .tables import TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, scratch_map, walker
@@ -116,10 +117,10 @@ class Target:
 
 
 class Recording:
-    """What a recording produced: the file's records and counts for the summary."""
+    """What a recording produced: counts for the summary (the file's records are in
+    :class:`RecordedFile`)."""
 
     def __init__(self) -> None:
-        self.records: list[tuple[int, int, bytes]] = []
         self.samples = 0
         #: Samples with a user stack (not idle, not a kernel thread's).
         self.user_samples = 0
@@ -167,13 +168,40 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WORKLOAD_GRACE_S = 5.0
 
 
+class RecordedFile:
+    """The perf.data file a recording made, to be written: :attr:`size` bytes, given by
+    :meth:`chunks` (once) from the records kept in a scratch file."""
+
+    def __init__(self, spool: RecordSpool, attr: bytes, build_ids: list[bytes],
+                 event: str) -> None:
+        self._spool, self._attr, self._build_ids, self._event = spool, attr, build_ids, event
+        self.size = sum(len(chunk) for chunk in perf_data_chunks(attr, 0, [], build_ids,
+                                                                 event)) + spool.size
+
+    def chunks(self) -> Iterator[bytes]:
+        try:
+            yield from perf_data_chunks(self._attr, self._spool.size,
+                                        self._spool.in_time_order(), self._build_ids,
+                                        self._event)
+        finally:
+            self._spool.close()
+
+    def read(self) -> bytes:
+        """The whole file (tests and small recordings)."""
+        return b"".join(self.chunks())
+
+
 def record(target: Target, duration: float | None, report: Callable[[str], None],
-           event: str = "cpu-clock", defer: bool = False) -> tuple[bytes, Recording]:
+           event: str = "cpu-clock", defer: bool = False, scratch: str | None = None
+           ) -> tuple[RecordedFile, Recording]:
     """Record ``target``; with ``defer``, samples taken in system calls have their user
     stacks walked at the return to user space (:mod:`.defer_walk`). Returns the perf.data
-    bytes and the counts. SIGINT, SIGTERM and SIGHUP end the recording (noted in the
-    result); a command it started and that still runs is then sent SIGTERM."""
+    file to write (its records kept meanwhile in a scratch file in the directory
+    ``scratch``, default the system's) and the counts. SIGINT, SIGTERM and SIGHUP end the
+    recording (noted in the result); a command it started and that still runs is then
+    sent SIGTERM."""
     result = Recording()
+    spool = RecordSpool(scratch)
     stop = {"now": False}
 
     def stopping(number: int, _: object) -> None:
@@ -184,7 +212,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
     child: int | None = None
     try:
         with sys_bpf.Resources() as owned:
-            session = _Session(owned, target.frequency, result, report, defer,
+            session = _Session(owned, target.frequency, result, spool, report, defer,
                                target.max_stack or USER_FRAMES,
                                target.stack_copy or COPY_BYTES)
             session.event = EVENTS[event]
@@ -217,18 +245,19 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
                        f"({reason}); its frames fall back to frame pointers")
             for path, message in session.loader.damaged.items():
                 report(f"{path}: {message}")
+    except BaseException:
+        spool.close()
+        raise
     finally:
         if child is not None:
             _end(child, signal.SIGKILL)
         for number, handler in previous.items():
             signal.signal(number, handler)
-    result.records.sort(key=lambda item: (item[0], item[1]))
     event_type, config = EVENTS[event]
     attr = event_attr(target.period or target.frequency,
                       _sampling_flags(ATTR_FLAGS, target.period)
                       | (DEFER_FLAGS if defer else 0), config=config, event_type=event_type)
-    return perf_data(attr, (data for _, _, data in result.records),
-                     _build_ids(result.binaries), event), result
+    return RecordedFile(spool, attr, _build_ids(result.binaries), event), result
 
 
 def _start(session: _Session, target: Target) -> int | None:
@@ -359,9 +388,10 @@ def _build_ids(binaries: dict[str, bytes]) -> list[bytes]:
 
 class _Session:
     def __init__(self, owned: sys_bpf.Resources, frequency: int, result: Recording,
-                 report: Callable[[str], None], defer: bool = False,
+                 spool: RecordSpool, report: Callable[[str], None], defer: bool = False,
                  frames: int = USER_FRAMES, copy_bytes: int = COPY_BYTES) -> None:
         self.owned, self.frequency, self.result, self.report = owned, frequency, result, report
+        self.spool = spool
         own = owned.own
         self.ring_fd = own(sys_bpf.map_create(sys_bpf.MAP_RINGBUF, 0, 0, RING_BYTES, "sf_ring"))
         scratch = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, *scratch_map(frames, copy_bytes),
@@ -405,7 +435,6 @@ class _Session:
         self.waiting.register(int(self.ring_fd), select.POLLIN)
         self.side_bands: list[PerfRing] = []
         self.events: list[sys_bpf.Fd] = []
-        self.sequence = 0
         #: A command held before its exec: its events start at the exec.
         self.on_exec = False
         #: The sampling event: (perf type, config); every ``period`` events instead of at
@@ -417,13 +446,16 @@ class _Session:
         #: each process's executable mappings for them.
         self.frames = frames
         self.maps = ProcessMaps()
-        self.to_finish: list[Pending] = []
+        #: By process (how many wait for each: the order in which ``-a`` prepares
+        #: tables), with their number and bytes (bounded).
+        self.to_finish: dict[int, list[Pending]] = {}
+        self.pending_count = 0
         self.pending_bytes = 0
         #: Held by the polling thread while it takes records in, and by the table thread
         #: while it takes waiting samples out or rewrites their records.
         self.lock = threading.Lock()
-        #: Samples to finish by process: the order in which ``-a`` prepares tables.
-        self.waiting_samples: dict[int, int] = {}
+        #: When exited processes were last forgotten (the recorder's clock, seconds).
+        self.forgotten_at = 0.0
         #: The thread doing table work once sampling runs (None: done inline), and
         #: whether sampling has stopped (no more table work then).
         self.worker: TableWorker | None = None
@@ -485,7 +517,7 @@ class _Session:
     def start_worker(self) -> TableWorker:
         """From here on, table work is done off the polling path."""
         self.worker = TableWorker(self.tables, self.loader.drop_process, self.loader.sweep,
-                                  self.prefetch, lambda: dict(self.waiting_samples),
+                                  self.prefetch, self.samples_waiting,
                                   self.finish_ready)
         return self.worker
 
@@ -558,6 +590,15 @@ class _Session:
                 pass
         with self.lock:
             self._take_in()
+            now = time.monotonic()
+            if now - self.forgotten_at >= 1.0:
+                self.forgotten_at = now
+                self.maps.forget_exited(now, self.to_finish)
+
+    def samples_waiting(self) -> dict[int, int]:
+        """How many samples wait for each process's tables."""
+        with self.lock:
+            return {pid: len(items) for pid, items in self.to_finish.items()}
 
     def _take_in(self) -> None:
         """The side band's records, then the walker's (a sample's mappings are known
@@ -588,39 +629,37 @@ class _Session:
 
     def _keep_copy(self, raw: bytes | memoryview) -> None:
         """A sample to finish in user space (its record is the next one kept)."""
-        if len(self.to_finish) >= MOST_PENDING or self.pending_bytes >= MOST_PENDING_BYTES:
+        if self.pending_count >= MOST_PENDING or self.pending_bytes >= MOST_PENDING_BYTES:
             self.result.copies_dropped += 1
             return
-        found = pending_of(self.sequence, raw, self.frames)
+        found = pending_of(len(self.spool), raw, self.frames)
         if found is not None:
-            self.to_finish.append(found)
+            self.to_finish.setdefault(found.pid, []).append(found)
+            self.pending_count += 1
             self.pending_bytes += len(found.copy) + len(found.raw)
-            self.waiting_samples[found.pid] = self.waiting_samples.get(found.pid, 0) + 1
 
     def finish_ready(self, pid: int) -> None:
         """In the table thread, once ``pid``'s tables are loaded: its waiting samples
         finished now (their copies freed: a busy ``-a`` run fills the bound otherwise).
         Their layouts are taken under the lock; the unwinding is done outside it."""
         with self.lock:
-            ready = [item for item in self.to_finish if item.pid == pid]
+            ready = self.to_finish.pop(pid, [])
             if not ready:
                 return
             self.maps.in_order()
             layouts = [self.maps.layout(item.pid, item.time) for item in ready]
+            self.pending_count -= len(ready)
+            self.pending_bytes -= sum(len(item.copy) + len(item.raw) for item in ready)
         finished = finish(ready, self.maps, self.loader.finder, self.frames, layouts)
         with self.lock:
             self._apply(ready, finished)
-            done = {id(item) for item in ready}
-            self.to_finish = [item for item in self.to_finish if id(item) not in done]
-            self.pending_bytes -= sum(len(item.copy) + len(item.raw) for item in ready)
-            self.waiting_samples.pop(pid, None)
 
     def finish_chains(self) -> None:
         """The pending samples' chains finished in user space, their records rewritten."""
-        if not self.to_finish:
-            return
-        finished = finish(self.to_finish, self.maps, self.loader.finder, self.frames)
-        self._apply(self.to_finish, finished)
+        waiting = [item for items in self.to_finish.values() for item in items]
+        self.to_finish.clear()
+        if waiting:
+            self._apply(waiting, finish(waiting, self.maps, self.loader.finder, self.frames))
 
     def _apply(self, items: list[Pending], finished: dict[int, tuple[list[int], Stop]]
                ) -> None:
@@ -631,10 +670,8 @@ class _Session:
             if found is None:
                 continue
             chain, stop = found
-            stamp, sequence, _ = result.records[item.sequence]
-            result.records[item.sequence] = (stamp, sequence,
-                                             sample_record(item.raw, chain,
-                                                           (item.index, stop))[1])
+            self.spool.replace(item.sequence,
+                               sample_record(item.raw, chain, (item.index, stop))[1])
             walker_outermost = RECORD.unpack_from(item.raw)[8] == STOP_OUTERMOST
             result.outermost += (stop is Stop.OUTERMOST) - walker_outermost
             result.finished += 1
@@ -645,8 +682,7 @@ class _Session:
         self.result.stops[reason] = self.result.stops.get(reason, 0) + 1
 
     def keep(self, stamp: int, data: bytes) -> None:
-        self.result.records.append((stamp, self.sequence, data))
-        self.sequence += 1
+        self.spool.append(stamp, data)
 
     def _side_band(self, data: bytes) -> None:
         kind, misc, size = struct.unpack_from("<IHH", data)
@@ -667,6 +703,7 @@ class _Session:
             tid = struct.unpack_from("<i", data, 16)[0]
             if exited == tid:
                 self.drop(exited)
+                self.maps.exited(exited, time.monotonic())
             del parent
 
     def stop_sampling(self) -> None:

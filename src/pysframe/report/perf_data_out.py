@@ -18,7 +18,7 @@ perf.data. Two commands write through it:
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ..errors import PysframeError
 from ..sources.perf_records import (
@@ -206,20 +206,34 @@ def perf_data(attrs: Iterable[bytes], data: bytes, features: Mapping[int, bytes]
     """A whole file: the header, the attribute section (each attribute with an empty id
     array), the data section, then the feature table and the sections of ``features``
     (feature number -> its bytes; empty ones left out), in feature order."""
+    return b"".join(perf_data_chunks(attrs, len(data), [data], features))
+
+
+def perf_data_chunks(attrs: Iterable[bytes], data_size: int, data: Iterable[bytes],
+                     features: Mapping[int, bytes]) -> Iterator[bytes]:
+    """:func:`perf_data` in pieces, the data section given as chunks of ``data_size``
+    bytes in all (a recording's records are never whole in memory)."""
     entries = [attr + struct.pack("<QQ", 0, 0) for attr in attrs]
     entry_size = len(entries[0]) if entries else 0
     attrs_at = HEADER.size
     data_at = attrs_at + sum(len(entry) for entry in entries)
     present = sorted(number for number, body in features.items() if body)
     table: list[bytes] = []
-    body_at = data_at + len(data) + 16 * len(present)
+    body_at = data_at + data_size + 16 * len(present)
     for number in present:
         table.append(struct.pack("<QQ", body_at, len(features[number])))
         body_at += len(features[number])
     bitmap = sum(1 << number for number in present)
-    header = HEADER.pack(MAGIC, HEADER.size, entry_size, attrs_at, data_at - attrs_at, data_at,
-                         len(data), 0, 0, bitmap.to_bytes(32, "little"))
-    return b"".join([header, *entries, data, *table, *(features[n] for n in present)])
+    yield HEADER.pack(MAGIC, HEADER.size, entry_size, attrs_at, data_at - attrs_at, data_at,
+                      data_size, 0, 0, bitmap.to_bytes(32, "little"))
+    yield b"".join(entries)
+    written = 0
+    for chunk in data:
+        written += len(chunk)
+        yield chunk
+    if written != data_size:
+        raise WriteError(f"the data section is {written} bytes, not the {data_size} announced")
+    yield b"".join([*table, *(features[n] for n in present)])
 
 
 def build_id_entry(build_id: bytes, filename: str, kernel: bool) -> bytes:
