@@ -45,7 +45,7 @@ def stack_json(*arguments: str, cache: object) -> dict[str, Any]:
 #: Words naming the outside tools that judge our output (tests/support/oracles.py): a skip
 #: whose reason names one is a missing oracle.
 ORACLE_IN_REASON = re.compile(
-    r"\b(perf|gdb|gcore|objdump|binutils|ld 2\.4\d|go tool|pprof|chromium|playwright|browser|"
+    r"\b(perf|gdb|gcore|objdump|binutils|ld 2\.4\d|go tool|pprof|chromium|playwright|browser|speedscope|"
     r"protoc|protobuf|eu-stack|debuginfod)\b", re.IGNORECASE)
 
 

@@ -8,7 +8,6 @@ a test skips with one line, and fails under ``CI=true``."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -22,18 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.oracles import (
-    missing,
-    need_browser,
-    need_go,
-    need_perf,
-    need_profile_schema,
-    need_protobuf_runtime,
+from tests.support.oracles import missing, need_browser, need_go, need_perf
+from tests.support.profile_readers import (
+    check_speedscope_schema,
+    elf_build_id,
+    go_pprof,
+    perf_build_ids,
+    profile_message_class,
+    raw_mappings,
+    read_pprof,
 )
 
 from pysframe.cli.script import run_report
 from pysframe.report.flamegraph import flame_graph_svg
-from pysframe.report.profiles import Location, Profile
+from pysframe.report.profiles import Location, Profile, StackKey
 from pysframe.report.speedscope import speedscope
 from pysframe.sources.perf_data import open_perf_data
 
@@ -192,36 +193,16 @@ def test_frames_without_a_symbol_are_named_by_their_functions_start(
 
 # --- speedscope -------------------------------------------------------------------------
 
-#: The rules of https://www.speedscope.app/file-format-schema.json for what we write
-#: (a File with shared.frames and "sampled" profiles).
-UNITS = {"bytes", "microseconds", "milliseconds", "nanoseconds", "none", "seconds"}
-
-
-def check_speedscope_schema(document: dict[str, Any]) -> None:
-    assert document["$schema"] == "https://www.speedscope.app/file-format-schema.json"
-    assert isinstance(document["name"], str) and isinstance(document["exporter"], str)
-    assert isinstance(document["activeProfileIndex"], int)
-    frames = document["shared"]["frames"]
-    for frame in frames:
-        assert isinstance(frame["name"], str) and set(frame) <= {"name", "file", "line", "col"}
-        assert isinstance(frame.get("file", ""), str)
-    for profile in document["profiles"]:
-        assert set(profile) == {"type", "name", "unit", "startValue", "endValue", "samples",
-                                "weights"}
-        assert profile["type"] == "sampled" and profile["unit"] in UNITS
-        assert isinstance(profile["name"], str)
-        assert len(profile["samples"]) == len(profile["weights"])
-        assert all(0 <= index < len(frames) for stack in profile["samples"] for index in stack)
-        assert all(isinstance(weight, int) and weight > 0 for weight in profile["weights"])
-        assert profile["startValue"] == 0 <= profile["endValue"] == sum(profile["weights"])
-
-
 def test_speedscope_is_weighted_in_nanoseconds_for_cpu_clock(
         recordings: dict[str, Recording]) -> None:
     recording = recordings["symbols"]
     document = json.loads(recording.report("speedscope"))
     check_speedscope_schema(document)
-    [profile] = document["profiles"]
+    [profile] = document["profiles"]  # one thread
+    [(pid, tid)] = set(re.findall(r" (\d+)/(\d+) +[0-9]+\.[0-9]+: ", subprocess.run(
+        ["perf", "script", "-F", "comm,pid,tid,time,event", "-i", str(recording.data)],
+        capture_output=True, text=True, check=True, timeout=120).stdout, re.M))
+    assert profile["name"] == f"prog pid: {pid} tid: {tid}"
     assert profile["unit"] == "nanoseconds"
     assert profile["endValue"] == sum(period for _, period in recording.perf_headers())
     assert {"name": "leaf_hot", "file": str(recording.directory / "prog")} in \
@@ -231,68 +212,23 @@ def test_speedscope_is_weighted_in_nanoseconds_for_cpu_clock(
 def test_speedscope_counts_samples_for_other_events() -> None:
     profile = Profile(locations=[Location("f", 0x1000, None), Location("g", 0x2000, None)],
                       events=["page-faults", "cpu-clock"],
-                      stacks={(0, "p", 1, (0, 1)): [3, 30], (1, "p", 1, (1,)): [2, 2_000_000]})
+                      stacks={StackKey(0, "p", 1, 2, (0, 1)): [3, 30],
+                              StackKey(1, "p", 1, 2, (1,)): [2, 2_000_000]})
     document = json.loads(speedscope(profile, "title"))
     check_speedscope_schema(document)
     faults, clock = document["profiles"]
     assert (faults["unit"], faults["weights"], faults["name"]) == \
-        ("none", [3], "title (page-faults)")
+        ("none", [3], "p pid: 1 tid: 2 (page-faults)")
     assert (clock["unit"], clock["weights"]) == ("nanoseconds", [2_000_000])
     names = [frame["name"] for frame in document["shared"]["frames"]]
-    assert [names[index] for index in faults["samples"][0]] == ["p", "g", "f"]
+    assert [names[index] for index in faults["samples"][0]] == ["g", "f"]
 
 
 # --- pprof, decoded by the protobuf runtime from pprof's own profile.proto --------------
 
 @pytest.fixture(scope="module")
 def profile_class(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """``perftools.profiles.Profile`` as the protobuf runtime builds it from pprof's
-    upstream ``profile.proto`` (compiled by protoc here): nothing of our encoder's."""
-    protoc, schema = need_profile_schema()
-    need_protobuf_runtime()
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    compiled = tmp_path_factory.mktemp("schema") / "profile.desc"
-    subprocess.run([protoc, f"--proto_path={schema.parent}", "--include_imports",
-                    f"--descriptor_set_out={compiled}", str(schema)], check=True,
-                   capture_output=True, timeout=120)
-    files = descriptor_pb2.FileDescriptorSet.FromString(compiled.read_bytes())
-    pool = descriptor_pool.DescriptorPool()
-    for file in files.file:
-        pool.Add(file)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("perftools.profiles.Profile"))
-
-
-def unknown_fields(message: Any, where: str = "Profile") -> list[str]:
-    """Fields the schema does not know, anywhere in ``message`` (a wrong field number
-    lands here instead of failing the parse)."""
-    from google.protobuf.unknown_fields import UnknownFieldSet
-
-    found = [f"{where}: field {field.field_number} (wire type {field.wire_type})"
-             for field in UnknownFieldSet(message)]
-    for descriptor, value in message.ListFields():
-        if descriptor.message_type is None:
-            continue
-        children = value if descriptor.is_repeated else [value]
-        for index, child in enumerate(children):
-            found += unknown_fields(child, f"{where}.{descriptor.name}[{index}]")
-    return found
-
-
-def read_pprof(profile_class: Any, data: bytes) -> Any:
-    profile = profile_class()
-    profile.ParseFromString(gzip.decompress(data))
-    assert unknown_fields(profile) == []
-    return profile
-
-
-def perf_build_ids(recording: Recording) -> dict[str, str]:
-    """File name -> build id, as ``perf buildid-list`` prints them."""
-    listed = subprocess.run(["perf", "buildid-list", "-i", str(recording.data)],
-                            capture_output=True, text=True, check=True, timeout=120).stdout
-    return {name: build_id for build_id, name in
-            (line.split(" ", 1) for line in listed.splitlines() if " " in line)}
+    return profile_message_class(tmp_path_factory.mktemp("schema"))
 
 
 def folded_leaves(recording: Recording) -> Counter[str]:
@@ -329,24 +265,29 @@ def test_pprof_decoded_by_the_protobuf_runtime(recordings: dict[str, Recording],
     # the title as the one comment
     assert [strings[index] for index in profile.comment] == \
         [shlex.join(open_perf_data(str(recording.data)).cmdline)]
-    # labels: the command and pid perf prints
+    # labels: the command, pid and tid perf prints (perf script's default shows the tid)
     perf_tasks = set(re.findall(r"^(\S.*?) +(\d+) +[0-9]+\.[0-9]+: +[0-9]+ cpu-clock:",
                                 recording.perf_text, re.M))
     ours = set()
     for sample in profile.sample:
         labels = {strings[label.key]: label for label in sample.label}
-        assert set(labels) == {"comm", "pid"}
-        ours.add((strings[labels["comm"].str], str(labels["pid"].num)))
+        assert set(labels) == {"comm", "pid", "tid"}
+        assert labels["pid"].num == labels["tid"].num  # one thread
+        ours.add((strings[labels["comm"].str], str(labels["tid"].num)))
     assert ours == perf_tasks
     # mappings: ids from 1, the program first, build ids as perf lists them
     mappings = {mapping.id: mapping for mapping in profile.mapping}
     assert sorted(mappings) == list(range(1, len(mappings) + 1))
     assert strings[mappings[1].filename].endswith(f"/{PROGRAMS[name]}")
-    build_ids = perf_build_ids(recording)
+    build_ids = perf_build_ids(recording.data)
     for mapping in profile.mapping:
         filename, build_id = strings[mapping.filename], strings[mapping.build_id]
-        assert mapping.memory_start < mapping.memory_limit and mapping.has_functions
-        assert build_id == build_ids.get(filename, ""), (filename, build_id)
+        assert mapping.memory_start < mapping.memory_limit
+        assert not mapping.has_filenames and not mapping.has_line_numbers
+        if filename in build_ids:  # perf lists the files its samples' addresses are in
+            assert build_id == build_ids[filename], (filename, build_id)
+        else:  # a file only in callchains (libc): the file's own
+            assert build_id == elf_build_id(filename), filename
     assert strings[mappings[1].build_id]  # the program's, and the kernel's when it is there
     # functions and locations: every reference resolves, every address is in its mapping
     functions = {function.id: function for function in profile.function}
@@ -356,11 +297,19 @@ def test_pprof_decoded_by_the_protobuf_runtime(recordings: dict[str, Recording],
             function.name]
     locations = {location.id: location for location in profile.location}
     assert sorted(locations) == list(range(1, len(locations) + 1))
+    made_up: dict[int, bool] = {}  # mapping id -> whether a frame in it has a made-up name
     for location in profile.location:
         assert len(location.line) == 1 and location.line[0].function_id in functions
         if location.mapping_id:
             mapping = mappings[location.mapping_id]
             assert mapping.memory_start <= location.address < mapping.memory_limit
+            function = strings[functions[location.line[0].function_id].name]
+            made_up[location.mapping_id] = made_up.get(location.mapping_id, False) or (
+                function.startswith("[") or re.search(r"\+0x[0-9a-f]+$", function) is not None)
+    # has_functions: every frame in the mapping named from a symbol
+    assert {number: mappings[number].has_functions for number in made_up} == \
+        {number: not made_up[number] for number in made_up}
+    assert mappings[1].has_functions == (name == "symbols")
     folded_names = {frame.removesuffix("_[k]") for stack in folded_counts(recording)
                     for frame in stack}
     used = {strings[functions[line.function_id].name] for location in profile.location
@@ -373,14 +322,6 @@ def test_pprof_decoded_by_the_protobuf_runtime(recordings: dict[str, Recording],
         leaf = locations[sample.location_id[0]]
         leaves[strings[functions[leaf.line[0].function_id].name]] += sample.value[0]
     assert leaves == folded_leaves(recording)
-
-
-def go_pprof(go: str, *args: str) -> str:
-    # PPROF_BINARY_PATH leads nowhere: pprof must use our names, not symbolize again
-    result = subprocess.run([go, "tool", "pprof", *args], capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "PPROF_BINARY_PATH": "/nonexistent"})
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 @pytest.mark.parametrize("name", ["symbols", "stripped"])
@@ -408,15 +349,11 @@ def test_go_tool_pprof_reads_it(recordings: dict[str, Recording], name: str) -> 
     # mappings with build ids, and every location inside its mapping (pprof's -raw)
     raw = go_pprof(go, "-raw", path)
     assert "samples/count cpu/nanoseconds[dflt]" in raw
-    mappings = {int(match[1]): (int(match[2], 16), int(match[3], 16), match[4],
-                                match[5] or "")
-                for match in re.finditer(r"^(\d+): 0x([0-9a-f]+)/0x([0-9a-f]+)/0x[0-9a-f]+ "
-                                         r"(\S+) ([0-9a-f]*) *\[FN\]$", raw, re.M)}
-    assert len(mappings) == raw.split("\nMappings\n", 1)[1].count("\n"), raw
-    build_ids = perf_build_ids(recording)
-    assert {filename: build_id for _, _, filename, build_id in mappings.values()
-            if build_id} == {filename: build_id for filename, build_id in build_ids.items()
-                             if filename in {m[2] for m in mappings.values()}}
+    mappings = raw_mappings(raw)
+    build_ids = perf_build_ids(recording.data)
+    assert {filename: build_id for _, _, filename, build_id in mappings.values()} == {
+        filename: build_ids.get(filename) or elf_build_id(filename)
+        for _, _, filename, _ in mappings.values()}
     assert mappings[1][2].endswith(f"/{program}") and mappings[1][3] == build_ids[
         mappings[1][2]]
     located = re.findall(r"^ +\d+: 0x([0-9a-f]+) M=(\d+) ", raw, re.M)

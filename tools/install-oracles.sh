@@ -9,6 +9,7 @@
 #   go tool pprof        golang-go
 #   profile.proto        golang-github-google-pprof-dev (pprof's own schema), protobuf-compiler
 #   Chromium             chromium (driven by Playwright from the test extras)
+#   speedscope           the npm package's app -> /opt/speedscope (opened in Chromium)
 #   gcc, g++, gdb, libc6-dbg, dwz, elfutils, dpkg-dev, binutils: what tests build and look at
 #
 # Needs root (apt-get). Re-running is quick: what is there is kept. Prints every oracle's
@@ -35,6 +36,16 @@ echo "==> binutils 2.40 2.44 2.47.50 2.46 into /opt/sframe-tc"
 bash "$SHARED/toolchain/install.sh" --prefix /opt/sframe-tc 2.40 2.44 2.47.50 2.46 \
   > /tmp/pysframe-install-binutils.log 2>&1 || { tail -n 30 /tmp/pysframe-install-binutils.log; exit 1; }
 
+SPEEDSCOPE=1.25.0  # tests/support/oracles.py SPEEDSCOPE
+if ! grep -qs "\"version\": \"$SPEEDSCOPE\"" /opt/speedscope/node_modules/speedscope/package.json; then
+  echo "==> speedscope $SPEEDSCOPE into /opt/speedscope"
+  if ! command -v npm >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+  fi
+  npm install --prefix /opt/speedscope --no-audit --no-fund --silent "speedscope@$SPEEDSCOPE"
+fi
+
 echo "==> oracles"
 echo "perf (6.1 reference): $(perf --version)"
 echo "perf 7: $($PERF7 --version)"
@@ -45,5 +56,6 @@ done
 echo "go: $(go version)"
 echo "protoc: $(protoc --version)"
 echo "chromium: $(chromium --version 2>/dev/null | head -n 1)"
+echo "speedscope: $(node -p 'require("/opt/speedscope/node_modules/speedscope/package.json").version')"
 echo "gdb: $(gdb --version | head -n 1)"
 echo "gcc: $(gcc --version | head -n 1)"

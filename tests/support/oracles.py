@@ -1,5 +1,6 @@
 """The outside tools that decide what is right (perf 7, GNU binutils 2.46 and 2.47.50, go,
-Chromium, the protobuf runtime with pprof's own ``profile.proto``), found in one place.
+Chromium, speedscope, the protobuf runtime with pprof's own ``profile.proto``), found in
+one place.
 
 A test asks for an oracle with one of the ``need_*`` functions. Where the tool is missing
 the test is skipped with one line saying how to install it; with ``CI=true`` in the
@@ -8,7 +9,7 @@ environment a missing oracle *fails* the test instead, because CI installs every
 proves nothing.
 
 Places searched, first found wins: an environment variable naming the tool
-(``PYSFRAME_PERF7``, ``SFRAME_TC``, ``PYSFRAME_CHROMIUM``), then ``/opt`` (where the install
+(``PYSFRAME_PERF7``, ``SFRAME_TC``, ``PYSFRAME_CHROMIUM``, ``PYSFRAME_SPEEDSCOPE``), then ``/opt`` (where the install
 script puts them as root), then beside the checkout (where a developer without root puts
 them).
 """
@@ -176,3 +177,19 @@ def need_browser() -> tuple[str, str]:
     if browser is None:
         missing("Chromium", "apt-get install chromium")
     return python, browser
+
+
+#: The speedscope version whose app the tests open (``tools/install-oracles.sh``).
+SPEEDSCOPE = "1.25.0"
+
+
+def need_speedscope() -> Path:
+    """The ``dist/release`` directory of the ``speedscope`` npm package: the app itself,
+    as speedscope.app serves it."""
+    roots = [Path(os.environ["PYSFRAME_SPEEDSCOPE"])] if os.environ.get("PYSFRAME_SPEEDSCOPE") else []
+    for root in [*roots, Path("/opt/speedscope"), REPO.parent / "speedscope"]:
+        app = root / "node_modules" / "speedscope" / "dist" / "release"
+        if (app / "index.html").is_file():
+            return app
+    missing(f"speedscope {SPEEDSCOPE}",
+            f"{INSTALL}, or npm install --prefix /opt/speedscope speedscope@{SPEEDSCOPE}")

@@ -325,7 +325,7 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
                comms: str | None = None, times: str | None = None) -> int:
     """``sframe report``: the recording's samples aggregated into one profile ``form``,
     written to ``output`` (``-``: standard output)."""
-    from ..report.profiles import collect
+    from ..report.profiles import Recorded, collect
     from ..symbolize.kernel import kernel_symbols_for
     from .files import refuse_inputs, write_output
 
@@ -339,8 +339,9 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
         kernel_id = next((entry.build_id for entry in data.build_ids() if entry.kernel
                           and entry.filename == "[kernel.kallsyms]"), None)
         kernel = kernel_symbols_for(kernel_id)
+        recorded = Recorded(unwinder.executables, unwinder.build_ids)  # filled as it reads
         profile = collect(progress_bar(_located(path, unwinder.samples()), data), problems,
-                          kernel, max_stack)
+                          kernel, max_stack, recorded)
         written = _profile_bytes(profile, form, data, kernel_id)
         if output == STDOUT:
             sys.stdout.buffer.write(written)

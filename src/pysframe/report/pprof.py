@@ -12,11 +12,18 @@ What is written:
   ``period`` is its mean period (perf records at a frequency, so periods vary).
 - one location per distinct frame, leaf first in each sample, with the address perf
   shows (a caller's return address minus one, which profile.proto allows: "a non-leaf
-  address may be in the middle of a call instruction"), its mapping (file, build id,
-  start, limit, file offset; ``has_functions`` is set, so no reader tries to symbolize
-  again) and one line naming its function. Kernel frames get one ``[kernel.kallsyms]``
-  mapping spanning the kernel addresses seen, with the kernel's recorded build id.
-- labels ``comm`` (the command) and ``pid`` on each sample; the title (the recorded
+  address may be in the middle of a call instruction"), its mapping and one line naming
+  its function.
+- one mapping per mapped file region: file, build id (hex, as ``perf buildid-list``
+  prints it), start, limit and file offset. The first is the profiled program (``File:``
+  in ``go tool pprof``): the program of the process with the most samples
+  (:attr:`Profile.main`). ``has_functions`` is set when every frame in the mapping was
+  named from a symbol, so readers symbolize only mappings with made-up names (``[file]``,
+  ``file+0x...``), from the binary they find by build id; ``has_filenames`` and
+  ``has_line_numbers`` are not (no source lines are written). Kernel frames get one
+  ``[kernel.kallsyms]`` mapping spanning the kernel addresses seen, with the kernel's
+  recorded build id, last.
+- labels ``comm`` (the command), ``pid`` and ``tid`` on each sample; the title (the recorded
   command line) as a comment; ``time_nanos`` as given (the caller derives it) and
   ``duration_nanos`` from the first to the last sample.
 
@@ -125,8 +132,8 @@ def pprof(profile: Profile, title: str = "", time_nanos: int = 0,
     if profile.first_time is not None and profile.last_time is not None:
         tail.number(10, profile.last_time - profile.first_time)
     if len(columns) > 1:
-        count = sum(value[0] for key, value in profile.stacks.items() if key[0] == 0)
-        period = sum(value[1] for key, value in profile.stacks.items() if key[0] == 0)
+        count = sum(value[0] for key, value in profile.stacks.items() if key.event == 0)
+        period = sum(value[1] for key, value in profile.stacks.items() if key.event == 0)
         tail.blob(11, _value_type(strings, *columns[1]))
         tail.number(12, period // count if count else 0)
     if title:
@@ -140,48 +147,60 @@ def pprof(profile: Profile, title: str = "", time_nanos: int = 0,
 
 def _write_samples(out: Message, strings: _Strings, profile: Profile) -> None:
     """One Sample per stack, values [count, period in its event's column]."""
-    for (event, comm, pid, stack), (count, period) in sorted(profile.stacks.items()):
+    for key, (count, period) in sorted(profile.stacks.items()):
         values = [count] + [0] * len(profile.events)
-        values[1 + event] = period
-        sample = Message().packed(1, (index + 1 for index in stack)).packed(2, values)
-        sample.blob(3, Message().number(1, strings("comm")).number(2, strings(comm)).encode())
-        sample.blob(3, Message().number(1, strings("pid")).number(3, pid).encode())
+        values[1 + key.event] = period
+        sample = Message().packed(1, (index + 1 for index in key.stack)).packed(2, values)
+        sample.blob(3, Message().number(1, strings("comm")).number(2, strings(key.comm))
+                    .encode())
+        sample.blob(3, Message().number(1, strings("pid")).number(3, key.pid).encode())
+        sample.blob(3, Message().number(1, strings("tid")).number(3, key.tid).encode())
         out.blob(2, sample.encode())
 
 
 def _write_mappings(out: Message, strings: _Strings, profile: Profile,
                     kernel_build_id: bytes | None) -> dict[ProfileMapping | None, int]:
-    """Write one Mapping per mapped file region, the kernel's last (key ``None``).
-    Readers take the first mapping for the profiled program ("File:" in pprof), so the
-    first is the one most samples start in (the program's ``_start``)."""
+    """Write one Mapping per mapped file region, the program's first (see the module's
+    docstring), the kernel's last (key ``None``)."""
     locations = profile.locations
-    starts: Counter[ProfileMapping] = Counter()
-    for (_, _, _, stack), (count, _) in profile.stacks.items():
-        outermost = next((locations[index].mapping for index in reversed(stack)
-                          if locations[index].mapping is not None), None)
-        if outermost is not None:
-            starts[outermost] += count
-    order = [mapping for mapping, _ in starts.most_common(1)]
-    order += [location.mapping for location in locations if location.mapping is not None]
+    named: dict[ProfileMapping, bool] = {}
+    for location in locations:
+        if location.mapping is not None:
+            named[location.mapping] = named.get(location.mapping, True) and location.symbolized
+    main = profile.main or _outermost(profile)
     ids: dict[ProfileMapping | None, int] = {}
-    for mapping in order:
+    for mapping in [main, *named] if main is not None else named:
         if mapping not in ids:
             ids[mapping] = len(ids) + 1
-            _write_mapping(out, strings, ids[mapping], mapping)
-    kernel = [location.address for location in locations if location.kernel]
+            _write_mapping(out, strings, ids[mapping], mapping, named.get(mapping, False))
+    kernel = [location for location in locations if location.kernel]
     if kernel:
         ids[None] = len(ids) + 1
+        addresses = [location.address for location in kernel]
         _write_mapping(out, strings, ids[None], ProfileMapping(
-            KERNEL_FILE, kernel_build_id, min(kernel), max(kernel) + 1, 0))
+            KERNEL_FILE, kernel_build_id, min(addresses), max(addresses) + 1, 0),
+            all(location.symbolized for location in kernel))
     return ids
 
 
+def _outermost(profile: Profile) -> ProfileMapping | None:
+    """For a profile that does not know its program: the mapping most samples start in
+    (the program's ``_start``, when the stacks are whole)."""
+    starts: Counter[ProfileMapping] = Counter()
+    for key, (count, _) in profile.stacks.items():
+        outermost = next((profile.locations[index].mapping for index in reversed(key.stack)
+                          if profile.locations[index].mapping is not None), None)
+        if outermost is not None:
+            starts[outermost] += count
+    return next((mapping for mapping, _ in starts.most_common(1)), None)
+
+
 def _write_mapping(out: Message, strings: _Strings, number: int,
-                   mapping: ProfileMapping) -> None:
+                   mapping: ProfileMapping, has_functions: bool) -> None:
     build_id = mapping.build_id.hex() if mapping.build_id else ""
     out.blob(3, Message().number(1, number).number(2, mapping.start).number(3, mapping.end)
              .number(4, mapping.pgoff).number(5, strings(mapping.filename))
-             .number(6, strings(build_id)).number(7, 1).encode())
+             .number(6, strings(build_id)).number(7, has_functions).encode())
 
 
 def _write_locations(out: Message, locations: list[Location],

@@ -2,8 +2,8 @@
 
 :func:`collect` reads the samples once into a :class:`Profile`: every distinct frame
 (mapping and address) becomes one :class:`Location`, and every distinct stack of
-locations (per event, command and process) one entry with its sample count and summed
-period. The outputs are made from it: folded stacks and the SVG flame graph
+locations (per event, command, process and thread) one entry with its sample count and
+summed period. The outputs are made from it: folded stacks and the SVG flame graph
 (:mod:`.flamegraph`) by function name, speedscope (:mod:`.speedscope`) by name and file,
 pprof (:mod:`.pprof`) by location. Memory grows with the number of distinct stacks, not
 samples.
@@ -17,6 +17,13 @@ by the file alone, ``[file]`` (one node per file, not one per instruction addres
 frame in no mapping is ``[unknown]``. Kernel frames are named from the kernel's symbols
 when they are available, else ``[kernel.kallsyms]``. A frame keeps its own address
 (pprof's locations).
+
+Mappings: a mapped file's build id is the one its MMAP2 record carries (``perf record
+--buildid-mmap``: read by the kernel when the file was mapped), else the one of the
+recording's build-id table (``perf buildid-list``: perf lists only the files its samples'
+addresses hit, not those only in their callchains), else the one of the file found for it.
+The profile's main mapping is the program of the process with the most samples (pprof
+readers take the first mapping for the profiled binary): see :class:`Recorded`.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..errors import Problems
 from ..session.perf import KERNEL_START, UnwoundSample
@@ -61,12 +69,14 @@ class ProfileMapping:
 @dataclass(frozen=True, slots=True)
 class Location:
     """One distinct frame: its name, the address shown for it (a caller's return address
-    minus one, as perf shows it), its mapping (``None``: unmapped, or the kernel)."""
+    minus one, as perf shows it), its mapping (``None``: unmapped, or the kernel);
+    ``symbolized``: the name is a symbol's, not made up (``[file]``, ``file+0x...``)."""
 
     name: str
     address: int
     mapping: ProfileMapping | None
     kernel: bool = False
+    symbolized: bool = True
 
     @property
     def folded_name(self) -> str:
@@ -74,8 +84,25 @@ class Location:
         return f"{self.name}_[k]" if self.kernel else self.name
 
 
-#: A stack's key: (event index, command, process id, location indexes leaf first).
-StackKey = tuple[int, str, int, tuple[int, ...]]
+class StackKey(NamedTuple):
+    """A stack of one event in one thread (of one command: an exec starts another)."""
+
+    event: int
+    comm: str
+    pid: int
+    tid: int
+    #: Location indexes, leaf first.
+    stack: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What the recording tells beyond the samples' frames: each process's program (its
+    executable's mapping, by pid; it may be filled while the samples are read, it is
+    looked at once they all are), and the recording's build-id table, by file name."""
+
+    executables: dict[int, Mapping] = field(default_factory=dict)
+    build_ids: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -89,14 +116,23 @@ class Profile:
     stacks: dict[StackKey, list[int]] = field(default_factory=dict)
     first_time: int | None = None
     last_time: int | None = None
+    #: The program of the process with the most samples (None: not known).
+    main: ProfileMapping | None = None
+
+    def thread_samples(self) -> Counter[tuple[int, int]]:
+        """Sample counts (every event together) by thread: (pid, tid)."""
+        counts: Counter[tuple[int, int]] = Counter()
+        for key, (count, _) in self.stacks.items():
+            counts[key.pid, key.tid] += count
+        return counts
 
     def name_counts(self) -> Counter[tuple[str, ...]]:
         """Outermost-first stacks of frame names, prefixed by the command, with their
         sample counts (every event together)."""
         counts: Counter[tuple[str, ...]] = Counter()
         names = [location.folded_name for location in self.locations]
-        for (_, comm, _, stack), (count, _) in self.stacks.items():
-            counts[(comm, *(names[index] for index in reversed(stack)))] += count
+        for key, (count, _) in self.stacks.items():
+            counts[(key.comm, *(names[index] for index in reversed(key.stack)))] += count
         return counts
 
 
@@ -104,11 +140,12 @@ class _Collector:
     """Builds a :class:`Profile`: one location per distinct (mapping, address)."""
 
     def __init__(self, symbolizer: Symbolizer, kernel: SymbolTable | None,
-                 max_stack: int | None = None) -> None:
+                 max_stack: int | None = None, recorded: Recorded | None = None) -> None:
         self.max_stack = max_stack
         self.profile = Profile()
         self.symbolizer = symbolizer
         self.kernel = kernel
+        self.recorded = recorded or Recorded()
         self.location_ids: dict[tuple[int, int], int] = {}
         self.mappings: dict[int, ProfileMapping] = {}
         self.event_ids: dict[str, int] = {}
@@ -121,22 +158,39 @@ class _Collector:
             self.profile.locations.append(self._user_location(mapping, pc))
         return found
 
-    def _user_location(self, mapping: Mapping | None, pc: int) -> Location:
-        if mapping is None:
-            return Location(UNKNOWN, pc, None)
+    def describe(self, mapping: Mapping) -> ProfileMapping:
+        """The mapping as profiles describe it (once per mapping), with its build id (see
+        the module's docstring)."""
         described = self.mappings.get(id(mapping))
         if described is None:
-            # The mmap record's build id when perf put one there (--buildid-mmap), else
-            # the recording's build-id table's (perf buildid-list), which the module
-            # was found and checked by.
-            module = mapping.module
-            build_id = mapping.build_id or (module.build_id if module is not None else None)
+            build_id = (mapping.build_id or self.recorded.build_ids.get(mapping.filename)
+                        or _file_build_id(mapping))
             described = self.mappings[id(mapping)] = ProfileMapping(
                 mapping.filename, build_id, mapping.start, mapping.end, mapping.pgoff)
+        return described
+
+    def _user_location(self, mapping: Mapping | None, pc: int) -> Location:
+        if mapping is None:
+            return Location(UNKNOWN, pc, None, symbolized=False)
         name = self.symbolizer.function(mapping, pc)
         if name == UNKNOWN:
-            name = unnamed_function(mapping, pc)
-        return Location(name, pc, described)
+            return Location(unnamed_function(mapping, pc), pc, self.describe(mapping),
+                            symbolized=False)
+        return Location(name, pc, self.describe(mapping))
+
+    def finish(self) -> Profile:
+        """The profile, with its main mapping: the program of the busiest process whose
+        program is known."""
+        executables = self.recorded.executables
+        by_process: Counter[int] = Counter()
+        for (pid, _), count in self.profile.thread_samples().items():
+            by_process[pid] += count
+        for pid, _ in by_process.most_common():
+            mapping = executables.get(pid)
+            if mapping is not None:
+                self.profile.main = self.describe(mapping)
+                break
+        return self.profile
 
     def kernel_location(self, address: int) -> int:
         key = (0, address)  # id() of a live object is never 0
@@ -145,7 +199,8 @@ class _Collector:
             hit = self.kernel.lookup(address) if self.kernel is not None else None
             name = hit[0] if hit else KERNEL_FILE
             found = self.location_ids[key] = len(self.profile.locations)
-            self.profile.locations.append(Location(name, address, None, kernel=True))
+            self.profile.locations.append(Location(name, address, None, kernel=True,
+                                                   symbolized=bool(hit)))
         return found
 
     def add(self, unwound: UnwoundSample) -> None:
@@ -162,7 +217,7 @@ class _Collector:
         if event_id is None:
             event_id = self.event_ids[event] = len(self.profile.events)
             self.profile.events.append(event)
-        key = (event_id, unwound.comm or UNKNOWN, sample.pid, tuple(stack))
+        key = StackKey(event_id, unwound.comm or UNKNOWN, sample.pid, sample.tid, tuple(stack))
         value = self.profile.stacks.get(key)
         if value is None:
             value = self.profile.stacks[key] = [0, 0]
@@ -187,6 +242,16 @@ class _Collector:
         return found
 
 
+def _file_build_id(mapping: Mapping) -> bytes | None:
+    """The build id of the file found for the mapping (its note), if one was found."""
+    module = mapping.module
+    if module is None:
+        return None
+    if module.build_id:
+        return module.build_id
+    return module.image.build_id() if module.image is not None else None
+
+
 def unnamed_function(mapping: Mapping, pc: int) -> str:
     """The name of a function without a symbol: ``file+0xoffset``, the offset in the file
     where the function containing ``pc`` starts, when the file's ``.eh_frame`` has an FDE
@@ -199,13 +264,15 @@ def unnamed_function(mapping: Mapping, pc: int) -> str:
 
 
 def collect(samples: Iterable[UnwoundSample], problems: Problems | None = None,
-            kernel: SymbolTable | None = None, max_stack: int | None = None) -> Profile:
+            kernel: SymbolTable | None = None, max_stack: int | None = None,
+            recorded: Recorded | None = None) -> Profile:
     """The profile of ``samples``; ``kernel``: kallsyms of the recorded kernel, if known;
-    ``max_stack``: the most kernel frames kept (the user frames were cut when unwound)."""
-    collector = _Collector(Symbolizer(problems), kernel, max_stack)
+    ``max_stack``: the most kernel frames kept (the user frames were cut when unwound);
+    ``recorded``: the processes' programs and the build-id table."""
+    collector = _Collector(Symbolizer(problems), kernel, max_stack, recorded)
     for unwound in samples:
         collector.add(unwound)
-    return collector.profile
+    return collector.finish()
 
 
 def stack_counts(samples: Iterable[UnwoundSample],

@@ -1,22 +1,39 @@
 """speedscope JSON (https://www.speedscope.app/file-format-schema.json): one "sampled"
-profile per recorded event.
+profile per thread and recorded event, sharing one frame table.
+
+A thread's profile is named as speedscope names the threads of ``perf script`` text it
+imports: ``comm pid: N tid: M`` (the command the thread ran the most samples as), with
+`` (event)`` after it when the recording has several events. The profiles are in the
+order of event, process and thread; the one speedscope opens first
+(``activeProfileIndex``) is the thread with the most samples.
 
 For the software clocks (cpu-clock, task-clock) a sample's period is the time it stands
 for, in nanoseconds: the weights are those periods and the unit is ``"nanoseconds"``, so
 speedscope shows real time. For other events (cycles, page faults, ...) a period is a
 count of events, which speedscope has no unit for: the weights are sample counts and the
 unit is ``"none"``. Frames are named like the folded stacks, with the mapped file as
-``file`` (so equal names in different files stay apart); each stack starts with the
-command, as in the folded output.
+``file`` (so equal names in different files stay apart).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
 
 from .profiles import KERNEL_FILE, Location, Profile, is_clock
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
+
+
+@dataclass(slots=True)
+class _Thread:
+    """The stacks of one thread and event: weight by outermost-first frame ids."""
+
+    weights: dict[tuple[int, ...], int] = field(default_factory=dict)
+    samples: int = 0
+    comms: Counter[str] = field(default_factory=Counter)
 
 
 def speedscope(profile: Profile, name: str) -> str:
@@ -24,30 +41,42 @@ def speedscope(profile: Profile, name: str) -> str:
     frames: dict[tuple[str, str | None], int] = {}
     ids = [frames.setdefault(_frame_key(location), len(frames))
            for location in profile.locations]
-    per_event: list[dict[tuple[int, ...], int]] = [{} for _ in profile.events]
-    for (event, comm, _, stack), (count, period) in profile.stacks.items():
-        comm_id = frames.setdefault((comm, None), len(frames))
-        key = (comm_id, *(ids[index] for index in reversed(stack)))
-        weight = period if is_clock(profile.events[event]) else count
-        per_event[event][key] = per_event[event].get(key, 0) + weight
-    profiles = []
-    for event_name, weights in zip(profile.events, per_event, strict=True):
-        ordered = sorted(weights.items())
-        total = sum(weight for _, weight in ordered)
-        several = len(profile.events) > 1
-        profiles.append({
-            "type": "sampled", "name": f"{name} ({event_name})" if several else name,
-            "unit": "nanoseconds" if is_clock(event_name) else "none",
-            "startValue": 0, "endValue": total,
-            "samples": [list(stack) for stack, _ in ordered],
-            "weights": [weight for _, weight in ordered]})
+    threads: dict[tuple[int, int, int], _Thread] = {}
+    for key, (count, period) in profile.stacks.items():
+        thread = threads.setdefault((key.event, key.pid, key.tid), _Thread())
+        stack = tuple(ids[index] for index in reversed(key.stack))
+        weight = period if is_clock(profile.events[key.event]) else count
+        thread.weights[stack] = thread.weights.get(stack, 0) + weight
+        thread.samples += count
+        thread.comms[key.comm] += count
+    order = sorted(threads)
+    profiles = [_sampled(profile.events, key, threads[key]) for key in order]
+    busiest = max(range(len(order)), key=lambda index: threads[order[index]].samples,
+                  default=0)
     document = {
-        "$schema": SCHEMA, "exporter": "pysframe", "name": name, "activeProfileIndex": 0,
+        "$schema": SCHEMA, "exporter": "pysframe", "name": name,
+        "activeProfileIndex": busiest,
         "shared": {"frames": [{"name": frame} if file is None else {"name": frame, "file": file}
                               for frame, file in frames]},
         "profiles": profiles,
     }
     return json.dumps(document)
+
+
+def _sampled(events: list[str], key: tuple[int, int, int], thread: _Thread) -> dict[str, Any]:
+    """The "sampled" profile of one thread and event."""
+    event, pid, tid = key
+    comm = thread.comms.most_common(1)[0][0]
+    name = f"{comm} pid: {pid} tid: {tid}"
+    if len(events) > 1:
+        name += f" ({events[event]})"
+    ordered = sorted(thread.weights.items())
+    return {
+        "type": "sampled", "name": name,
+        "unit": "nanoseconds" if is_clock(events[event]) else "none",
+        "startValue": 0, "endValue": sum(weight for _, weight in ordered),
+        "samples": [list(stack) for stack, _ in ordered],
+        "weights": [weight for _, weight in ordered]}
 
 
 def _frame_key(location: Location) -> tuple[str, str | None]:

@@ -141,7 +141,9 @@ class PerfUnwinder:
         self.arch = data.arch or "x86_64"
         if self.arch not in PERF_REGS:
             raise ValueError(f"unsupported architecture {self.arch}")
-        build_ids = {entry.filename: entry.build_id for entry in data.build_ids()}
+        #: The build-id table of the recording's header (``perf buildid-list``) by file.
+        self.build_ids = build_ids = {entry.filename: entry.build_id
+                                      for entry in data.build_ids()}
         # Tables generated and cached by default (``tables``: the command's provider).
         self.finder = BinaryFinder(binaries, build_ids, problems=problems,
                                    tables=tables or GeneratedTables(use_cache))
@@ -156,6 +158,11 @@ class PerfUnwinder:
         #: Non-executable mappings per process, to name recorded frames that point there.
         self.data_spaces: dict[int, AddressSpace] = {}
         self.comms: dict[int, str] = {}
+        #: Each process's program: the mapping of its executable (see
+        #: :meth:`_note_executable`), the last one when it exec'd more than once.
+        self.executables: dict[int, Mapping] = {}
+        #: Processes that exec'd and whose new program's mapping is still to come.
+        self._exec_pending: set[int] = set()
         #: The recorded vDSO's build id; our own vDSO is used when it has the same one.
         self.vdso_id = build_ids.get(VDSO)
         self._vdso: str | None = None
@@ -226,16 +233,21 @@ class PerfUnwinder:
                     build_id = build_id or self.vdso_id
                     path = self._vdso_file(build_id)
                 module = self.finder.module(path, build_id, record.start, record.pgoff)
-                self._space(record.pid).add(Mapping(
-                    record.start, record.start + record.length, record.pgoff,
-                    record.filename, record.build_id, module))
+                mapping = Mapping(record.start, record.start + record.length, record.pgoff,
+                                  record.filename, record.build_id, module)
+                self._space(record.pid).add(mapping)
+                self._note_executable(record.pid, mapping)
             else:
                 self._data_map(record)
         elif isinstance(record, Comm):
             # An exec's new image: its MMAP2 records follow and replace the old mappings
             # they overlap (the others stay: see the module's docstring).
             self.comms[record.tid] = record.comm
+            if record.exec:
+                self._exec_pending.add(record.pid)
         elif isinstance(record, Task) and not record.exit:
+            if record.pid != record.ppid and record.ppid in self.executables:
+                self.executables[record.pid] = self.executables[record.ppid]
             if record.pid != record.ppid and record.ppid in self.spaces:
                 self.spaces[record.pid] = self.spaces[record.ppid].copy()
             if record.pid != record.ppid and record.ppid in self.data_spaces:
@@ -243,6 +255,17 @@ class PerfUnwinder:
             self.comms.setdefault(record.tid, self.comms.get(record.ptid, ""))
         for observer in self.side_band_observers:
             observer(record)
+
+    def _note_executable(self, pid: int, mapping: Mapping) -> None:
+        """Note the process's program: the first file mapped executable after its exec
+        (the kernel maps the program before its interpreter, ld.so), or, for a process
+        whose exec was not recorded, the first one recorded (perf synthesizes a running
+        process's mappings in address order: the program's below its libraries')."""
+        if mapping.filename.startswith("["):  # [vdso], [uprobes] ...
+            return
+        if pid in self._exec_pending or pid not in self.executables:
+            self.executables[pid] = mapping
+            self._exec_pending.discard(pid)
 
     def _jit_code(self, record: Mmap) -> None:
         """The code a jitdump describes, as mappings of the process (the dump read once;
