@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..elf.debuginfo import DebugFiles
 from ..errors import Problems
 from ..session.perf import KERNEL_START, UnwoundSample
 from ..symbolize.symbolizer import UNKNOWN, Symbolizer
@@ -199,10 +200,12 @@ def unnamed_function(mapping: Mapping, pc: int) -> str:
 
 
 def collect(samples: Iterable[UnwoundSample], problems: Problems | None = None,
-            kernel: SymbolTable | None = None, max_stack: int | None = None) -> Profile:
+            kernel: SymbolTable | None = None, max_stack: int | None = None,
+            debug: DebugFiles | None = None) -> Profile:
     """The profile of ``samples``; ``kernel``: kallsyms of the recorded kernel, if known;
-    ``max_stack``: the most kernel frames kept (the user frames were cut when unwound)."""
-    collector = _Collector(Symbolizer(problems), kernel, max_stack)
+    ``max_stack``: the most kernel frames kept (the user frames were cut when unwound);
+    ``debug``: where stripped binaries' symbols are found (see :class:`Symbolizer`)."""
+    collector = _Collector(Symbolizer(problems, debug=debug), kernel, max_stack)
     for unwound in samples:
         collector.add(unwound)
     return collector.profile
