@@ -334,16 +334,21 @@ def _opener(deadline: float) -> OpenerDirector:
     """An opener for http and https only (proxies as the environment says), whose
     connections give up at ``deadline`` and whose redirects stay on http and https."""
     import urllib.request
+    from urllib.parse import urljoin
 
     class Redirects(urllib.request.HTTPRedirectHandler):
         max_redirections = MAX_REDIRECTS
 
-        def redirect_request(self, req: Request, fp: Any, code: int, msg: str,
-                             headers: Any, newurl: str) -> Request | None:
-            if not newurl.lower().startswith(("http://", "https://")):
-                raise _Unreachable(f"redirected to {newurl[:80]!r}: only http and https "
-                                   f"are followed")
-            return super().redirect_request(req, fp, code, msg, headers, newurl)
+        def http_error_302(self, req: Request, fp: Any, code: int, msg: str,
+                           headers: Any) -> Any:
+            target = urljoin(req.full_url, headers.get("location") or headers.get("uri") or "")
+            if not target.lower().startswith(("http://", "https://")):
+                fp.close()
+                raise DownloadError(f"redirected to {target[:80]!r}: only http and https "
+                                    f"are followed")
+            return super().http_error_302(req, fp, code, msg, headers)
+
+        http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
     class Plain(urllib.request.HTTPHandler):
         def http_open(self, req: Request) -> Any:
@@ -386,19 +391,21 @@ class _DeadlineSocket:
         self._deadline = deadline
 
     def makefile(self, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+        raw = self._sock.makefile("rb", buffering=0)  # holds the socket open while read
+        return io.BufferedReader(_DeadlineReader(self._sock, raw, self._deadline))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
 
 
 class _DeadlineReader(io.RawIOBase):
-    """Reads of a socket, each waiting at most until the deadline (and at most the
-    socket's own timeout)."""
+    """Reads of a socket's file ``raw``, each waiting at most until the deadline (and at
+    most the socket's own timeout)."""
 
-    def __init__(self, sock: Any, deadline: float) -> None:
+    def __init__(self, sock: Any, raw: Any, deadline: float) -> None:
         super().__init__()
         self._sock = sock
+        self._raw = raw
         self._deadline = deadline
         self._timeout = sock.gettimeout()
 
@@ -410,4 +417,13 @@ class _DeadlineReader(io.RawIOBase):
         if left <= 0:
             raise TimeoutError("took longer than allowed (DEBUGINFOD_MAXTIME)")
         self._sock.settimeout(left if self._timeout is None else min(left, self._timeout))
-        return int(self._sock.recv_into(buffer))
+        try:
+            return int(self._raw.readinto(buffer) or 0)
+        except TimeoutError:
+            if time.monotonic() >= self._deadline:
+                raise TimeoutError("took longer than allowed (DEBUGINFOD_MAXTIME)") from None
+            raise
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
