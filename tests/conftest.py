@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+# No test asks a debuginfod server it did not start itself (a machine's DEBUGINFOD_URLS,
+# e.g. from /etc/profile.d, would send every stripped binary's build id out).
+os.environ.pop("DEBUGINFOD_URLS", None)
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"
 

@@ -276,7 +276,8 @@ def test_symbols_of_the_wrong_shape_are_ignored(cache: Path) -> None:
     lua = ElfImage(str(LUA))
     expected = _symbols(load_symbols(lua, use_cache=False))
     starts, ends, names = expected
-    kind, source = symbols_module._cache_kind(_build_id(LUA)), symbols_module._cache_source(lua)
+    separate = symbols_module.symbols_file(lua, None)
+    kind, source = symbols_module._cache_kind(separate), symbols_module._cache_source(lua, separate)
     for planted in ((starts[::-1], ends[::-1], names[::-1]), (starts, starts[:-1], names),
                     (starts, [s - 1 for s in starts], names), (starts, ends, [1] * len(names)),
                     [starts, ends, names], (starts, ends)):
@@ -300,17 +301,18 @@ def test_a_planted_dwarf_memo_is_ignored(cache: Path) -> None:
 
 
 def test_a_dwarf_memo_of_the_wrong_shape_is_ignored(cache: Path) -> None:
-    from pysframe.symbolize.dwarf_cache import memo_kind, memo_source
+    from pysframe.symbolize.dwarf_cache import dwarf_file, memo_kind, memo_source
 
     build_id = _build_id(LUA)
     address = ElfImage(str(LUA)).executable_ranges()[0][0] + 0x40
     expected = CachedDwarfNames(str(LUA), build_id, use_cache=False).frames_at(address)
-    source = memo_source(str(LUA), build_id)
+    separate = dwarf_file(str(LUA), build_id)
+    source = memo_source(str(LUA), separate)
     assert source is not None
     for memo in ({("frames_at", address): 7}, {("frames_at", address): [1]},
                  {("frames_at", str(address)): ["evil"]}, {("unknown", address): ["evil"]},
                  {("tail_frames", 1, "x", 2): [("evil", "pc")]}, [("frames_at", address)]):
-        cachedir.store(memo_kind(build_id), build_id, marshal.dumps(memo), source)
+        cachedir.store(memo_kind(separate), build_id, marshal.dumps(memo), source)
         assert CachedDwarfNames(str(LUA), build_id).frames_at(address) == expected
 
 

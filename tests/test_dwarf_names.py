@@ -676,7 +676,7 @@ def test_separate_debug_files(inline_program: Path, tmp_path: Path,
     stripped = tmp_path / "stripped"
     subprocess.run(["objcopy", "--strip-debug", str(inline_program), str(stripped)],
                    check=True)
-    monkeypatch.setattr(DwarfNames, "debug_root", str(tmp_path / "root"))
+    monkeypatch.setenv("PYSFRAME_DEBUG_FILE_DIRECTORY", str(tmp_path / "root"))
     assert DwarfNames.open(str(stripped), None) is None
 
     # By build id under the debug root (the id is read from the file when not given).
@@ -761,7 +761,7 @@ def test_bad_dwarf_gives_none_not_exceptions(inline_program: Path, tmp_path: Pat
             assert names.frames_at(address) is None
 
     # A garbage separate debug file found by build id.
-    monkeypatch.setattr(DwarfNames, "debug_root", str(tmp_path / "root"))
+    monkeypatch.setenv("PYSFRAME_DEBUG_FILE_DIRECTORY", str(tmp_path / "root"))
     build_id = bytes(range(20))
     garbage = tmp_path / "root" / ".build-id" / "00" / (build_id.hex()[2:] + ".debug")
     garbage.parent.mkdir(parents=True)

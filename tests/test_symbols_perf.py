@@ -23,7 +23,6 @@ import pytest
 from tests.support.oracles import need_perf, unavailable
 
 from pysframe.elf import ElfImage
-from pysframe.symbolize import symbols
 from pysframe.symbolize.demangling import perf_name
 from pysframe.symbolize.symbols import load_symbols
 
@@ -161,9 +160,12 @@ def test_labels_from_the_debug_file(labels: Path, tmp_path: Path,
     build_id = ElfImage(str(labels)).build_id()
     assert build_id
     spots = _spots(labels)
+    root = tmp_path / "root"
+    monkeypatch.setenv("PYSFRAME_DEBUG_FILE_DIRECTORY", str(root))
     assert _names_at(stripped, spots)["label_spin"] is None  # .dynsym only
-    monkeypatch.setattr(symbols, "debug_file",
-                        lambda found: str(debug) if found == build_id else None)
+    by_id = root / ".build-id" / build_id.hex()[:2] / (build_id.hex()[2:] + ".debug")
+    by_id.parent.mkdir(parents=True)
+    shutil.copy(debug, by_id)
     assert _names_at(stripped, spots) == EXPECTED
 
 

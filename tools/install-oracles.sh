@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${SHARED:-../shared}
 PACKAGES=(linux-perf golang-go golang-github-google-pprof-dev protobuf-compiler chromium
-          gcc g++ gdb elfutils binutils dpkg-dev xz-utils zstd libc6-dbg dwz)
+          gcc g++ gdb elfutils binutils dpkg-dev xz-utils zstd libc6-dbg dwz debuginfod)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

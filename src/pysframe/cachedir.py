@@ -314,6 +314,13 @@ def _directory(directories: list[str], create: bool) -> int | None:
     return fd
 
 
+def open_directory(*names: str, create: bool = False) -> int | None:
+    """A descriptor of the directory ``names`` below the cache root, every step checked as
+    the entries' directories are (for files kept whole, such as debuginfod downloads);
+    None when it does not exist (and ``create`` is off) or is not to be used."""
+    return _directory(list(names), create)
+
+
 # --- entries -------------------------------------------------------------------------------
 
 def _header(kind: str, build_id: bytes, source: Source, payload: bytes) -> bytes:

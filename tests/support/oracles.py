@@ -90,6 +90,14 @@ def need_gdb() -> str:
     return gdb
 
 
+def need_debuginfod() -> str:
+    """elfutils' debuginfod server (served on 127.0.0.1 over a directory of files)."""
+    server = shutil.which("debuginfod")
+    if server is None:
+        missing("debuginfod", "apt-get install debuginfod")
+    return server
+
+
 # --- GNU binutils from ../shared/toolchain/install.sh --------------------------------------
 
 def _toolchain_roots() -> list[Path]:

@@ -151,7 +151,7 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
         kernel_ids = [entry.build_id for entry in data.build_ids() if entry.kernel
                       and entry.filename == "[kernel.kallsyms]"]
         kernel = kernel_symbols_for(kernel_ids[0] if kernel_ids else None)
-        symbolizer = Symbolizer(problems)
+        symbolizer = Symbolizer(problems, debug=unwinder.debug_files)
         if phases is not None:
             phases.setup = time.perf_counter() - start
             unwinder.unwind_seconds = 0.0
@@ -341,7 +341,7 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
         kernel = kernel_symbols_for(kernel_id)
         recorded = Recorded(unwinder.executables, unwinder.build_ids)  # filled as it reads
         profile = collect(progress_bar(_located(path, unwinder.samples()), data), problems,
-                          kernel, max_stack, recorded)
+                          kernel, max_stack, recorded, unwinder.debug_files)
         written = _profile_bytes(profile, form, data, kernel_id)
         if output == STDOUT:
             sys.stdout.buffer.write(written)

@@ -1,5 +1,6 @@
 """ELF container: the headers of any ELF file, its SFrame sections and their relocations,
-and where separate debug files are.
+and where a binary's symbols and DWARF are (:class:`DebugFiles`, with the debuginfod
+client :class:`Debuginfod`).
 
 The API is the names below, imported from here. They are loaded on first use (PEP 562),
 so the start-up-bound paths that need only the headers (:mod:`.headers`, :mod:`.quick`)
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING
 from ..exports import lazy_exports
 
 if TYPE_CHECKING:
-    from .debuginfo import build_id_path, debug_file
+    from .debuginfo import DebugFiles, build_id_path, debug_file
+    from .debuginfod import Debuginfod
     from .headers import (
         ElfError,
         FileHeader,
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
     from .sections import ElfImage, SFrameSectionData
 
 _HOMES = {
+    "DebugFiles": ".debuginfo",
+    "Debuginfod": ".debuginfod",
     "build_id_path": ".debuginfo",
     "debug_file": ".debuginfo",
     "ElfError": ".headers",
@@ -49,6 +53,8 @@ _HOMES = {
 }
 
 __all__ = [
+    "DebugFiles",
+    "Debuginfod",
     "ElfError",
     "ElfImage",
     "FileHeader",

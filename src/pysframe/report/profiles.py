@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..elf.debuginfo import DebugFiles
 from ..errors import Problems
 from ..session.perf import KERNEL_START, UnwoundSample
 from ..symbolize.symbolizer import UNKNOWN, Symbolizer
@@ -265,11 +266,12 @@ def unnamed_function(mapping: Mapping, pc: int) -> str:
 
 def collect(samples: Iterable[UnwoundSample], problems: Problems | None = None,
             kernel: SymbolTable | None = None, max_stack: int | None = None,
-            recorded: Recorded | None = None) -> Profile:
+            recorded: Recorded | None = None, debug: DebugFiles | None = None) -> Profile:
     """The profile of ``samples``; ``kernel``: kallsyms of the recorded kernel, if known;
     ``max_stack``: the most kernel frames kept (the user frames were cut when unwound);
-    ``recorded``: the processes' programs and the build-id table."""
-    collector = _Collector(Symbolizer(problems), kernel, max_stack, recorded)
+    ``recorded``: the processes' programs and the build-id table; ``debug``: where
+    stripped binaries' symbols are found (see :class:`Symbolizer`)."""
+    collector = _Collector(Symbolizer(problems, debug=debug), kernel, max_stack, recorded)
     for unwound in samples:
         collector.add(unwound)
     return collector.finish()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING
 
+from ..elf.debuginfo import DebugFiles
 from ..errors import Problems, PysframeError
 from ..format.constants import ABI
 from ..inputs import read_text
@@ -144,6 +145,9 @@ class PerfUnwinder:
         #: The build-id table of the recording's header (``perf buildid-list``) by file.
         self.build_ids = build_ids = {entry.filename: entry.build_id
                                       for entry in data.build_ids()}
+        binaries = list(binaries)
+        #: Where the symbols of stripped binaries are found (the same directories first).
+        self.debug_files = DebugFiles.from_environment(binaries)
         # Tables generated and cached by default (``tables``: the command's provider).
         self.finder = BinaryFinder(binaries, build_ids, problems=problems,
                                    tables=tables or GeneratedTables(use_cache))

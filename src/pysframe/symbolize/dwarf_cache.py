@@ -7,7 +7,7 @@ targets, tail-call chains) are few and the same from one run to the next on the 
 binaries. So every answer is remembered by build id, and the DWARF is opened only for
 a question not seen before. A memo is used only when its entry verifies against the
 bytes the answers come from (:func:`memo_source`: the file's DWARF sections and symbol
-tables, and those of its debug file by build id) and every question and answer in it has
+tables, and those of the file its DWARF is read from) and every question and answer in it has
 the shape this class gives them; anything else is treated as absent and rewritten.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..cachedir import Source, combine, entry_path, load, store
-from ..elf.debuginfo import debug_file
+from ..elf.debuginfo import DebugFiles
 from ..errors import PysframeError
 from .symbols import cache_entry
 
@@ -36,25 +36,33 @@ _ALSO_MADE_FROM = (".symtab", ".strtab", ".dynsym", ".dynstr", ".note.gnu.build-
                    ".gnu_debuglink", ".gnu_debugaltlink")
 
 
-def memo_kind(build_id: bytes) -> str:
-    """The cache kind of the memo for ``build_id``."""
-    return cache_entry("dwarf", build_id, f"m{MEMO_FORMAT}")
+def memo_kind(separate: str | None) -> str:
+    """The cache kind of the memo of a file whose DWARF is in ``separate`` (None: in
+    itself, or nowhere)."""
+    return cache_entry("dwarf", separate is not None, f"m{MEMO_FORMAT}")
 
 
-def memo_source(path: str, build_id: bytes | None) -> Source | None:
+def dwarf_file(path: str, build_id: bytes | None, debug: DebugFiles | None = None
+               ) -> str | None:
+    """The separate file the DWARF of ``path`` is read from (None: the file itself, or
+    none is found); ``debug``: the search (None: the local one)."""
+    if debug is None:
+        debug = DebugFiles.from_environment(network=False)
+    found = debug.find(path, build_id, "dwarf")
+    return found if found is not None and found != path else None
+
+
+def memo_source(path: str, separate: str | None) -> Source | None:
     """What the answers for the ELF file ``path`` come from: its DWARF sections, symbol
-    tables and debug link, and those of its separate debug file by build id (where its
-    DWARF usually is). Both are checked by stamp, hashed only when that differs (libc's
-    debug file is 4 MB). None when a file cannot be read (no memo is used then). A debug
-    file found through the debug link alone is not described: its memo stays keyed on
-    the binary (whose debug link holds the debug file's CRC)."""
+    tables and debug link, and those of the ``separate`` file its DWARF is read from
+    (:func:`dwarf_file`). Both are checked by stamp, hashed only when that differs
+    (libc's debug file is 4 MB). None when a file cannot be read (no memo is used then)."""
     from ..generate.cache import file_source
 
     try:
         source = file_source(path, _made_from)
-        debug = debug_file(build_id)
-        if debug is not None:
-            source = combine(source, file_source(debug, _made_from))
+        if separate is not None:
+            source = combine(source, file_source(separate, _made_from))
     except PysframeError:
         return None
     return source
@@ -70,23 +78,27 @@ class CachedDwarfNames:
     """The questions of :class:`~pysframe.symbolize.dwarf.DwarfNames`, answered from
     the memo when possible; the DWARF is opened on the first new question."""
 
-    def __init__(self, path: str, build_id: bytes | None, *, use_cache: bool = True) -> None:
+    def __init__(self, path: str, build_id: bytes | None, *, use_cache: bool = True,
+                 debug: DebugFiles | None = None) -> None:
         self.path = path
         self.build_id = build_id
+        self._debug = debug if debug is not None else DebugFiles.from_environment(
+            network=False)
         self._real: DwarfNames | None = None
         self._opened = False
         self._dirty = False
         self._memo: dict[tuple[Any, ...], Any] = {}
-        self._source = memo_source(path, build_id) if build_id and use_cache else None
+        self._separate = dwarf_file(path, build_id, self._debug)
+        self._source = memo_source(path, self._separate) if build_id and use_cache else None
         if build_id and self._source is not None:
-            self._memo = _load(build_id, self._source)
+            self._memo = _load(build_id, self._source, self._separate)
 
     @property
     def memo_path(self) -> str | None:
         """Where this build id's memo is kept (None without a build id or a cache)."""
         if not self.build_id or self._source is None:
             return None
-        return entry_path(memo_kind(self.build_id), self.build_id)
+        return entry_path(memo_kind(self._separate), self.build_id)
 
     @property
     def dwarf_opened(self) -> bool:
@@ -100,7 +112,7 @@ class CachedDwarfNames:
         if not self._opened:
             from .dwarf import DwarfNames
 
-            self._real = DwarfNames.open(self.path, self.build_id)
+            self._real = DwarfNames.open(self.path, self.build_id, self._debug)
             self._opened = True
         result = answer(self._real) if self._real is not None else None
         self._memo[question] = result
@@ -151,14 +163,15 @@ class CachedDwarfNames:
         # every later load discard the whole memo).
         memo = {question: answer for question, answer in self._memo.items()
                 if _shape_of(question)(question, answer)}
-        store(memo_kind(self.build_id), self.build_id, marshal.dumps(memo), self._source)
+        store(memo_kind(self._separate), self.build_id, marshal.dumps(memo), self._source)
         self._dirty = False
 
 
-def _load(build_id: bytes, source: Source) -> dict[tuple[Any, ...], Any]:
+def _load(build_id: bytes, source: Source, separate: str | None
+          ) -> dict[tuple[Any, ...], Any]:
     """The memo of ``build_id`` if its entry verifies against ``source`` and has the
     shape of a memo; else an empty one."""
-    payload = load(memo_kind(build_id), build_id, source)
+    payload = load(memo_kind(separate), build_id, source)
     if payload is None:
         return {}
     try:

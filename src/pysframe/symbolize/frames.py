@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..elf.debuginfo import DebugFiles
 from ..errors import Problems
 from ..unwind.address_space import AddressSpace, Mapping, Module
 from .symbolizer import SymbolHit, Symbolizer
@@ -37,11 +38,13 @@ class FrameNames(Protocol):
     def save(self) -> None: ...
 
 
-def cached_names(path: str, build_id: bytes | None) -> FrameNames:
-    """The memoized DWARF names of ``path`` (the default source of :class:`FrameNamer`)."""
+def cached_names(path: str, build_id: bytes | None, debug: DebugFiles | None = None
+                 ) -> FrameNames:
+    """The memoized DWARF names of ``path`` (the default source of :class:`FrameNamer`),
+    its DWARF found through ``debug``."""
     from .dwarf_cache import CachedDwarfNames
 
-    return CachedDwarfNames(path, build_id)
+    return CachedDwarfNames(path, build_id, debug=debug)
 
 
 #: A module's identity for the caches here.
@@ -52,15 +55,19 @@ Exported = tuple[dict[str, int], dict[str, int]]
 
 class FrameNamer:
     """Names for the frames of ``space``: ELF symbols always, gdb's DWARF names, inline
-    frames and tail-call frames when ``debuginfo`` is set."""
+    frames and tail-call frames when ``debuginfo`` is set. Symbols and DWARF of stripped
+    modules are found through ``debug`` (default: the environment's,
+    :meth:`DebugFiles.from_environment`)."""
 
     def __init__(self, space: AddressSpace, *, debuginfo: bool = True,
-                 open_names: Callable[[str, bytes | None], FrameNames] = cached_names,
-                 problems: Problems | None = None) -> None:
+                 open_names: Callable[[str, bytes | None], FrameNames] | None = None,
+                 problems: Problems | None = None, debug: DebugFiles | None = None) -> None:
         self.space = space
-        self.symbolizer = Symbolizer(problems, names="gdb")
+        self.debug = debug if debug is not None else DebugFiles.from_environment()
+        self.symbolizer = Symbolizer(problems, names="gdb", debug=self.debug)
         self.debuginfo = debuginfo
-        self._open_names = open_names
+        self._open_names = open_names or (
+            lambda path, build_id: cached_names(path, build_id, self.debug))
         self._names: dict[ModuleKey, FrameNames] = {}
         self._exported: dict[ModuleKey, Exported] = {}
 
@@ -155,7 +162,7 @@ class FrameNamer:
                 continue
             key = (module.path, module.build_id)
             if key not in self._exported:
-                self._exported[key] = function_addresses(module.image)
+                self._exported[key] = function_addresses(module.image, self.debug)
             tables.append((module.image, self._exported[key]))
         for scope in (0, 1):  # globals, then locals
             for image, (global_names, local_names) in tables:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
+from ..elf.debuginfo import DebugFiles
 from ..errors import Problems, PysframeError
 from ..unwind.address_space import Mapping
 from .symbols import SymbolTable, load_symbols
@@ -33,11 +34,15 @@ def symbol_text(hit: SymbolHit | None) -> str:
 
 class Symbolizer:
     """ELF symbols by address; a module whose symbols cannot be read loses its names only
-    (the error goes to ``problems``, once)."""
+    (the error goes to ``problems``, once). ``debug``: where a stripped module's symbols
+    are looked for (default: the environment's debug directories and debuginfod
+    servers, :meth:`DebugFiles.from_environment`)."""
 
     def __init__(self, problems: Problems | None = None,
-                 names: Literal["perf", "gdb"] = "perf") -> None:
+                 names: Literal["perf", "gdb"] = "perf", debug: DebugFiles | None = None
+                 ) -> None:
         self.problems = problems
+        self.debug = debug if debug is not None else DebugFiles.from_environment()
         self._display: Callable[[str], str] = _displays()[names]
         self._tables: dict[tuple[str, bytes | None], SymbolTable | None] = {}
         # Samples repeat the same frames: one answer per (module, link-time address).
@@ -50,7 +55,8 @@ class Symbolizer:
         key = (module.path, module.build_id)
         if key not in self._tables:
             try:
-                self._tables[key] = load_symbols(module.image, problems=self.problems)
+                self._tables[key] = load_symbols(module.image, problems=self.problems,
+                                                 debug=self.debug)
             except PysframeError as error:
                 if self.problems is not None:
                     self.problems.add(error, module.path)

@@ -1,8 +1,8 @@
 """Function symbols of an ELF file, named and chosen the way ``perf`` does it.
 
-Sources, in perf's order of preference: the separate debug file under
-``/usr/lib/debug/.build-id/`` (its ``.symtab``), the file's own ``.symtab``,
-else ``.dynsym``; plus ``name@plt`` entries synthesized from ``.rela.plt``.
+Sources: the first ``.symtab`` that :class:`~pysframe.elf.debuginfo.DebugFiles` finds
+(the file's own, a twin with the same build id, a separate debug file, debuginfod),
+else the file's ``.dynsym``; plus ``name@plt`` entries synthesized from ``.rela.plt``.
 perf takes functions, objects and NOTYPE labels (see :func:`_function_symbols`).
 When several symbols start at one address, perf's rule picks one: a sized
 symbol over an empty one, non-weak over weak, global over local, fewer
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 from ..cachedir import Source, combine, entry_path, load, store
 from ..elf import ElfError, ElfImage
-from ..elf.debuginfo import debug_file
+from ..elf.debuginfo import DebugFiles
 from ..elf.headers import (
     SHT_DYNSYM,
     SHT_NOBITS,
@@ -197,18 +197,26 @@ def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
     return out
 
 
-def _best_function_symbols(image: ElfImage, *, perf: bool = False) -> list[Symbol]:
+def symbols_file(image: ElfImage, debug: DebugFiles | None) -> str | None:
+    """The file whose ``.symtab`` names ``image``'s functions when it is not ``image``
+    itself (a twin, a separate debug file, a download), else None. ``debug``: the search
+    (None: the local one, :meth:`DebugFiles.from_environment` without network)."""
+    if debug is None:
+        debug = DebugFiles.from_environment(network=False)
+    found = debug.find(image.path, image.build_id(), "symbols", image)
+    return found if found is not None and found != image.path else None
+
+
+def _best_function_symbols(image: ElfImage, separate: str | None, *, perf: bool = False
+                           ) -> list[Symbol]:
     """Function symbols (with ``perf``: every symbol perf takes, see
-    :func:`_function_symbols`) from the best source: the separate debug file's .symtab
-    (same build id), else the file's own .symtab, else its .dynsym."""
-    debug = debug_file(image.build_id())
-    if debug is not None:
+    :func:`_function_symbols`) from the best source: the ``separate`` file's .symtab
+    (see :func:`symbols_file`), else the file's own .symtab, else its .dynsym."""
+    if separate is not None:
         try:
-            debug_image = ElfImage(debug)
-            if debug_image.build_id() == image.build_id():
-                found = _function_symbols(debug_image, ".symtab", perf=perf)
-                if found:
-                    return found
+            found = _function_symbols(ElfImage(separate), ".symtab", perf=perf)
+            if found:
+                return found
         except ElfError:
             pass
     return (_function_symbols(image, ".symtab", perf=perf)
@@ -223,12 +231,13 @@ def defined_functions(image: ElfImage) -> list[Symbol]:
             or _function_symbols(image, ".dynsym", strict=True))
 
 
-def function_addresses(image: ElfImage) -> tuple[dict[str, int], dict[str, int]]:
-    """(global, local) name -> address of the function symbols of ``image`` (its debug
-    file's .symtab, else its own .symtab, else .dynsym), for gdb's minimal-symbol lookup
-    by name. A versioned definition ("name@@VERSION", "name@VERSION") is also found as
-    "name", the default version first."""
-    symbols = _best_function_symbols(image)
+def function_addresses(image: ElfImage, debug: DebugFiles | None = None
+                       ) -> tuple[dict[str, int], dict[str, int]]:
+    """(global, local) name -> address of the function symbols of ``image`` (as
+    :func:`_best_function_symbols` finds them), for gdb's minimal-symbol lookup by name.
+    A versioned definition ("name@@VERSION", "name@VERSION") is also found as "name",
+    the default version first."""
+    symbols = _best_function_symbols(image, symbols_file(image, debug))
     global_names: dict[str, int] = {}
     local_names: dict[str, int] = {}
     for symbol in symbols:
@@ -292,28 +301,32 @@ def _name_at(names: bytes, offset: int) -> str:
 
 
 def load_symbols(image: ElfImage, *, use_cache: bool = True,
-                 problems: Problems | None = None) -> SymbolTable:
-    """The symbol table perf would use for ``image``; cached by build id (reading libc's
-    debug symbols takes ~50 ms, the cached table ~2 ms). A malformed PLT relocation table
-    costs only the ``name@plt`` symbols (reported to ``problems``); a malformed symbol
-    table raises :class:`ElfError`."""
+                 problems: Problems | None = None, debug: DebugFiles | None = None
+                 ) -> SymbolTable:
+    """The symbol table perf would use for ``image`` (its ``.symtab`` found through
+    ``debug``, see :func:`symbols_file`); cached by build id (reading libc's debug symbols
+    takes ~50 ms, the cached table ~2 ms). A malformed PLT relocation table costs only
+    the ``name@plt`` symbols (reported to ``problems``); a malformed symbol table raises
+    :class:`ElfError`."""
+    separate = symbols_file(image, debug)
     build_id = image.build_id() if use_cache else None
-    source = _cache_source(image) if build_id else None
+    source = _cache_source(image, separate) if build_id else None
     if build_id and source is not None:
-        cached = _read_cached(build_id, source)
+        cached = _read_cached(build_id, source, separate)
         if cached is not None:
             return cached
-    table, complete = _load_symbols(image, problems)
+    table, complete = _load_symbols(image, separate, problems)
     if build_id and source is not None and complete:  # a damaged file's table: not kept
-        _write_cached(build_id, source, table)
+        _write_cached(build_id, source, table, separate)
     return table
 
 
-def _load_symbols(image: ElfImage, problems: Problems | None) -> tuple[SymbolTable, bool]:
+def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | None
+                  ) -> tuple[SymbolTable, bool]:
     """The table, and whether every part of it could be read."""
     from .demangling import perf_name
 
-    symbols = _best_function_symbols(image, perf=True)
+    symbols = _best_function_symbols(image, separate, perf=True)
     try:
         symbols += _plt_symbols(image)
     except ElfError as error:
@@ -324,52 +337,51 @@ def _load_symbols(image: ElfImage, problems: Problems | None) -> tuple[SymbolTab
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.
-_CACHE_FORMAT = 4
+_CACHE_FORMAT = 5
 #: The sections a symbol table is made from (with the ELF headers and linked strings).
 _SYMBOL_SECTIONS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".rela.plt", ".plt", ".plt.sec")
-#: Of the debug file: its symbols, and its build id (a debug file of another build is not
+#: Of the separate file: its symbols, and its build id (a file of another build is not
 #: used).
 _DEBUG_SECTIONS = (".symtab", ".note.gnu.build-id")
 
 
-def cache_entry(kind: str, build_id: bytes, variant: str) -> str:
-    """The cache kind (see :mod:`pysframe.cachedir`) of what is derived from
-    ``build_id``'s symbols or DWARF. It is keyed also on whether the separate debug file
-    exists, so installing one (apt install libc6-dbg) after a first run and removing it
+def cache_entry(kind: str, separate: bool, variant: str) -> str:
+    """The cache kind (see :mod:`pysframe.cachedir`) of what is derived from a build id's
+    symbols or DWARF. It is keyed also on whether they come from a separate file, so
+    installing a debug file (apt install libc6-dbg) after a first run and removing it
     again do not overwrite each other's entries."""
-    return f"{kind}/{'d' if debug_file(build_id) else 'n'}.{variant}"
+    return f"{kind}/{'d' if separate else 'n'}.{variant}"
 
 
-def _cache_kind(build_id: bytes) -> str:
-    return cache_entry("symbols", build_id, f"s{_CACHE_FORMAT}")
+def _cache_kind(separate: str | None) -> str:
+    return cache_entry("symbols", separate is not None, f"s{_CACHE_FORMAT}")
 
 
-def _cache_path(build_id: bytes) -> str | None:
+def _cache_path(build_id: bytes, separate: str | None = None) -> str | None:
     """Where the symbol table of ``build_id`` is kept (it may not exist)."""
-    return entry_path(_cache_kind(build_id), build_id)
+    return entry_path(_cache_kind(separate), build_id)
 
 
-def _cache_source(image: ElfImage) -> Source | None:
+def _cache_source(image: ElfImage, separate: str | None) -> Source | None:
     """The bytes a symbol table of ``image`` is made from: its symbol tables, strings and
-    PLT relocations, and those of its separate debug file when there is one (None when
-    the debug file cannot be read: nothing is cached then)."""
+    PLT relocations, and the symbols of the ``separate`` file they come from (None when
+    that file cannot be read: nothing is cached then)."""
     from ..generate.cache import file_source, image_source
 
     source = image_source(image, _SYMBOL_SECTIONS, linked=True)
-    debug = debug_file(image.build_id())
-    if debug is None:
+    if separate is None:
         return source
     try:
-        return combine(source, file_source(debug, lambda _: _DEBUG_SECTIONS, linked=True))
+        return combine(source, file_source(separate, lambda _: _DEBUG_SECTIONS, linked=True))
     except PysframeError:
         return None
 
 
-def _read_cached(build_id: bytes, source: Source) -> SymbolTable | None:
+def _read_cached(build_id: bytes, source: Source, separate: str | None) -> SymbolTable | None:
     """The cached table, if its entry verifies and holds what a table holds: three lists
     of equal length, integer starts strictly ascending, integer ends not below them,
     string names (anything else is treated as absent)."""
-    payload = load(_cache_kind(build_id), build_id, source)
+    payload = load(_cache_kind(separate), build_id, source)
     if payload is None:
         return None
     try:
@@ -386,8 +398,9 @@ def _read_cached(build_id: bytes, source: Source) -> SymbolTable | None:
     return SymbolTable.from_arrays(starts, ends, names)
 
 
-def _write_cached(build_id: bytes, source: Source, table: SymbolTable) -> None:
-    store(_cache_kind(build_id), build_id,
+def _write_cached(build_id: bytes, source: Source, table: SymbolTable,
+                  separate: str | None) -> None:
+    store(_cache_kind(separate), build_id,
           marshal.dumps((list(table.starts), list(table.ends), list(table.names))), source)
 
 

@@ -3,11 +3,10 @@ tail-call frames for the addresses of one ELF file, and where its DWARF is found
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
-from ...elf.debuginfo import build_id_path
+from ...elf.debuginfo import DebugFiles
 from ..symbols import NamedSymbols, named_symbols
 from .call_sites import CHAIN_ERRORS, CallSites, TailCalls
 from .frames import Frames
@@ -22,10 +21,11 @@ _T = TypeVar("_T")
 class DwarfNames:
     """gdb's frame names (inline frames included) for addresses of one ELF file."""
 
-    debug_root: ClassVar[str] = "/usr/lib/debug"
-
-    def __init__(self, table: SectionTable) -> None:
+    def __init__(self, table: SectionTable, debug: DebugFiles | None = None) -> None:
         self._table = table
+        #: Where dwz's supplementary file is looked for, by build id.
+        self._debug = debug if debug is not None else DebugFiles.from_environment(
+            network=False)
         self._dwarf: _Dwarf | None = None
         self._failed = False
         self._cache: dict[int, list[str] | None] = {}
@@ -36,33 +36,23 @@ class DwarfNames:
         return self._table.path
 
     @classmethod
-    def open(cls, path: str, build_id: bytes | None) -> DwarfNames | None:
-        """DWARF for the ELF file `path`: the file itself when it has .debug_info, else its
-        separate debug file /usr/lib/debug/.build-id/<xx>/<rest>.debug (build id), else
-        /usr/lib/debug/<path>.debug or the .gnu_debuglink name beside it / under /usr/lib/debug;
-        None when there is none or it cannot be parsed (never raise on bad DWARF)."""
+    def open(cls, path: str, build_id: bytes | None, debug: DebugFiles | None = None
+             ) -> DwarfNames | None:
+        """DWARF for the ELF file `path`: the file itself when it has .debug_info, else the
+        file ``debug`` finds (:class:`~pysframe.elf.debuginfo.DebugFiles`: a twin, a
+        separate debug file by build id or debug link, a download; None: the local
+        search); None when there is none or it cannot be parsed (never raise on bad
+        DWARF)."""
+        if debug is None:
+            debug = DebugFiles.from_environment(network=False)
         try:
-            return cls._open(path, build_id)
+            found = debug.find(path, build_id, "dwarf")
+            table = read_section_table(found) if found is not None else None
+            if table is None or not table.has_dwarf():
+                return None
+            return cls(table, debug)
         except DWARF_ERRORS:
             return None
-
-    @classmethod
-    def _open(cls, path: str, build_id: bytes | None) -> DwarfNames | None:
-        table = read_section_table(path)
-        if table is not None and table.has_dwarf():
-            return cls(table)
-        if build_id is None and table is not None:
-            build_id = table.note_build_id()
-        for candidate in _candidates(path, build_id, table, cls.debug_root):
-            found = read_section_table(candidate)
-            if found is None or not found.has_dwarf():
-                continue
-            if build_id:
-                found_id = found.note_build_id()
-                if found_id is not None and found_id != build_id:
-                    continue
-            return cls(found)
-        return None
 
     def frames_at(self, address: int) -> list[str] | None:
         """Names for the link-time (ELF virtual) `address`: innermost first — one name per
@@ -212,45 +202,27 @@ class DwarfNames:
         except errors:
             return None
 
+    def _supplementary(self, build_id: bytes) -> str | None:
+        """dwz's supplementary file with ``build_id`` (when not at the name it is given)."""
+        return self._debug.by_build_id(build_id, "dwarf")
+
     def _load(self) -> _Dwarf | None:
         if self._dwarf is None and not self._failed:
             try:
-                self._dwarf = _Dwarf(self._table, self.debug_root)
+                self._dwarf = _Dwarf(self._table, self._supplementary)
             except DWARF_ERRORS:
                 self._failed = True
         return self._dwarf
-
-
-def _candidates(path: str, build_id: bytes | None, table: SectionTable | None,
-                root: str) -> list[str]:
-    """Where the separate debug file of ``path`` may be, in gdb's order of preference:
-    by build id under ``root``, ``root`` + the file's path + ``.debug``, then the
-    ``.gnu_debuglink`` name beside the file, in its ``.debug`` directory and under
-    ``root`` (never ``path`` itself, only existing files)."""
-    candidates: list[str] = []
-    if build_id:
-        candidates.append(build_id_path(build_id, root))
-    absolute = os.path.abspath(path)
-    spellings = list(dict.fromkeys((absolute, os.path.realpath(absolute))))
-    for spelling in spellings:
-        candidates.append(root + spelling + ".debug")
-    link = table.debuglink() if table is not None else None
-    if link is not None:
-        for directory in dict.fromkeys(os.path.dirname(s) for s in spellings):
-            candidates += [os.path.join(directory, link),
-                           os.path.join(directory, ".debug", link),
-                           root + os.path.join(directory, link)]
-    return [candidate for candidate in dict.fromkeys(candidates)
-            if candidate != absolute and os.path.isfile(candidate)]
 
 
 class _Dwarf:
     """The parsed DWARF of one file, its parts composed: units and ranges, names, frames,
     call sites, tail calls, and the debug file's symbols by name."""
 
-    def __init__(self, table: SectionTable, debug_root: str) -> None:
+    def __init__(self, table: SectionTable, supplementary: Callable[[bytes], str | None]
+                 ) -> None:
         self._path = table.path
-        units = Units(table, debug_root)
+        units = Units(table, supplementary)
         names = Names(units)
         self.frames = Frames(units, names)
         self.call_sites = CallSites(units, names)

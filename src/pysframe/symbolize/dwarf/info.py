@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, cast
 
 from elftools.common.exceptions import DWARFError, ELFError
 
 from ...cfi.leb128 import read_sleb128, read_uleb128
-from ...elf.debuginfo import build_id_path
 from ...elf.headers import ElfError
 from . import forms
 from .stream import SectionTable, Stream, read_section_table
@@ -217,10 +217,11 @@ def _descriptor(table: SectionTable, name: str, stream: Stream | None
                                   address)
 
 
-def supplementary_table(table: SectionTable, debug_root: str) -> SectionTable | None:
+def supplementary_table(table: SectionTable, by_build_id: Callable[[bytes], str | None]
+                        ) -> SectionTable | None:
     """The dwz supplementary file named by ``.gnu_debugaltlink`` or ``.debug_sup``: the
-    name as given (relative to the file's directory), else by its build id under
-    ``debug_root``."""
+    name as given (relative to the file's directory) when that file has the build id
+    the link names, else the file ``by_build_id`` finds for it."""
     name: bytes | None = None
     build_id = b""
     link = table.read(".gnu_debugaltlink")
@@ -237,15 +238,14 @@ def supplementary_table(table: SectionTable, debug_root: str) -> SectionTable | 
     if not name:
         return None
     path = os.fsdecode(name)
-    candidates = [path if os.path.isabs(path)
-                  else os.path.join(os.path.dirname(table.path), path)]
-    if build_id:
-        candidates.append(build_id_path(build_id, debug_root))
-    for candidate in candidates:
-        found = read_section_table(candidate)
-        if found is not None and found.has_dwarf():
-            return found
-    return None
+    named = path if os.path.isabs(path) else os.path.join(os.path.dirname(table.path), path)
+    found = read_section_table(named)
+    if found is not None and found.has_dwarf() and (
+            not build_id or found.note_build_id() in (None, build_id)):
+        return found
+    by_id = by_build_id(build_id) if build_id else None
+    found = read_section_table(by_id) if by_id is not None else None
+    return found if found is not None and found.has_dwarf() else None
 
 
 def range_list(info: Info, cu: CompileUnit | TypeUnit, offset: int) -> list[tuple[int, int]]:

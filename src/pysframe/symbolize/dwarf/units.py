@@ -8,7 +8,7 @@ of the units it does not list; its top-level functions are indexed from the byte
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +40,11 @@ class Units:
     """The DWARF of one file (``main``) and of its supplementary file, the units that
     cover an address, and the valid ranges of DIEs."""
 
-    def __init__(self, table: SectionTable, debug_root: str) -> None:
+    def __init__(self, table: SectionTable, by_build_id: Callable[[bytes], str | None]
+                 ) -> None:
         self.main = load_info(table)
         self.supplementary: Info | None = None
-        supplementary = supplementary_table(table, debug_root)
+        supplementary = supplementary_table(table, by_build_id)
         if supplementary is not None:
             try:
                 self.supplementary = load_info(supplementary)
