@@ -58,7 +58,7 @@ from .perf_file import (
     sample_record,
 )
 from .perf_ring import PerfRing
-from .procfs import maps_memlock, processes, run_time, tgid, threads
+from .procfs import maps_memlock, processes, return_free_memory, run_time, tgid, threads
 from .ringbuf import RingBuffer
 from .sampler import (
     COPY_BYTES,
@@ -518,7 +518,7 @@ class _Session:
         """From here on, table work is done off the polling path."""
         self.worker = TableWorker(self.tables, self.loader.drop_process, self.loader.sweep,
                                   self.prefetch, self.samples_waiting,
-                                  self.finish_ready)
+                                  self.finish_ready, return_free_memory)
         return self.worker
 
     def stop_worker(self) -> None:

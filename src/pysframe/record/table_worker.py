@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 #: Work items: ("load", pid), ("drop", pid), ("sweep", 0), ("prepare", pid) (the first
@@ -21,6 +22,10 @@ from collections.abc import Callable
 Work = tuple[str, int]
 #: Processes whose tables are prepared together at the start of ``-a``.
 ROUND = 16
+#: After work, the heap's free memory is given back once the queue is idle this long,
+#: and at least this often while it is never idle.
+TRIM_AFTER_S = 1.0
+TRIM_EVERY_S = 10.0
 
 
 class TableWorker:
@@ -30,7 +35,8 @@ class TableWorker:
     def __init__(self, load: Callable[[int], None], drop: Callable[[int], None],
                  sweep: Callable[[], None], prefetch: Callable[[list[int]], None],
                  waiting: Callable[[], dict[int, int]] | None = None,
-                 loaded: Callable[[int], None] | None = None) -> None:
+                 loaded: Callable[[int], None] | None = None,
+                 trim: Callable[[], None] | None = None) -> None:
         self._load, self._drop, self._sweep, self._prefetch = load, drop, sweep, prefetch
         #: Called once a process's tables are loaded (its waiting samples finished).
         self._loaded = loaded or (lambda pid: None)
@@ -46,6 +52,9 @@ class TableWorker:
         self._waiting: set[int] = set()
         self._pids: list[int] = []
         self._progress = False
+        #: Gives the heap's free memory back (:func:`.procfs.return_free_memory`).
+        self._trim = trim or (lambda: None)
+        self._trimmed = time.monotonic()
         self._thread.start()
 
     def ask(self, kind: str, pid: int = 0) -> None:
@@ -75,7 +84,9 @@ class TableWorker:
 
     def _run(self) -> None:
         try:
-            while (work := self._queue.get()) is not None:
+            worked = False
+            while (work := self._next(worked)) is not None:
+                worked = True
                 if self._abandon:
                     continue
                 kind, pid = work
@@ -94,6 +105,23 @@ class TableWorker:
             self.error = error
             while self._queue.get() is not None:  # let close() end
                 pass
+
+    def _next(self, worked: bool) -> Work | None:
+        """The next item; once the queue has been idle for :data:`TRIM_AFTER_S` after
+        some work, or at most every :data:`TRIM_EVERY_S` of work without a pause, the
+        heap's free memory is given back first."""
+        if worked:
+            if time.monotonic() - self._trimmed >= TRIM_EVERY_S:
+                self._trim_now()
+            try:
+                return self._queue.get(timeout=TRIM_AFTER_S)
+            except queue.Empty:
+                self._trim_now()
+        return self._queue.get()
+
+    def _trim_now(self) -> None:
+        self._trim()
+        self._trimmed = time.monotonic()
 
     def _prepare_all(self) -> None:
         pids, progress = self._pids, self._progress
