@@ -193,3 +193,31 @@ def test_system_wide_sampling_starts_within_a_second_on_a_first_run(tmp_path: Pa
     spun = sum(1 for pid, _ in samples if pid == spinner.pid)
     assert first - started / 1e9 < 1.0
     assert spun >= 500  # about every sample of one CPU for 2 s
+
+
+@needs_bpf
+def test_a_perf_record_run_alongside_is_not_disturbed(tmp_path: Path) -> None:
+    """``perf record -g`` (perf 6.1) while ``sframe record -a`` runs: perf records and
+    reads its file as without us. While our side band asked the kernel for build ids in
+    its MMAP2 records, every such perf run aborted (``util/build-id.c:1010``)."""
+    perf = need_perf()
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    ours = subprocess.Popen([*SFRAME, "record", "-q", "-a", "--duration", "20", "-o",
+                             str(tmp_path / "a.data")], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)  # sampling, its side band open
+        assert ours.poll() is None, ours.stderr.read() if ours.stderr else ""
+        for attempt in range(3):
+            output = tmp_path / f"p{attempt}.data"
+            run = subprocess.run([perf, "record", "-q", "-g", "-o", str(output), "--",
+                                  sys.executable, "-c", "import json"], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=60)
+            assert run.returncode == 0, run.stderr
+            script = subprocess.run([perf, "script", "-i", str(output)], capture_output=True,
+                                    text=True, timeout=60)
+            assert script.returncode == 0 and "python" in script.stdout, script.stderr
+    finally:
+        ours.send_signal(signal.SIGINT)
+        _, errors = ours.communicate(timeout=120)
+    assert ours.returncode in (0, -signal.SIGINT, 128 + signal.SIGINT), errors

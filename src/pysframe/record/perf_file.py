@@ -4,7 +4,8 @@ user callchains, and the side band (MMAP2, COMM, FORK, EXIT) as the kernel wrote
 What is recorded is chosen here; the bytes are written by the one perf.data writer,
 :mod:`pysframe.report.perf_data_out`. Layout: a 104-byte header, the attribute section (one
 ``perf_event_attr`` of 128 bytes and an empty id array), the data section, and the
-BUILD_ID feature (build ids also travel in the MMAP2 records, recorded with ``build_id``).
+BUILD_ID feature (the MMAP2 records carry device and inode, not build ids: see
+:data:`~pysframe.record.recorder.SIDE_BAND_FLAGS`).
 Sample type IP | TID | TIME | CALLCHAIN | CPU | PERIOD | RAW (the raw data is the walk's
 note, :mod:`pysframe.report.walk_note`), ``sample_id_all``: every other record ends with
 ``{pid, tid, time, cpu}``.
@@ -43,9 +44,9 @@ SAMPLE_TYPE = 0x1A7  # IP TID TIME CALLCHAIN CPU PERIOD: the kernel's events
 #: The file's samples: those fields and RAW (the walk's note).
 FILE_SAMPLE_TYPE = SAMPLE_TYPE | 0x400
 #: attr flags: freq, sample_id_all, mmap, comm, task, exclude_guest (perf sets it), mmap2,
-#: comm_exec, build_id.
-ATTR_FLAGS = ((1 << 10) | (1 << 18) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 20) | (1 << 23) | (1 << 24)
-              | (1 << 34))
+#: comm_exec.
+ATTR_FLAGS = ((1 << 10) | (1 << 18) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 20) | (1 << 23)
+              | (1 << 24))
 #: ``--defer``: user callchains come in CALLCHAIN_DEFERRED records, written by this event.
 DEFER_FLAGS = FLAG_DEFER_CALLCHAIN | FLAG_DEFER_OUTPUT
 
