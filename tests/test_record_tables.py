@@ -144,3 +144,39 @@ def test_retired_tables_keep_their_rows_until_the_room_is_needed(
         assert not loader.retired and not loader.overflowed
         assert table(("", b"huge"), "huge")[0] < 0 and loader.overflowed == {"": 200}
         assert ("", b"huge") not in loader.tables  # not remembered as tableless
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_the_finder_forgets_binaries_retired_long_ago(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recorder running for hours meets thousands of binaries: the finder keeps the
+    image and table of those in use and of the latest few retired ones only."""
+    from pysframe.record import bpf_sys
+    from pysframe.record.tables import TableLoader
+    from pysframe.record.walker import PROCS_VALUE, ROW
+
+    monkeypatch.setattr("pysframe.record.tables.KEPT_RETIRED", 2)
+    monkeypatch.setattr("pysframe.record.tables.module_rows", lambda module, build_id=None: (
+        np.arange(4, dtype=np.uint64), np.zeros(4, np.uint64), None))
+    forgotten: list[str] = []
+
+    class Finder:
+        def forget(self, path: str, build_id: bytes | None = None) -> None:
+            forgotten.append(path)
+
+    with bpf_sys.Resources() as owned:
+        procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 8, "t_procs"))
+        rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 100, "t_rows"))
+        loader = TableLoader(rows, procs, 100, finder=Finder())  # type: ignore[arg-type]
+        for name in "abcd":
+            key = ("", name.encode())
+            loader._table(key, name)
+            loader.finder_paths[key] = {f"/bin/{name}"}
+        for name in "abc":
+            loader._release(("", name.encode()))
+        assert forgotten == ["/bin/a"]  # b and c: the latest two retired
+        assert loader._table(("", b"b"), "b") == (4, 4)  # rows still in place
+        loader.kept_retired.pop(("", b"b"), None)  # what load_process does when in use
+        loader._release(("", b"d"))
+        assert forgotten == ["/bin/a"]  # c and d kept
+        loader._release(("", b"b"))
+        assert forgotten == ["/bin/a", "/bin/c"]

@@ -38,6 +38,8 @@ from ..unwind.unwinder import X86_64_SIGRETURN, sigreturn_offsets
 from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch
 from .walker import MAPPING, MAPPINGS, PROCS_VALUE
 
+#: Retired tables whose binaries (image, table) the finder keeps for a quick reload.
+KEPT_RETIRED = 32
 
 class TableLoader:
     """Loads tables into ``rows`` (``capacity`` rows) and process entries into ``procs``."""
@@ -77,6 +79,11 @@ class TableLoader:
         #: A process whose code is walked by frame pointers, no table loaded (the
         #: recorder itself under -a: its numpy alone has 370k rows).
         self.without_tables: set[int] = set()
+        #: The paths each table's binary was asked of the finder by: its image and table
+        #: are forgotten there once the table has been retired long enough (see _release).
+        self.finder_paths: dict[tuple[str, bytes | None], set[str]] = {}
+        #: Retired tables whose binaries the finder still keeps, oldest first.
+        self.kept_retired: OrderedDict[tuple[str, bytes | None], None] = OrderedDict()
 
     def _table(self, key: tuple[str, bytes | None], module: object) -> tuple[int, int]:
         found = self.tables.get(key)
@@ -139,6 +146,13 @@ class TableLoader:
         self.freed_tables += 1
         self.freed_rows += count
         self.retired[key] = (first, count)
+        # The finder keeps the binaries of the latest few retired tables (make runs the
+        # same compiler again and again); the others are opened again if mapped again.
+        self.kept_retired[key] = None
+        while len(self.kept_retired) > KEPT_RETIRED:
+            old, _ = self.kept_retired.popitem(last=False)
+            for path in self.finder_paths.pop(old, ()):
+                self.finder.forget(path)
 
     def _free_range(self, first: int, count: int) -> None:
         merged: list[tuple[int, int]] = []
@@ -219,6 +233,8 @@ class TableLoader:
                 if identity:
                     self.build_ids[entry.path] = identity
                 key = _key(module)
+                self.finder_paths.setdefault(key, set()).add(os.path.realpath(entry.path))
+                self.kept_retired.pop(key, None)  # in use again
                 if pid not in self.without_tables:
                     first, count = self._table(key, module)
             if first < 0:

@@ -110,6 +110,11 @@ class BinaryFinder:
         self._modules[key] = module
         return _rebased(module, self._bias(module, start, pgoff))
 
+    def forget(self, path: str, build_id: bytes | None = None) -> None:
+        """Drop what is kept of the binary asked for as ``path`` (its image and table):
+        opened again if asked for again (a recorder running for hours sees thousands)."""
+        self._modules.pop((path, build_id or self.build_ids.get(path)), None)
+
     def _table(self, image: ElfImage
                ) -> tuple[SFrameLookup | None, str, int | None, PysframeError | None]:
         """The SFrame lookup to unwind ``image`` with, its origin, the file offset of the
