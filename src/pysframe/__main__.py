@@ -2,4 +2,5 @@
 
 from .cli.entry import main
 
-main()
+if __name__ == "__main__":  # not when a helper process started afresh imports it
+    main()

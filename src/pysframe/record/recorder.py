@@ -241,6 +241,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
             session.poll(0)
             session.close()
             session.finish_chains()
+            session.generated.close()
             result.binaries = session.loader.build_ids
             result.freed_tables = session.loader.freed_tables
             result.overflowed = dict(session.loader.overflowed)
@@ -429,7 +430,8 @@ class _Session:
         btf = own(sys_bpf.btf_load(blob))
         self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
                                              btf=btf, func_info=infos))
-        self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=GeneratedTables()))
+        self.generated = GeneratedTables(apart=True, flat_abi="AMD64_ENDIAN_LITTLE")  # made in a helper process
+        self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=self.generated))
         self.own_pid = os.getpid()
         self.loader.without_tables.add(self.own_pid)
         self.ring = RingBuffer(self.ring_fd, RING_BYTES)

@@ -22,6 +22,7 @@ search then covers them, at a few rows per stub.
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections import OrderedDict
 
@@ -47,7 +48,7 @@ class TableLoader:
     def __init__(self, rows: Fd, procs: Fd, capacity: int, finder: BinaryFinder | None = None
                  ) -> None:
         self.rows, self.procs, self.capacity = rows, procs, capacity
-        self.finder = finder or BinaryFinder(tables=GeneratedTables())
+        self.finder = finder or BinaryFinder(tables=GeneratedTables(apart=True, flat_abi="AMD64_ENDIAN_LITTLE"))
         #: Rows handed out (the high-water mark) and the ranges given back, (first, rows).
         self.used = 0
         self.free: list[tuple[int, int]] = []
@@ -295,9 +296,29 @@ def signal_trampolines(module: object) -> list[int]:
         if segment.type != _PT_LOAD or not segment.flags & _PF_X:
             continue
         end = min(segment.offset + segment.filesz, len(data)) - len(X86_64_SIGRETURN) + 1
-        found += [at - segment.offset + segment.vaddr
-                  for at in sigreturn_offsets(data, segment.offset, end)]
+        # A window at a time, each let go once searched: searching libLLVM's 100 MiB of
+        # code at once counted as 100 MiB of the recorder's memory.
+        for start in range(segment.offset, end, SEARCH_WINDOW):
+            stop = min(start + SEARCH_WINDOW, end)
+            found += [at - segment.offset + segment.vaddr
+                      for at in sigreturn_offsets(data, start, stop)]
+            _let_go(data, start, stop + len(X86_64_SIGRETURN))
     return found
+
+
+#: Bytes of a mapped file searched for signal trampolines at a time.
+SEARCH_WINDOW = 4 << 20
+
+
+def _let_go(data: object, start: int, end: int) -> None:
+    """The pages of a mapped file just searched leave this process's resident set (they
+    stay in the page cache)."""
+    if isinstance(data, mmap.mmap) and end > start:
+        first = start - start % mmap.PAGESIZE
+        try:
+            data.madvise(mmap.MADV_DONTNEED, first, end - first)
+        except (OSError, ValueError):
+            pass
 
 
 def without_signal_rows(starts: np.ndarray, words: np.ndarray, trampolines: list[int]
