@@ -48,7 +48,20 @@ def _findings_for_file(path: str, *, raw: bool, address: int, kernel: bool
         for finding in validate(contents, section.address, text, kernel=kernel,
                                 relocatable=relocatable):
             out.append((section.name, section.file_offset, finding))
+        if relocatable:
+            out += [(section.name, section.file_offset, finding)
+                    for finding in _relocation_findings(image, section.name,
+                                                        section.file_offset)]
     return out
+
+
+def _relocation_findings(image: Any, name: str, file_offset: int) -> list[Finding]:
+    """The start-field relocations of a relocatable object's SFrame section, checked."""
+    from ..elf.relocations import sframe_relocation_findings
+
+    header = next((h for h in image.section_headers()
+                   if h.offset == file_offset and h.name == name and h.has_contents), None)
+    return [] if header is None else sframe_relocation_findings(image, header)
 
 
 def _against_cfi(path: str) -> list[tuple[str, int, Finding]]:

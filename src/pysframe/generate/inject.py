@@ -28,7 +28,12 @@ def _align(value: int, alignment: int) -> int:
 def inject(image: ElfImage, *, version: int = 3, name: str = ".sframe",
            as_gnu: bool = False) -> tuple[bytes, int]:
     """The bytes of ``image``'s file with a generated SFrame section added, and its size
-    (``as_gnu``: the section GNU as and ld would have made, wrong rows included)."""
+    (``as_gnu``: the section GNU as and ld would have made, wrong rows included).
+    A relocatable object gets what ``as --gsframe`` writes (:mod:`.relocatable`)."""
+    if image.elf_type == "REL":
+        from .relocatable import inject_relocatable
+
+        return inject_relocatable(image, version=version, name=name, as_gnu=as_gnu)
     if image.sframe_sections():
         raise GenerateError("the file already has an SFrame section")
     sframe = encode(generate(image, version=version, address=0, as_gnu=as_gnu).section)

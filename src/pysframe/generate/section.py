@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..cfi.eh_frame import FDE as CFIFDE
 from ..cfi.eh_frame import (
     CFIError,
     cie_instructions,
@@ -80,25 +81,10 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
         if any(lo <= start < hi for lo, hi in ranges.values()) or (
                 include is not None and not include(start, size)):
             continue  # PLT FDEs (made from ld's rules below), or left out by the caller
-        cie = cfi.cie
-        notes: list[str] = []
-        try:
-            if not 0 < size <= 0xFFFFFFFF:
-                raise Skip(f"function size {size} (1 to 2**32-1 bytes in SFrame)")
-            instructions = strip_padding(cie_instructions(data, cie, image.big_endian)) + \
-                strip_padding(fde_instructions(data, cfi, image.big_endian, cfi_address))
-            fde = translate(instructions, start, size, abi, version=version,
-                            signal=cie.signal_frame, b_key=cie.b_key,
-                            return_register=cie.return_register, notes=notes,
-                            as_gnu=as_gnu)
-        except Skip as skip:
-            result.skipped.append((start, size, skip.reason))
-            continue
-        except (CFIError, DecodeError) as error:
-            result.skipped.append((start, size, f"unreadable CFI: {error}"))
-            continue
-        result.trimmed += [(start, size, note) for note in notes]
-        fdes.append(fde)
+        fde = translate_entry(data, cfi_address, cfi, abi, image.big_endian, result,
+                              version=version, as_gnu=as_gnu)
+        if fde is not None:
+            fdes.append(fde)
     heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
              for name, (lo, hi) in ranges.items()}
     plt = plt_fdes(abi, heads, pie=image.is_pie(), version=version, as_gnu=as_gnu)
@@ -118,6 +104,34 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
     text = None if image.elf_type == "REL" else image.executable_ranges()
     section.fdes = _placeable(section.fdes, section.address, version, text, result.skipped)
     return result
+
+
+def translate_entry(data: bytes, cfi_address: int, cfi: CFIFDE, abi: ABI, big_endian: bool,
+                    result: Generated, *, version: int, as_gnu: bool,
+                    start: int | None = None) -> FDE | None:
+    """The SFrame FDE gas makes for one CFI FDE (read from ``data``, the CFI section at
+    ``cfi_address``) for the function at ``start`` (default: the FDE's ``pc_begin``), or
+    None with the reason added to ``result.skipped``."""
+    start = cfi.pc_begin if start is None else start
+    size = cfi.pc_range
+    cie = cfi.cie
+    notes: list[str] = []
+    try:
+        if not 0 < size <= 0xFFFFFFFF:
+            raise Skip(f"function size {size} (1 to 2**32-1 bytes in SFrame)")
+        instructions = strip_padding(cie_instructions(data, cie, big_endian)) + \
+            strip_padding(fde_instructions(data, cfi, big_endian, cfi_address))
+        fde = translate(instructions, start, size, abi, version=version,
+                        signal=cie.signal_frame, b_key=cie.b_key,
+                        return_register=cie.return_register, notes=notes, as_gnu=as_gnu)
+    except Skip as skip:
+        result.skipped.append((start, size, skip.reason))
+        return None
+    except (CFIError, DecodeError) as error:
+        result.skipped.append((start, size, f"unreadable CFI: {error}"))
+        return None
+    result.trimmed += [(start, size, note) for note in notes]
+    return fde
 
 
 def _placeable(fdes: list[FDE], address: int, version: int,
