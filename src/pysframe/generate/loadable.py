@@ -44,6 +44,9 @@ PAGE = 0x1000
 MAX_PADDING = 16 << 20
 #: The kernel reads at most this many bytes of program headers (``load_elf_phdrs``).
 MAX_PHDR_BYTES = 0x1000
+#: Segments must end below this for a new one to follow (user space on every 64-bit ABI).
+ADDRESS_LIMIT = 1 << 62
+MAX_ALIGN = 1 << 30
 
 
 class Segment(NamedTuple):
@@ -101,6 +104,13 @@ def _refuse_unsafe(image: ElfImage, segments: list[Segment]) -> None:
     if any(b.vaddr < a.vaddr for a, b in itertools.pairwise(loads)):
         raise GenerateError("the PT_LOAD segments are not in address order")
     for s in loads:
+        if s.offset + s.filesz > len(image.data) or s.filesz > s.memsz or \
+                s.vaddr + s.memsz > ADDRESS_LIMIT:
+            raise GenerateError(f"the PT_LOAD segment at {s.vaddr:#x} is not one the file "
+                                "holds and the address space has room after")
+        if s.align & (s.align - 1) or s.align > MAX_ALIGN:
+            raise GenerateError(f"the PT_LOAD segment at {s.vaddr:#x} has p_align "
+                                f"{s.align:#x}")
         if s.align > 1 and (s.offset - s.vaddr) % s.align:
             raise GenerateError(f"the PT_LOAD segment at {s.vaddr:#x} is not aligned as its "
                                 f"p_align {s.align:#x} says")
@@ -159,7 +169,7 @@ def place(image: ElfImage, segments: list[Segment], count: int) -> Placement:
     distance = loads[0].vaddr - loads[0].offset  # kept: see the module's docstring
     address = max(highest, _align(end, align) + distance)
     offset = address - distance
-    if distance % align or offset - end > MAX_PADDING:
+    if distance < 0 or distance % align or offset - end > MAX_PADDING:
         address, offset = highest, _align(end, align)  # for Linux 5.18 and later only
     section_offset = _align(offset + table_bytes, SFRAME_ALIGN)
     return Placement(offset, address, align, True, offset, count, section_offset,
