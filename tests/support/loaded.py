@@ -4,7 +4,7 @@ kernel's unwinder and glibc's ``_dl_find_object`` would read, read from ``/proc/
 A program is stopped at its exec (``PTRACE_TRACEME`` in the child, so the segments the
 kernel mapped are read before any of its code runs, by the tracer, as ``/proc/PID/mem``
 requires) and its load bias taken from ``AT_PHDR`` in ``/proc/PID/auxv`` minus
-``PT_PHDR``'s address, as ld.so computes it: the table found there must be the file's.
+``PT_PHDR``'s address, as ld.so computes it (or the table's place in its ``PT_LOAD``): the table found there must be the file's.
 A shared library is preloaded into ``sleep`` (by its soname, from a directory holding
 only it, so that the libraries needing it get it too) and found in ``/proc/PID/maps``.
 """
@@ -44,6 +44,21 @@ def _segment(image: ElfImage, kind: int) -> tuple[int, int]:
     raise AssertionError(f"{image.path}: no program header of type {kind:#x}")
 
 
+def _table_address(image: ElfImage) -> tuple[int, int]:
+    """The program header table's link-time address (``PT_PHDR``'s, else where the
+    ``PT_LOAD`` holding ``e_phoff`` puts it, as the kernel computes ``AT_PHDR``) and size."""
+    header = image.header
+    size = header.phnum * header.phentsize
+    for segment in image.program_headers():
+        if segment.type == PT_PHDR:
+            return segment.vaddr, segment.memsz
+    for segment in image.program_headers():
+        if segment.type == 1 and segment.offset <= header.phoff < segment.offset + \
+                segment.filesz:
+            return segment.vaddr + header.phoff - segment.offset, size
+    raise AssertionError(f"{image.path}: the program header table is not loaded")
+
+
 def _read(pid: int, address: int, size: int) -> bytes:
     with open(f"/proc/{pid}/mem", "rb", buffering=0) as memory:
         memory.seek(address)
@@ -60,7 +75,7 @@ def program_memory(path: str | Path, *args: str) -> InMemory:
     """Start ``path``, stopped at its exec, and read its SFrame and program headers."""
     image = ElfImage(str(path))
     vaddr, size = _segment(image, PT_GNU_SFRAME)
-    phdr_vaddr, phdr_size = _segment(image, PT_PHDR)
+    phdr_vaddr, phdr_size = _table_address(image)
     child = subprocess.Popen([str(path), *args], preexec_fn=_traceme,
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
