@@ -4,7 +4,8 @@ loaded and found: in a new read-only ``PT_LOAD`` after every other segment, name
 look only there (the kernel's SFrame unwinder registers ``PT_GNU_SFRAME`` at exec,
 glibc's ``_dl_find_object`` fills ``dlfo_sframe`` from it).
 
-Nothing already in the file moves. The program header table gets two more entries: in
+Nothing already in the file moves. The program header table gets two more entries (one
+when it has a ``PT_GNU_SFRAME`` whose section is gone, renamed: that entry is reused): in
 place when it has room (``PT_NULL`` entries, such as ``sframe strip`` leaves, or unused
 bytes after it inside its segment), else moved to the start of the new segment, as
 patchelf does when it must grow the table, with ``e_phoff`` and ``PT_PHDR`` pointed at
@@ -93,8 +94,10 @@ def _refuse_unsafe(image: ElfImage, segments: list[Segment]) -> None:
     if not image.section_headers():
         raise GenerateError("the file has no section headers (a loaded section cannot be "
                             "added without them)")
-    if image.sframe_sections() or any(s.type == PT_GNU_SFRAME for s in segments):
+    if image.sframe_sections():
         raise GenerateError("the file already has an SFrame section")
+    if sum(s.type == PT_GNU_SFRAME for s in segments) > 1:
+        raise GenerateError("the file has more than one PT_GNU_SFRAME program header")
     if image.section_header(".gnu.prelink_undo") is not None:
         raise GenerateError("the file is prelinked (.gnu.prelink_undo): prelink --undo it "
                             "first")
@@ -184,8 +187,12 @@ def _new_table(segments: list[Segment], load: Segment, sframe: Segment,
     out = [s for s in segments if s.type != PT_NULL]
     last_load = max(i for i, s in enumerate(out) if s.type == PT_LOAD)
     out.insert(last_load + 1, load)
-    eh_frame = [i for i, s in enumerate(out) if s.type == PT_GNU_EH_FRAME]
-    out.insert(eh_frame[0] + 1 if eh_frame else len(out), sframe)
+    old = [i for i, s in enumerate(out) if s.type == PT_GNU_SFRAME]
+    if old:  # an entry whose section is gone (renamed): pointed at the new one
+        out[old[0]] = sframe
+    else:
+        eh_frame = [i for i, s in enumerate(out) if s.type == PT_GNU_EH_FRAME]
+        out.insert(eh_frame[0] + 1 if eh_frame else len(out), sframe)
     if table is not None:
         offset, address, size = table
         out = [s._replace(offset=offset, vaddr=address, paddr=address, filesz=size,
@@ -202,7 +209,8 @@ def inject_loadable(image: ElfImage, build: Callable[[int], bytes], *,
     _refuse_unsafe(image, segments)
     header = image.header
     layout = header.layout
-    count = sum(1 for s in segments if s.type != PT_NULL) + 2
+    count = sum(1 for s in segments if s.type != PT_NULL) + 1 + (
+        not any(s.type == PT_GNU_SFRAME for s in segments))
     where = place(image, segments, count)
     section = build(where.section_address)
     section_end = where.section_offset + len(section)
