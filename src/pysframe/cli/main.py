@@ -125,7 +125,7 @@ def _generated_output(what: str) -> Callable[[_F], _F]:
 @_generated_output("Where to write the raw section bytes.")
 @click.option("--at", "address", callback=_parse_address, metavar="ADDR",
               help="Address the section will sit at (default: FILE's .sframe, else 0, where "
-                   "`sframe inject` puts it).")
+                   "`sframe inject` puts it in a relocatable object).")
 @click.option("--verbose", "-v", is_flag=True,
               help="Say which functions gas would have skipped, and why.")
 def generate(file: str, output: str, version: str, address: int | None, verbose: bool,
@@ -140,7 +140,8 @@ def generate(file: str, output: str, version: str, address: int | None, verbose:
 @cli.command()
 @_generated_output("The new ELF file (FILE itself is never modified).")
 def inject(file: str, output: str, version: str, as_gnu: bool) -> None:
-    """Write a copy of FILE with a .sframe section generated from its CFI."""
+    """Write a copy of FILE with a .sframe section generated from its CFI (in a program or
+    shared library: loaded, and named by a PT_GNU_SFRAME program header)."""
     from .generate import run_inject
 
     sys.exit(run_inject(file, output, version=int(version), as_gnu=as_gnu))

@@ -1,5 +1,8 @@
 """Add a generated .sframe section to a copy of an ELF file.
 
+A linked file (ET_EXEC, ET_DYN) gets it loaded, with ``PT_GNU_SFRAME``: see
+:mod:`.loadable`. What follows is the way for every other file.
+
 Hand-written because no ELF library in Python writes ELF files (pyelftools only
 reads). The new file is the old one plus, at its end, the section bytes, a new
 section-name table and a new section header table; nothing already in the file
@@ -36,6 +39,14 @@ def inject(image: ElfImage, *, version: int = 3, name: str = ".sframe",
         return inject_relocatable(image, version=version, name=name, as_gnu=as_gnu)
     if image.sframe_sections():
         raise GenerateError("the file already has an SFrame section")
+    if image.elf_type in ("EXEC", "DYN"):
+        from .loadable import inject_loadable
+
+        def build(address: int) -> bytes:
+            return encode(generate(image, version=version, address=address,
+                                   as_gnu=as_gnu).section)
+
+        return inject_loadable(image, build)
     sframe = encode(generate(image, version=version, address=0, as_gnu=as_gnu).section)
     data = bytearray(image.data)
     order = ">" if image.big_endian else "<"
