@@ -180,3 +180,35 @@ def test_the_finder_forgets_binaries_retired_long_ago(monkeypatch: pytest.Monkey
         assert forgotten == ["/bin/a"]  # c and d kept
         loader._release(("", b"b"))
         assert forgotten == ["/bin/a", "/bin/c"]
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_the_recorder_generates_and_flattens_in_a_helper_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an empty cache, the recorder's loader has a binary's table generated and its
+    rows flattened in a helper process (this one would keep the memory it takes), then
+    loads them from the cache: neither is done here."""
+    from pysframe.record import bpf_sys
+    from pysframe.record.tables import TableLoader, _key
+    from pysframe.record.walker import PROCS_VALUE, ROW
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    binary = _spin(tmp_path)
+
+    def not_here(*_: object, **__: object) -> None:
+        raise AssertionError("made in the recorder's own process")
+
+    monkeypatch.setattr("pysframe.unwind.flat_cache.flatten", not_here)
+    monkeypatch.setattr("pysframe.session.tables.table_for", not_here)
+    with bpf_sys.Resources() as owned:
+        procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 8, "t_procs"))
+        rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 1 << 16,
+                                            "t_rows"))
+        loader = TableLoader(rows, procs, 1 << 16)
+        try:
+            module = loader.finder.module(str(binary), None, 0, 0)
+            assert module is not None and module.lookup is not None
+            first, count = loader._table(_key(module), module)
+        finally:
+            loader.finder.tables.close()  # type: ignore[attr-defined]
+    assert first >= 0 and count > 0

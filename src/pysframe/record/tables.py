@@ -33,7 +33,7 @@ from ..format.constants import ABI
 from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
 from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
-from ..unwind.flat_cache import cached_flat
+from ..unwind.flat_cache import cached_flat, flat_is_cached
 from ..unwind.modules import BinaryFinder, damage_message
 from ..unwind.unwinder import X86_64_SIGRETURN, sigreturn_offsets
 from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch
@@ -94,7 +94,10 @@ class TableLoader:
         if found is not None:  # its rows are still there
             self.tables[key] = found
             return found
+        if self.overflowed.get(str(getattr(module, "path", "")), 0) > self.room():
+            return -1, self.overflowed[str(getattr(module, "path", ""))]  # still no room
         found = (0, 0)
+        self._flat_apart(module, key[1])
         starts, words, refusal = module_rows(module, key[1])
         if refusal is not None:
             self.refused[str(getattr(module, "path", ""))] = refusal
@@ -116,6 +119,21 @@ class TableLoader:
             return -1, count
         self.tables[key] = found
         return found
+
+    def room(self) -> int:
+        """The rows a table could have now (unused, freed, and retired tables' rows)."""
+        return (self.capacity - self.used + sum(size for _, size in self.free)
+                + sum(size for _, size in self.retired.values()))
+
+    def _flat_apart(self, module: object, build_id: bytes | None) -> None:
+        """Have the finder's helper process make the module's flat rows if the cache has
+        none (flattening a compiler's table takes ~100 MiB for a moment)."""
+        make = getattr(getattr(self.finder, "tables", None), "make_apart", None)
+        lookup, image = getattr(module, "lookup", None), getattr(module, "image", None)
+        if make is None or lookup is None or image is None:
+            return
+        if not flat_is_cached(lookup, build_id or _build_id_of(module)):
+            make(image.path)
 
     def _allocate(self, count: int) -> int | None:
         """The first row of ``count`` free rows (a freed range first, then the unused end,

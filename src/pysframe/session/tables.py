@@ -84,6 +84,16 @@ class GeneratedTables:
                     return None
         return None
 
+    def make_apart(self, path: str) -> None:
+        """With ``apart`` and ``flat_abi``: the helper process caches the table of the file
+        at ``path`` and its flat rows (when they are not cached yet, before they are read
+        here)."""
+        if self.apart and self.flat_abi is not None:
+            try:
+                self._helper_pool().submit(_make_table, path, self.flat_abi).result()
+            except Exception:  # the helper died or could not start: made here
+                pass
+
     def _helper_pool(self) -> ProcessPoolExecutor:
         if self._helper is None:
             import multiprocessing
