@@ -124,7 +124,9 @@ GDB_NAMES = {
     "_Z4tfunIlET_S0_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE":
         "long tfun<long>(long, std::__cxx11::basic_string<char, std::char_traits<char>, "
         "std::allocator<char> > const&)",
-    "main.cold": "main.cold",
+    # A C name's cold part: gdb 13 reads the suffix with its Ada decoder (bt on a g++ -O2
+    # program stopped in main's cold part prints "main[cold] ()"; `info symbol` the same).
+    "main.cold": "main[cold]",
     "_ZN4core3fmt5write17h0123456789abcdefE": "core::fmt::write::h0123456789abcdef",
 }
 

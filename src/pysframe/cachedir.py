@@ -519,13 +519,15 @@ def _read_entry(directory: int, name: str) -> bytes | None:
         os.close(fd)
 
 
-def write_atomically(path: str, data: bytes | Iterable[bytes], mode: int | None = None
-                     ) -> None:
+def write_atomically(path: str, data: bytes | Iterable[bytes], mode: int | None = None,
+                     owner: tuple[int, int] | None = None) -> None:
     """Write ``data`` (bytes, or chunks of them: a large output is never whole in memory)
     to ``path`` through a temporary file beside it and a rename, so no
     reader ever sees a partial file. ``mode``: the new file's permissions (default: what
-    ``open`` would give, 0666 less the umask). Raises ``OSError``; the temporary file is
-    removed on every failure."""
+    ``open`` would give, 0666 less the umask). ``owner``: (uid, gid) the new file is
+    given where this process may (root; a group of ours), else left ours, and then the
+    set-user-ID and set-group-ID bits of ``mode`` are dropped with the owner they belong
+    to. Raises ``OSError``; the temporary file is removed on every failure."""
     import tempfile
 
     directory = os.path.dirname(os.path.abspath(path))
@@ -533,15 +535,37 @@ def write_atomically(path: str, data: bytes | Iterable[bytes], mode: int | None 
     try:
         with os.fdopen(handle, "wb") as out:
             write_chunks(out, data)
-        if mode is None:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(temporary, mode)
+            if mode is None:
+                umask = os.umask(0)
+                os.umask(umask)
+                mode = 0o666 & ~umask
+            if owner is not None:
+                mode = _give_owner(out.fileno(), owner, mode)
+            os.fchmod(out.fileno(), mode)  # after fchown, which clears set-ID bits
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def _give_owner(fd: int, owner: tuple[int, int], mode: int) -> int:
+    """Give the file ``fd`` the owner (uid, gid) as far as this process may; ``mode``
+    without the set-ID bits of an owner it could not give."""
+    uid, gid = owner
+    status = os.fstat(fd)
+    if (status.st_uid, status.st_gid) == (uid, gid):
+        return mode
+    try:
+        os.fchown(fd, uid, gid)
+        return mode
+    except PermissionError:
+        pass
+    try:  # not root: the group alone, if it is one of ours
+        os.fchown(fd, -1, gid)
+        return mode & ~stat.S_ISUID if uid != status.st_uid else mode
+    except PermissionError:
+        kept = mode & ~stat.S_ISGID
+        return kept & ~stat.S_ISUID if uid != status.st_uid else kept
 
 
 def write_chunks(out: BinaryIO, data: bytes | Iterable[bytes]) -> None:

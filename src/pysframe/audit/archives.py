@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
-from ..elf.archive import AR_MAGIC, ArchiveError, named_members
+from ..elf.archive import AR_MAGIC, THIN_MAGIC, ArchiveError, named_members, read_members
 from ..errors import PysframeError
 
 ELF_MAGIC = b"\x7fELF"
@@ -41,11 +41,15 @@ class Damage:
 Contents = bytes | mmap.mmap | Damage
 
 
-def members(data: bytes | mmap.mmap) -> Iterator[tuple[str, Contents]]:
-    """(label suffix, bytes) of every file to judge in ``data``: ``""`` and the data
-    itself for a plain file; ``"(name)"`` per ELF member of an archive or package; and
-    ``Damage`` where the rest of an archive or package cannot be read (what came before
-    is kept)."""
+def members(data: bytes | mmap.mmap, path: str = "") -> Iterator[tuple[str, Contents]]:
+    """(label suffix, bytes) of every file to judge in ``data`` (the file at ``path``):
+    ``""`` and the data itself for a plain file; ``"(name)"`` per ELF member of an archive
+    (a thin archive's members read from their own files, as objdump reads them) or
+    package; and ``Damage`` where the rest of an archive or package cannot be read (what
+    came before is kept), or a thin archive's member."""
+    if data[:len(THIN_MAGIC)] == THIN_MAGIC:
+        yield from _thin_members(path, data)
+        return
     if data[:len(AR_MAGIC)] != AR_MAGIC:
         yield "", data
         return
@@ -64,6 +68,18 @@ def members(data: bytes | mmap.mmap) -> Iterator[tuple[str, Contents]]:
                     if contents.startswith(ELF_MAGIC))
     if damage is not None:
         yield "", damage
+
+
+def _thin_members(path: str, data: bytes | mmap.mmap) -> Iterator[tuple[str, Contents]]:
+    """The ELF members of the thin archive at ``path``: files of their own."""
+    try:
+        for member, contents in read_members(path, data):
+            if isinstance(contents, PysframeError):
+                yield f"({member.name})", Damage(contents.message)
+            elif contents[:len(ELF_MAGIC)] == ELF_MAGIC:
+                yield f"({member.name})", contents
+    except ArchiveError as error:
+        yield "", Damage(f"damaged archive: {error}")
 
 
 def _package_files(name: str, compressed: bytes) -> Iterator[tuple[str, Contents]]:

@@ -23,6 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from .. import cachedir
+from ..elf.archive import THIN_MAGIC
 from ..inputs import InputError, load
 from .archives import Damage, members
 from .facts import FACTS_VERSION, audit_bytes
@@ -111,6 +112,8 @@ def audit_path(path: str, use_cache: bool = True) -> list[FileFacts]:
     digest = hashlib.sha256(data).digest()
     key = digest[:20]
     source = cachedir.describe(len(data), [digest, FACTS_VERSION.to_bytes(4, "little")])
+    # A thin archive's members are other files: its own bytes do not say what they are.
+    use_cache = use_cache and data[:len(THIN_MAGIC)] != THIN_MAGIC
     if use_cache:
         cached = cachedir.load(CACHE_KIND, key, source)
         if cached is not None:
@@ -120,7 +123,7 @@ def audit_path(path: str, use_cache: bool = True) -> list[FileFacts]:
             except (ValueError, KeyError, TypeError, AttributeError):
                 pass
     results = []
-    for member, contents in members(data):
+    for member, contents in members(data, path):
         if isinstance(contents, Damage):
             facts = FileFacts(path + member, FileKind.DAMAGED, error=contents.message)
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from ..format.constants import F_FDE_FUNC_START_PCREL
 from ..format.decode import SFrameReader, read_header
 from ..format.dump import dump_bytes
 from ..format.errors import SFrameError
+from .archives import Input, each_input
 from .errors import EXIT_INVALID, EXIT_OK, WHERE, CommandError, exit_code_for
 from .files import read_file
 
@@ -59,11 +61,14 @@ def relocation_applies(raw: bytes) -> bool:
         return False
 
 
-def load_elf(path: str, section_name: str) -> tuple[str, list[LoadedSection]]:
-    """The BFD target name of an ELF file and its SFrame sections (possibly none)."""
+def load_elf(path: str, section_name: str, data: bytes | mmap.mmap | None = None
+             ) -> tuple[str, list[LoadedSection]]:
+    """The BFD target name of an ELF file and its SFrame sections (possibly none);
+    ``data``: its bytes, when read already (``path`` then only names it)."""
     from ..elf.quick import quick_sframe_sections
 
-    data = read_file(path)
+    if data is None:
+        data = read_file(path)
     quick = quick_sframe_sections(data, section_name)
     if quick is not None:
         target, quick_found = quick
@@ -111,39 +116,82 @@ def section_data(section: LoadedSection) -> dict[str, Any]:
 
 def run_dump(paths: Iterable[str], *, as_json: bool, raw: bool, address: int,
              section_name: str, report: Any) -> int:
-    """Print every file's dump; return the exit status (the worst over all files)."""
+    """Print every file's dump (an archive's: ``In archive`` and each member's, as
+    objdump); return the exit status (the worst over all files)."""
+    from ..elf.archive import is_archive
+
     status = EXIT_OK
-    out = sys.stdout
-    binary = getattr(out, "buffer", None)
+    out = _Output()
     documents: list[dict[str, Any]] = []
     for path in paths:
         WHERE.at(path)
         try:
             if raw:
-                target = "binary"
-                sections = [load_raw(path, address)]
-            else:
-                target, sections = load_elf(path, section_name)
-            if as_json:
-                documents.append({"file": path, "format": target,
-                                  "sections": [section_data(s) for s in sections]})
+                _dump_raw(load_raw(path, address), out, documents, as_json)
                 continue
-            texts = [section_text(s) for s in sections]
+            data = read_file(path)
         except PysframeError as error:
             report(str(error))
             status = max(status, exit_code_for(error))
             continue
-        if not raw:
-            out.write(f"\n{path}:     file format {target}\n\n")
-            if not texts:
-                out.write(f"No {section_name} section present\n\n")
-        if texts:
-            if binary is not None:
-                out.flush()
-                binary.write(b"".join(texts))
-            else:
-                out.write(b"".join(texts).decode("ascii"))
+        if is_archive(data) and not as_json:
+            out.write(f"In archive {path}:\n")
+        for item in each_input(path, data):
+            try:
+                if isinstance(item, PysframeError):
+                    raise item
+                _dump_file(item, path, out, documents, as_json, section_name)
+            except PysframeError as error:
+                report(str(error))
+                status = max(status, exit_code_for(error))
     if as_json:
-        json.dump(documents if len(documents) != 1 else documents[0], out, indent=1)
-        out.write("\n")
+        json.dump(documents if len(documents) != 1 else documents[0], sys.stdout, indent=1)
+        sys.stdout.write("\n")
     return status
+
+
+def _dump_raw(section: LoadedSection, out: _Output, documents: list[dict[str, Any]],
+              as_json: bool) -> None:
+    if as_json:
+        documents.append({"file": section.path, "format": "binary",
+                          "sections": [section_data(section)]})
+    else:
+        out.text(section_text(section))
+
+
+def _dump_file(item: Input, path: str, out: _Output, documents: list[dict[str, Any]],
+               as_json: bool, section_name: str) -> None:
+    """One ELF file's dump (or JSON document); an archive member's names the archive."""
+    target, sections = load_elf(item.label, section_name, item.data)
+    if as_json:
+        document = {"file": item.label, "format": target,
+                    "sections": [section_data(s) for s in sections]}
+        if item.label != path:
+            document.update(archive=path, member=item.label[len(path) + 1:-1])
+        documents.append(document)
+        return
+    texts = [section_text(s) for s in sections]
+    out.write(f"\n{item.shown}:     file format {target}\n\n")
+    if not texts:
+        out.write(f"No {section_name} section present\n\n")
+    out.text(b"".join(texts))
+
+
+class _Output:
+    """Standard output, text and the dump's bytes in order."""
+
+    def __init__(self) -> None:
+        self._out = sys.stdout
+        self._binary = getattr(self._out, "buffer", None)
+
+    def write(self, text: str) -> None:
+        self._out.write(text)
+
+    def text(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._binary is not None:
+            self._out.flush()
+            self._binary.write(data)
+        else:
+            self._out.write(data.decode("ascii"))

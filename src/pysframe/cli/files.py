@@ -27,10 +27,12 @@ def read_file(path: str) -> bytes | mmap.mmap:
 
 
 def write_output(path: str, data: bytes | Iterable[bytes], inputs: Iterable[str] = (),
-                 mode: int | None = None) -> None:
+                 mode: int | None = None, owner: tuple[int, int] | None = None) -> None:
     """Write an output file whole or not at all; see the module docstring. ``mode``: the
-    permissions of a new or replaced regular file (default 0666 less the umask); what is
-    written through (a device, a link's target) keeps its own."""
+    permissions of a new or replaced regular file (default 0666 less the umask), ``owner``
+    its (uid, gid) where this process may give them
+    (:func:`~pysframe.cachedir.write_atomically`); what is written through (a device, a
+    link's target) keeps its own."""
     refuse_inputs(path, inputs)
     try:
         status = os.lstat(path)
@@ -40,7 +42,7 @@ def write_output(path: str, data: bytes | Iterable[bytes], inputs: Iterable[str]
         raise _cannot_write(path, error) from None
     try:
         if status is None or stat.S_ISREG(status.st_mode):
-            write_atomically(path, data, mode)
+            write_atomically(path, data, mode, owner)
         elif stat.S_ISDIR(status.st_mode):
             raise CommandError(f"{path}: cannot write: is a directory", EXIT_UNREADABLE)
         else:

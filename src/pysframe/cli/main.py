@@ -333,10 +333,13 @@ def upgrade(file: str, output: str) -> None:
 
 @cli.command(name="strip")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def strip_command(file: str, output: str) -> None:
-    """Write FILE without its SFrame sections (what ld's --discard-sframe gives); FILE is
-    left untouched."""
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the result here, FILE left untouched (default: FILE is replaced).")
+def strip_command(file: str, output: str | None) -> None:
+    """FILE without its SFrame sections (what ld's --discard-sframe gives), as objcopy
+    --remove-section: an ELF file, or a static archive member by member (its symbol index
+    rewritten). The result keeps FILE's permissions and owner; without -o it replaces FILE
+    (a new file renamed over it)."""
     from .upgrade import run_strip
 
     sys.exit(run_strip(file, output))

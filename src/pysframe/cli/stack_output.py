@@ -64,15 +64,10 @@ def describe(tid: int, name: str, result: Unwind, namer: FrameNamer) -> NamedThr
                                          namer.space.find(pc - 1)))
         symbol, names = namer.frame(mapping, lookup)
         frames.append(NamedFrame(frame.pc, frame.method.value, symbol,
-                                 outer_name(names, symbol), names, mapping))
+                                 namer.function_label(mapping, lookup, symbol, names), names,
+                                 mapping))
         previous = (mapping, lookup)
     return NamedThread(tid, name, frames, result.stop.value)
-
-
-def outer_name(names: list[str], symbol: SymbolHit | None) -> str:
-    """The name the text prints for a frame's function (its outermost name, with the ELF
-    symbol's offset when there is one); the JSON's ``function`` is the same."""
-    return names[-1] if symbol is None else f"{names[-1]}+{symbol.offset:#x}"
 
 
 def print_json(pid: int, threads: list[NamedThread]) -> int:
@@ -118,8 +113,7 @@ def _frame_lines(frame: NamedFrame, number: int, show_build_id: bool) -> list[st
     for inlined in frame.names[:-1]:
         lines.append(f"#{number:<2} {frame.pc:#018x} {inlined} (inlined)")
         number += 1
-    lines.append(f"#{number:<2} {frame.pc:#018x} {outer_name(frame.names, frame.symbol)} "
-                 f"({where})")
+    lines.append(f"#{number:<2} {frame.pc:#018x} {frame.function} ({where})")
     return lines
 
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
+from ..cachedir import write_atomically
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
 from .files import read_file, write_output
 
@@ -36,28 +38,63 @@ def run_upgrade(path: str, output: str) -> int:
     return EXIT_OK
 
 
-def run_strip(path: str, output: str) -> int:
+def run_strip(path: str, output: str | None) -> int:
+    """Strip ``path`` (an ELF file or a static archive) to ``output``, or in place."""
     from ..elf import ElfError, ElfImage
+    from ..elf.archive import is_archive
     from ..errors import PysframeError
     from ..generate.errors import GenerateError
-    from ..generate.strip import strip_sframe
+    from ..generate.strip import strip_archive, strip_sframe
 
     data = bytes(read_file(path))
+    status = _status_of(path)
     try:
-        out, dropped = strip_sframe(ElfImage(path, data))
+        if is_archive(data):
+            out, changed = strip_archive(data)
+            what = f"{changed} member{'s' if changed != 1 else ''} stripped"
+        else:
+            out, changed = strip_sframe(ElfImage(path, data))
+            what = f"{changed} section{'s' if changed != 1 else ''} dropped"
     except (GenerateError, ElfError, PysframeError, ValueError) as error:
         raise CommandError(_about(path, error), EXIT_UNREADABLE) from None
-    if not dropped:
+    if not changed:
         sys.stderr.write(f"sframe strip: {path}: no SFrame section, nothing to strip\n")
         return EXIT_INVALID
-    # The input's permissions: a stripped program still runs.
-    write_output(output, out, [path], mode=os.stat(path).st_mode & 0o777)
-    sys.stderr.write(f"sframe strip: {path}: {dropped} section{'s' if dropped != 1 else ''} "
-                     f"dropped, written to {output}\n")
+    if output is None:
+        _replace(path, out, status)
+    else:
+        write_output(output, out, [path], mode=stat.S_IMODE(status.st_mode),
+                     owner=(status.st_uid, status.st_gid))
+    sys.stderr.write(f"sframe strip: {path}: {what}, written to "
+                     f"{output if output is not None else path}\n")
     return EXIT_OK
 
 
+def _status_of(path: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except OSError as error:
+        raise CommandError(f"{path}: cannot read: {error.strerror or error}",
+                           EXIT_UNREADABLE) from None
+
+
+def _replace(path: str, data: bytes, status: os.stat_result) -> None:
+    """``path`` replaced by ``data`` (a new file beside it, renamed over it), with the
+    old one's permissions and owner; a symbolic link is not replaced by a file."""
+    if os.path.islink(path):
+        raise CommandError(f"{path}: is a symbolic link: name the file itself, or write "
+                           "elsewhere with -o", EXIT_UNREADABLE)
+    try:
+        write_atomically(path, data, stat.S_IMODE(status.st_mode),
+                         owner=(status.st_uid, status.st_gid))
+    except OSError as error:
+        raise CommandError(f"{path}: cannot write: {error.strerror or error}",
+                           EXIT_UNREADABLE) from None
+
+
 def _about(path: str, error: Exception) -> str:
-    """The error's line, naming ``path`` once."""
+    """The error's line, naming ``path`` once (an archive member's as ``lib.a(x.o)``)."""
     text = str(error)
-    return text if text.startswith(f"{path}:") else f"{path}: {text}"
+    if text.startswith(f"{path}:"):
+        return text
+    return f"{path}{text}" if text.startswith("(") else f"{path}: {text}"

@@ -8,7 +8,8 @@ section indices follow (a symbol of a dropped section becomes absolute). A linke
 ``PT_GNU_SFRAME`` program header becomes ``PT_NULL`` (its bytes stay where the loaded
 segment has them: no segment can shrink without moving the code). Written by hand, as
 ``inject``: the new section header table is appended and nothing else moves but the
-symbol tables' index fields, rewritten in place.
+symbol tables' index fields, rewritten in place. A static archive is stripped member by
+member (:mod:`pysframe.generate.archive`: the symbol index gets the new offsets).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import struct
 
 from ..elf import ElfImage
 from ..elf.headers import SectionHeader
+from .archive import rebuild_archive
 from .errors import GenerateError
 from .inject import SHT_GNU_SFRAME
 from .rewrite import section_rows, write_rows
@@ -30,14 +32,14 @@ _SYMBOL = struct.Struct("<IBBHQQ")
 
 def strip_sframe(image: ElfImage) -> tuple[bytes, int]:
     """The file without its SFrame sections, and how many sections were dropped."""
+    sframe = {section.number for section in _sframe_headers(image)}
+    if not sframe:
+        return bytes(image.data), 0
     if image.elf_class != 64 or image.big_endian:
         raise GenerateError("only 64-bit little-endian files are stripped")
     data = bytearray(image.data)
     headers, shstrndx = section_rows(data)
     shnum = len(headers)
-    sframe = {section.number for section in _sframe_headers(image)}
-    if not sframe:
-        return bytes(data), 0
     dropped = sframe | {i for i, h in enumerate(headers)
                         if h[1] in (SHT_RELA, SHT_REL) and h[7] in sframe}
     if shstrndx in dropped:
@@ -63,6 +65,19 @@ def strip_sframe(image: ElfImage) -> tuple[bytes, int]:
     write_rows(data, kept, new_index[shstrndx])
     _drop_segment(data)
     return bytes(data), len(dropped)
+
+
+def strip_archive(data: bytes) -> tuple[bytes, int]:
+    """The static archive with every member's SFrame sections dropped (other members,
+    ELF or not, as they are; the symbol index rewritten for the members' new offsets),
+    and how many members changed."""
+    def rewrite(name: str, contents: bytes) -> bytes | None:
+        if not contents.startswith(b"\x7fELF"):
+            return None
+        stripped, dropped = strip_sframe(ElfImage(name, contents))
+        return stripped if dropped else None
+
+    return rebuild_archive(data, rewrite)
 
 
 def _sframe_headers(image: ElfImage) -> list[SectionHeader]:

@@ -29,10 +29,10 @@ from typing import Any
 
 from ..cfi.eh_frame import parse_eh_frame
 from ..elf import ElfImage
-from ..elf.archive import AR_MAGIC, SPECIAL, ArchiveError, ar_entries
 from ..format.constants import HEADER_SIZE, VERSION_2, VERSION_3
 from ..format.decode import decode
 from ..format.encode import convert, encode
+from .archive import rebuild_archive
 from .errors import GenerateError
 from .inject import SHT_GNU_SFRAME
 from .rewrite import OFFSET, SIZE, append, section_rows, write_rows
@@ -138,44 +138,9 @@ def _widened(table: bytes, machine: str, fde_count: int) -> bytes:
 def upgrade_archive(data: bytes) -> tuple[bytes, int]:
     """The archive with every member's V2 SFrame upgraded (the symbol index rewritten for
     the new member offsets), and how many members changed."""
-    try:
-        members = [(m.header, m.contents, m.offset, m.raw_name) for m in ar_entries(data)]
-    except ArchiveError as error:
-        raise GenerateError(str(error)) from None
-    changed = 0
-    new_members: list[tuple[bytes, bytes, int]] = []
-    for header, contents, old_offset, name in members:
-        if contents.startswith(b"\x7fELF") and name not in SPECIAL:
-            upgraded = upgrade_object(ElfImage("member", contents))
-            if upgraded is not None:
-                contents = upgraded
-                changed += 1
-        new_members.append((header, contents, old_offset))
-    # Lay the members out (the index keeps its size: same symbols, same count).
-    position = len(AR_MAGIC)
-    moved: dict[int, int] = {}
-    for _, contents, old_offset in new_members:
-        moved[old_offset] = position
-        position += 60 + len(contents) + (len(contents) & 1)
-    out = bytearray(AR_MAGIC)
-    for header, contents, _ in new_members:
-        if header.startswith(b"/ ") or header.startswith(b"/SYM64/"):
-            contents = _moved_index(contents, moved, wide=header.startswith(b"/SYM64/"))
-        out += header[:48] + str(len(contents)).encode().ljust(10) + b"`\n"
-        out += contents + (b"\n" if len(contents) & 1 else b"")
-    return bytes(out), changed
+    def rewrite(name: str, contents: bytes) -> bytes | None:
+        if not contents.startswith(b"\x7fELF"):
+            return None
+        return upgrade_object(ElfImage(name, contents))
 
-
-def _moved_index(index: bytes, moved: dict[int, int], wide: bool) -> bytes:
-    """The archive's symbol index with each member offset replaced by its new one."""
-    width = 8 if wide else 4
-    fmt = ">Q" if wide else ">I"
-    count = struct.unpack_from(fmt, index)[0]
-    out = bytearray(index)
-    for i in range(count):
-        at = width * (1 + i)
-        old = struct.unpack_from(fmt, index, at)[0]
-        if old not in moved:
-            raise GenerateError(f"archive index names offset {old:#x}, no member starts there")
-        struct.pack_into(fmt, out, at, moved[old])
-    return bytes(out)
+    return rebuild_archive(data, rewrite)

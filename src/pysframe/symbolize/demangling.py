@@ -144,4 +144,16 @@ def gdb_name(name: str) -> str:
     """``name`` as gdb 13 prints a minimal symbol (a frame without DWARF) in ``bt``."""
     if name.endswith("@plt"):
         return gdb_name(name[:-4]) + "@plt"
+    if name.endswith(".cold") and _C_COLD.match(name) and not any(
+            part.isdigit() for part in name.split(".")):
+        return f"{name[:-5]}[cold]"
     return _demangle(name, GDB_OPTIONS)
+
+
+#: The cold part of a C function as gcc names it (``work.cold``), which gdb prints as
+#: ``work[cold]``: a minimal symbol of no known language is offered to each language's
+#: demangler, and the Ada one reads the suffix so (found by trying names on gdb 13:
+#: ``main.cold``, ``f_x.cold``, ``x.y.cold`` become ``[cold]``; names with a capital, a
+#: leading ``_``, a ``__`` or a numbered part such as ``f.part.0.cold``, which gdb
+#: rewrites further, are left as they are here).
+_C_COLD = re.compile(r"^[a-z](?:[a-z0-9.]|_(?!_))*(?<![._])\.cold$")

@@ -100,6 +100,23 @@ class FrameNamer:
             names = [symbol.name if symbol is not None else "[unknown]"]
         return symbol, names
 
+    def function_label(self, mapping: Mapping | None, lookup: int,
+                       symbol: SymbolHit | None, names: list[str]) -> str:
+        """The frame's function as the text prints it: its outermost name with the ELF
+        symbol's offset, or, where the symbol does not start at the function's entry
+        (the ``.cold`` part of a split function, a ``.part`` clone), the symbol's name
+        with it, as gdb prints an address (``<work.cold+17>``): an offset is only ever
+        printed after the name of what it counts from."""
+        if symbol is None:
+            return names[-1]
+        if names[-1] != symbol.name and mapping is not None and mapping.module is not None:
+            dwarf = self.names_of(mapping.module)
+            address = lookup - mapping.module.bias
+            entry = dwarf.function_entry(address) if dwarf is not None else None
+            if entry is not None and entry != address - symbol.offset:
+                return f"{symbol.name}+{symbol.offset:#x}"
+        return f"{names[-1]}+{symbol.offset:#x}"
+
     def tail_calls(self, caller: Mapping | None, return_address: int, callee: Mapping | None,
                    callee_lookup: int) -> list[tuple[str, int]]:
         """The frames gdb synthesizes between a caller (returning to ``return_address``)
