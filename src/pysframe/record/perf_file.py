@@ -38,7 +38,7 @@ from .sampler import FLAG_IN_KERNEL, FLAG_STACK_COPY, KERNEL_AT, RECORD, USER_AT
 __all__ = ["ATTR_FLAGS", "DEFER_FLAGS", "EVENTS", "FILE_SAMPLE_TYPE", "SAMPLE_TYPE",
            "build_id_entry",
            "comm_record", "deferred_record", "event_attr", "kernel_mmap_record", "kernel_text",
-           "mmap2_record", "perf_data", "request_record", "sample_record"]
+           "mmap2_record", "perf_data_chunks", "request_record", "sample_record"]
 
 SAMPLE_TYPE = 0x1A7  # IP TID TIME CALLCHAIN CPU PERIOD: the kernel's events
 #: The file's samples: those fields and RAW (the walk's note).
@@ -119,21 +119,15 @@ def deferred_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     return time, callchain_deferred(cookie, chain, trailer)
 
 
-def perf_data(attr: bytes, records: Iterable[bytes], build_ids: Iterable[bytes] = (),
-              event: str | None = None) -> bytes:
-    """The whole file: header, attribute section, data section, the BUILD_ID feature when
-    ``build_ids`` (records of :func:`build_id_entry`) are given, and the EVENT_DESC feature
-    naming the event ``event`` (as ``-e`` named it) when given: perf prints that name (perf
-    6.1 and 7.2 derive different modifiers from the attribute alone: ``cpu-clock:`` and
-    ``cpu-clock:H:``)."""
-    data = b"".join(records)
-    return b"".join(perf_data_chunks(attr, len(data), [data], build_ids, event))
-
-
 def perf_data_chunks(attr: bytes, data_size: int, data: Iterable[bytes],
                      build_ids: Iterable[bytes] = (), event: str | None = None
                      ) -> Iterator[bytes]:
-    """:func:`perf_data` in pieces, its records given as chunks of ``data_size`` bytes."""
+    """The whole file in pieces, its records given as chunks of ``data_size`` bytes:
+    header, attribute section, data section, the BUILD_ID feature when ``build_ids``
+    (records of :func:`build_id_entry`) are given, and the EVENT_DESC feature naming the
+    event ``event`` (as ``-e`` named it) when given: perf prints that name (perf 6.1 and
+    7.2 derive different modifiers from the attribute alone: ``cpu-clock:`` and
+    ``cpu-clock:H:``)."""
     features = {FEATURE_BUILD_ID: b"".join(build_ids)}
     if event is not None:
         features[out.FEATURE_EVENT_DESC] = out.event_desc([(attr, event)])
