@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..cachedir import cache_root, open_directory
+from ..errors import PysframeError
 
 if TYPE_CHECKING:
     from urllib.request import OpenerDirector, Request
@@ -64,7 +65,7 @@ def _stderr(message: str) -> None:
 warn: Callable[[str], None] = _stderr
 
 
-class DownloadError(Exception):
+class DownloadError(PysframeError):
     """A server's answer that is not used (the message says why, in one line)."""
 
 
@@ -72,8 +73,11 @@ class _Unreachable(DownloadError):
     """The server cannot be reached or is too slow: not asked again in this run."""
 
 
-class _NotFound(Exception):
+class _NotFound(PysframeError):
     """The server has no such file (404)."""
+
+    def __init__(self) -> None:
+        super().__init__("not found (HTTP 404)")
 
 
 @dataclass(slots=True)
