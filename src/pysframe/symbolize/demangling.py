@@ -120,11 +120,22 @@ def ocaml_name(name: str) -> str | None:
         lambda match: "." if match[0] == "__" else chr(int(match[0][1:], 16)), name[4:])
 
 
+#: The prefixes of the names a demangler here can demangle: libiberty's
+#: ``cplus_demangle`` in its automatic style tries ``rust_demangle`` (``_R``, ``_ZN``) and
+#: ``cplus_demangle_v3`` (``_Z``, ``_GLOBAL_`` constructors; types only with DMGL_TYPES,
+#: never set here), the fallbacks the same or fewer. Other names (C's) are not given to
+#: them, so a C program's stack never loads libbfd (~3 ms).
+_DEMANGLED_PREFIXES = ("_Z", "_R", "_GLOBAL_")
+
+
 def _demangle(name: str, options: int) -> str:
-    try:
-        text = _libiberty_demangle(name, options)
-    except LookupError:
-        text = _fallback(name, perf=options == PERF_OPTIONS)
+    if not name.startswith(_DEMANGLED_PREFIXES):
+        text = None
+    else:
+        try:
+            text = _libiberty_demangle(name, options)
+        except LookupError:
+            text = _fallback(name, perf=options == PERF_OPTIONS)
     if text is None and options == PERF_OPTIONS:
         text = ocaml_name(name)
     return name if text is None else text
