@@ -27,7 +27,6 @@ Demangling is done once per name (cached), only for the symbols frames land in.
 from __future__ import annotations
 
 import ctypes
-import glob
 import re
 from functools import cache
 from typing import Any
@@ -49,6 +48,8 @@ _RUST_HASH = re.compile(r"::h[0-9a-f]{16}\Z")
 @cache
 def libiberty() -> tuple[Any, Any] | None:
     """(``cplus_demangle``, ``free``) from binutils' shared libbfd, or None."""
+    import glob  # here: a C program's names never get this far
+
     for pattern in LIBBFD_PATTERNS:
         for path in sorted(glob.glob(pattern)):
             try:
