@@ -8,7 +8,8 @@ repeats (>= 5), median [min-max], ratios taken run by run against issue 13's goa
 least 5x faster than gdb, within 5x of eu-stack). eu-stack and gdb keep no such cache
 (the page cache is warm for all). Ours is the installed console script (bytecode caching
 on), as users run it; eu-stack comes from Debian's elfutils, installed when missing.
-Also one `stack` inside a process that has imported pysframe (warm private cache).
+Also one `stack` inside a process that has imported pysframe (warm private cache), and
+the phases of two warm runs (PYSFRAME_PHASE_TIMES=1; the first of three fills the cache).
 
     env -u PYTHONDONTWRITEBYTECODE python3 bench/stack.py [--threads N] [--runs N]
 """
@@ -16,7 +17,6 @@ Also one `stack` inside a process that has imported pysframe (warm private cache
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -38,6 +38,7 @@ from common import (
     ratios,
     spread,
     venv_sframe,
+    with_cache,
 )
 
 PROGRAM = r"""
@@ -67,23 +68,38 @@ def timed(argv: list[str]) -> Callable[[dict[str, str]], float]:
     return run
 
 
-def in_process_time(pid: int, runs: int) -> float:
+#: Run by the venv's interpreter (this checkout's pysframe, not whatever the bench's own
+#: interpreter imports): the median time of `stack` in a process that has imported
+#: pysframe, one untimed run first.
+IN_PROCESS = """
+import contextlib, io, statistics, sys, time
+from pysframe.cli.stack import run_stack
+times = []
+for run in range(int(sys.argv[2]) + 1):
+    with contextlib.redirect_stdout(io.StringIO()):
+        start = time.perf_counter()
+        run_stack(int(sys.argv[1]), as_json=False, show_build_id=False, max_depth=256)
+        if run:
+            times.append(time.perf_counter() - start)
+print(statistics.median(times))
+"""
+
+
+def in_process_time(python: str, pid: int, runs: int, env: dict[str, str]) -> float:
     """Median time of the stack command's work inside one Python process (imports done, no
-    interpreter start-up, one untimed run first): what a profiler using the library pays
-    per stack."""
-    import contextlib
-    import io
+    interpreter start-up): what a profiler using the library pays per stack."""
+    done = subprocess.run([python, "-c", IN_PROCESS, str(pid), str(runs)], env=env,
+                          capture_output=True, text=True, check=True)
+    return float(done.stdout)
 
-    from pysframe.cli.stack import run_stack
 
-    times = []
-    for run in range(runs + 1):
-        with contextlib.redirect_stdout(io.StringIO()):
-            start = time.perf_counter()
-            run_stack(pid, as_json=False, show_build_id=False, max_depth=256)
-            if run:
-                times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def phase_times(sframe: list[str], pid: int, env: dict[str, str]) -> str:
+    """The phases one run of ours prints with PYSFRAME_PHASE_TIMES set (warm cache)."""
+    done = subprocess.run([*sframe, "stack", str(pid)], env={**env, "PYSFRAME_PHASE_TIMES": "1"},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=False)
+    return next((line for line in done.stderr.splitlines() if line.startswith("phases: ")),
+                "phases: (none printed)")
 
 
 def main() -> int:
@@ -112,15 +128,18 @@ def main() -> int:
         if shutil.which("gdb"):
             tools["gdb"] = timed(["gdb", "-batch", "-ex", "thread apply all bt", "-p", pid])
         figures = cold_and_warm(tools, args.runs)
+        interpreter = str(Path(sframe[0]).with_name("python"))
         python = statistics.median(
-            timed([str(Path(sframe[0]).with_name("python")), "-c", "pass"])(bench_environment())
-            for _ in range(args.runs))
+            timed([interpreter, "-c", "pass"])(bench_environment()) for _ in range(args.runs))
         with private_cache() as cache:
-            os.environ["XDG_CACHE_HOME"] = str(cache)
-            inside = in_process_time(child.pid, args.runs)
+            env = with_cache(bench_environment(), cache)
+            inside = in_process_time(interpreter, child.pid, args.runs, env)
+            phases = [phase_times(sframe, child.pid, env) for _ in range(3)][1:]
         print(f"{args.threads + 1} threads; python start-up in the venv {python * 1000:.0f} ms; "
               f"one `stack` in a process that has imported pysframe (warm cache) "
               f"{inside * 1000:.1f} ms")
+        for line in phases:
+            print(f"  warm {line}")
         print_table(figures)
         for state, columns in figures.items():
             ours = columns["sframe stack"]

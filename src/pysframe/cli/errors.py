@@ -19,6 +19,9 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 #: The input could not be read, or the command line was wrong.
 EXIT_UNREADABLE = 2
+#: Set in the environment (to anything), ``sframe script`` and ``sframe stack`` print the
+#: time of each phase on stderr at the end (bench/perf_script.py and bench/stack.py read it).
+PHASES_VARIABLE = "PYSFRAME_PHASE_TIMES"
 
 
 class CommandError(PysframeError):

@@ -10,7 +10,14 @@ from ..errors import Problems
 
 if TYPE_CHECKING:
     from ..session.perf import UnwoundSample
-from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, WHERE, CommandError
+from .errors import (
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_UNREADABLE,
+    PHASES_VARIABLE,
+    WHERE,
+    CommandError,
+)
 
 #: ``sframe script`` has one pipeline: the records drive one process model
 #: (:class:`~..session.perf.PerfUnwinder`), and each chunk's samples of one address-space
@@ -123,9 +130,6 @@ def open_recording(path: str, binaries: list[str], problems: Problems,
 
 #: The output name that means standard output (``report -o -``).
 STDOUT = "-"
-#: Set in the environment (to anything), ``sframe script`` prints the time of each phase
-#: on stderr at the end (bench/perf_script.py reads it).
-PHASES_VARIABLE = "PYSFRAME_PHASE_TIMES"
 
 
 def run_script(path: str, *, binaries: list[str], output: str | None, show_stops: bool,

@@ -19,12 +19,22 @@ import contextlib
 import os
 import signal
 import stat
+import sys
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Problems, PysframeError
 from ..records import record_class
-from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, WHERE, CommandError, report
+from .errors import (
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_UNREADABLE,
+    PHASES_VARIABLE,
+    WHERE,
+    CommandError,
+    report,
+)
 
 if TYPE_CHECKING:
     from ..sources.core import CoreMemory
@@ -42,6 +52,34 @@ class _Walked:
     tid: int
     name: str
     unwind: Unwind
+
+
+class _Phases:
+    """Where one run's time went, each :meth:`end` closing the phase of that name: the
+    imports of the stack's own modules, opening modules (maps, binaries, tables from the
+    cache), the JIT descriptor search, the target stopped (attach, walk, detach), naming
+    the frames, printing. With PYSFRAME_PHASE_TIMES set, :meth:`report` prints them on
+    stderr (as ``sframe script`` does)."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def end(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def report(self) -> None:
+        if not os.environ.get(PHASES_VARIABLE):
+            return
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()  # the output's writing is part of its phase
+        self.end("output")
+        shown = ", ".join(f"{name} {seconds * 1e3:.1f} ms"
+                          for name, seconds in self.seconds.items())
+        sys.stderr.write(f"phases: {shown}, total {(self.last - self.start) * 1e3:.1f} ms "
+                         "(after the interpreter's start-up)\n")
 
 
 class StackTimeout(PysframeError):
@@ -70,6 +108,7 @@ def _deadline(seconds: float) -> Iterator[None]:
 def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth: int,
               core: str | None = None, timeout: float = 10.0,
               debuginfo: bool = True, modules: bool = False, exe: str | None = None) -> int:
+    phases = _Phases()
     from ..format.constants import ABI
     from ..session.tables import GeneratedTables
     from ..unwind.address_space import AddressSpace
@@ -88,23 +127,26 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     space = AddressSpace()
     unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, max_depth)
     refused: list[Mapping] = []  # mappings whose file is not the one the target mapped
+    phases.end("imports")
     if core is not None:
-        pid, walked = _walk_core(core, finder, space, unwinder, exe, refused)
+        pid, walked = _walk_core(core, finder, space, unwinder, exe, refused, phases)
     else:
         assert pid is not None
-        walked = _walk_live(pid, finder, space, unwinder, timeout, refused)
+        walked = _walk_live(pid, finder, space, unwinder, timeout, refused, phases)
     from ..symbolize.frames import FrameNamer
     from .stack_output import describe, print_json, print_text
 
     namer = FrameNamer(space, debuginfo=debuginfo, problems=problems)
     threads = [describe(thread.tid, thread.name, thread.unwind, namer) for thread in walked]
     namer.save()
+    phases.end("names")
     for problem in problems:
         report(str(problem))
     if as_json:
         status = print_json(pid, threads)
     else:
         status = print_text(threads, show_build_id, modules)
+    phases.report()
     lost = _lost(walked, refused) or bool(problems)
     return EXIT_INVALID if status == EXIT_OK and lost else status
 
@@ -122,7 +164,7 @@ def _lost(walked: list[_Walked], refused: list[Mapping]) -> bool:
 
 
 def _walk_core(core: str, finder: Any, space: Any, unwinder: Any, exe: str | None,
-               refused: list[Mapping]) -> tuple[int, list[_Walked]]:
+               refused: list[Mapping], phases: _Phases) -> tuple[int, list[_Walked]]:
     from ..sources.core import CoreError, CoreFile
     from ..unwind.address_space import Mapping
 
@@ -153,11 +195,14 @@ def _walk_core(core: str, finder: Any, space: Any, unwinder: Any, exe: str | Non
                        f"are not unwound{hint}")
         if module is not None or build_id is not None:
             space.add(mapping)
+    phases.end("modules")
     _add_jit_code(core_file.memory.read_bytes, space,
                   Problems(lambda text: report(f"warning: {text}")))
+    phases.end("jit")
     walked = [_Walked(thread.tid, "", _unwind(thread.registers, core_file.memory, space,
                                               unwinder))
               for thread in core_file.threads]
+    phases.end("walk")
     return core_file.threads[0].tid, walked
 
 
@@ -175,7 +220,7 @@ def _mismatch(path: str, wanted: bytes) -> str:
 
 
 def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
-               refused: list[Mapping]) -> list[_Walked]:
+               refused: list[Mapping], phases: _Phases) -> list[_Walked]:
     from ..sources.live import Attached, LiveError, live_maps
 
     try:
@@ -183,7 +228,9 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
         # Open every module (and generate missing SFrame) before the target is stopped.
         warnings = Problems()  # reported once the target is released
         _add_live_modules(pid, tid, maps, finder, space, refused, warnings)
+        phases.end("modules")
         _add_live_jit_code(pid, tid, space, warnings)
+        phases.end("jit")
     except LiveError as error:
         raise CommandError(str(error), EXIT_UNREADABLE) from None
     walked: list[_Walked] = []
@@ -201,6 +248,7 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
                            EXIT_UNREADABLE) from None
     except LiveError as error:
         raise CommandError(str(error), EXIT_UNREADABLE) from None
+    phases.end("stopped")
     for warning in warnings:  # only now: a process that ended meanwhile needs none
         report(f"warning: {warning}")
     return walked

@@ -97,8 +97,8 @@ class DebugFiles:
                          ) -> DebugFiles:
         """The search for a command: the environment's debug directories and, with
         ``network``, its debuginfod servers."""
-        if not network:
-            return cls(directories)
+        if not network or not os.environ.get("DEBUGINFOD_URLS", "").split():
+            return cls(directories)  # no server named: the client is not even imported
         from .debuginfod import Debuginfod
 
         return cls(directories, debuginfod=Debuginfod.from_environment())

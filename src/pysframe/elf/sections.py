@@ -57,6 +57,22 @@ from .headers import (
 
 _T = TypeVar("_T")
 
+#: What pyelftools (or the reading done by hand) raises on a malformed file, besides
+#: pyelftools' own error class (see :func:`_malformed`).
+_MALFORMED: tuple[type[Exception], ...] = (
+    struct.error, ValueError, KeyError, IndexError, TypeError, AssertionError, OverflowError,
+    UnicodeDecodeError, AttributeError, ZeroDivisionError, RecursionError, EOFError,
+    MemoryError)
+
+
+def _malformed() -> tuple[type[Exception], ...]:
+    """The errors :meth:`ElfImage._guard` turns into :class:`ElfError`. pyelftools' error
+    class is imported here, once something was raised: the calls it guards on the paths
+    that need only the headers (a warm ``sframe stack``) never import pyelftools."""
+    from elftools.common.exceptions import ELFError as PyElfError
+
+    return (PyElfError, *_MALFORMED)
+
 _MACHINE_NAMES = {62: "EM_X86_64", 183: "EM_AARCH64", 22: "EM_S390", 3: "EM_386",
                   40: "EM_ARM", 243: "EM_RISCV", 21: "EM_PPC64", 20: "EM_PPC"}
 _TYPE_NAMES = {1: "REL", 2: "EXEC", 3: "DYN", 4: "CORE"}
@@ -172,15 +188,13 @@ class ElfImage:
 
     def _guard(self, action: Callable[[], _T]) -> _T:
         """Run a pyelftools call, turning its failures on bad input into one-line errors."""
-        from elftools.common.exceptions import ELFError as PyElfError
-
         try:
             return action()
         except ElfError:
             raise
-        except (PyElfError, struct.error, ValueError, KeyError, IndexError, TypeError,
-                AssertionError, OverflowError, UnicodeDecodeError, AttributeError,
-                ZeroDivisionError, RecursionError, EOFError, MemoryError) as error:
+        except Exception as error:
+            if not isinstance(error, _malformed()):
+                raise
             text = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise ElfError(self.path, f"malformed ELF file: {text}") from None
 

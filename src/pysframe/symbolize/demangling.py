@@ -27,7 +27,6 @@ Demangling is done once per name (cached), only for the symbols frames land in.
 from __future__ import annotations
 
 import ctypes
-import glob
 import re
 from functools import cache
 from typing import Any
@@ -49,6 +48,8 @@ _RUST_HASH = re.compile(r"::h[0-9a-f]{16}\Z")
 @cache
 def libiberty() -> tuple[Any, Any] | None:
     """(``cplus_demangle``, ``free``) from binutils' shared libbfd, or None."""
+    import glob  # here: a C program's names never get this far
+
     for pattern in LIBBFD_PATTERNS:
         for path in sorted(glob.glob(pattern)):
             try:
@@ -120,11 +121,22 @@ def ocaml_name(name: str) -> str | None:
         lambda match: "." if match[0] == "__" else chr(int(match[0][1:], 16)), name[4:])
 
 
+#: The prefixes of the names a demangler here can demangle: libiberty's
+#: ``cplus_demangle`` in its automatic style tries ``rust_demangle`` (``_R``, ``_ZN``) and
+#: ``cplus_demangle_v3`` (``_Z``, ``_GLOBAL_`` constructors; types only with DMGL_TYPES,
+#: never set here), the fallbacks the same or fewer. Other names (C's) are not given to
+#: them, so a C program's stack never loads libbfd (~3 ms).
+_DEMANGLED_PREFIXES = ("_Z", "_R", "_GLOBAL_")
+
+
 def _demangle(name: str, options: int) -> str:
-    try:
-        text = _libiberty_demangle(name, options)
-    except LookupError:
-        text = _fallback(name, perf=options == PERF_OPTIONS)
+    if not name.startswith(_DEMANGLED_PREFIXES):
+        text = None
+    else:
+        try:
+            text = _libiberty_demangle(name, options)
+        except LookupError:
+            text = _fallback(name, perf=options == PERF_OPTIONS)
     if text is None and options == PERF_OPTIONS:
         text = ocaml_name(name)
     return name if text is None else text

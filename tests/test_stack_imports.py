@@ -1,0 +1,63 @@
+"""What a warm `sframe stack` imports: only what the walk uses (issue 29). Tables and
+symbols in the cache and no JIT code in the target, so no pyelftools, numpy, generator,
+CFI parser, click, rich, hashlib or dataclasses (each costs milliseconds of a command
+measured against eu-stack). Not a timing: the list of modules, so the diet cannot
+regress unnoticed."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 only")
+
+#: Modules of the table generator and of CFI parsing that the cache readers may import
+#: (the cache lookup and the errors they name).
+ALLOWED = {"pysframe.generate", "pysframe.generate.cache", "pysframe.generate.errors",
+           "pysframe.cfi", "pysframe.cfi.errors"}
+UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "dataclasses")
+
+#: entry.main() ends the process with os._exit after running the exit functions: the
+#: probe registers one that prints the unwanted modules then loaded.
+PROBE = f"""
+import atexit, sys
+def unwanted():
+    found = sorted(m for m in sys.modules
+                   if m.split('.')[0] in {UNWANTED_TOP!r}
+                   or (m.startswith(('pysframe.generate', 'pysframe.cfi'))
+                       and m not in {sorted(ALLOWED)!r}))
+    sys.stderr.write('unwanted: ' + ' '.join(found) + '\\n')
+atexit.register(unwanted)
+sys.argv = ['sframe', 'stack', sys.argv[1]]
+from pysframe.cli.entry import main
+main()
+"""
+
+
+def test_a_warm_stack_imports_only_what_it_uses(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "DEBUGINFOD_URLS"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.3)
+        first = subprocess.run([sys.executable, "-m", "pysframe", "stack", str(sleeper.pid)],
+                               capture_output=True, text=True, timeout=120, env=env,
+                               check=False)  # fills the cache
+        if first.returncode == 2 and "not permitted" in first.stderr:
+            pytest.skip("ptrace is not permitted here")
+        assert first.returncode == 0, first.stderr
+        warm = subprocess.run([sys.executable, "-c", PROBE, str(sleeper.pid)],
+                              capture_output=True, text=True, timeout=120, env=env,
+                              check=False)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout == first.stdout
+    assert warm.stderr.splitlines()[-1] == "unwanted: ", warm.stderr
