@@ -69,7 +69,7 @@ def _namer(image: ElfImage) -> Callable[[int], str]:
 
 def run_inject(path: str, output: str, *, version: int, as_gnu: bool = False) -> int:
     from ..elf import ElfImage
-    from ..generate.inject import inject
+    from ..generate.inject import appended_signature, inject
 
     WHERE.at(path)
     refuse_inputs(output, [path])  # before any work
@@ -78,6 +78,9 @@ def run_inject(path: str, output: str, *, version: int, as_gnu: bool = False) ->
         data, _ = inject(image, version=version, as_gnu=as_gnu)
     except PysframeError as error:
         raise naming(path, error) from None
+    if appended_signature(memoryview(image.data)):
+        sys.stderr.write(f"sframe: {path}: its appended signature is kept at the end of "
+                         f"{output} but no longer matches it: sign {output} again\n")
     # The input's permissions (an injected program still runs), set on the temporary file
     # before the rename: nothing is changed through a symbolic link at ``output``.
     write_output(output, data, inputs=[path], mode=os.stat(path).st_mode & 0o777)

@@ -28,11 +28,38 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
+#: The end of a file signed the way Linux signs modules (``scripts/sign-file``): the
+#: file, the signature, a 12-byte ``module_signature`` (its big-endian ``sig_len`` last),
+#: this marker.
+SIGNATURE_MARKER = b"~Module signature appended~\n"
+
+
+def appended_signature(data: bytes | memoryview) -> int:
+    """The bytes of a signature appended to ``data`` as Linux signs modules, or 0."""
+    if len(data) < len(SIGNATURE_MARKER) + 12 or bytes(
+            data[len(data) - len(SIGNATURE_MARKER):]) != SIGNATURE_MARKER:
+        return 0
+    info_at = len(data) - len(SIGNATURE_MARKER) - 12
+    size = len(SIGNATURE_MARKER) + 12 + struct.unpack_from(">I", data, info_at + 8)[0]
+    return size if size < len(data) else 0
+
+
 def inject(image: ElfImage, *, version: int = 3, name: str = ".sframe",
            as_gnu: bool = False) -> tuple[bytes, int]:
     """The bytes of ``image``'s file with a generated SFrame section added, and its size
     (``as_gnu``: the section GNU as and ld would have made, wrong rows included).
-    A relocatable object gets what ``as --gsframe`` writes (:mod:`.relocatable`)."""
+    A relocatable object gets what ``as --gsframe`` writes (:mod:`.relocatable`). A
+    signature appended as Linux signs modules still ends the new file (it no longer
+    matches it: the file must be signed again, see :func:`appended_signature`)."""
+    signature = appended_signature(memoryview(image.data))
+    if signature:
+        unsigned = ElfImage(image.path, bytes(image.data[:len(image.data) - signature]))
+        data, size = _inject(unsigned, version=version, name=name, as_gnu=as_gnu)
+        return data + bytes(image.data[len(image.data) - signature:]), size
+    return _inject(image, version=version, name=name, as_gnu=as_gnu)
+
+
+def _inject(image: ElfImage, *, version: int, name: str, as_gnu: bool) -> tuple[bytes, int]:
     if image.elf_type == "REL":
         from .relocatable import inject_relocatable
 
