@@ -50,12 +50,15 @@ def abi_of(image: ElfImage) -> ABI:
 
 def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None = None,
              include: Callable[[int, int], bool] | None = None,
-             as_gnu: bool = False) -> Generated:
+             as_gnu: bool = False, unwinder: bool = False) -> Generated:
     """The SFrame section ld would have linked for ``image`` had gas made SFrame for every
     function of its CFI (``include(start, size)`` may leave functions out).
 
     By default every row is a correct one; ``as_gnu`` reproduces GNU as and ld byte for
-    byte, their wrong rows included (see :mod:`.gas` and :mod:`.plt`)."""
+    byte, their wrong rows included (see :mod:`.gas` and :mod:`.plt`). ``unwinder``: the
+    table this package's unwinder uses, which also has the functions whose rules are
+    known though gas makes no SFrame for them: those with a DW_CFA_GNU_args_size escape
+    (see :func:`.gas.translate`)."""
     if version not in (VERSION_2, VERSION_3):
         raise GenerateError(f"cannot generate SFrame version {version} (2 or 3)")
     abi = abi_of(image)
@@ -90,7 +93,7 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
             fde = translate(instructions, start, size, abi, version=version,
                             signal=cie.signal_frame, b_key=cie.b_key,
                             return_register=cie.return_register, notes=notes,
-                            as_gnu=as_gnu)
+                            as_gnu=as_gnu, args_size=unwinder)
         except Skip as skip:
             result.skipped.append((start, size, skip.reason))
             continue
