@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 #: Bumped whenever the generator's output changes, so old entries are not reused (4: a
 #: damaged own table is no longer merged with its faulting FDEs left out: such entries
-#: are stale; 5: functions with a DW_CFA_GNU_args_size are in).
+#: are stale; 5: functions with a DW_CFA_GNU_args_size, _init and _fini are in).
 GENERATOR_VERSION = 5
 #: Linker stub sections: a merged table takes their rows from the generator (correct
 #: ones), not from the file's own table (GNU ld's x86-64 .plt.got rows are wrong).

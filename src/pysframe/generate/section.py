@@ -17,6 +17,7 @@ from ..elf import ElfImage
 from ..errors import Problems
 from ..format.constants import ABI, F_FDE_FUNC_START_PCREL, VERSION_2, VERSION_3
 from ..format.model import FDE, Section
+from .crt import crt_fdes
 from .errors import GenerateError
 from .gas import Skip, strip_padding, translate
 from .plt import plt_fdes
@@ -58,7 +59,7 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
     byte, their wrong rows included (see :mod:`.gas` and :mod:`.plt`). ``unwinder``: the
     table this package's unwinder uses, which also has the functions whose rules are
     known though gas makes no SFrame for them: those with a DW_CFA_GNU_args_size escape
-    (see :func:`.gas.translate`)."""
+    (see :func:`.gas.translate`) and x86-64 ``_init`` and ``_fini`` (:mod:`.crt`)."""
     if version not in (VERSION_2, VERSION_3):
         raise GenerateError(f"cannot generate SFrame version {version} (2 or 3)")
     abi = abi_of(image)
@@ -108,6 +109,8 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
     if include is not None:
         plt = [fde for fde in plt if include(fde.start, fde.size)]
     fdes += plt
+    if unwinder and abi.is_amd64:
+        fdes += crt_fdes(image, [(fde.start, fde.end) for fde in fdes])
     section = result.section
     section.fdes = fdes
     section.flags = F_FDE_FUNC_START_PCREL if version == VERSION_3 else 0
