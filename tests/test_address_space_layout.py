@@ -98,3 +98,16 @@ def test_a_million_code_loads_in_seconds(shuffled: bool) -> None:
     assert len(space.mappings) == count - 1000
     assert space.find(addresses[-1] + 10) is loads[-1]
     assert seconds < 30, seconds  # a bound far from the measured (~2-6 s), not a benchmark
+
+
+def test_overlapping_is_the_mappings_a_range_touches() -> None:
+    """The mappings that overlap [start, end), in address order, against a scan of all."""
+    rng = random.Random(7)
+    space = AddressSpace()
+    for mapping in layers(rng, 200, 1 << 16):
+        space.add(mapping)
+    for _ in range(500):
+        start = rng.randrange(1 << 16)
+        end = start + rng.randrange(1, 1 << 12)
+        assert space.overlapping(start, end) == [
+            m for m in space.mappings if m.start < end and start < m.end]

@@ -77,6 +77,9 @@ def test_gas_skips_with_its_reason() -> None:
     body = [Instruction(DW_CFA_advance_loc, 1), Instruction(DW_CFA_GNU_args_size, 16)]
     with pytest.raises(Skip, match="0x2e"):
         translate(cie + body, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE)
+    # The unwinder's tables keep the function: the args size is for landing pads only.
+    kept = translate(cie + body, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE, args_size=True)
+    assert kept.fres and all(fre.words == (8,) for fre in kept.fres)
     signal = translate(cie + body, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE, signal=True)
     assert signal.signal and signal.fres == []  # V3 keeps a signal frame without rows
     assert translate(cie, 0x1000, 8, ABI.AMD64_ENDIAN_LITTLE).fres[0].words == (8,)
@@ -198,3 +201,34 @@ def test_sections_equal_the_toolchains_byte_for_byte_but_for_fre_data_order() ->
         assert reordered == found.raw, entry["path"]
         identical_reordered += 1
     assert identical_reordered == len(LINKED) == 59
+
+
+CRTI_INIT = "4883ec08" "488b05c5ffd801" "4885c0" "7402" "ffd0" "4883c408c3"
+
+
+@pytest.mark.parametrize(("code", "sub_end"), [
+    ("4883ec08" "4883c408c3", 4),  # .fini
+    (CRTI_INIT, 4),  # .init: a call through __gmon_start__'s GOT slot
+    ("f30f1efa" "4883ec08" "488b0571efac04" "4885c0" "7402" "ffd0" "e855680601" "4883c408c3",
+     8),  # endbr64, and a direct call another object put there (node's)
+])
+def test_crt_init_and_fini_rows(code: str, sub_end: int) -> None:
+    from pysframe.generate.crt import frame_of
+
+    data = bytes.fromhex(code)
+    fde = frame_of(data, 0x1000)
+    assert fde is not None and (fde.start, fde.size) == (0x1000, len(data))
+    assert [(fre.start, fre.words) for fre in fde.fres] == [
+        (0, (8,)), (sub_end, (16,)), (len(data) - 1, (8,))]
+
+
+@pytest.mark.parametrize("code", [
+    "55" "4889e5" "5dc3",  # push %rbp; mov %rsp,%rbp; pop %rbp; ret: another shape
+    "4883ec08" "50" "58" "4883c408c3",  # push/pop between: RSP moves
+    CRTI_INIT + "90",  # padding after the ret
+    "4883ec08" "488b05c5ff",  # cut short
+])
+def test_crt_other_shapes_get_no_rows(code: str) -> None:
+    from pysframe.generate.crt import frame_of
+
+    assert frame_of(bytes.fromhex(code), 0x1000) is None

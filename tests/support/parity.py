@@ -91,10 +91,21 @@ def blocks(text: str) -> list[Block]:
                 block.kernel.append(body)
             else:
                 address, rest = body.split(" ", 1)
-                symbol, _, dso = rest.rpartition(" (")
-                block.user.append((int(address, 16), symbol, dso.rstrip(")")))
+                symbol, dso = split_dso(rest)
+                block.user.append((int(address, 16), symbol, dso))
         found.append(block)
     return found
+
+
+def split_dso(rest: str) -> tuple[str, str]:
+    """(symbol text, file) of a frame line's ``SYMBOL (FILE)``: the file is the last
+    parenthesized group, its own parentheses balanced (``/memfd:x (deleted)``)."""
+    depth = 0
+    for at in range(len(rest) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(rest[at], 0)
+        if depth == 0:
+            return rest[:at].rstrip(" "), rest[at + 1:-1]
+    return rest, ""
 
 
 _CALL_LENGTHS = (2, 3, 4, 5, 6, 7)
@@ -147,10 +158,25 @@ class Parity:
     markers: int = 0
     markers_matched: int = 0
     problems: list[str] = field(default_factory=list)
+    #: The chains that are neither equal nor longer and correct (the first
+    #: :data:`DIFFERING_KEPT`), ours beside perf's, for a failing test to print.
+    differing: list[str] = field(default_factory=list)
 
     @property
     def symbol_share(self) -> float:
         return self.symbols_identical / self.frames_compared if self.frames_compared else 1.0
+
+    @property
+    def correct(self) -> int:
+        """Chains equal to perf's or longer and correct: extended by return sites only (in
+        files that could be read: an extension into a file gone since is not counted), or
+        where perf skipped frames or went on with junk."""
+        return (self.equal + self.extended - self.extended_by_non_return_site
+                - self.unverifiable + self.perf_skipped + self.perf_junk)
+
+    @property
+    def correct_share(self) -> float:
+        return self.correct / self.samples if self.samples else 1.0
 
     def line(self, name: str) -> str:
         return (f"{name}: {self.samples} samples (ours {self.ours}), headers identical "
@@ -161,7 +187,29 @@ class Parity:
                 f"shorter or "
                 f"different {self.shorter_or_different}; symbol text {self.symbols_identical}/"
                 f"{self.frames_compared} ({100 * self.symbol_share:.2f}%); markers "
-                f"{self.markers_matched}/{self.markers}")
+                f"{self.markers_matched}/{self.markers}; equal or longer and correct "
+                f"{self.correct}/{self.samples} ({100 * self.correct_share:.2f}%)")
+
+
+DIFFERING_KEPT = 40
+
+
+def side_by_side(mine: Block, perfs: Block, why: str) -> str:
+    """One differing chain: perf's header, then each frame ours | perf's, `*` where they
+    differ."""
+    lines = [f"{why}: {perfs.header}"]
+    for index in range(max(len(mine.user), len(perfs.user))):
+        cells = []
+        for chain in (mine.user, perfs.user):
+            if index < len(chain):
+                address, symbol, dso = chain[index]
+                cells.append(f"{address:x} {symbol} ({dso.rsplit('/', 1)[-1]})")
+            else:
+                cells.append("-")
+        same = index < min(len(mine.user), len(perfs.user)) and _same_frame(
+            mine.user[index], perfs.user[index])
+        lines.append(f"  {' ' if same else '*'} {cells[0]:<60} | {cells[1]}")
+    return "\n".join(lines)
 
 
 def compare(ours_text: str, perf_text: str) -> Parity:
@@ -195,16 +243,47 @@ def _same_frame(mine: tuple[int, str, str], perfs: tuple[int, str, str]) -> bool
     """The same frame; perf prints the signal trampoline a handler returns to as its
     address - 1 (a return address, which it is not: `[unknown]` before __restore_rt); we
     print it exact, as gdb does."""
-    return mine[0] == perfs[0] or (mine[1].startswith("__restore_rt+") and
-                                   mine[0] == perfs[0] + 1 and mine[2] == perfs[2])
+    return mine[0] == perfs[0] or (mine[0] == perfs[0] + 1 and mine[2] == perfs[2]
+                                   and _trampoline(mine))
+
+
+#: x86-64 rt_sigreturn: mov $15,%rax; syscall (glibc's __restore_rt, Go's
+#: runtime.sigreturn).
+SIGRETURN = bytes.fromhex("48c7c00f0000000f05")
+
+
+def _file_of(frame: tuple[int, str, str]) -> bytes | None:
+    """The bytes of the frame's file; None for anonymous memory, the heap and unmapped
+    addresses (`//anon`, `[heap]`, `[unknown]`) and for a file that cannot be read."""
+    dso = frame[2]
+    if not dso.startswith("/") or dso.startswith("//"):
+        return None
+    return _file_bytes(dso)
+
+
+def _trampoline(frame: tuple[int, str, str]) -> bool:
+    """Whether the frame, printed exact, is at the signal trampoline (by its code)."""
+    data = _file_of(frame)
+    return data is not None and data[frame[0]:frame[0] + len(SIGRETURN)] == SIGRETURN
 
 
 def _returns_to_code(frame: tuple[int, str, str]) -> bool | None:
     """Whether the frame is a return site; anonymous memory, the heap and unmapped
-    addresses (`//anon`, `[heap]`, `[unknown]`) hold none here."""
+    addresses (`//anon`, `[heap]`, `[unknown]`) hold none here. Two more places are
+    returned to though no call is before them, both checked in the file's bytes: the
+    signal trampoline a handler returns to (printed exact, its code rt_sigreturn's), and
+    Go's goroutine entry, whose return address the runtime makes runtime.goexit+1 (goexit
+    is `NOP; CALL goexit1`: the frame printed at the NOP, as Go's own traceback shows it
+    and gdb does)."""
     dso = frame[2]
     if not dso.startswith("/") or dso.startswith("//"):
         return False
+    if _trampoline(frame):
+        return True
+    if frame[1].startswith("runtime.goexit"):
+        data = _file_of(frame)
+        if data is not None and data[frame[0]:frame[0] + 2] == b"\x90\xe8":
+            return True
     return is_return_site(dso, frame[0])
 
 
@@ -214,7 +293,7 @@ def _real_callers(frames: list[tuple[int, str, str]], before: tuple[int, str, st
     trampoline, is an exact pc instead); None if some binary cannot be read."""
     verdict: bool | None = True
     for frame in frames:
-        if before is not None and before[1].startswith("__restore_rt+"):
+        if before is not None and _trampoline(before):
             answer: bool | None = True
         else:
             answer = _returns_to_code(frame)
@@ -239,8 +318,10 @@ def _compare_chain(parity: Parity, mine: Block, perfs: Block) -> None:
         verdict = _real_callers(ours_rest, mine.user[common - 1] if common else None)
         if verdict is None:
             parity.unverifiable += 1
+            _keep(parity, mine, perfs, "longer, a file unreadable")
         elif not verdict:
             parity.extended_by_non_return_site += 1
+            _keep(parity, mine, perfs, "longer by a frame that is no return site")
     elif _returns_to_code(perf_rest[0]) is False and _real_callers(
             ours_rest, mine.user[common - 1] if common else None) is not False:
         # perf's next frame is junk (not after a call: libunwind followed a bad rule or
@@ -251,6 +332,7 @@ def _compare_chain(parity: Parity, mine: Block, perfs: Block) -> None:
         parity.perf_skipped += 1
     else:
         parity.shorter_or_different += 1
+        _keep(parity, mine, perfs, "shorter or different")
         if len(parity.problems) < 5:
             parity.problems.append(f"chain of {perfs.header!r}: ours {mine.user[:8]} perf "
                                    f"{perfs.user[:8]}")
@@ -269,3 +351,8 @@ def _compare_chain(parity: Parity, mine: Block, perfs: Block) -> None:
         # frames checked above) is no truncation.
         parity.markers_matched += (mine.marker and len(mine.user) == len(perfs.user)) \
             or len(mine.user) > len(perfs.user)
+
+
+def _keep(parity: Parity, mine: Block, perfs: Block, why: str) -> None:
+    if len(parity.differing) < DIFFERING_KEPT:
+        parity.differing.append(side_by_side(mine, perfs, why))

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 #: Bumped whenever the generator's output changes, so old entries are not reused (4: a
 #: damaged own table is no longer merged with its faulting FDEs left out: such entries
-#: are stale).
-GENERATOR_VERSION = 4
+#: are stale; 5: functions with a DW_CFA_GNU_args_size, _init and _fini are in).
+GENERATOR_VERSION = 5
 #: Linker stub sections: a merged table takes their rows from the generator (correct
 #: ones), not from the file's own table (GNU ld's x86-64 .plt.got rows are wrong).
 _STUBS = (".plt", ".plt.got", ".plt.sec")
@@ -261,7 +261,7 @@ def _valid_table(image: ElfImage, own_raw: bytes | None, own_address: int,
     from .section import generate
 
     try:
-        generated = generate(image, version=version, address=0).section
+        generated = generate(image, version=version, address=0, unwinder=True).section
     except GenerateError:
         if own_raw is not None:
             return None

@@ -109,6 +109,8 @@ class _Context:
     needs_flex: bool = False
     #: Reproduce gas's wrong rows (see the module's description).
     as_gnu: bool = False
+    #: Keep a function whose CFI has a DW_CFA_GNU_args_size (see :func:`translate`).
+    args_size: bool = False
 
 
 def strip_padding(instructions: list[Instruction]) -> list[Instruction]:
@@ -121,7 +123,8 @@ def strip_padding(instructions: list[Instruction]) -> list[Instruction]:
 
 def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, *, version: int = 3,
               signal: bool = False, b_key: bool = False, return_register: int | None = None,
-              notes: list[str] | None = None, as_gnu: bool = False) -> FDE:
+              notes: list[str] | None = None, as_gnu: bool = False,
+              args_size: bool = False) -> FDE:
     """The SFrame FDE gas makes for a function at ``start`` of ``size`` bytes whose CFI
     (CIE initial instructions followed by the FDE's) is ``instructions``.
 
@@ -130,11 +133,19 @@ def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, 
     past the function's end (only a damaged or hand-made FDE has them: gas's rows come
     from the function's own instructions) describe no instruction of it and are
     dropped, as a DWARF unwinder never reaches them; ``notes`` gets a line saying so.
+
+    ``args_size``: translate a function gas skips for its DW_CFA_GNU_args_size escape (a
+    non-zero size with an SP-based CFA; in V2 any). The size only tells an exception
+    unwinder how far to move SP when it installs a landing pad (libgcc's
+    ``_Unwind_GetArgsSize``); where the CFA is, each row's own rule says, the pushed
+    arguments counted (compilers emit a ``.cfi_def_cfa_offset`` with every push), so a
+    stack tracer loses nothing by ignoring it and gains the function (Rust and C++ code
+    built by LLVM has many). Off: gas's choice.
     """
     regs = DWARF_REGS[abi]
     v3 = version >= 3
     context = _Context(abi, v3, regs.sp, regs.fp, regs.ra, not abi.is_amd64,
-                       v3 and not abi.is_aarch64, as_gnu=as_gnu)
+                       v3 and not abi.is_aarch64, as_gnu=as_gnu, args_size=args_size)
     try:
         if return_register is not None and return_register != regs.ra:
             raise Skip(f"non-default RA register {return_register}")
@@ -251,6 +262,8 @@ def _def_cfa_expression(context: _Context, insn: Instruction) -> None:
 
 
 def _args_size(context: _Context, insn: Instruction) -> None:
+    if context.args_size:
+        return  # for a landing pad only (see translate())
     if not context.v3:
         raise Skip("CFI insn CFI_escape (0x103)")
     if insn.a != 0 and context.row.cfa_reg != context.fp:

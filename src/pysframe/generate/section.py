@@ -18,6 +18,7 @@ from ..elf import ElfImage
 from ..errors import Problems
 from ..format.constants import ABI, F_FDE_FUNC_START_PCREL, VERSION_2, VERSION_3
 from ..format.model import FDE, Section
+from .crt import crt_fdes
 from .errors import GenerateError
 from .gas import Skip, strip_padding, translate
 from .plt import plt_fdes
@@ -51,12 +52,15 @@ def abi_of(image: ElfImage) -> ABI:
 
 def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None = None,
              include: Callable[[int, int], bool] | None = None,
-             as_gnu: bool = False) -> Generated:
+             as_gnu: bool = False, unwinder: bool = False) -> Generated:
     """The SFrame section ld would have linked for ``image`` had gas made SFrame for every
     function of its CFI (``include(start, size)`` may leave functions out).
 
     By default every row is a correct one; ``as_gnu`` reproduces GNU as and ld byte for
-    byte, their wrong rows included (see :mod:`.gas` and :mod:`.plt`)."""
+    byte, their wrong rows included (see :mod:`.gas` and :mod:`.plt`). ``unwinder``: the
+    table this package's unwinder uses, which also has the functions whose rules are
+    known though gas makes no SFrame for them: those with a DW_CFA_GNU_args_size escape
+    (see :func:`.gas.translate`) and x86-64 ``_init`` and ``_fini`` (:mod:`.crt`)."""
     if version not in (VERSION_2, VERSION_3):
         raise GenerateError(f"cannot generate SFrame version {version} (2 or 3)")
     abi = abi_of(image)
@@ -82,7 +86,7 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
                 include is not None and not include(start, size)):
             continue  # PLT FDEs (made from ld's rules below), or left out by the caller
         fde = translate_entry(data, cfi_address, cfi, abi, image.big_endian, result,
-                              version=version, as_gnu=as_gnu)
+                              version=version, as_gnu=as_gnu, args_size=unwinder)
         if fde is not None:
             fdes.append(fde)
     heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
@@ -91,6 +95,8 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
     if include is not None:
         plt = [fde for fde in plt if include(fde.start, fde.size)]
     fdes += plt
+    if unwinder and abi.is_amd64:
+        fdes += crt_fdes(image, [(fde.start, fde.end) for fde in fdes])
     section = result.section
     section.fdes = fdes
     section.flags = F_FDE_FUNC_START_PCREL if version == VERSION_3 else 0
@@ -108,10 +114,11 @@ def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None =
 
 def translate_entry(data: bytes, cfi_address: int, cfi: CFIFDE, abi: ABI, big_endian: bool,
                     result: Generated, *, version: int, as_gnu: bool,
-                    start: int | None = None) -> FDE | None:
+                    start: int | None = None, args_size: bool = False) -> FDE | None:
     """The SFrame FDE gas makes for one CFI FDE (read from ``data``, the CFI section at
     ``cfi_address``) for the function at ``start`` (default: the FDE's ``pc_begin``), or
-    None with the reason added to ``result.skipped``."""
+    None with the reason added to ``result.skipped`` (``args_size``: also for a function
+    with a DW_CFA_GNU_args_size escape, see :func:`.gas.translate`)."""
     start = cfi.pc_begin if start is None else start
     size = cfi.pc_range
     cie = cfi.cie
@@ -123,7 +130,8 @@ def translate_entry(data: bytes, cfi_address: int, cfi: CFIFDE, abi: ABI, big_en
             strip_padding(fde_instructions(data, cfi, big_endian, cfi_address))
         fde = translate(instructions, start, size, abi, version=version,
                         signal=cie.signal_frame, b_key=cie.b_key,
-                        return_register=cie.return_register, notes=notes, as_gnu=as_gnu)
+                        return_register=cie.return_register, notes=notes, as_gnu=as_gnu,
+                        args_size=args_size)
     except Skip as skip:
         result.skipped.append((start, size, skip.reason))
         return None

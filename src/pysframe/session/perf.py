@@ -41,6 +41,7 @@ from ..sources.perf_records import (
     CallchainDeferred,
 )
 from ..unwind.address_space import AddressSpace, Mapping
+from ..unwind.jit_modules import JIT_FILENAME
 from ..unwind.memory import StackMemory
 from ..unwind.modules import BinaryFinder
 from ..unwind.provider import TableProvider
@@ -231,7 +232,9 @@ class PerfUnwinder:
         if isinstance(record, Mmap):
             if record.executable and is_jitdump(record.filename):
                 self._jit_code(record)  # the marker mapping of a JIT's jitdump
-            elif record.executable and not record.filename.startswith("//anon"):
+            elif record.executable and anonymous_code(record.filename):
+                self._anonymous_code(record)
+            elif record.executable:
                 path, build_id = record.filename, record.build_id
                 if path == VDSO:
                     build_id = build_id or self.vdso_id
@@ -270,6 +273,21 @@ class PerfUnwinder:
         if pid in self._exec_pending or pid not in self.executables:
             self.executables[pid] = mapping
             self._exec_pending.discard(pid)
+
+    def _anonymous_code(self, record: Mmap) -> None:
+        """Executable memory of no file (a JIT's code: V8's, the JVM's ...): a mapping with
+        no rules, named as perf names it (:func:`perf_map_name`, its addresses shown as
+        they are), so that a frame there is one (reached by the frame pointer, left by it)
+        rather than the end of the chain. Code a JIT described (jitdump, the GDB JIT
+        interface) stays over it: the dump is read whole, before its code's pages may be
+        mapped."""
+        space = self._space(record.pid)
+        described = [mapping for mapping in space.overlapping(record.start,
+                                                              record.start + record.length)
+                     if mapping.filename == JIT_FILENAME]
+        space.add(Mapping(record.start, record.start + record.length, record.start,
+                          perf_map_name(record.pid), None))
+        space.add_all(described)
 
     def _jit_code(self, record: Mmap) -> None:
         """The code a jitdump describes, as mappings of the process (the dump read once;
@@ -355,6 +373,19 @@ def valid_callchain(callchain: tuple[int, ...]) -> bool:
 
 
 VDSO = "[vdso]"
+
+
+def anonymous_code(name: str) -> bool:
+    """Whether an executable mapping of ``name`` is memory of no file, as perf 6.1 tells
+    (``map__new``: anonymous memory, or a stack, heap or SysV segment)."""
+    return name == "//anon" or name.startswith(("/dev/zero", "/anon_hugepage", "[stack",
+                                                "/SYSV")) or name == "[heap]"
+
+
+def perf_map_name(pid: int) -> str:
+    """perf's name for a process's executable anonymous memory: the perf map file a JIT
+    may write its symbols to (perf reads it when it exists; we do not)."""
+    return f"/tmp/perf-{pid}.map"
 
 
 def own_vdso() -> bytes | None:

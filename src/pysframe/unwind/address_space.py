@@ -150,6 +150,12 @@ class AddressSpace:
         self._starts = [m.start for m in merged]
         self.version = next(_LAYOUTS)
 
+    def overlapping(self, start: int, end: int) -> list[Mapping]:
+        """The mappings that overlap ``[start, end)``, in address order."""
+        low = max(bisect_right(self._starts, start) - 1, 0)
+        high = bisect_left(self._starts, end, low)
+        return [m for m in self.mappings[low:high] if m.end > start]
+
     def find(self, address: int) -> Mapping | None:
         index = bisect_right(self._starts, address) - 1
         if index >= 0 and address < self.mappings[index].end:
