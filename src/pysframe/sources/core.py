@@ -173,6 +173,8 @@ class CoreFile:
         self.auxv: dict[int, int] = {}
         #: The command line as NT_PRPSINFO keeps it (its first 80 bytes).
         self.arguments = ""
+        #: The types of the notes the core holds (e.g. NT_ARM_PAC_MASK, 0x406).
+        self.note_types: set[int] = set()
         loads = []
         for segment in read_program_headers(data, header):
             if segment.type == PT_LOAD and segment.filesz:
@@ -190,6 +192,7 @@ class CoreFile:
         for note in iter_notes(data, offset, end - offset, big_endian=self.big_endian):
             desc, desc_size = note.desc_offset, note.desc_size
             position = desc + ((desc_size + 3) & ~3)
+            self.note_types.add(note.type)
             if note.type == NT_PRSTATUS and desc_size >= _PRSTATUS_REGS + 8 * len(names):
                 tid = struct.unpack_from(f"{order}i", data, desc + _PRSTATUS_PID)[0]
                 values = struct.unpack_from(f"{order}{len(names)}Q", data,
