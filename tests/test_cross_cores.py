@@ -15,6 +15,7 @@ import io
 import json
 import os
 import struct
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -126,9 +127,12 @@ def test_same_frames_as_gdb(corpus: Corpus) -> None:
     gdb's frames are ours up to there."""
     assert len(corpus.cores) >= 30
     differences, explained = [], []
+    stops: Counter[str] = Counter()
     for core in corpus.cores:
         theirs = [(frame.pc, frame.name) for frame in corpus.gdb(core)]
-        ours = frames_of(corpus.ours(core))
+        document = corpus.ours(core)
+        stops[f"{'gas' if core.gsframe else 'generated'}: {document['threads'][0]['stop']}"] += 1
+        ours = frames_of(document)
         assert theirs, f"gdb printed no frame for {core.name}"
         if ours == theirs:
             continue
@@ -142,7 +146,7 @@ def test_same_frames_as_gdb(corpus: Corpus) -> None:
     print(f"\n{corpus.arch.name}: {len(corpus.cores)} cores ({tables[True]} with gas's "
           f"tables, {tables[False]} with generated ones): {same} name gdb's frames exactly, "
           f"{len(explained)} gdb's frames up to a PAC-signed return address gdb cannot "
-          f"strip, {len(differences)} differ")
+          f"strip, {len(differences)} differ; our chains end: {dict(sorted(stops.items()))}")
     assert not differences, "\n".join(differences)
 
 
