@@ -11,6 +11,8 @@
 #   Chromium             chromium (driven by Playwright from the test extras)
 #   speedscope           the npm package's app -> /opt/speedscope (opened in Chromium)
 #   gcc, g++, gdb, libc6-dbg, dwz, elfutils, dpkg-dev, binutils: what tests build and look at
+#   qemu-user, gdb-multiarch, gcc/g++ and libc for aarch64 and s390x: the cross-architecture
+#                        core corpus (tests/test_cross_cores.py)
 #
 # Needs root (apt-get). Re-running is quick: what is there is kept. Prints every oracle's
 # version at the end, one line each.
@@ -18,7 +20,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${SHARED:-../shared}
 PACKAGES=(linux-perf golang-go golang-github-google-pprof-dev protobuf-compiler chromium
-          gcc g++ gdb elfutils binutils dpkg-dev xz-utils zstd libc6-dbg dwz debuginfod)
+          gcc g++ gdb elfutils binutils dpkg-dev xz-utils zstd libc6-dbg dwz debuginfod
+          qemu-user gdb-multiarch gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
+          gcc-s390x-linux-gnu g++-s390x-linux-gnu libc6-dev-arm64-cross libc6-dev-s390x-cross)
 
 missing=()
 for package in "${PACKAGES[@]}"; do
@@ -58,4 +62,6 @@ echo "protoc: $(protoc --version)"
 echo "chromium: $(chromium --version 2>/dev/null | head -n 1)"
 echo "speedscope: $(node -p 'require("/opt/speedscope/node_modules/speedscope/package.json").version')"
 echo "gdb: $(gdb --version | head -n 1)"
+echo "gdb-multiarch: $(gdb-multiarch --version | head -n 1)"
+echo "qemu-user: $(qemu-aarch64 --version | head -n 1)"
 echo "gcc: $(gcc --version | head -n 1)"

@@ -34,8 +34,8 @@ _SCRIPT_VALUES = {"--binaries": "binaries", "-o": "output", "--output": "output"
                   "--time": "times"}
 _SCRIPT_FLAGS = {"--show-stops": "show_stops", "--merge-callchains": "merge_callchains",
                  "--no-merge-callchains": "merge_callchains"}
-_STACK_VALUES = {"--core": "core", "--exe": "exe", "--max-depth": "max_depth",
-                 "--timeout": "timeout"}
+_STACK_VALUES = {"--core": "core", "--exe": "exe", "--sysroot": "sysroot",
+                 "--max-depth": "max_depth", "--timeout": "timeout"}
 _STACK_FLAGS = {"--json": "as_json", "--build-id": "show_build_id", "--modules": "modules",
                 "--debuginfo": "debuginfo", "--no-debuginfo": "debuginfo"}
 
@@ -122,7 +122,7 @@ def _stack_call(args: list[str]) -> Call | None:
     if parsed is None or len(parsed[1]) > 1:
         return None
     options, positional = parsed
-    kwargs: dict[str, Any] = {"core": None, "exe": None, "as_json": False,
+    kwargs: dict[str, Any] = {"core": None, "exe": None, "sysroot": None, "as_json": False,
                               "show_build_id": False, "max_depth": 256, "timeout": 10.0,
                               "modules": False, "debuginfo": True}
     kwargs.update(options)
@@ -140,6 +140,9 @@ def _stack_call(args: list[str]) -> Call | None:
                                       or os.path.isdir(kwargs["exe"])):
         return None
     if kwargs["core"] is not None and os.path.isdir(kwargs["core"]):
+        return None
+    if kwargs["sysroot"] is not None and (kwargs["core"] is None
+                                          or not os.path.isdir(kwargs["sysroot"])):
         return None
     return "stack", {"pid": pid, **kwargs}
 

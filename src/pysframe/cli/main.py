@@ -377,7 +377,11 @@ def report_command(perf_data: str | None, input_path: str | None, pids: str | No
 @click.option("--core", type=click.Path(dir_okay=False), help="Read a core dump instead.")
 @click.option("--exe", type=click.Path(dir_okay=False, exists=True),
               help="With --core: the program's binary, when it is no longer at the path the "
-                   "core recorded.")
+                   "core recorded (or the core names no files, as qemu-user's cores).")
+@click.option("--sysroot", type=click.Path(file_okay=False, exists=True),
+              help="With --core: where the target's files are here (e.g. "
+                   "/usr/aarch64-linux-gnu for a core of a program run under qemu-aarch64 "
+                   "-L /usr/aarch64-linux-gnu); the core's paths are looked up under it first.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--build-id", "show_build_id", is_flag=True, help="Show each module's build id.")
 @click.option("--max-depth", default=256, show_default=True, type=click.IntRange(min=1),
@@ -391,10 +395,12 @@ def report_command(perf_data: str | None, input_path: str | None, pids: str | No
 @click.option("--debuginfo/--no-debuginfo", default=True, show_default=True,
               help="Name frames from DWARF (own or /usr/lib/debug) as gdb does, with inlined "
                    "calls as frames of their own; without it, ELF symbols only.")
-def stack(pid: int | None, core: str | None, exe: str | None, as_json: bool,
-          show_build_id: bool, max_depth: int, timeout: float, modules: bool, debuginfo: bool) -> None:
-    """Print every thread's stack of a running process, or of a core dump with --core
-    (x86-64; SFrame, own or generated, with frame-pointer fallback). A live process is
+def stack(pid: int | None, core: str | None, exe: str | None, sysroot: str | None,
+          as_json: bool, show_build_id: bool, max_depth: int, timeout: float, modules: bool,
+          debuginfo: bool) -> None:
+    """Print every thread's stack of a running process (x86-64), or of a core dump with
+    --core (x86-64, AArch64, s390x; SFrame, own or generated, with frame-pointer
+    fallback). A live process is
     stopped only while it is read, and released with any signal that arrived meanwhile.
 
     Exit status: 0 success; 1 a stack went through a file that is not the one the target
@@ -407,9 +413,11 @@ def stack(pid: int | None, core: str | None, exe: str | None, as_json: bool,
         raise click.UsageError("give a PID or --core CORE")
     if exe is not None and core is None:
         raise click.UsageError("--exe goes with --core")
+    if sysroot is not None and core is None:
+        raise click.UsageError("--sysroot goes with --core")
     sys.exit(run_stack(pid, as_json=as_json, show_build_id=show_build_id,
                        max_depth=max_depth, core=core, timeout=timeout,
-                       debuginfo=debuginfo, modules=modules, exe=exe))
+                       debuginfo=debuginfo, modules=modules, exe=exe, sysroot=sysroot))
 
 
 @cli.command()

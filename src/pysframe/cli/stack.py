@@ -1,4 +1,5 @@
-"""``sframe stack PID`` / ``--core CORE``: every thread's stack (x86-64).
+"""``sframe stack PID`` / ``--core CORE``: every thread's stack (x86-64; cores also of AArch64
+and s390x, :mod:`.stack_core`).
 
 A live process is stopped only while its threads' registers are read and its stacks are
 walked; modules are opened before the stop and names are looked up after the detach, so
@@ -25,7 +26,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Problems, PysframeError
-from ..records import record_class
 from .errors import (
     EXIT_INVALID,
     EXIT_OK,
@@ -35,23 +35,16 @@ from .errors import (
     CommandError,
     report,
 )
+from .stack_common import WalkedThread, add_jit_objects, shown
 
 if TYPE_CHECKING:
     from ..sources.core import CoreMemory
     from ..sources.live import MapEntry, ProcessMemory
     from ..unwind.address_space import Mapping
     from ..unwind.memory import StackReader
-    from ..unwind.unwinder import Unwind
 
     # A static check (mypy) that the memories walked here fit the protocol the tracer takes.
     _READERS: tuple[type[StackReader], ...] = (CoreMemory, ProcessMemory)
-
-
-@record_class
-class _Walked:
-    tid: int
-    name: str
-    unwind: Unwind
 
 
 class _Phases:
@@ -107,7 +100,8 @@ def _deadline(seconds: float) -> Iterator[None]:
 
 def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth: int,
               core: str | None = None, timeout: float = 10.0,
-              debuginfo: bool = True, modules: bool = False, exe: str | None = None) -> int:
+              debuginfo: bool = True, modules: bool = False, exe: str | None = None,
+              sysroot: str | None = None) -> int:
     phases = _Phases()
     from ..format.constants import ABI
     from ..session.tables import GeneratedTables
@@ -115,7 +109,7 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     from ..unwind.modules import BinaryFinder
     from ..unwind.unwinder import Unwinder
 
-    if os.uname().machine != "x86_64":
+    if core is None and os.uname().machine != "x86_64":
         raise CommandError(f"sframe stack supports x86-64 only (this is {os.uname().machine})",
                            EXIT_UNREADABLE)
     # Collected, and reported only after the target is released: nothing is written while
@@ -125,13 +119,16 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
     finder = BinaryFinder(problems=problems, report_unreadable=False,  # it warns itself
                           tables=GeneratedTables())
     space = AddressSpace()
-    unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, max_depth)
     refused: list[Mapping] = []  # mappings whose file is not the one the target mapped
     phases.end("imports")
     if core is not None:
-        pid, walked = _walk_core(core, finder, space, unwinder, exe, refused, phases)
+        from .stack_core import walk_core
+
+        pid, walked = walk_core(core, finder, space, max_depth, exe, sysroot, refused)
+        phases.end("core")
     else:
         assert pid is not None
+        unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, max_depth)
         walked = _walk_live(pid, finder, space, unwinder, timeout, refused, phases)
     from ..symbolize.frames import FrameNamer
     from .stack_output import describe, print_json, print_text
@@ -146,81 +143,19 @@ def run_stack(pid: int | None, *, as_json: bool, show_build_id: bool, max_depth:
         status = print_json(pid, threads)
     else:
         status = print_text(threads, show_build_id, modules)
-    phases.report()
     lost = _lost(walked, refused) or bool(problems)
+    phases.report()
     return EXIT_INVALID if status == EXIT_OK and lost else status
 
 
-def shown(path: str) -> str:
-    """``path`` as printed: bytes that are not UTF-8 (kept as surrogates to open the file)
-    shown as ``\\xNN`` escapes, so that output never fails to encode."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _lost(walked: list[_Walked], refused: list[Mapping]) -> bool:
+def _lost(walked: list[WalkedThread], refused: list[Mapping]) -> bool:
     """Whether a stack went through a file that could not be used (frames lost)."""
     ids = {id(mapping) for mapping in refused}
     return any(id(mapping) in ids for thread in walked for mapping in thread.unwind.mappings)
 
 
-def _walk_core(core: str, finder: Any, space: Any, unwinder: Any, exe: str | None,
-               refused: list[Mapping], phases: _Phases) -> tuple[int, list[_Walked]]:
-    from ..sources.core import CoreError, CoreFile
-    from ..unwind.address_space import Mapping
-
-    core_file = CoreFile(core)
-    if not core_file.threads:
-        raise CoreError("no thread in the core (no NT_PRSTATUS note)", path=core)
-    program = core_file.executable
-    if exe is not None and program is None:
-        raise CommandError(f"{core}: the core does not say which file is the program "
-                           "(no AT_ENTRY in NT_AUXV), so --exe cannot replace it",
-                           EXIT_INVALID)
-    build_ids = core_file.build_ids()
-    warned: set[str] = set()
-    for mapped in core_file.mappings:
-        # --exe: the program as it is now (moved, or rebuilt with the same build id).
-        path = exe if exe is not None and mapped.path == program else mapped.path
-        # With the core's build id, only a file with that build id is used (at the path,
-        # or in ~/.debug's build-id cache).
-        build_id = build_ids.get(mapped.path)
-        module = finder.module(path, build_id, mapped.start, mapped.pgoff)
-        mapping = Mapping(mapped.start, mapped.end, mapped.pgoff, shown(path), None, module)
-        if module is None and build_id is not None:
-            refused.append(mapping)
-            if path not in warned:
-                warned.add(path)
-                hint = " (give the right program with --exe)" if path == program else ""
-                report(f"warning: {shown(path)}: {_mismatch(path, build_id)}; its frames "
-                       f"are not unwound{hint}")
-        if module is not None or build_id is not None:
-            space.add(mapping)
-    phases.end("modules")
-    _add_jit_code(core_file.memory.read_bytes, space,
-                  Problems(lambda text: report(f"warning: {text}")))
-    phases.end("jit")
-    walked = [_Walked(thread.tid, "", _unwind(thread.registers, core_file.memory, space,
-                                              unwinder))
-              for thread in core_file.threads]
-    phases.end("walk")
-    return core_file.threads[0].tid, walked
-
-
-def _mismatch(path: str, wanted: bytes) -> str:
-    """Why the file at ``path`` is not the one with build id ``wanted``, in words."""
-    from ..elf import ElfError, ElfImage
-
-    try:
-        found = ElfImage(path).build_id()
-    except ElfError as error:
-        return error.message
-    if found is None:
-        return f"has no build id; the core's is {wanted.hex()}"
-    return f"build id {found.hex()} does not match the core's {wanted.hex()}"
-
-
 def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
-               refused: list[Mapping], phases: _Phases) -> list[_Walked]:
+               refused: list[Mapping], phases: _Phases) -> list[WalkedThread]:
     from ..sources.live import Attached, LiveError, live_maps
 
     try:
@@ -233,7 +168,7 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
         phases.end("jit")
     except LiveError as error:
         raise CommandError(str(error), EXIT_UNREADABLE) from None
-    walked: list[_Walked] = []
+    walked: list[WalkedThread] = []
     try:
         # Attached is left (threads detached) after the deadline is disarmed, so the
         # alarm can never interrupt the detaching itself.
@@ -241,7 +176,7 @@ def _walk_live(pid: int, finder: Any, space: Any, unwinder: Any, timeout: float,
                 _deadline(timeout):
             memory = attached.memory()
             for thread in attached.threads():
-                walked.append(_Walked(thread.tid, thread.name,
+                walked.append(WalkedThread(thread.tid, thread.name,
                                       _unwind(thread.registers, memory, space, unwinder)))
     except StackTimeout as error:
         raise CommandError(f"process {pid}: {error}; the process was released",
@@ -285,24 +220,8 @@ def _add_live_modules(pid: int, tid: int, maps: list[MapEntry], finder: Any, spa
             os.close(memory_fd)
 
 
-def _add_jit_code(read_bytes: Any, space: Any, problems: Problems) -> None:
-    """The code a JIT registered through the GDB JIT interface, as mappings of ``space``;
-    its problems noted in ``problems`` (none when the target has no JIT descriptor)."""
-    from ..sources.jit_interface import DESCRIPTOR_SYMBOL, jit_objects
-    from ..unwind.jit_modules import add_jit_code, descriptor_address, jit_mappings
-
-    descriptor = descriptor_address(space, DESCRIPTOR_SYMBOL)
-    if descriptor is None:
-        return
-    objects, found = jit_objects(read_bytes, descriptor)
-    mappings, more = jit_mappings(objects)
-    add_jit_code(space, mappings)
-    for problem in found + more:
-        problems.add(PysframeError(problem))
-
-
 def _add_live_jit_code(pid: int, tid: int, space: Any, problems: Problems) -> None:
-    """:func:`_add_jit_code` of a live process, read before it is stopped."""
+    """:func:`add_jit_objects` of a live process, read before it is stopped."""
     from ..sources.live import LiveError, open_memory
 
     try:
@@ -317,7 +236,7 @@ def _add_live_jit_code(pid: int, tid: int, space: Any, problems: Problems) -> No
             return None
 
     try:
-        _add_jit_code(read_bytes, space, problems)
+        add_jit_objects(read_bytes, space, problems)
     finally:
         os.close(memory_fd)
 

@@ -49,10 +49,13 @@ class NoModulePlan(NamedTuple):
 
 
 class SigreturnPlan(NamedTuple):
-    """A return into the x86-64 rt_sigreturn trampoline: the signal context on the stack
-    gives the interrupted frame's registers."""
+    """A return into a sigreturn trampoline: the signal context on the stack gives the
+    interrupted frame's registers. ``mapping``: None for a trampoline in no file (qemu's
+    trampoline page, a vdso not on disk); ``kind``: which of the architecture's
+    trampolines (:data:`~.signals.TRAMPOLINES`)."""
 
-    mapping: Mapping
+    mapping: Mapping | None
+    kind: int = 0
 
 
 Plan = DefaultPlan | RowPlan | FramePointerPlan | NoModulePlan | SigreturnPlan

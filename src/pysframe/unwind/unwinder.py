@@ -32,6 +32,7 @@ from .plans import (
     RowPlan,
     SigreturnPlan,
 )
+from .signals import TRAMPOLINES, X86_64_SIGRETURN, interrupted
 from .step import FP_RULE, Policy, Regs, Rule, Stop, rule_of_row, step
 
 __all__ = ["EXACT_PC", "USER_LIMIT", "X86_64_SIGRETURN", "Frame", "FrameMethod", "Registers",
@@ -132,9 +133,6 @@ class Registers:
                 f"others={self.others!r})")
 
 
-#: x86-64 rt_sigreturn trampoline (glibc's __restore_rt): mov $15,%rax; syscall.
-X86_64_SIGRETURN = bytes.fromhex("48c7c00f0000000f05")
-
 
 def sigreturn_offsets(data: Any, start: int, end: int) -> list[int]:
     """Where the x86-64 sigreturn trampoline's code starts in ``data`` (bytes or a
@@ -147,15 +145,6 @@ def sigreturn_offsets(data: Any, start: int, end: int) -> list[int]:
         found.append(at)
         at = data.find(X86_64_SIGRETURN, at + 1, last)
     return found
-#: Offsets in the x86-64 signal frame, from the stack pointer in __restore_rt: the
-#: ucontext's mcontext gregs start at 40 (uc_flags, uc_link, uc_stack before them).
-_X86_64_GREGS = 40
-_X86_64_GREG = {"r8": 0, "r9": 1, "r10": 2, "r11": 3, "r12": 4, "r13": 5, "r14": 6, "r15": 7,
-                "rdi": 8, "rsi": 9, "rbp": 10, "rbx": 11, "rdx": 12, "rax": 13, "rcx": 14,
-                "rsp": 15, "rip": 16}
-_X86_64_DWARF = {"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rbp": 6,
-                 "rsp": 7, **{f"r{n}": n for n in range(8, 16)}}
-
 
 USER_LIMIT = {ABI.AMD64_ENDIAN_LITTLE: 1 << 47, ABI.AARCH64_ENDIAN_LITTLE: 1 << 48,
               ABI.AARCH64_ENDIAN_BIG: 1 << 48, ABI.S390X_ENDIAN_BIG: 1 << 63}
@@ -212,6 +201,11 @@ class Unwinder:
         self.user_limit = USER_LIMIT[abi]
         #: The tools' policy: how :func:`~.step.step` applies a rule here.
         self.policy = Policy.tools(abi, max_depth)
+        #: The sigreturn trampolines recognized at a return address.
+        self.trampolines = TRAMPOLINES.get(abi, ())
+        #: Reads code that is in no file (a core's memory: qemu's signal trampoline page,
+        #: a vdso): (address, size) -> bytes; None: only the files' code is read.
+        self.code_in_memory: Callable[[int, int], bytes] | None = None
 
     def unwind(self, registers: Registers, memory: StackReader, space: AddressSpace, *,
                topmost: bool = True) -> Unwind:
@@ -262,12 +256,13 @@ class Unwinder:
             elif type(plan) is SigreturnPlan:
                 # A signal frame: the interrupted context is saved on the stack. Its pc is
                 # exact (not a return address), and all its registers are known again.
-                restored = self._signal_frame(sp, memory, result, sps)
+                restored = self._signal_frame(sp, plan.kind, memory, result, sps)
                 if restored is None:
                     result.stop = Stop.MEMORY
                     return result
                 registers = restored
-                pc, sp, fp, topmost, known_at = restored.pc, restored.sp, restored.fp, True, len(pcs) - 1
+                pc, sp, fp, lr = restored.pc, restored.sp, restored.fp, restored.lr
+                topmost, known_at = True, len(pcs) - 1
                 continue
             else:
                 assert not isinstance(plan, (DefaultPlan, SigreturnPlan))
@@ -346,37 +341,29 @@ class Unwinder:
 
     def _plan(self, space: AddressSpace, pc: int, lookup_pc: int) -> Plan:
         """The plan for a frame at ``pc`` (rules looked up at ``lookup_pc``: pc - 1 for
-        return addresses). A return into the sigreturn trampoline is a signal frame."""
-        if self.abi is ABI.AMD64_ENDIAN_LITTLE:
+        return addresses). A return into a sigreturn trampoline is a signal frame."""
+        if self.trampolines:
             mapping = space.find(pc)
-            if (mapping is not None
-                    and mapping.code(pc, len(X86_64_SIGRETURN)) == X86_64_SIGRETURN):
-                return SigreturnPlan(mapping)
+            for kind, code in enumerate(self.trampolines):
+                found = mapping.code(pc, len(code)) if mapping is not None else None
+                if found is None and self.code_in_memory is not None and (
+                        mapping is None or mapping.module is None):
+                    found = self.code_in_memory(pc, len(code))
+                if found == code:
+                    return SigreturnPlan(mapping, kind)
         return self._plan_in(space.find(lookup_pc), lookup_pc)
 
-    def _signal_frame(self, sp: int, memory: StackReader, result: Unwind, sps: list[int]
-                      ) -> Registers | None:
+    def _signal_frame(self, sp: int, kind: int, memory: StackReader, result: Unwind,
+                      sps: list[int]) -> Registers | None:
         """Step into the frame a signal interrupted (its registers, from the signal frame
         at ``sp``), marking the trampoline's frame; None: the context is unreadable."""
         result.methods[-1] = _SIGRETURN
-        restored = self._step_sigreturn(sp, memory)
+        restored = interrupted(self.abi, kind, sp, memory)
         if restored is None:
             return None
-        pc, sp, fp, others = restored
-        result.add(pc, _SIGNAL)
-        sps.append(sp)
-        return Registers(pc, sp, fp, 0, others)
-
-    def _step_sigreturn(self, sp: int, memory: StackReader
-                        ) -> tuple[int, int, int, dict[int, int]] | None:
-        values = {}
-        for name, index in _X86_64_GREG.items():
-            value = memory.read(sp + _X86_64_GREGS + 8 * index)
-            if value is None:
-                return None
-            values[name] = value
-        others = {number: values[name] for name, number in _X86_64_DWARF.items()}
-        return values["rip"], values["rsp"], values["rbp"], others
+        result.add(restored.pc, _SIGNAL)
+        sps.append(restored.sp)
+        return Registers(restored.pc, restored.sp, restored.fp, restored.lr, restored.others)
 
     def _plan_in(self, mapping: Mapping | None, pc: int) -> Plan:
         """What to do at ``pc``: the precomputed default rule where it applies, the general
