@@ -162,6 +162,9 @@ def test_labels_from_the_debug_file(labels: Path, tmp_path: Path,
     spots = _spots(labels)
     root = tmp_path / "root"
     monkeypatch.setenv("PYSFRAME_DEBUG_FILE_DIRECTORY", str(root))
+    # perf's build-id cache (~/.debug, searched before the debug directories) may hold the
+    # unstripped file from another test's recording: an empty home has none
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert _names_at(stripped, spots)["label_spin"] is None  # .dynsym only
     by_id = root / ".build-id" / build_id.hex()[:2] / (build_id.hex()[2:] + ".debug")
     by_id.parent.mkdir(parents=True)
