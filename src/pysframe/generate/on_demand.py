@@ -43,6 +43,7 @@ from .errors import GenerateError
 
 if TYPE_CHECKING:
     from ..cfi.eh_frame import FDE as CFIFDE
+    from ..cfi.eh_frame import _Parser
     from ..elf import ElfImage
     from ..format.constants import ABI
     from ..format.model import FDE, Section
@@ -101,33 +102,69 @@ class OnDemandTable:
     table; :attr:`generation` changes whenever functions are made (or the table turns
     whole), so flat copies of it know when they are stale."""
 
-    def __init__(self, image: ElfImage, abi: ABI, index: FunctionIndex,
-                 made: dict[int, bytes | None], fdes: dict[int, CFIFDE],
-                 plt: list[FDE], key: bytes | None, source: Source | None) -> None:
+    def __init__(self, image: ElfImage, abi: ABI, *, use_cache: bool = True) -> None:
         self.image = image
         self.abi = abi
-        self.index = index
+        self.use_cache = use_cache
         self.generation = 0
+        #: The functions (None until first needed: a binary mapped but never sampled
+        #: costs nothing).
+        self.index: FunctionIndex | None = None
         #: Functions made: index position -> their single-function table (None: no rows).
-        self._made = made
+        self._made: dict[int, bytes | None] = {}
         self._lookups: dict[int, SFrameLookup | None] = {}
-        self._fdes = fdes  # CFI FDEs already parsed (the first run's pass), by offset
-        self._plt = plt
-        self._key, self._source = key, source
+        self._plt: list[FDE] = []
+        self._key: bytes | None = None
+        self._source: Source | None = None
         self._dirty = False
         self._eh_frame: tuple[bytes, int] | None = None
+        self._parser: _Parser | None = None  # parses the FDEs (and keeps their CIEs)
         self._text = image.executable_ranges()
-        #: The whole table's lookup once this table had to turn whole (None: not whole).
+        #: The whole table's lookup once this table had to be made whole (None: not).
         self.whole: SFrameLookup | None = None
         self._whole_none = False
+
+    def _prepare(self) -> FunctionIndex | None:
+        """The index, from the cache or one pass over .eh_frame (made whole instead when
+        it is not regular, or when the cache has the whole table); None once whole."""
+        if self.index is not None or self.whole is not None or self._whole_none:
+            return self.index
+        from .plt import plt_fdes
+        from .section import PLT_SECTIONS
+
+        image = self.image
+        ranges = image.section_ranges(*PLT_SECTIONS)
+        heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
+                 for name, (lo, hi) in ranges.items()}
+        self._plt = plt_fdes(self.abi, heads, pie=image.is_pie(), version=VERSION_3)
+        if self.use_cache:
+            source = self._source = table_source(image)
+            key = self._key = cache_key(image, source)
+            payload = load(KIND, key, source)
+            found = _decoded(payload, len(self._plt)) if payload is not None else None
+            if found is not None:
+                self.index, self._made = found
+                return self.index
+            whole = _cached(image, [], key, source, VERSION_3)
+            if whole is not None:  # made before (e.g. by an older version): complete
+                self.whole = SFrameLookup(SFrameReader(whole.data, whole.address))
+                return None
+        scanned = _scan(image, self._plt, list(ranges.values()))
+        if scanned is None:
+            self._turn_whole()
+            return None
+        self.index = scanned
+        self._dirty = True  # the index is worth keeping, even with no function made
+        return self.index
 
     # --- the lookup the unwinder uses --------------------------------------------------
 
     def find_fre(self, pc: int) -> FrameRow | None:
         """The row for link-time ``pc``, as the whole table's lookup would find it."""
-        if self.whole is not None or self._whole_none:
+        index = self.index or self._prepare()
+        if index is None:
             return self.whole.find_fre(pc) if self.whole is not None else None
-        position = self.index.position(pc)
+        position = index.position(pc)
         if position is None:
             return None
         lookup = self.function(position)
@@ -137,8 +174,9 @@ class OnDemandTable:
 
     def ensure(self, pc: int) -> None:
         """Make the rows of the function covering link-time ``pc``, if not made yet."""
-        if self.whole is None and not self._whole_none:
-            position = self.index.position(pc)
+        index = self.index or self._prepare()
+        if index is not None:
+            position = index.position(pc)
             if position is not None:
                 self.function(position)
 
@@ -164,10 +202,12 @@ class OnDemandTable:
     def made(self) -> list[tuple[int, int, SFrameLookup | None, bool]]:
         """Every function of the index in address order: (start, end, its lookup, whether
         it is made); the flat copies of the batch engine are built from this."""
+        index = self._prepare()
+        if index is None:
+            return []
         lookups = self._lookups
         result = []
-        for position, (start, end) in enumerate(zip(self.index.starts, self.index.ends,
-                                                    strict=True)):
+        for position, (start, end) in enumerate(zip(index.starts, index.ends, strict=True)):
             if position in self._made and position not in lookups:
                 self.function(position)
             result.append((start, end, lookups.get(position), position in lookups))
@@ -180,6 +220,7 @@ class OnDemandTable:
         whole table is; None when the whole table would leave the function out."""
         from .section import Generated, _placeable, translate_entry
 
+        assert self.index is not None
         ref = self.index.refs[position]
         result = Generated(_header(self.abi))
         if ref < 0:
@@ -228,14 +269,16 @@ class OnDemandTable:
         from ..cfi.eh_frame import CFIError, _Parser
         from ..cfi.leb128 import DecodeError
 
-        cfi = self._fdes.get(offset)
-        if cfi is None:
-            try:
-                cfi = _Parser(data, address, self.image.big_endian, self.image.elf_class // 8,
-                              False).fde_at(offset)
-            except (CFIError, DecodeError, struct.error, IndexError, ValueError) as error:
-                raise _Irregular(str(error)) from None
-        if (cfi.pc_begin, cfi.pc_end) != (self.index.starts[position], self.index.ends[position]):
+        if self._parser is None:
+            self._parser = _Parser(data, address, self.image.big_endian,
+                                   self.image.elf_class // 8, False)
+        try:
+            cfi = self._parser.fde_at(offset)
+        except (CFIError, DecodeError, struct.error, IndexError, ValueError) as error:
+            raise _Irregular(str(error)) from None
+        index = self.index
+        assert index is not None
+        if (cfi.pc_begin, cfi.pc_end) != (index.starts[position], index.ends[position]):
             raise _Irregular("the FDE does not match the index")
         return cfi
 
@@ -243,7 +286,7 @@ class OnDemandTable:
         """From now on, the whole table (something made this function's rows depend on
         others')."""
         try:
-            table = table_for(self.image, use_cache=self._key is not None)
+            table = table_for(self.image, use_cache=self.use_cache)
             self.whole = SFrameLookup(SFrameReader(table.data, table.address))
         except (GenerateError, SFrameError):
             self._whole_none = True
@@ -254,7 +297,8 @@ class OnDemandTable:
     def save(self) -> None:
         """Keep the functions made so far in the cache (with the ones another run kept
         meanwhile), if any are new."""
-        if not self._dirty or self._key is None or self._source is None or self.whole is not None:
+        if (not self._dirty or self._key is None or self._source is None
+                or self.index is None or self.whole is not None):
             return
         self._dirty = False
         payload = load(KIND, self._key, self._source)
@@ -279,62 +323,39 @@ def _header(abi: ABI) -> Section:
 
 
 def on_demand_table(image: ElfImage, *, use_cache: bool = True) -> OnDemandTable | None:
-    """The on-demand table of ``image``, or None when it must have a whole table (see the
-    module docstring). Raises :class:`GenerateError` as the whole generator would (an
-    unsupported machine)."""
-    from .plt import plt_fdes
-    from .section import PLT_SECTIONS, abi_of
+    """The on-demand table of ``image``, or None when it must have a whole table from the
+    start (see the module docstring). Raises :class:`GenerateError` as the whole
+    generator would (an unsupported machine)."""
+    from .section import abi_of
 
     if not on_demand_possible(image):
         return None
-    abi = abi_of(image)
-    ranges = image.section_ranges(*PLT_SECTIONS)
-    heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
-             for name, (lo, hi) in ranges.items()}
-    plt = plt_fdes(abi, heads, pie=image.is_pie(), version=VERSION_3)
-    source = table_source(image) if use_cache else None
-    key = cache_key(image, source) if source is not None else None
-    if key is not None and source is not None:
-        payload = load(KIND, key, source)
-        found = _decoded(payload, len(plt)) if payload is not None else None
-        if found is not None:
-            return OnDemandTable(image, abi, found[0], found[1], {}, plt, key, source)
-        if _cached(image, [], key, source, VERSION_3) is not None:
-            return None  # a whole table made before (e.g. by an older version): complete
-    scanned = _scan(image, plt, list(ranges.values()))
-    if scanned is None:
-        return None
-    index, fdes = scanned
-    return OnDemandTable(image, abi, index, {}, fdes, plt, key, source)
+    return OnDemandTable(image, abi_of(image), use_cache=use_cache)
 
 
 def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]]
-          ) -> tuple[FunctionIndex, dict[int, CFIFDE]] | None:
-    """The index from one pass over .eh_frame (the generator's parser: the same FDEs),
+          ) -> FunctionIndex | None:
+    """The index from one pass over .eh_frame (the FDEs the generator's parser gives),
     or None when it is not regular."""
-    from ..cfi.eh_frame import parse_eh_frame
+    from ..cfi.eh_frame import fde_ranges
 
     found = image.section(".eh_frame", relocated=True)
     if found is None:
         return None
     data, address, _ = found
-    cfi_fdes, _ = parse_eh_frame(data, address, big_endian=image.big_endian,
-                                 address_size=image.elf_class // 8)
     entries: list[tuple[int, int, int]] = []
-    fdes: dict[int, CFIFDE] = {}
-    for cfi in cfi_fdes:
-        start, size = cfi.pc_begin, cfi.pc_range
+    for start, size, offset in fde_ranges(data, address, big_endian=image.big_endian,
+                                          address_size=image.elf_class // 8):
         if any(lo <= start < hi for lo, hi in stubs):
             continue  # the PLT's rows are ld's, below
         if not 0 < size <= 0xFFFFFFFF:
             continue  # never in the table (translate_entry skips it): holds no pc
-        entries.append((start, start + size, cfi.offset))
-        fdes[cfi.offset] = cfi
+        entries.append((start, start + size, offset))
     entries += [(fde.start, fde.end, ~k) for k, fde in enumerate(plt)]
     entries.sort()
     index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
                           [e[2] for e in entries])
-    return (index, fdes) if index.regular() else None
+    return index if index.regular() else None
 
 
 def _encoded(index: FunctionIndex, made: dict[int, bytes | None]) -> bytes:
