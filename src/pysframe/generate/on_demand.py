@@ -38,7 +38,7 @@ from ..format.constants import F_FDE_FUNC_START_PCREL, VERSION_3
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, SFrameLookup
-from .cache import GENERATOR_VERSION, _cached, cache_key, table_for, table_source
+from .cache import _STUBS, GENERATOR_VERSION, _cached, cache_key, table_for, table_source
 from .errors import GenerateError
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class OnDemandTable:
         #: Functions made: index position -> their single-function table (None: no rows).
         self._made: dict[int, bytes | None] = {}
         self._lookups: dict[int, SFrameLookup | None] = {}
-        self._plt: list[FDE] = []
+        self._plt: list[FDE] | None = None
         self._key: bytes | None = None
         self._source: Source | None = None
         self._dirty = False
@@ -129,27 +129,21 @@ class OnDemandTable:
         it is not regular, or when the cache has the whole table); None once whole."""
         if self.index is not None or self.whole is not None or self._whole_none:
             return self.index
-        from .plt import plt_fdes
-        from .section import PLT_SECTIONS
-
         image = self.image
-        ranges = image.section_ranges(*PLT_SECTIONS)
-        heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
-                 for name, (lo, hi) in ranges.items()}
-        self._plt = plt_fdes(self.abi, heads, pie=image.is_pie(), version=VERSION_3)
         if self.use_cache:
             source = self._source = table_source(image)
             key = self._key = cache_key(image, source)
             payload = load(KIND, key, source)
-            found = _decoded(payload, len(self._plt)) if payload is not None else None
+            found = _decoded(payload) if payload is not None else None
             if found is not None:
                 self.index, self._made = found
                 return self.index
             whole = _cached(image, [], key, source, VERSION_3)
             if whole is not None:  # made before (e.g. by an older version): complete
                 self.whole = SFrameLookup(SFrameReader(whole.data, whole.address))
+                self.generation += 1
                 return None
-        scanned = _scan(image, self._plt, list(ranges.values()))
+        scanned = _scan(image, self._plt_fdes(), list(image.section_ranges(*_STUBS).values()))
         if scanned is None:
             self._turn_whole()
             return None
@@ -201,7 +195,8 @@ class OnDemandTable:
 
     def made(self) -> list[tuple[int, int, SFrameLookup | None, bool]]:
         """Every function of the index in address order: (start, end, its lookup, whether
-        it is made); the flat copies of the batch engine are built from this."""
+        it is made); the flat copies of the batch engine are built from this. Empty when
+        the table is whole (:attr:`whole`: known only once this or a lookup was asked)."""
         index = self._prepare()
         if index is None:
             return []
@@ -224,7 +219,10 @@ class OnDemandTable:
         ref = self.index.refs[position]
         result = Generated(_header(self.abi))
         if ref < 0:
-            fde: FDE | None = self._plt[~ref]
+            plt = self._plt_fdes()
+            if ~ref >= len(plt):
+                raise _Irregular("no such PLT function")  # an entry from another layout
+            fde: FDE | None = plt[~ref]
         else:
             data, address = self._eh_frame_data()
             cfi = self._cfi_fde(ref, data, address, position)
@@ -254,6 +252,17 @@ class OnDemandTable:
         if any(finding.fde != 0 for finding in errors):
             raise _Irregular(errors[0].message)  # a table-wide error: the whole table decides
         return None  # the whole table leaves this function out
+
+    def _plt_fdes(self) -> list[FDE]:
+        """ld's FDEs for the PLT sections (the whole generator's, :func:`~.plt.plt_fdes`)."""
+        if self._plt is None:
+            from .plt import plt_fdes
+
+            image = self.image
+            heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
+                     for name, (lo, hi) in image.section_ranges(*_STUBS).items()}
+            self._plt = plt_fdes(self.abi, heads, pie=image.is_pie(), version=VERSION_3)
+        return self._plt
 
     def _eh_frame_data(self) -> tuple[bytes, int]:
         if self._eh_frame is None:
@@ -302,7 +311,7 @@ class OnDemandTable:
             return
         self._dirty = False
         payload = load(KIND, self._key, self._source)
-        theirs = _decoded(payload, len(self._plt)) if payload is not None else None
+        theirs = _decoded(payload) if payload is not None else None
         made = dict(self._made)
         if theirs is not None and theirs[0].starts == self.index.starts:
             for position, data in theirs[1].items():
@@ -326,7 +335,7 @@ def on_demand_table(image: ElfImage, *, use_cache: bool = True) -> OnDemandTable
     """The on-demand table of ``image``, or None when it must have a whole table from the
     start (see the module docstring). Raises :class:`GenerateError` as the whole
     generator would (an unsupported machine)."""
-    from .section import abi_of
+    from .abi import abi_of
 
     if not on_demand_possible(image):
         return None
@@ -368,8 +377,7 @@ def _encoded(index: FunctionIndex, made: dict[int, bytes | None]) -> bytes:
     return b"".join(parts)
 
 
-def _decoded(payload: bytes, plt_count: int
-             ) -> tuple[FunctionIndex, dict[int, bytes | None]] | None:
+def _decoded(payload: bytes) -> tuple[FunctionIndex, dict[int, bytes | None]] | None:
     """The index and functions of a cache entry, or None when it is not a well-formed one
     (a regular index; each function's table one FDE inside its range)."""
     try:
@@ -394,8 +402,7 @@ def _decoded(payload: bytes, plt_count: int
             made[position] = data or None
     except struct.error:
         return None
-    if at != len(payload) or not index.regular() or any(
-            ref < 0 and ~ref >= plt_count for ref in index.refs):
+    if at != len(payload) or not index.regular():
         return None
     for position, table in made.items():
         if table is not None and not _one_function(table, index.starts[position],

@@ -205,12 +205,13 @@ def flatten_on_demand(table: OnDemand, abi: ABI, memo: dict[int, tuple[SFrameLoo
     """The flat table of an on-demand table as made so far: each made function's rows
     (flattened once, kept in ``memo`` by its lookup), a :data:`PENDING` row over each
     function not made yet."""
+    functions = table.made()  # first: the table may turn out to be whole
     if table.whole is not None:
         return flatten(table.whole, abi)
     starts: list[int] = []
     words: list[int] = []
     masks: list[MaskFunction] = []
-    for start, end, lookup, made in table.made():
+    for start, end, lookup, made in functions:
         if lookup is None:
             starts += (start, end)
             words += (KIND_NONE if made else PENDING, KIND_NONE)
