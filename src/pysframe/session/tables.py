@@ -30,6 +30,21 @@ if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
 
+#: Every on-demand table given out, whose made functions :func:`save_made` keeps (held
+#: to the end: a provider may be gone by then).
+_GIVEN: list[OnDemandTable] = []
+
+
+def save_made() -> None:
+    """Keep in the cache the functions every on-demand table made (done at exit; a forked
+    worker that ends with ``os._exit`` calls it itself)."""
+    for table in _GIVEN:
+        table.save()
+
+
+atexit.register(save_made)
+
+
 class ProgressBar(Protocol):
     """A started progress bar: one step per binary done, then stopped."""
 
@@ -80,9 +95,8 @@ class GeneratedTables:
             except GenerateError as error:
                 raise NoTable(error.message, error.offset, path=error.path) from None
             if lazy is not None:
-                if not self._on_demand:
-                    atexit.register(self.save)
                 self._on_demand.append(lazy)
+                _GIVEN.append(lazy)
                 return Table(b"", 0, None, lazy)
         try:
             return Table(*table_for(image, use_cache=self.use_cache))
