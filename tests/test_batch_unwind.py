@@ -16,10 +16,11 @@ import pytest
 
 from conftest import FIXTURES, REPO
 from pysframe.format.constants import ABI
+from pysframe.format.lookup import SFrameLookup
 from pysframe.session.batch import CollectingSession, Snapshot
 from pysframe.sources.perf_data import open_perf_data
 from pysframe.unwind.batch import BatchSample, BatchUnwinder
-from pysframe.unwind.flat import FP_BASED, KIND_DEFAULT, flatten
+from pysframe.unwind.flat import FP_BASED, KIND_DEFAULT, flatten, flatten_on_demand
 from pysframe.unwind.memory import StackMemory
 from pysframe.unwind.unwinder import Registers, Unwind, Unwinder
 
@@ -75,7 +76,9 @@ def fp_based_pcs(snapshot: Snapshot) -> list[int]:
         module = mapping.module
         if module is None or module.lookup is None:
             continue
-        table = flatten(module.lookup, ABI.AMD64_ENDIAN_LITTLE)
+        table = (flatten(module.lookup, ABI.AMD64_ENDIAN_LITTLE)
+                 if isinstance(module.lookup, SFrameLookup)
+                 else flatten_on_demand(module.lookup, ABI.AMD64_ENDIAN_LITTLE, {}))
         at = np.flatnonzero((table.words & np.uint64(3 | FP_BASED)) == (KIND_DEFAULT | FP_BASED))
         pcs += [start + module.bias for start in table.starts[at].tolist()
                 if mapping.start <= start + module.bias < mapping.end]

@@ -18,9 +18,10 @@ import pytest
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 only")
 
 #: Modules of the table generator and of CFI parsing that the cache readers may import
-#: (the cache lookup and the errors they name).
+#: (the cache lookups, whole and on-demand tables, and the errors they name).
 ALLOWED = {"pysframe.generate", "pysframe.generate.cache", "pysframe.generate.errors",
-           "pysframe.cfi", "pysframe.cfi.errors"}
+           "pysframe.generate.on_demand", "pysframe.generate.abi", "pysframe.cfi",
+           "pysframe.cfi.errors"}
 UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "dataclasses")
 
 #: entry.main() ends the process with os._exit after running the exit functions: the

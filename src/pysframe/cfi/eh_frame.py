@@ -68,9 +68,12 @@ class _Parser:
         self.cies: dict[int, CIE] = {}
 
     def entries(self) -> tuple[list[FDE], list[CFIError]]:
+        return self.entries_from(0)
+
+    def entries_from(self, offset: int) -> tuple[list[FDE], list[CFIError]]:
+        """The FDEs (and errors) of the entries from ``offset`` on."""
         data = self.data
         size = len(data)
-        offset = 0
         fdes: list[FDE] = []
         errors: list[CFIError] = []
         while offset + 4 <= size:
@@ -247,6 +250,65 @@ def parse_eh_frame(data: bytes | memoryview, section_address: int, *, big_endian
                    address_size: int = 8) -> tuple[list[FDE], list[CFIError]]:
     """All FDEs of an .eh_frame section (and the errors of entries that could not be read)."""
     return _Parser(data, section_address, big_endian, address_size, False).entries()
+
+
+def fde_ranges(data: bytes | memoryview, section_address: int, *, big_endian: bool = False,
+               address_size: int = 8) -> list[tuple[int, int, int]]:
+    """(pc_begin, pc_range, offset) of every FDE :func:`parse_eh_frame` returns, in the
+    same order, without making the FDEs: the entries are walked as it walks them, and an
+    FDE whose CIE says ``pcrel|sdata4`` addresses and no LSDA (what GCC and Clang write)
+    is read in place; any other goes through the full parser, errors and all."""
+    parser = _Parser(data, section_address, big_endian, address_size, False)
+    view = parser.data
+    size = len(view)
+    word = struct.Struct(parser.order + "I")
+    pair = struct.Struct(parser.order + "ii")
+    #: CIE offset -> the address mask of its FDEs when they can be read in place, else 0.
+    plain: dict[int, int] = {}
+    found: list[tuple[int, int, int]] = []
+    offset = 0
+    while offset + 4 <= size:
+        start = offset
+        length = word.unpack_from(view, offset)[0]
+        if length == 0:
+            break
+        if length == 0xFFFFFFFF:  # 64-bit entries: the full parser from here on
+            rest, _ = _Parser(data, section_address, big_endian, address_size, False
+                              ).entries_from(start)
+            return found + [(fde.pc_begin, fde.pc_range, fde.offset) for fde in rest]
+        end = offset + 4 + length
+        if end > size:
+            break
+        if offset + 8 > end:
+            offset = end
+            continue
+        cie_id = word.unpack_from(view, offset + 4)[0]
+        if cie_id == 0:
+            offset = end
+            continue
+        cie_offset = offset + 4 - cie_id
+        fast = plain.get(cie_offset)
+        if fast is None:
+            try:
+                cie = parser.cie_at(cie_offset)
+                fast = (1 << 8 * cie.address_size) - 1 if (
+                    cie.fde_encoding == 0x1B and cie.lsda_encoding == DW_EH_PE_omit
+                    and cie.augmentation.startswith("z")) else 0
+            except (CFIError, DecodeError, struct.error, IndexError, ValueError):
+                fast = 0
+            plain[cie_offset] = fast
+        if fast and offset + 17 <= end and view[offset + 16] < 0x80 \
+                and offset + 17 + view[offset + 16] <= end:
+            begin, extent = pair.unpack_from(view, offset + 8)
+            found.append(((section_address + offset + 8 + begin) & fast, extent & fast, start))
+        else:
+            try:
+                fde = parser._fde(start, offset + 8, end, cie_offset)
+                found.append((fde.pc_begin, fde.pc_range, start))
+            except (CFIError, DecodeError, struct.error, IndexError, ValueError):
+                pass
+        offset = end
+    return found
 
 
 def parse_debug_frame(data: bytes | memoryview, section_address: int = 0, *,

@@ -22,13 +22,15 @@ _PIECE = 1 << 20
 
 
 def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterator[str]],
-             failed: Callable[[], bool], statuses: list[int]) -> Iterator[str]:
+             failed: Callable[[], bool], statuses: list[int],
+             finish: Callable[[], None] | None = None) -> Iterator[str]:
     """The texts of ``ranges`` in order; ``statuses`` gets each child's exit status (1 when
-    ``failed()`` says it reported a problem)."""
+    ``failed()`` says it reported a problem). Each child calls ``finish`` (if given) when its
+    text is made (it ends without the exit functions: e.g. to keep what it cached)."""
     children: list[tuple[int, int]] = []
     try:
         for start, end in ranges[1:]:
-            children.append(_fork(start, end, produce, failed))
+            children.append(_fork(start, end, produce, failed, finish))
         if ranges:
             yield from produce(*ranges[0])
         for pid, fd in children:
@@ -53,7 +55,8 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
 
 
 def _fork(start: int, end: int, produce: Callable[[int, int], Iterator[str]],
-          failed: Callable[[], bool]) -> tuple[int, int]:
+          failed: Callable[[], bool], finish: Callable[[], None] | None = None
+          ) -> tuple[int, int]:
     """A child making samples ``start`` to ``end`` into an unnamed temporary file."""
     fd = tempfile.TemporaryFile()
     descriptor = os.dup(fd.fileno())
@@ -73,6 +76,11 @@ def _fork(start: int, end: int, produce: Callable[[int, int], Iterator[str]],
             return 0
 
         status = guarded(work)
+        if finish is not None:
+            try:
+                finish()
+            except Exception:  # keeping a cache is a courtesy: the text is made
+                pass
         if status == 0 and failed():
             status = EXIT_INVALID
         sys.stderr.flush()

@@ -79,9 +79,11 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     ranges = session.ranges(1 if show_stops else jobs)  # stop lines in the samples' order
     if len(ranges) == 1:
         return texts(*ranges[0])
+    from ..session.tables import save_made
     from .jobs import in_order
 
-    return in_order(ranges, texts, lambda: bool(problems), statuses)
+    # Each child keeps the functions its on-demand tables made (it ends with os._exit).
+    return in_order(ranges, texts, lambda: bool(problems), statuses, save_made)
 
 
 def default_jobs() -> int:

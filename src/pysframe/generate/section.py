@@ -18,12 +18,12 @@ from ..elf import ElfImage
 from ..errors import Problems
 from ..format.constants import ABI, F_FDE_FUNC_START_PCREL, VERSION_2, VERSION_3
 from ..format.model import FDE, Section
+from .abi import abi_of
 from .crt import crt_fdes
 from .errors import GenerateError
 from .gas import Skip, strip_padding, translate
 from .plt import plt_fdes
 
-_ABI_OF_MACHINE = {"EM_X86_64": ABI.AMD64_ENDIAN_LITTLE, "EM_S390": ABI.S390X_ENDIAN_BIG}
 PLT_SECTIONS = (".plt", ".plt.got", ".plt.sec")
 __all__ = ["PLT_SECTIONS", "GenerateError", "Generated", "abi_of", "generate"]
 
@@ -39,15 +39,6 @@ class Generated:
     #: (start, size, what) of functions kept with part of their CFI left out (rows past
     #: the function's end).
     trimmed: list[tuple[int, int, str]] = field(default_factory=list)
-
-
-def abi_of(image: ElfImage) -> ABI:
-    if image.machine == "EM_AARCH64":
-        return ABI.AARCH64_ENDIAN_BIG if image.big_endian else ABI.AARCH64_ENDIAN_LITTLE
-    abi = _ABI_OF_MACHINE.get(image.machine)
-    if abi is None or image.elf_class != 64:
-        raise GenerateError(f"SFrame has no ABI for {image.machine} ELF{image.elf_class}")
-    return abi
 
 
 def generate(image: ElfImage, *, version: int = VERSION_3, address: int | None = None,

@@ -1,8 +1,12 @@
 """The tables ``unwind`` is given: SFrame generated from CFI and kept in the private cache
 (:mod:`pysframe.generate.cache`), as a :class:`~pysframe.unwind.provider.TableProvider`.
 
-On a first run most binaries have no table in the cache yet: :meth:`GeneratedTables.prefetch`
-generates the missing ones in parallel (a process pool; generation is pure Python and
+A binary without a table of its own gets an on-demand table
+(:mod:`pysframe.generate.on_demand`): the rows of each function are made when the unwinder
+first needs them and kept in the cache as they accumulate, so a first run pays for the
+functions its samples touch, not for every function of every binary. Other binaries (their
+own ``.sframe`` merged with their CFI, odd CFI) and the recorder's get whole tables: on a
+first run :meth:`GeneratedTables.prefetch` generates the missing ones in parallel (a process pool; generation is pure Python and
 CPU-bound, so threads would not help) before the samples are unwound. Progress is shown
 by whatever the command passes as ``progress_bar`` (``cli`` draws it; this stage draws
 nothing).
@@ -10,6 +14,7 @@ nothing).
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -18,10 +23,26 @@ from ..elf import ElfImage
 from ..errors import PysframeError
 from ..generate.cache import cached, table_for
 from ..generate.errors import GenerateError
+from ..generate.on_demand import OnDemandTable, on_demand_possible, on_demand_table
 from ..unwind.provider import NoTable, Table
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
+
+
+#: Every on-demand table given out, whose made functions :func:`save_made` keeps (held
+#: to the end: a provider may be gone by then).
+_GIVEN: list[OnDemandTable] = []
+
+
+def save_made() -> None:
+    """Keep in the cache the functions every on-demand table made (done at exit; a forked
+    worker that ends with ``os._exit`` calls it itself)."""
+    for table in _GIVEN:
+        table.save()
+
+
+atexit.register(save_made)
 
 
 class ProgressBar(Protocol):
@@ -41,8 +62,14 @@ class GeneratedTables:
 
     def __init__(self, use_cache: bool = True,
                  progress_bar: Callable[[int], ProgressBar] | None = None,
-                 apart: bool = False, flat_abi: str | None = None) -> None:
+                 apart: bool = False, flat_abi: str | None = None,
+                 on_demand: bool = True) -> None:
         self.use_cache = use_cache
+        #: Binaries without a table of their own get their rows made per function when
+        #: first needed (:mod:`pysframe.generate.on_demand`), not a whole table up front;
+        #: not for the recorder (``apart``), whose BPF map holds whole tables.
+        self.on_demand = on_demand and not apart
+        self._on_demand: list[OnDemandTable] = []
         self.progress_bar = progress_bar
         #: Tables missing from the cache are generated in a helper process and read back
         #: from the cache (``sframe record``: generating a large library's table takes a
@@ -62,6 +89,15 @@ class GeneratedTables:
             found = self._made_apart(image)
             if found is not None:
                 return found
+        if self.on_demand and on_demand_possible(image):
+            try:
+                lazy = on_demand_table(image, use_cache=self.use_cache)
+            except GenerateError as error:
+                raise NoTable(error.message, error.offset, path=error.path) from None
+            if lazy is not None:
+                self._on_demand.append(lazy)
+                _GIVEN.append(lazy)
+                return Table(b"", 0, None, lazy)
         try:
             return Table(*table_for(image, use_cache=self.use_cache))
         except GenerateError as error:
@@ -104,8 +140,15 @@ class GeneratedTables:
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         return self._helper
 
+    def save(self) -> None:
+        """Keep the functions the on-demand tables made in the cache (done at exit too)."""
+        for lazy in self._on_demand:
+            lazy.save()
+
     def close(self) -> None:
-        """End the helper process, if one was started."""
+        """Keep what the on-demand tables made; end the helper process, if one was
+        started."""
+        self.save()
         if self._helper is not None:
             helper, self._helper = self._helper, None
             helper.shutdown(cancel_futures=True)
@@ -120,6 +163,8 @@ class GeneratedTables:
             return 0
         missing: list[ElfImage] = []
         for image in images:
+            if self.on_demand and on_demand_possible(image):
+                continue  # made per function when needed
             try:
                 table = cached(image)
             except PysframeError:

@@ -18,6 +18,7 @@ from ..records import field, record_class, replace
 if TYPE_CHECKING:  # types only: the model neither opens files nor decodes tables
     from ..elf import ElfImage
     from ..format.lookup import FrameRow, SFrameLookup
+    from .provider import OnDemand
 
 
 class TableGuard:
@@ -54,7 +55,7 @@ class Module:
     path: str
     build_id: bytes | None
     bias: int
-    lookup: SFrameLookup | None
+    lookup: SFrameLookup | OnDemand | None
     origin: str  # ".sframe", "generated", or why there is no table
     image: ElfImage | None = None
     guard: TableGuard = field(default_factory=TableGuard)

@@ -36,12 +36,15 @@ from .flat import (
     KIND_NONE,
     KIND_RARE,
     OUTERMOST,
+    PENDING,
     FlatTable,
     MaskFunction,
+    flatten_on_demand,
     unpack_offsets,
 )
 from .flat_cache import cached_flat
 from .memory import StackMemory
+from .provider import OnDemand
 from .unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder, sigreturn_offsets
 
 U64 = npt.NDArray[np.uint64]
@@ -111,10 +114,14 @@ class _Space:
     mapping), so one ``searchsorted`` gives any pc's mapping and rule word; the addresses
     of signal trampolines."""
 
-    def __init__(self, owner: BatchUnwinder, space: AddressSpace, sigreturns: list[int]
-                 ) -> None:
-        self.mappings = list(space.mappings)
+    def __init__(self, owner: BatchUnwinder, mappings: list[Mapping], sigreturns: list[int],
+                 version: int) -> None:
+        self.mappings = mappings
+        self.version = version
+        self.sigreturn_list = sigreturns
         self.sigreturns = np.array(sorted(sigreturns), dtype=np.uint64)
+        #: The on-demand tables whose rows this snapshot holds, with their generation.
+        self.on_demand: list[tuple[OnDemand, int]] = []
         starts: list[U64] = [np.zeros(1, np.uint64)]
         words: list[U64] = [np.full(1, KIND_NONE, np.uint64)]
         owners: list[npt.NDArray[np.int64]] = [np.full(1, -1, np.int64)]
@@ -135,6 +142,9 @@ class _Space:
         start = np.array([mapping.start], np.uint64)
         module = mapping.module
         table = owner.table(module)
+        if module is not None and module.lookup is not None and not isinstance(
+                module.lookup, SFrameLookup):
+            self.on_demand.append((module.lookup, module.lookup.generation))
         if table is None or module is None:
             return start, np.full(1, KIND_NONE, np.uint64)
         if table.rare_all:
@@ -157,6 +167,10 @@ class _Space:
             self.masks += [(mask, bias) for mask in table.masks]
             row_words[masked] += np.uint64(base << CFA_SHIFT)
         return rows + np.uint64(bias % (1 << 64)), row_words  # wraps like the addresses
+
+    def stale(self) -> bool:
+        """Whether an on-demand table made functions since this snapshot was made."""
+        return any(table.generation != generation for table, generation in self.on_demand)
 
     def find(self, pcs: U64) -> tuple[npt.NDArray[np.int64], U64]:
         """The mapping index (-1: unmapped) and rule word of each pc (MASK words resolved)."""
@@ -219,6 +233,10 @@ class BatchUnwinder:
         self.abi = unwinder.abi
         #: Flat tables by SFrame lookup, built on first use (lookups kept, so ids stay unique).
         self._tables: dict[int, tuple[SFrameLookup, FlatTable]] = {}
+        #: Flat tables of on-demand tables, by table: (table, its generation, flat table).
+        self._on_demand: dict[int, tuple[OnDemand, int, FlatTable]] = {}
+        #: The flat rows of each function an on-demand table made, by its lookup.
+        self._functions: dict[int, tuple[SFrameLookup, FlatTable]] = {}
         #: Snapshot arrays by address-space layout.
         self._spaces: dict[int, _Space] = {}
         #: Signal-trampoline addresses by (module id, mapping start, pgoff).
@@ -230,11 +248,34 @@ class BatchUnwinder:
             return None
         # By table, not by module: the modules of one file mapped by many processes (each
         # rebased) share its lookup, and so one flat table.
-        found = self._tables.get(id(module.lookup))
+        lookup = module.lookup
+        if not isinstance(lookup, SFrameLookup):
+            made = self._on_demand.get(id(lookup))
+            if made is None or made[1] != lookup.generation:
+                made = self._on_demand[id(lookup)] = (
+                    lookup, lookup.generation,
+                    flatten_on_demand(lookup, self.abi, self._functions))
+            return made[2]
+        found = self._tables.get(id(lookup))
         if found is None:
-            found = self._tables[id(module.lookup)] = (
-                module.lookup, cached_flat(module.lookup, self.abi, module.build_id))
+            found = self._tables[id(lookup)] = (
+                lookup, cached_flat(lookup, self.abi, module.build_id))
         return found[1]
+
+    def made(self, space: _Space, mappings: npt.NDArray[np.int64], pcs: U64) -> _Space:
+        """Make the functions of on-demand tables that ``pcs`` (in the mappings of
+        ``space`` at the indices ``mappings``) fall in; the snapshot with their rows."""
+        for index, pc in zip(mappings.tolist(), pcs.tolist(), strict=True):
+            module = space.mappings[index].module if index >= 0 else None
+            if module is not None and module.lookup is not None and not isinstance(
+                    module.lookup, SFrameLookup) and module.guard.fault is None:
+                module.lookup.ensure(pc - module.bias)
+        if not space.stale():
+            return space
+        fresh = _Space(self, space.mappings, space.sigreturn_list, space.version)
+        if self._spaces.get(space.version) is space:
+            self._spaces[space.version] = fresh
+        return fresh
 
     def _trampolines(self, mapping: Mapping) -> list[int]:
         """Addresses in ``mapping`` whose code is the x86-64 sigreturn trampoline."""
@@ -252,13 +293,17 @@ class BatchUnwinder:
     def _space(self, space: AddressSpace) -> _Space:
         """The snapshot's arrays (kept per layout: chunks of one layout share them)."""
         found = self._spaces.get(space.version)
+        if found is not None and found.stale():
+            found = self._spaces[space.version] = _Space(
+                self, found.mappings, found.sigreturn_list, found.version)
         if found is None:
             if len(self._spaces) >= SPACES_KEPT:
                 self._spaces.clear()
             sigreturns: list[int] = []
             for mapping in space.mappings:
                 sigreturns.extend(self._trampolines(mapping))
-            found = self._spaces[space.version] = _Space(self, space, sigreturns)
+            found = self._spaces[space.version] = _Space(self, list(space.mappings), sigreturns,
+                                                         space.version)
         return found
 
     def unwind(self, space: AddressSpace, samples: Sequence[BatchSample]) -> BatchResult:
@@ -363,6 +408,12 @@ class _Batch:
         pc = self.pc[rows]
         lookup = pc - np.uint64(1) if d else pc
         mapping, words = space.find(lookup)
+        pending = np.flatnonzero(words == PENDING)
+        if pending.size:  # functions of on-demand tables not made yet: made now
+            fresh = self.owner.made(space, mapping[pending], lookup[pending])
+            if fresh is not space:
+                self.space = space = fresh
+                mapping, words = space.find(lookup)
         result.mappings[rows, d] = mapping
         if d + 1 >= self.depth:
             result.stops[rows] = _CODE[Stop.DEPTH]

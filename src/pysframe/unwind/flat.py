@@ -18,6 +18,7 @@ them, so both tracers follow the same rules.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,9 @@ from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, RuleKind, SFrameLookup
 from ..records import record_class
 
+if TYPE_CHECKING:
+    from .provider import OnDemand
+
 #: Row kinds (the low two bits of a rule word).
 KIND_NONE = 0  #: no SFrame rule here: the frame-pointer fallback
 KIND_DEFAULT = 1  #: CFA = SP/FP + offset, RA (and maybe FP) loaded from CFA + offset
@@ -35,6 +39,9 @@ KIND_MASK = 3  #: a PCMASK function: the side table entry is the word's CFA fiel
 
 #: The word of an outermost row (RA undefined: the chain ends there).
 OUTERMOST = KIND_RARE | 1 << 2
+#: The word of a function of an on-demand table whose rows are not made yet (a RARE
+#: word: whoever does not make them hands the pc to the scalar tracer, which does).
+PENDING = KIND_RARE | 1 << 3
 #: Bit 2: CFA is FP-based (else SP-based). Bit 3: FP is saved (else unchanged).
 FP_BASED = 1 << 2
 FP_SAVED = 1 << 3
@@ -193,5 +200,42 @@ def flatten(lookup: SFrameLookup, abi: ABI) -> FlatTable:
                      masks)
 
 
-__all__ = ["KIND_DEFAULT", "KIND_MASK", "KIND_NONE", "KIND_RARE", "OUTERMOST", "FlatTable", "MaskFunction",
-           "flatten", "pack_row", "unpack_offsets"]
+def flatten_on_demand(table: OnDemand, abi: ABI, memo: dict[int, tuple[SFrameLookup, FlatTable]]
+                      ) -> FlatTable:
+    """The flat table of an on-demand table as made so far: each made function's rows
+    (flattened once, kept in ``memo`` by its lookup), a :data:`PENDING` row over each
+    function not made yet."""
+    functions = table.made()  # first: the table may turn out to be whole
+    if table.whole is not None:
+        return flatten(table.whole, abi)
+    starts: list[int] = []
+    words: list[int] = []
+    masks: list[MaskFunction] = []
+    for start, end, lookup, made in functions:
+        if lookup is None:
+            starts += (start, end)
+            words += (KIND_NONE if made else PENDING, KIND_NONE)
+            continue
+        found = memo.get(id(lookup))
+        if found is None:
+            found = memo[id(lookup)] = (lookup, flatten(lookup, abi))
+        flat = found[1]
+        if flat.rare_all:
+            starts += (start, end)
+            words += (KIND_RARE, KIND_NONE)
+            continue
+        function_words = flat.words
+        if flat.masks:
+            masked = (function_words & np.uint64(3)) == KIND_MASK
+            function_words = function_words + np.where(
+                masked, np.uint64(len(masks) << CFA_SHIFT), np.uint64(0))
+            masks += flat.masks
+        starts += flat.starts.tolist()
+        words += function_words.tolist()
+    return FlatTable(np.array(starts, dtype=np.uint64), np.array(words, dtype=np.uint64),
+                     masks)
+
+
+__all__ = ["KIND_DEFAULT", "KIND_MASK", "KIND_NONE", "KIND_RARE", "OUTERMOST", "PENDING",
+           "FlatTable", "MaskFunction", "flatten", "flatten_on_demand", "pack_row",
+           "unpack_offsets"]

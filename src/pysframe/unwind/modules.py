@@ -24,7 +24,7 @@ from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
 from .address_space import Module, TableGuard
-from .provider import NoTable, TableProvider
+from .provider import NoTable, OnDemand, TableProvider
 
 #: What follows from a damaged own table, as the commands that unwind with it say.
 DAMAGE_OUTCOME = "frames from its {cfi} instead"
@@ -116,7 +116,7 @@ class BinaryFinder:
         self._modules.pop((path, build_id or self.build_ids.get(path)), None)
 
     def _table(self, image: ElfImage
-               ) -> tuple[SFrameLookup | None, str, int | None, PysframeError | None]:
+               ) -> tuple[SFrameLookup | OnDemand | None, str, int | None, PysframeError | None]:
         """The SFrame lookup to unwind ``image`` with, its origin, the file offset of the
         table when it is the file's own section, and the fault found in the file's own table
         when it is damaged (the table is then made from the file's CFI; reported here, once
@@ -125,7 +125,9 @@ class BinaryFinder:
         if self.symbols_only:
             return None, "no SFrame: not needed (nothing to unwind)", None, None
         try:
-            data, address, damage = self.tables.table(image)
+            data, address, damage, on_demand = self.tables.table(image)
+            if on_demand is not None:
+                return on_demand, "generated", None, None
             reader = SFrameReader(data, address)
             own = image.sframe_sections()
         except NoTable as error:

@@ -17,6 +17,7 @@ from ..errors import PysframeError
 
 if TYPE_CHECKING:
     from ..elf import ElfImage
+    from ..format.lookup import FrameRow, SFrameLookup
 
 
 class NoTable(PysframeError):
@@ -32,6 +33,33 @@ class Table(NamedTuple):
     data: bytes
     address: int
     damage: PysframeError | None = None
+    #: A table whose rows are made per function when first needed (``data`` is then
+    #: empty and unused).
+    on_demand: OnDemand | None = None
+
+
+class OnDemand(Protocol):
+    """A binary's table made per function on first use (``pysframe.generate.on_demand``):
+    its rows are those of the whole table, looked up as
+    :class:`~pysframe.format.lookup.SFrameLookup` looks them up."""
+
+    #: Changes whenever functions are made, so copies of the rows know they are stale.
+    generation: int
+    #: The whole table's lookup, once the table had to be made whole (None before).
+    whole: SFrameLookup | None
+
+    def find_fre(self, pc: int) -> FrameRow | None:
+        """The row for the link-time ``pc`` (its function made if it is not yet)."""
+        ...
+
+    def ensure(self, pc: int) -> None:
+        """Make the function covering the link-time ``pc``, if not made yet."""
+        ...
+
+    def made(self) -> list[tuple[int, int, SFrameLookup | None, bool]]:
+        """Every function in address order: (start, end, its single-function lookup or
+        None for no rows, whether it is made)."""
+        ...
 
 
 class TableProvider(Protocol):

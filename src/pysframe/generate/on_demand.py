@@ -1,0 +1,440 @@
+"""SFrame rows made per function when the unwinder first needs them, instead of a whole
+table generated before unwinding (a recording touches a few hundred of libc's thousands
+of functions).
+
+The rows of a function are the ones the whole generated table
+(:func:`~pysframe.generate.cache.table_for`) holds for it: its CFI FDE translated with
+:func:`~.section.translate_entry` (or ld's PLT rules, :func:`~.plt.plt_fdes`), kept by
+the same placement rule (:func:`~.section._placeable`) and validated by the same
+validator, each function encoded as a section of its own with the whole table's header.
+That holds when no function's choice depends on another's: the index of functions
+(:class:`FunctionIndex`) must be sorted with no two ranges overlapping, addresses well
+inside the signed 64-bit range. A binary whose index is not like that (damaged or odd
+CFI), one with its own ``.sframe`` (merged with its CFI), a relocatable file or one
+without ``.eh_frame`` gets the whole table, as before; so does ``sframe generate``,
+``inject``, ``audit`` and ``record`` (its BPF map holds whole tables).
+
+The index comes from one pass over ``.eh_frame`` (the same parser the whole generator
+uses, so the same FDEs, errors and all), not from ``.eh_frame_hdr``: the search table
+gives starts only, and whether it lists every FDE with its true start (a hostile or stale
+one need not) can only be checked by that pass, which is ~5 us per FDE.
+
+The index and the functions made so far are kept in the private cache by build id
+(kind :data:`KIND`), verified as every entry is (:mod:`pysframe.cachedir`: the payload's
+digest and the bytes the table is made from, :func:`~.cache.table_source`), then checked
+for shape; an entry that does not pass is ignored and made again. Each run that made new
+functions stores the union of its own and the entry's (another run may have added some
+meanwhile).
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from typing import TYPE_CHECKING
+
+from ..cachedir import Source, load, store
+from ..format.constants import F_FDE_FUNC_START_PCREL, VERSION_3
+from ..format.decode import SFrameReader
+from ..format.errors import SFrameError
+from ..format.lookup import FrameRow, SFrameLookup
+from .cache import _STUBS, GENERATOR_VERSION, _cached, cache_key, table_for, table_source
+from .errors import GenerateError
+
+if TYPE_CHECKING:
+    from ..cfi.eh_frame import FDE as CFIFDE
+    from ..cfi.eh_frame import _Parser
+    from ..elf import ElfImage
+    from ..format.constants import ABI
+    from ..format.model import FDE, Section
+
+#: The cache kind of on-demand tables (the index and the functions made so far).
+KIND = f"sframe/ondemand.g{GENERATOR_VERSION}.v3"
+_PAYLOAD_FORMAT = 1
+_HEAD = struct.Struct("<III")  # format, index entries, functions made
+_ENTRY = struct.Struct("<QQq")  # start, end, ref (.eh_frame offset; ~k: PLT FDE k)
+_MADE = struct.Struct("<II")  # index position, bytes (0: the function has no rows)
+#: Addresses an index may hold: far from the ends of the signed 64-bit range, where the
+#: whole table's placement margin and the flat tables' limits would apply.
+_LIMIT = 1 << 62
+
+
+class FunctionIndex:
+    """The functions of a binary's table-to-be, sorted: ``starts``, ``ends`` and ``refs``
+    (an ``.eh_frame`` offset, or ``~k`` for the k-th PLT FDE)."""
+
+    __slots__ = ("ends", "refs", "starts")
+
+    def __init__(self, starts: list[int], ends: list[int], refs: list[int]) -> None:
+        self.starts, self.ends, self.refs = starts, ends, refs
+
+    def position(self, pc: int) -> int | None:
+        """The position of the function covering ``pc``, or None."""
+        i = bisect_right(self.starts, pc) - 1
+        return i if i >= 0 and pc < self.ends[i] else None
+
+    def regular(self) -> bool:
+        """Sorted, no empty or overlapping ranges, addresses inside [0, 2**62)."""
+        starts, ends = self.starts, self.ends
+        if not starts:
+            return True
+        if starts[0] < 0 or ends[-1] >= _LIMIT:
+            return False
+        previous = 0
+        for start, end in zip(starts, ends, strict=True):
+            if start < previous or end <= start:
+                return False
+            previous = end
+        return True
+
+
+def on_demand_possible(image: ElfImage) -> bool:
+    """Whether ``image`` may get an on-demand table (a linked file with ``.eh_frame`` and
+    no ``.sframe`` of its own): the index decides the rest."""
+    return (image.elf_type != "REL" and not image.sframe_sections()
+            and image.section_header(".eh_frame") is not None)
+
+
+class OnDemandTable:
+    """A binary's SFrame rows, made per function on first use (see the module docstring).
+
+    Looks a pc up as :class:`~pysframe.format.lookup.SFrameLookup` does over the whole
+    table; :attr:`generation` changes whenever functions are made (or the table turns
+    whole), so flat copies of it know when they are stale."""
+
+    def __init__(self, image: ElfImage, abi: ABI, *, use_cache: bool = True) -> None:
+        self.image = image
+        self.abi = abi
+        self.use_cache = use_cache
+        self.generation = 0
+        #: The functions (None until first needed: a binary mapped but never sampled
+        #: costs nothing).
+        self.index: FunctionIndex | None = None
+        #: Functions made: index position -> their single-function table (None: no rows).
+        self._made: dict[int, bytes | None] = {}
+        self._lookups: dict[int, SFrameLookup | None] = {}
+        self._plt: list[FDE] | None = None
+        #: Where the crti/crtn FDEs start in :meth:`_plt_fdes`'s list.
+        self._crt_from = 0
+        self._key: bytes | None = None
+        self._source: Source | None = None
+        self._dirty = False
+        self._eh_frame: tuple[bytes, int] | None = None
+        self._parser: _Parser | None = None  # parses the FDEs (and keeps their CIEs)
+        self._text = image.executable_ranges()
+        #: The whole table's lookup once this table had to be made whole (None: not).
+        self.whole: SFrameLookup | None = None
+        self._whole_none = False
+
+    def _prepare(self) -> FunctionIndex | None:
+        """The index, from the cache or one pass over .eh_frame (made whole instead when
+        it is not regular, or when the cache has the whole table); None once whole."""
+        if self.index is not None or self.whole is not None or self._whole_none:
+            return self.index
+        image = self.image
+        if self.use_cache:
+            source = self._source = table_source(image)
+            key = self._key = cache_key(image, source)
+            payload = load(KIND, key, source)
+            found = _decoded(payload) if payload is not None else None
+            if found is not None:
+                self.index, self._made = found
+                return self.index
+            whole = _cached(image, [], key, source, VERSION_3)
+            if whole is not None:  # made before (e.g. by an older version): complete
+                self.whole = SFrameLookup(SFrameReader(whole.data, whole.address))
+                self.generation += 1
+                return None
+        scanned = _scan(image, self._plt_fdes(), list(image.section_ranges(*_STUBS).values()),
+                        self._crt_from)
+        if scanned is None:
+            self._turn_whole()
+            return None
+        self.index = scanned
+        self._dirty = True  # the index is worth keeping, even with no function made
+        return self.index
+
+    # --- the lookup the unwinder uses --------------------------------------------------
+
+    def find_fre(self, pc: int) -> FrameRow | None:
+        """The row for link-time ``pc``, as the whole table's lookup would find it."""
+        index = self.index or self._prepare()
+        if index is None:
+            return self.whole.find_fre(pc) if self.whole is not None else None
+        position = index.position(pc)
+        if position is None:
+            return None
+        lookup = self.function(position)
+        if self.whole is not None:
+            return self.whole.find_fre(pc)
+        return lookup.find_fre(pc) if lookup is not None else None
+
+    def ensure(self, pc: int) -> None:
+        """Make the rows of the function covering link-time ``pc``, if not made yet."""
+        index = self.index or self._prepare()
+        if index is not None:
+            position = index.position(pc)
+            if position is not None:
+                self.function(position)
+
+    def function(self, position: int) -> SFrameLookup | None:
+        """The single-function lookup of the function at ``position`` (None: no rows)."""
+        if position in self._lookups:
+            return self._lookups[position]
+        if position in self._made:
+            data = self._made[position]
+        else:
+            try:
+                data = self._make(position)
+            except _Irregular:
+                self._turn_whole()
+                return None
+            self._made[position] = data
+            self._dirty = True
+            self.generation += 1
+        lookup = SFrameLookup(SFrameReader(data, 0)) if data is not None else None
+        self._lookups[position] = lookup
+        return lookup
+
+    def made(self) -> list[tuple[int, int, SFrameLookup | None, bool]]:
+        """Every function of the index in address order: (start, end, its lookup, whether
+        it is made); the flat copies of the batch engine are built from this. Empty when
+        the table is whole (:attr:`whole`: known only once this or a lookup was asked)."""
+        index = self._prepare()
+        if index is None:
+            return []
+        lookups = self._lookups
+        result = []
+        for position, (start, end) in enumerate(zip(index.starts, index.ends, strict=True)):
+            if position in self._made and position not in lookups:
+                self.function(position)
+            result.append((start, end, lookups.get(position), position in lookups))
+        return result
+
+    # --- making one function -----------------------------------------------------------
+
+    def _make(self, position: int) -> bytes | None:
+        """The single-function table of the function at ``position``, validated as the
+        whole table is; None when the whole table would leave the function out."""
+        from .section import Generated, _placeable, translate_entry
+
+        assert self.index is not None
+        ref = self.index.refs[position]
+        result = Generated(_header(self.abi))
+        if ref < 0:
+            plt = self._plt_fdes()
+            if ~ref >= len(plt):
+                raise _Irregular("no such PLT function")  # an entry from another layout
+            fde: FDE | None = plt[~ref]
+        else:
+            data, address = self._eh_frame_data()
+            cfi = self._cfi_fde(ref, data, address, position)
+            fde = translate_entry(data, address, cfi, self.abi, self.image.big_endian, result,
+                                  version=VERSION_3, as_gnu=False, args_size=True)
+        if fde is None:
+            return None
+        if not _placeable([fde], 0, VERSION_3, self._text, result.skipped):
+            return None
+        return self._validated(fde)
+
+    def _validated(self, fde: FDE) -> bytes | None:
+        from ..format.encode import encode
+        from ..format.validation import ERROR, validate
+        from ..records import replace
+
+        section = _header(self.abi)
+        section.fdes = [replace(fde, fre_off=None)]
+        try:
+            data = encode(section)
+        except SFrameError as error:
+            raise _Irregular(error.message) from None
+        errors = [finding for finding in validate(data, 0, self._text)
+                  if finding.severity == ERROR]
+        if not errors:
+            return data
+        if any(finding.fde != 0 for finding in errors):
+            raise _Irregular(errors[0].message)  # a table-wide error: the whole table decides
+        return None  # the whole table leaves this function out
+
+    def _plt_fdes(self) -> list[FDE]:
+        """The FDEs made from no CFI: ld's for the PLT sections (the whole generator's,
+        :func:`~.plt.plt_fdes`), then the unwinder's for crti/crtn's ``_init`` and
+        ``_fini`` (x86-64, :func:`~.crt.crt_fdes`; :func:`_scan` leaves out one that a CFI
+        FDE overlaps, as the whole generator does)."""
+        if self._plt is None:
+            from .crt import crt_fdes
+            from .plt import plt_fdes
+
+            image = self.image
+            heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
+                     for name, (lo, hi) in image.section_ranges(*_STUBS).items()}
+            self._plt = plt_fdes(self.abi, heads, pie=image.is_pie(), version=VERSION_3)
+            self._crt_from = len(self._plt)
+            if self.abi.is_amd64:
+                self._plt += crt_fdes(image, [])
+        return self._plt
+
+    def _eh_frame_data(self) -> tuple[bytes, int]:
+        if self._eh_frame is None:
+            found = self.image.section(".eh_frame", relocated=True)
+            if found is None:
+                raise _Irregular("no .eh_frame")
+            self._eh_frame = (found[0], found[1])
+        return self._eh_frame
+
+    def _cfi_fde(self, offset: int, data: bytes, address: int, position: int) -> CFIFDE:
+        """The CFI FDE at ``offset`` of .eh_frame (parsed by the first pass, or now),
+        checked against the index."""
+        from ..cfi.eh_frame import CFIError, _Parser
+        from ..cfi.leb128 import DecodeError
+
+        if self._parser is None:
+            self._parser = _Parser(data, address, self.image.big_endian,
+                                   self.image.elf_class // 8, False)
+        try:
+            cfi = self._parser.fde_at(offset)
+        except (CFIError, DecodeError, struct.error, IndexError, ValueError) as error:
+            raise _Irregular(str(error)) from None
+        index = self.index
+        assert index is not None
+        if (cfi.pc_begin, cfi.pc_end) != (index.starts[position], index.ends[position]):
+            raise _Irregular("the FDE does not match the index")
+        return cfi
+
+    def _turn_whole(self) -> None:
+        """From now on, the whole table (something made this function's rows depend on
+        others')."""
+        try:
+            table = table_for(self.image, use_cache=self.use_cache)
+            self.whole = SFrameLookup(SFrameReader(table.data, table.address))
+        except (GenerateError, SFrameError):
+            self._whole_none = True
+        self.generation += 1
+
+    # --- the cache ---------------------------------------------------------------------
+
+    def save(self) -> None:
+        """Keep the functions made so far in the cache (with the ones another run kept
+        meanwhile), if any are new."""
+        if (not self._dirty or self._key is None or self._source is None
+                or self.index is None or self.whole is not None):
+            return
+        self._dirty = False
+        payload = load(KIND, self._key, self._source)
+        theirs = _decoded(payload) if payload is not None else None
+        made = dict(self._made)
+        if theirs is not None and theirs[0].starts == self.index.starts:
+            for position, data in theirs[1].items():
+                made.setdefault(position, data)
+        store(KIND, self._key, _encoded(self.index, made), self._source)
+
+
+class _Irregular(Exception):
+    """A function whose rows the whole table might not give as made here."""
+
+
+def _header(abi: ABI) -> Section:
+    """An empty section with the header of the whole generated table."""
+    from ..format.model import Section
+
+    return Section(version=VERSION_3, abi=abi, flags=F_FDE_FUNC_START_PCREL,
+                   cfa_fixed_ra_offset=-8 if abi.is_amd64 else 0, address=0)
+
+
+def on_demand_table(image: ElfImage, *, use_cache: bool = True) -> OnDemandTable | None:
+    """The on-demand table of ``image``, or None when it must have a whole table from the
+    start (see the module docstring). Raises :class:`GenerateError` as the whole
+    generator would (an unsupported machine)."""
+    from .abi import abi_of
+
+    if not on_demand_possible(image):
+        return None
+    return OnDemandTable(image, abi_of(image), use_cache=use_cache)
+
+
+def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_from: int
+          ) -> FunctionIndex | None:
+    """The index from one pass over .eh_frame (the FDEs the generator's parser gives) and
+    the FDEs made from no CFI (``plt``; from ``crt_from`` on, crti/crtn's, left out where
+    a CFI FDE overlaps them), or None when it is not regular."""
+    from ..cfi.eh_frame import fde_ranges
+
+    found = image.section(".eh_frame", relocated=True)
+    if found is None:
+        return None
+    data, address, _ = found
+    entries: list[tuple[int, int, int]] = []
+    for start, size, offset in fde_ranges(data, address, big_endian=image.big_endian,
+                                          address_size=image.elf_class // 8):
+        if any(lo <= start < hi for lo, hi in stubs):
+            continue  # the PLT's rows are ld's, below
+        if not 0 < size <= 0xFFFFFFFF:
+            continue  # never in the table (translate_entry skips it): holds no pc
+        entries.append((start, start + size, offset))
+    entries.sort()
+    starts, ends = [entry[0] for entry in entries], [entry[1] for entry in entries]
+    for k, fde in enumerate(plt):
+        at = bisect_right(starts, fde.start) - 1  # a CFI FDE overlapping crt's: left out
+        if k >= crt_from and ((at >= 0 and ends[at] > fde.start) or (
+                at + 1 < len(starts) and starts[at + 1] < fde.end)):
+            continue
+        entries.append((fde.start, fde.end, ~k))
+    entries.sort()
+    index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
+                          [e[2] for e in entries])
+    return index if index.regular() else None
+
+
+def _encoded(index: FunctionIndex, made: dict[int, bytes | None]) -> bytes:
+    parts = [_HEAD.pack(_PAYLOAD_FORMAT, len(index.starts), len(made))]
+    parts += [_ENTRY.pack(*entry) for entry in zip(index.starts, index.ends, index.refs,
+                                                     strict=True)]
+    for position in sorted(made):
+        data = made[position] or b""
+        parts += [_MADE.pack(position, len(data)), data]
+    return b"".join(parts)
+
+
+def _decoded(payload: bytes) -> tuple[FunctionIndex, dict[int, bytes | None]] | None:
+    """The index and functions of a cache entry, or None when it is not a well-formed one
+    (a regular index; each function's table one FDE inside its range)."""
+    try:
+        form, count, made_count = _HEAD.unpack_from(payload)
+        if form != _PAYLOAD_FORMAT:
+            return None
+        at = _HEAD.size
+        entries = list(_ENTRY.iter_unpack(payload[at:at + count * _ENTRY.size]))
+        at += count * _ENTRY.size
+        if len(entries) != count:
+            return None
+        index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
+                              [e[2] for e in entries])
+        made: dict[int, bytes | None] = {}
+        for _ in range(made_count):
+            position, length = _MADE.unpack_from(payload, at)
+            at += _MADE.size
+            data = payload[at:at + length]
+            at += length
+            if position >= count or len(data) != length or position in made:
+                return None
+            made[position] = data or None
+    except struct.error:
+        return None
+    if at != len(payload) or not index.regular():
+        return None
+    for position, table in made.items():
+        if table is not None and not _one_function(table, index.starts[position],
+                                                   index.ends[position]):
+            return None
+    return index, made
+
+
+def _one_function(data: bytes, start: int, end: int) -> bool:
+    try:
+        reader = SFrameReader(data, 0)
+        if reader.num_fdes != 1:
+            return False
+        entry = reader.fde(0)
+    except SFrameError:
+        return False
+    return start <= entry.start and entry.start + entry.size <= end

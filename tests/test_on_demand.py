@@ -1,0 +1,228 @@
+"""Tables on demand (issue 29, item 1): the rows made per function are the whole table's,
+for every function; odd CFI gets the whole table; the cache entry of made functions is
+verified before use."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, needs_fixtures
+from pysframe.cfi.eh_frame import fde_ranges, parse_eh_frame
+from pysframe.elf import ElfImage
+from pysframe.format.decode import SFrameReader
+from pysframe.format.lookup import FrameRow, SFrameLookup
+from pysframe.generate.cache import table_for
+from pysframe.generate.on_demand import KIND, OnDemandTable, _decoded, on_demand_table
+from pysframe.records import replace
+from pysframe.session.tables import GeneratedTables
+
+SYSTEM = [Path("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+          Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),  # C++: LSDA FDEs
+          Path("/bin/ls")]  # a PIE with .plt and .plt.got
+FIXTURE = FIXTURES / "2.46" / "x86_64" / "O2" / "prog"  # its own .sframe, a .plt
+
+
+def _whole(image: ElfImage) -> SFrameLookup:
+    table = table_for(image, use_cache=False)
+    return SFrameLookup(SFrameReader(table.data, table.address))
+
+
+def _probes(whole: SFrameLookup, image: ElfImage) -> list[int]:
+    """Every row start of the whole table (and the byte before), every FDE's bounds."""
+    pcs: set[int] = set()
+    reader = whole.reader
+    for i in range(reader.num_fdes):
+        entry = reader.fde(i)
+        pcs.update((entry.start - 1, entry.start + entry.size - 1, entry.start + entry.size))
+        for _, fre in reader.fres_with_offsets(entry):
+            pcs.update((entry.start + fre.start - 1, entry.start + fre.start))
+    found = image.section(".eh_frame", relocated=True)
+    assert found is not None
+    for start, size, _ in fde_ranges(found[0], found[1]):
+        pcs.update((start, start + size // 2, start + size))
+    return sorted(pcs)
+
+
+def _same_rows(whole: SFrameLookup, lazy: OnDemandTable, pcs: list[int]) -> None:
+    def plain(row: FrameRow | None) -> FrameRow | None:  # the index in its own table
+        return None if row is None else replace(row, fde_index=0)
+
+    for pc in pcs:
+        assert plain(lazy.find_fre(pc)) == plain(whole.find_fre(pc)), hex(pc)
+
+
+def _stripped(tmp_path: Path, path: Path) -> ElfImage:
+    """A copy of ``path`` without its own .sframe (so it gets an on-demand table)."""
+    copy = tmp_path / (path.name + ".nosframe")
+    subprocess.run(["objcopy", "--remove-section", ".sframe", str(path), str(copy)], check=True)
+    return ElfImage(str(copy))
+
+
+@pytest.mark.parametrize("path", SYSTEM, ids=lambda path: path.name)
+def test_rows_made_per_function_are_the_whole_tables(path: Path) -> None:
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    image = ElfImage(str(path))
+    lazy = on_demand_table(image, use_cache=False)
+    assert lazy is not None
+    whole = _whole(image)
+    _same_rows(whole, lazy, _probes(whole, image))
+    assert lazy.whole is None  # every function made on its own
+
+
+@needs_fixtures
+@pytest.mark.skipif(shutil.which("objcopy") is None, reason="no objcopy")
+def test_a_fixture_without_its_sframe_gets_the_whole_tables_rows(tmp_path: Path) -> None:
+    assert on_demand_table(ElfImage(str(FIXTURE)), use_cache=False) is None  # own .sframe
+    image = _stripped(tmp_path, FIXTURE)
+    lazy = on_demand_table(image, use_cache=False)
+    assert lazy is not None
+    whole = _whole(image)
+    _same_rows(whole, lazy, _probes(whole, image))
+    assert lazy.whole is None and lazy.index is not None
+    assert any(ref < 0 for ref in lazy.index.refs)  # the PLT's rows: ld's rules
+
+
+def test_fde_ranges_are_the_parsers_fdes() -> None:
+    for path in SYSTEM:
+        if not path.exists():
+            continue
+        found = ElfImage(str(path)).section(".eh_frame", relocated=True)
+        assert found is not None
+        fdes, _ = parse_eh_frame(found[0], found[1])
+        assert fde_ranges(found[0], found[1]) == [(f.pc_begin, f.pc_range, f.offset)
+                                                 for f in fdes]
+
+
+def _patched(tmp_path: Path, source: Path, name: str, section: str,
+             patch: Callable[[bytearray], None]) -> ElfImage:
+    """A copy of ``source`` whose ``section`` bytes went through ``patch``."""
+    image = ElfImage(str(source))
+    header = image.section_header(section)
+    assert header is not None
+    data = bytearray(Path(source).read_bytes())
+    part = bytearray(data[header.offset:header.offset + header.size])
+    patch(part)
+    data[header.offset:header.offset + header.size] = part
+    copy = tmp_path / name
+    copy.write_bytes(bytes(data))
+    return ElfImage(str(copy))
+
+
+def test_hostile_eh_frame_hdr_changes_nothing(tmp_path: Path) -> None:
+    """The search table is not read: garbage in it (wrong, unsorted, pointing outside)
+    costs no row."""
+    libc = SYSTEM[0]
+    if not libc.exists():
+        pytest.skip("no libc")
+
+    def garbage(part: bytearray) -> None:
+        part[4:] = bytes((i * 37) & 0xFF for i in range(len(part) - 4))
+
+    image = _patched(tmp_path, libc, "libc-hdr", ".eh_frame_hdr", garbage)
+    lazy = on_demand_table(image, use_cache=False)
+    assert lazy is not None
+    whole = _whole(image)
+    _same_rows(whole, lazy, _probes(whole, image)[::7])
+
+
+def test_overlapping_fdes_get_the_whole_table(tmp_path: Path) -> None:
+    """An FDE whose range runs over the next function: which of the two the whole table
+    keeps depends on both, so the binary gets the whole table."""
+    libc = SYSTEM[0]
+    if not libc.exists():
+        pytest.skip("no libc")
+    image = ElfImage(str(libc))
+    found = image.section(".eh_frame")
+    assert found is not None
+    ranges = fde_ranges(found[0], found[1])
+    offset = ranges[len(ranges) // 2][2]
+
+    def widen(part: bytearray) -> None:
+        struct.pack_into("<i", part, offset + 12, 0x100000)
+
+    image = _patched(tmp_path, libc, "libc-overlap", ".eh_frame", widen)
+    lazy = on_demand_table(image, use_cache=False)
+    assert lazy is not None
+    whole = _whole(image)
+    _same_rows(whole, lazy, _probes(whole, image)[::5])
+    assert lazy.whole is not None
+
+
+def _entry(cache: Path) -> Path:
+    kind = KIND.split("/")[1]
+    found = list(cache.rglob(f"*.{kind}"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_made_functions_are_kept_and_verified(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    libc = SYSTEM[0]
+    if not libc.exists():
+        pytest.skip("no libc")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    image = ElfImage(str(libc))
+    whole = _whole(image)
+    pcs = _probes(whole, image)[::50]
+    first = on_demand_table(image)
+    assert first is not None
+    _same_rows(whole, first, pcs)
+    first.save()
+    made = len(first._made)
+    assert made > 10
+    # Warm: the index and the functions come from the cache (no pass over .eh_frame).
+    warm = on_demand_table(image)
+    assert warm is not None
+    warm._prepare()
+    assert len(warm._made) == made and warm.generation == 0
+    _same_rows(whole, warm, pcs)
+    assert warm.generation == 0  # nothing made again
+    # Accumulated: a later run adds the functions it makes to the entry.
+    more = on_demand_table(image)
+    assert more is not None
+    _same_rows(whole, more, _probes(whole, image)[25::50])
+    more.save()
+    again = on_demand_table(image)
+    assert again is not None and again._prepare() is not None
+    assert len(again._made) > made
+    # Tampered: the entry is not used (made again, the same rows).
+    entry = _entry(tmp_path / "cache")
+    data = bytearray(entry.read_bytes())
+    data[-3] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    tampered = on_demand_table(image)
+    assert tampered is not None and tampered._prepare() is not None
+    assert not tampered._made
+    _same_rows(whole, tampered, pcs)
+
+
+def test_malformed_payloads_are_refused() -> None:
+    head = struct.Struct("<III")
+    entry = struct.Struct("<QQq")
+    good = head.pack(1, 2, 0) + entry.pack(0x1000, 0x1010, 0) + entry.pack(0x1010, 0x1020, 8)
+    assert _decoded(good) is not None
+    unsorted = head.pack(1, 2, 0) + entry.pack(0x1010, 0x1020, 0) + entry.pack(0x1000, 0x1010, 8)
+    overlapping = head.pack(1, 2, 0) + entry.pack(0x1000, 0x1018, 0) + entry.pack(0x1010, 0x1020, 8)
+    not_a_table = good[:8] + struct.pack("<I", 1) + good[12:] + struct.pack("<II", 0, 4) + b"junk"
+    for payload in (unsorted, overlapping, not_a_table, good[:-1], good + b"x"):
+        assert _decoded(payload) is None
+
+
+def test_generated_tables_give_on_demand_tables_only_where_they_may(tmp_path: Path) -> None:
+    tables = GeneratedTables(use_cache=False)
+    libc = SYSTEM[0]
+    if libc.exists():
+        assert tables.table(ElfImage(str(libc))).on_demand is not None
+    if FIXTURE.exists():
+        table = tables.table(ElfImage(str(FIXTURE)))  # its own .sframe, merged: whole
+        assert table.on_demand is None and table.data
+    recorder = GeneratedTables(use_cache=False, apart=True)  # the BPF map: whole tables
+    if libc.exists():
+        assert recorder.table(ElfImage(str(libc))).on_demand is None
