@@ -34,6 +34,7 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from ..cachedir import Source, load, store
+from ..errors import PysframeError
 from ..format.constants import F_FDE_FUNC_START_PCREL, VERSION_3
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
@@ -301,6 +302,13 @@ class OnDemandTable:
             raise _Irregular("the FDE does not match the index")
         return cfi
 
+    def whole_table(self) -> SFrameLookup | None:
+        """The whole table's lookup, made (or taken from the cache) now if not yet: for
+        what needs every row at once (the recorder's walker loads them all)."""
+        if self.whole is None and not self._whole_none:
+            self._turn_whole()
+        return self.whole
+
     def _turn_whole(self) -> None:
         """From now on, the whole table (something made this function's rows depend on
         others')."""
@@ -329,7 +337,7 @@ class OnDemandTable:
         store(KIND, self._key, _encoded(self.index, made), self._source)
 
 
-class _Irregular(Exception):
+class _Irregular(PysframeError):
     """A function whose rows the whole table might not give as made here."""
 
 

@@ -288,6 +288,9 @@ def module_rows(module: object, build_id: bytes | None = None, kernel_rules: boo
     damaged = getattr(module, "damage", None) is not None
     refusal = _kernel_refusal(module) if kernel_rules and not damaged else None
     lookup = getattr(module, "lookup", None)
+    whole = getattr(lookup, "whole_table", None)
+    if whole is not None:  # made per function (the commands' tables): the walker needs all
+        lookup = whole()
     if refusal is not None or lookup is None:
         return empty, empty, refusal
     flat = cached_flat(lookup, ABI.AMD64_ENDIAN_LITTLE, build_id or _build_id_of(module))
