@@ -170,12 +170,11 @@ def test_scenarios_reach_their_frames(corpus: Corpus) -> None:
         assert names[-1] == "_start", (core.name, names)
 
 
+@pytest.mark.parametrize("corpus", ["aarch64"], indirect=True)  # AArch64's alone
 def test_pointer_authentication_stripped(corpus: Corpus) -> None:
     """AArch64 -mbranch-protection=pac-ret: the return addresses saved on the stack carry a
     pointer-authentication code (qemu's CPU signs them), and the frames are still found:
     each frame's pc is a saved word with its PAC stripped."""
-    if corpus.arch.name != "aarch64":
-        pytest.skip("pointer authentication is AArch64's")
     from pysframe.sources.core import CoreFile
 
     signed = 0
