@@ -8,7 +8,7 @@ import mmap
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from ..elf.archive import ArchiveError, is_archive, read_members, thin_member_path
+from ..elf.archive import THIN_MAGIC, ArchiveError, is_archive, read_members, thin_member_path
 from ..errors import PysframeError
 
 
@@ -29,7 +29,7 @@ def each_input(path: str, data: bytes | mmap.mmap) -> Iterator[Input | PysframeE
     if not is_archive(data):
         yield Input(path, path, data)
         return
-    thin = data[:8] == b"!<thin>\n"
+    thin = data[:len(THIN_MAGIC)] == THIN_MAGIC
     try:
         for member, contents in read_members(path, data):
             label = f"{path}({member.name})"
