@@ -212,3 +212,73 @@ def test_the_recorder_generates_and_flattens_in_a_helper_process(
         finally:
             loader.finder.tables.close()  # type: ignore[attr-defined]
     assert first >= 0 and count > 0
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_idle_processes_lend_their_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows map is full and a busy machine starts a compiler whose table fits nowhere:
+    the tables of processes that had no sample lately lend it their rows. Their entries
+    are written without them first (the walker never reads rows being replaced); a
+    process starting up, or one sampled lately, keeps its tables; after LEND_S the
+    lenders get theirs back where there is room."""
+    from pysframe.record import bpf_sys
+    from pysframe.record import tables as tables_module
+    from pysframe.record.tables import TableLoader
+    from pysframe.record.walker import MAPPING, PROCS_VALUE, ROW
+    from pysframe.sources.live import MapEntry
+
+    sizes = {"idle": 60, "busy": 30, "cc1": 50}
+    maps = {1: ["idle"], 2: ["busy"], 3: ["cc1"]}
+    monkeypatch.setattr(tables_module, "module_rows", lambda module, build_id=None: (
+        np.arange(sizes[module.name], dtype=np.uint64), np.zeros(sizes[module.name], np.uint64),
+        None))
+    monkeypatch.setattr(tables_module, "read_maps", lambda pid: [
+        MapEntry(0x1000 * (i + 1), 0x1000 * (i + 2), "r-xp", 0, f"/bin/{name}")
+        for i, name in enumerate(maps[pid])])
+    clock = [1000.0]
+    monkeypatch.setattr(tables_module.time, "monotonic", lambda: clock[0])
+
+    class Image:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def build_id(self) -> bytes:
+            return self.name.encode()
+
+    class Module:
+        def __init__(self, name: str) -> None:
+            self.name, self.path, self.image, self.bias = name, f"/bin/{name}", Image(name), 0
+
+    class Finder:
+        def module(self, path: str, *_: object) -> Module:
+            return Module(os.path.basename(path))
+
+        def forget(self, path: str, build_id: bytes | None = None) -> None:
+            pass
+
+    def entry_tables(procs: bpf_sys.Fd, pid: int) -> list[int]:
+        value = bpf_sys.map_lookup(procs, pid.to_bytes(4, "little"), PROCS_VALUE)
+        assert value is not None
+        count = int.from_bytes(value[:4], "little")
+        return [MAPPING.unpack_from(value, 8 + i * MAPPING.size)[4] for i in range(count)]
+
+    sampled = {2}
+    with bpf_sys.Resources() as owned:
+        procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 8, "t_procs"))
+        rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 100, "t_rows"))
+        loader = TableLoader(rows, procs, 100, finder=Finder())  # type: ignore[arg-type]
+        loader.recently_sampled = lambda pid: pid in sampled
+        assert loader.load_process(1) == 1 and loader.load_process(2) == 1  # 90 rows used
+        assert loader.load_process(3) == 0  # 50 rows: no room, idle is only starting up
+        assert loader.lent_tables == 0 and entry_tables(procs, 1) == [60]
+        clock[0] += tables_module.IDLE_S  # idle has had no sample since; busy has
+        assert loader.load_process(3) == 1
+        assert loader.lent == {("", b"idle"): clock[0]} and loader.lent_tables == 1
+        assert entry_tables(procs, 1) == [] and entry_tables(procs, 2) == [30]
+        assert entry_tables(procs, 3) == [50]
+        assert loader.load_process(1) == 0  # still lent: uncovered
+        clock[0] += tables_module.LEND_S
+        maps[3] = []  # the compiler is done: its rows are retired, room for idle's
+        loader.load_process(3)
+        loader.sweep()  # gives the lent table back
+        assert not loader.lent and entry_tables(procs, 1) == [60]

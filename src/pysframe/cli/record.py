@@ -205,6 +205,7 @@ def _workload_status(status: int | None) -> int:
 
 def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> None:
     from ..record.completion import MOST_PENDING, MOST_PENDING_BYTES
+    from ..record.tables import IDLE_S, LEND_S
 
     walked = 100 * result.outermost / result.walks if result.walks else 0.0
     if result.gone:
@@ -248,6 +249,10 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
         report(f"the tables of {result.freed_tables} binar"
                f"{'ies' if result.freed_tables != 1 else 'y'} no target mapped any more were "
                "freed")
+    if result.lent_tables:
+        report(f"the rows of {result.lent_tables} table{'s' if result.lent_tables != 1 else ''} "
+               f"of processes without samples for {IDLE_S:g} s were lent to binaries that "
+               f"fit nowhere else, for {LEND_S:g} s each")
     if options.defer:
         saved = result.requests - result.deferred_walks
         report(f"--defer: {result.requests:,} samples taken in system calls asked for their "

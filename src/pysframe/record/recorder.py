@@ -23,7 +23,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import PysframeError
@@ -53,7 +53,6 @@ from .perf_file import (
     kernel_mmap_record,
     kernel_text,
     mmap2_record,
-    perf_data_chunks,
     request_record,
     sample_record,
 )
@@ -69,9 +68,9 @@ from .sampler import (
     USER_AT,
     USER_FRAMES,
 )
-from .spool import RecordSpool
+from .spool import RecordedFile, RecordSpool
 from .table_worker import TableWorker
-from .tables import TableLoader
+from .tables import IDLE_S, TableLoader
 from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, scratch_map, walker
 
 RING_BYTES = 1 << 24
@@ -157,8 +156,10 @@ class Recording:
         self.copies_dropped = 0
         #: The BPF maps' memory (memlock), read at the end.
         self.maps_bytes = 0
-        #: Tables freed when no target mapped them any more.
+        #: Tables freed when no target mapped them any more, and tables of idle processes
+        #: whose rows were lent to a table that fit nowhere else.
         self.freed_tables = 0
+        self.lent_tables = 0
         #: Samples of the recorder itself (``-a``).
         self.own_samples = 0
         #: Binaries whose rows did not fit in the rows map when first asked for.
@@ -170,29 +171,6 @@ class Recording:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: How long a command sent SIGTERM at the end is waited for before SIGKILL.
 WORKLOAD_GRACE_S = 5.0
-
-
-class RecordedFile:
-    """The perf.data file a recording made, to be written: :attr:`size` bytes, given by
-    :meth:`chunks` (once) from the records kept in a scratch file."""
-
-    def __init__(self, spool: RecordSpool, attr: bytes, build_ids: list[bytes],
-                 event: str) -> None:
-        self._spool, self._attr, self._build_ids, self._event = spool, attr, build_ids, event
-        self.size = sum(len(chunk) for chunk in perf_data_chunks(attr, 0, [], build_ids,
-                                                                 event)) + spool.size
-
-    def chunks(self) -> Iterator[bytes]:
-        try:
-            yield from perf_data_chunks(self._attr, self._spool.size,
-                                        self._spool.in_time_order(), self._build_ids,
-                                        self._event)
-        finally:
-            self._spool.close()
-
-    def read(self) -> bytes:
-        """The whole file (tests and small recordings)."""
-        return b"".join(self.chunks())
 
 
 def record(target: Target, duration: float | None, report: Callable[[str], None],
@@ -244,6 +222,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
             session.generated.close()
             result.binaries = session.loader.build_ids
             result.freed_tables = session.loader.freed_tables
+            result.lent_tables = session.loader.lent_tables
             result.overflowed = dict(session.loader.overflowed)
             for path, reason in session.loader.refused.items():
                 report(f"{path}: its .sframe is not loaded, the kernel's rules refuse it "
@@ -460,8 +439,12 @@ class _Session:
         #: Held by the polling thread while it takes records in, and by the table thread
         #: while it takes waiting samples out or rewrites their records.
         self.lock = threading.Lock()
-        #: When exited processes were last forgotten (the recorder's clock, seconds).
+        #: When exited processes were last forgotten (the recorder's clock, seconds), and
+        #: when each process last had a sample: the tables of processes without one lately
+        #: lend their rows to a table that fits nowhere else (TableLoader._lend_rows).
         self.forgotten_at = 0.0
+        self.last_sampled: dict[int, float] = {}
+        self.loader.recently_sampled = self.recently_sampled
         #: The thread doing table work once sampling runs (None: done inline), and
         #: whether sampling has stopped (no more table work then).
         self.worker: TableWorker | None = None
@@ -601,6 +584,10 @@ class _Session:
                 self.forgotten_at = now
                 self.maps.forget_exited(now, self.to_finish)
 
+    def recently_sampled(self, pid: int) -> bool:
+        when = self.last_sampled.get(pid)
+        return when is not None and time.monotonic() - when < IDLE_S
+
     def samples_waiting(self) -> dict[int, int]:
         """How many samples wait for each process's tables."""
         with self.lock:
@@ -612,6 +599,7 @@ class _Session:
         for band in self.side_bands:
             for data in band.records():
                 self._side_band(data)
+        now = time.monotonic()
         for raw in self.ring.records():
             kind, flags, user_frames, reason = RECORD_HEAD.unpack_from(raw)
             if kind == KIND_REQUEST:
@@ -623,7 +611,9 @@ class _Session:
                 self._walked(reason)
             else:
                 stamp, data = sample_record(raw, frames=self.frames)
-                if struct.unpack_from("<I", raw, 8)[0] == self.own_pid:
+                pid = struct.unpack_from("<I", raw, 8)[0]
+                self.last_sampled[pid] = now
+                if pid == self.own_pid:
                     self.result.own_samples += 1  # walked by frame pointers: not counted
                 elif user_frames and _has_user_stack(raw):  # idle, kernel threads: none
                     self.result.user_samples += 1
@@ -710,6 +700,7 @@ class _Session:
             if exited == tid:
                 self.drop(exited)
                 self.maps.exited(exited, time.monotonic())
+                self.last_sampled.pop(exited, None)
             del parent
 
     def stop_sampling(self) -> None:

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .perf_file import perf_data_chunks
+
 #: Bytes gathered before they are written to the scratch file, and read back per chunk.
 BUFFER_BYTES = 1 << 20
 
@@ -101,3 +103,26 @@ class RecordSpool:
 
     def close(self) -> None:
         self._file.close()
+
+
+class RecordedFile:
+    """The perf.data file a recording made, to be written: :attr:`size` bytes, given by
+    :meth:`chunks` (once) from the records kept in a scratch file."""
+
+    def __init__(self, spool: RecordSpool, attr: bytes, build_ids: list[bytes],
+                 event: str) -> None:
+        self._spool, self._attr, self._build_ids, self._event = spool, attr, build_ids, event
+        self.size = sum(len(chunk) for chunk in perf_data_chunks(attr, 0, [], build_ids,
+                                                                 event)) + spool.size
+
+    def chunks(self) -> Iterator[bytes]:
+        try:
+            yield from perf_data_chunks(self._attr, self._spool.size,
+                                        self._spool.in_time_order(), self._build_ids,
+                                        self._event)
+        finally:
+            self._spool.close()
+
+    def read(self) -> bytes:
+        """The whole file (tests and small recordings)."""
+        return b"".join(self.chunks())

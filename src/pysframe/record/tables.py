@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
 from ..errors import PysframeError
 from ..format.constants import ABI
 from ..session.tables import GeneratedTables
-from ..sources.live import read_maps
+from ..sources.live import MapEntry, read_maps
 from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat, flat_is_cached
 from ..unwind.modules import BinaryFinder, damage_message
@@ -41,6 +43,11 @@ from .walker import MAPPING, MAPPINGS, PROCS_VALUE
 
 #: Retired tables whose binaries (image, table) the finder keeps for a quick reload.
 KEPT_RETIRED = 32
+#: How long the rows of an idle process's table stay lent to a busier one (its entry is
+#: then written with it again, where there is room: :meth:`TableLoader.give_back`), and
+#: how long a process without a sample (or since its entry was first written) is idle.
+LEND_S = 30.0
+IDLE_S = 10.0
 
 class TableLoader:
     """Loads tables into ``rows`` (``capacity`` rows) and process entries into ``procs``."""
@@ -85,6 +92,20 @@ class TableLoader:
         self.finder_paths: dict[tuple[str, bytes | None], set[str]] = {}
         #: Retired tables whose binaries the finder still keeps, oldest first.
         self.kept_retired: OrderedDict[tuple[str, bytes | None], None] = OrderedDict()
+        #: Whether a process had a sample lately: the tables of processes that had none
+        #: lend their rows to a table that fits nowhere else (see _lend_rows). By
+        #: default every process is busy: nothing is lent.
+        self.recently_sampled: Callable[[int], bool] = lambda pid: True
+        #: Tables lent that way, with when (the recorder's clock): left out of their
+        #: processes' entries (their code copies the stack) for LEND_S, then loaded again.
+        self.lent: dict[tuple[str, bytes | None], float] = {}
+        self.lent_tables = 0
+        #: The processes a lent table was taken from (their entries get it back), when
+        #: each process's entry was first written (a process starting up is not idle),
+        #: and the processes whose entries are being written now.
+        self.lent_users: dict[tuple[str, bytes | None], set[int]] = {}
+        self.loaded_at: dict[int, float] = {}
+        self._loading: set[int] = set()
 
     def _table(self, key: tuple[str, bytes | None], module: object) -> tuple[int, int]:
         found = self.tables.get(key)
@@ -94,8 +115,10 @@ class TableLoader:
         if found is not None:  # its rows are still there
             self.tables[key] = found
             return found
-        if self.overflowed.get(str(getattr(module, "path", "")), 0) > self.room():
-            return -1, self.overflowed[str(getattr(module, "path", ""))]  # still no room
+        too_big = self.overflowed.get(str(getattr(module, "path", "")), 0)
+        if too_big > self.room() and too_big > self.room() + sum(
+                size for _, size in self._lenders(key)):
+            return -1, too_big  # still no room
         found = (0, 0)
         self._flat_apart(module, key[1])
         starts, words, refusal = module_rows(module, key[1])
@@ -106,6 +129,8 @@ class TableLoader:
             self.damaged[str(getattr(module, "path", ""))] = damage_message(image, damage)
         count = len(starts)
         first = self._allocate(count) if count else None
+        if first is None and count and self._lend_rows(count, key):
+            first = self._allocate(count)
         if first is not None:
             keys, values = rows_items(first, starts, words)
             map_update_batch(self.rows, keys, values, count)
@@ -119,6 +144,63 @@ class TableLoader:
             return -1, count
         self.tables[key] = found
         return found
+
+    def _lend_rows(self, count: int, wanted: tuple[str, bytes | None]) -> bool:
+        """Make room for ``count`` rows from the tables of processes that had no sample
+        lately (largest first): their entries are written again without them first (the
+        walker never reads rows that are being replaced), then the tables are retired and
+        their rows taken. False, and nothing lent, if that would not be enough."""
+        needed, taken = count - self.room(), []
+        for key, size in self._lenders(wanted):
+            if needed <= 0:
+                break
+            taken.append(key)
+            needed -= size
+        if needed > 0 or not taken:
+            return False
+        now = time.monotonic()
+        self.lent.update((key, now) for key in taken)
+        self.lent_tables += len(taken)
+        for key in taken:
+            self.lent_users[key] = set(self.users.get(key, ()))
+        for pid in sorted({pid for key in taken for pid in self.users.get(key, ())}):
+            try:
+                self.load_process(pid)  # without the lent tables: _name retires them
+            except (OSError, BpfError):
+                self.drop_process(pid)
+        return all(key not in self.tables for key in taken)
+
+    def _lenders(self, wanted: tuple[str, bytes | None]
+                 ) -> list[tuple[tuple[str, bytes | None], int]]:
+        """(table, rows) of the tables all of whose processes are idle (no sample for
+        IDLE_S, entry written at least IDLE_S ago, not being written now), largest first."""
+        now = time.monotonic()
+
+        def idle(pid: int) -> bool:
+            return (pid not in self._loading and now - self.loaded_at.get(pid, now) >= IDLE_S
+                    and not self.recently_sampled(pid))
+
+        return sorted(((key, self.tables[key][1]) for key, users in self.users.items()
+                       if key != wanted and key in self.tables and self.tables[key][1]
+                       and users and all(idle(pid) for pid in users)),
+                      key=lambda item: -item[1])
+
+    def _lent_now(self, key: tuple[str, bytes | None]) -> bool:
+        """Whether ``key``'s rows are lent (for LEND_S from when they were)."""
+        since = self.lent.get(key)
+        return since is not None and time.monotonic() - since < LEND_S
+
+    def give_back(self) -> None:
+        """Tables lent for LEND_S: their processes' entries are written with them again
+        (where there is room; else they stay uncovered, as any table that does not fit)."""
+        now = time.monotonic()
+        for key in [key for key, since in self.lent.items() if now - since >= LEND_S]:
+            del self.lent[key]
+            for pid in sorted(self.lent_users.pop(key, ())):
+                try:
+                    self.load_process(pid)
+                except (OSError, BpfError):
+                    self.drop_process(pid)
 
     def room(self) -> int:
         """The rows a table could have now (unused, freed, and retired tables' rows)."""
@@ -204,6 +286,7 @@ class TableLoader:
         except BpfError:
             pass  # it had no entry
         self.fingerprints.pop(pid, None)
+        self.loaded_at.pop(pid, None)
         self._name(pid, set())
 
     def sweep(self) -> None:
@@ -217,6 +300,7 @@ class TableLoader:
                 self.drop_process(pid)
             except (OSError, BpfError):
                 continue
+        self.give_back()
 
     def prepare(self, path: str) -> int:
         """Load the tables of an executable about to run, its interpreter and the libraries
@@ -233,9 +317,6 @@ class TableLoader:
     def load_process(self, pid: int, if_changed: bool = False) -> int:
         """Write ``pid``'s entry from its maps (``if_changed``: only if its executable
         mappings changed since); returns how many mappings have rows."""
-        entries: list[bytes] = []
-        tableless: list[bytes] = []
-        keys: set[tuple[str, bytes | None]] = set()
         maps = [entry for entry in read_maps(pid) if "x" in entry.perms]
         code = [entry for entry in maps if entry.path.startswith("/")]
         fingerprint = hash(tuple((entry.start, entry.end, entry.inode, entry.path)
@@ -243,6 +324,17 @@ class TableLoader:
         if if_changed and self.fingerprints.get(pid) == fingerprint:
             return -1
         self.fingerprints[pid] = fingerprint
+        self.loaded_at.setdefault(pid, time.monotonic())
+        self._loading.add(pid)
+        try:
+            return self._write_entry(pid, maps, code)
+        finally:
+            self._loading.discard(pid)
+
+    def _write_entry(self, pid: int, maps: list[MapEntry], code: list[MapEntry]) -> int:
+        entries: list[bytes] = []
+        tableless: list[bytes] = []
+        keys: set[tuple[str, bytes | None]] = set()
         for entry in code:
             module = self.finder.module(os.path.realpath(entry.path), None, entry.start,
                                         entry.pgoff)
@@ -254,8 +346,10 @@ class TableLoader:
                 key = _key(module)
                 self.finder_paths.setdefault(key, set()).add(os.path.realpath(entry.path))
                 self.kept_retired.pop(key, None)  # in use again
-                if pid not in self.without_tables:
+                if pid not in self.without_tables and not self._lent_now(key):
                     first, count = self._table(key, module)
+                elif pid not in self.without_tables:
+                    continue  # lent: uncovered (the stack is copied there) for a while
             if first < 0:
                 continue  # did not fit: uncovered (see _table)
             if count and module is not None and len(entries) < MAPPINGS:
