@@ -105,7 +105,9 @@ def gdb_stopped_at_pac(core: Core, ours: Frames, theirs: Frames) -> bool:
     signed: the core keeps no NT_ARM_PAC_MASK (qemu writes none), so gdb 13 cannot strip
     the pointer-authentication code and takes the signed word for an address outside every
     function. Checked from the core: the next frame's return address is on the stack
-    only with a PAC in its top bits."""
+    with a PAC in its top bits (a stripped copy may be there too: a C++ exception's
+    unwinder keeps the return addresses it read, stripped, in its context on the stack;
+    one CI run's throw core had one)."""
     from pysframe.sources.core import CoreFile
 
     if len(theirs) >= len(ours) or ours[:len(theirs)] != theirs:
@@ -117,8 +119,7 @@ def gdb_stopped_at_pac(core: Core, ours: Frames, theirs: Frames) -> bool:
     sp = core_file.threads[0].registers["sp"]
     stack = core_file.memory.read_bytes(sp, 1 << 16)
     words = struct.unpack_from(f"<{len(stack) // 8}Q", stack)
-    return any(word & ((1 << 48) - 1) == wanted and word >> 48 for word in words) \
-        and wanted not in words
+    return any(word & ((1 << 48) - 1) == wanted and word >> 48 for word in words)
 
 
 def test_same_frames_as_gdb(corpus: Corpus) -> None:
