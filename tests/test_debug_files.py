@@ -28,6 +28,7 @@ from tests.support.debug_programs import (
     environment,
     gdb_names,
     record_all,
+    require_toolchain,
     sframe,
     stack_names,
     start_waiting,
@@ -39,11 +40,12 @@ from tests.support.parity import recording_directory
 from pysframe.elf import ElfImage
 from pysframe.elf.debuginfo import DebugFiles, debug_file
 
-pytestmark = [
-    pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 programs"),
-    pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("gcc", "g++", "objcopy")),
-                       reason="needs gcc, g++ and objcopy"),
-]
+pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 programs")
+
+
+@pytest.fixture(autouse=True)
+def _toolchain() -> None:
+    require_toolchain()
 
 ALL = ["prog", "cxx", "nog"]
 WITH_DWARF = ["prog", "cxx"]

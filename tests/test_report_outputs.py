@@ -30,9 +30,9 @@ from tests.support.profile_readers import (
     profile_message_class,
     raw_mappings,
     read_pprof,
+    report_output,
 )
 
-from pysframe.cli.script import run_report
 from pysframe.report.flamegraph import flame_graph_svg
 from pysframe.report.profiles import Location, Profile, StackKey
 from pysframe.report.speedscope import speedscope
@@ -80,12 +80,7 @@ class Recording:
 
     def report(self, form: str) -> bytes:
         if form not in self.outputs:
-            target = self.directory / f"{self.name}.{form}"
-            messages: list[str] = []
-            status = run_report(str(self.data), binaries=[], output=str(target), form=form,
-                                report=messages.append)
-            assert status == 0, messages
-            self.outputs[form] = target.read_bytes()
+            self.outputs[form] = report_output(self.data, self.directory / f"{self.name}.{form}", form)
         return self.outputs[form]
 
     def perf_headers(self) -> list[tuple[float, int]]:

@@ -39,9 +39,8 @@ from tests.support.profile_readers import (
     profile_message_class,
     raw_mappings,
     read_pprof,
+    report_output,
 )
-
-from pysframe.cli.script import run_report
 
 SUPPORT = Path(__file__).resolve().parent / "support"
 
@@ -101,12 +100,7 @@ class Recording:
 
     def report(self, form: str) -> bytes:
         if form not in self.outputs:
-            target = self.data.with_suffix(f".{form}")
-            messages: list[str] = []
-            status = run_report(str(self.data), binaries=[], output=str(target), form=form,
-                                report=messages.append)
-            assert status == 0, messages
-            self.outputs[form] = target.read_bytes()
+            self.outputs[form] = report_output(self.data, self.data.with_suffix(f".{form}"), form)
         return self.outputs[form]
 
     def busiest(self) -> set[tuple[int, int]]:

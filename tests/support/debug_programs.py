@@ -285,3 +285,14 @@ def stack_names(pid: int, env: dict[str, str]) -> list[str]:
 def stop(child: subprocess.Popen[str]) -> None:
     child.kill()
     child.wait(timeout=30)
+
+def require_toolchain() -> None:
+    """gcc, g++ and objcopy build the test programs: skip without them, fail under
+    CI=true (tests/support/oracles.py)."""
+    import shutil
+
+    from tests.support.oracles import missing
+
+    absent = [tool for tool in ("gcc", "g++", "objcopy") if shutil.which(tool) is None]
+    if absent:
+        missing(", ".join(absent), "apt-get install gcc g++ binutils")

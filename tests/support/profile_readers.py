@@ -119,3 +119,15 @@ def check_speedscope_schema(document: dict[str, Any]) -> None:
         assert all(0 <= index < len(frames) for stack in profile["samples"] for index in stack)
         assert all(isinstance(weight, int) and weight > 0 for weight in profile["weights"])
         assert profile["startValue"] == 0 <= profile["endValue"] == sum(profile["weights"])
+
+
+def report_output(data: Path, target: Path, form: str) -> bytes:
+    """``sframe report``'s ``form`` output of the recording ``data``, written to
+    ``target`` (in process: run_report, as the command runs it)."""
+    from pysframe.cli.script import run_report
+
+    messages: list[str] = []
+    status = run_report(str(data), binaries=[], output=str(target), form=form,
+                        report=messages.append)
+    assert status == 0, messages
+    return target.read_bytes()
