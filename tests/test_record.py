@@ -233,6 +233,48 @@ def test_system_wide(tmp_path: Path, busy: Path) -> None:
     assert {_thread_of(block) for block in whole} == threads  # the workers too
 
 
+WAKES_LATER = r"""
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+__attribute__((noinline)) long leaf(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i; return s; }
+__attribute__((noinline)) long middle(long n) { return leaf(n) + 1; }
+int main(int argc, char **argv) { sleep(atoi(argv[1])); long t = 0;
+  time_t end = time(0) + atoi(argv[2]); while (time(0) < end) t += middle(100000);
+  return t == 42; }
+"""
+
+
+def test_system_wide_loads_an_idle_process_tables_at_its_first_sample(tmp_path: Path) -> None:
+    """-a prepares the tables of the processes sampled in its first second only; one idle
+    then (sleeping) gets its tables at its first sample, and its chains are whole: the
+    samples before its tables were loaded are finished from their stack copies."""
+    source, binary = tmp_path / "wakes.c", tmp_path / "wakes"
+    source.write_text(WAKES_LATER)
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(binary), str(source)],
+                   check=True)
+    target = subprocess.Popen([str(binary), "3", "2"])
+    try:
+        time.sleep(0.3)  # running (asleep) before the recording starts
+        output = tmp_path / "all.perf.data"
+        run = sframe("record", "-a", "--duration", "6", "-o", str(output), tmp=tmp_path,
+                     timeout=600)
+        assert run.returncode == 0, run.stderr
+    finally:
+        target.kill()
+        target.wait()
+    assert re.search(r"\d+ of the processes running at the start had no sample and got no "
+                     r"tables", run.stderr), run.stderr
+    script = sframe("script", str(output), tmp=tmp_path)
+    assert script.returncode == 0, script.stderr
+    mine = [block for block in script.stdout.split("\n\n")
+            if _thread_of(block) == str(target.pid)]
+    woke = [block for block in mine if " middle+" in block or " leaf+" in block]
+    assert len(woke) > 200, len(woke)
+    whole = [block for block in woke if " _start+" in block]
+    assert len(whole) >= 0.97 * len(woke), [b for b in woke if b not in whole][:3]
+
+
 def _thread_of(block: str) -> str | None:
     """The thread id of a sample's header, "COMM TID [CPU] TIME: PERIOD EVENT:" (a name
     may hold spaces)."""

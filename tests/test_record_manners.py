@@ -74,8 +74,8 @@ def test_a_held_command_never_runs_if_the_recorder_goes_away(tmp_path: Path) -> 
     marker = tmp_path / "ran"
     program = (
         "import os, sys\n"
-        "from pysframe.record.recorder import _held_child\n"
-        f"pid, release = _held_child(['touch', {str(marker)!r}])\n"
+        "from pysframe.record.command import held_child\n"
+        f"pid, release = held_child(['touch', {str(marker)!r}])\n"
         "print(pid, flush=True)\n"
         "os.kill(os.getpid(), 9)\n")
     run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
@@ -90,12 +90,12 @@ def test_a_held_command_never_runs_if_the_recorder_goes_away(tmp_path: Path) -> 
 
 
 def test_a_released_command_runs_and_a_failed_exec_is_reported() -> None:
-    from pysframe.record.recorder import CommandFailed, _held_child
+    from pysframe.record.command import CommandFailed, held_child
 
-    pid, release = _held_child(["true"])
+    pid, release = held_child(["true"])
     release()
     assert os.waitpid(pid, 0)[1] == 0
-    pid, release = _held_child(["/nonexistent/cmd"])
+    pid, release = held_child(["/nonexistent/cmd"])
     with pytest.raises(CommandFailed, match="No such file"):
         release()
 

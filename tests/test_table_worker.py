@@ -33,3 +33,24 @@ def test_the_worker_prepares_every_process_once_in_that_order() -> None:
     assert rounds[0] == pids[:ROUND]  # nothing was waiting at the first round
     assert rounds[1][0] == pids[-1]  # then the one with samples waiting
     assert [pid for batch in rounds for pid in batch] == loaded
+
+
+def test_with_a_sampled_test_only_the_sampled_processes_are_prepared() -> None:
+    """-a: processes without a sample (idle daemons, a shell) are not prepared; a process
+    sampled while the others are prepared is taken in the next round."""
+    pids = list(range(1, 2 * ROUND + 5))
+    sampled = {3, 7, 2 * ROUND + 4}
+    loaded: list[int] = []
+
+    def load(pid: int) -> None:
+        loaded.append(pid)
+        sampled.add(11)  # one more process had its first sample meanwhile
+
+    worker = TableWorker(load, lambda pid: None, lambda: None, lambda batch: None,
+                         dict, sampled=lambda pid: pid in sampled)
+    worker.prepare(pids, progress=False)
+    assert worker.prepared.wait(30)
+    worker.close()
+    assert loaded[:3] == [3, 7, 2 * ROUND + 4] and loaded[3:] == [11]
+    assert worker.prepared_pids == {3, 7, 11, 2 * ROUND + 4}
+    assert worker.left_pids == set(pids) - worker.prepared_pids

@@ -47,7 +47,8 @@ class RecordOptions:
 
 def run_record(options: RecordOptions, report: Any) -> int:
     from ..record.bpf_sys import BpfError
-    from ..record.recorder import CommandFailed, record
+    from ..record.command import CommandFailed
+    from ..record.recorder import record
     from .files import write_output
 
     target = _target(options)
@@ -245,6 +246,10 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
     if result.copies_dropped:
         report(f"{result.copies_dropped:,} more such samples kept the walker's chain (at most "
                f"{MOST_PENDING:,} stack copies and {MOST_PENDING_BYTES >> 20} MiB of them are kept)")
+    if result.idle_processes:
+        report(f"{result.idle_processes:,} of the processes running at the start had no sample "
+               f"and got no tables ({result.prepared_processes:,} had samples and got theirs; "
+               "a process gets its tables at its first sample)")
     if result.freed_tables:
         report(f"the tables of {result.freed_tables} binar"
                f"{'ies' if result.freed_tables != 1 else 'y'} no target mapped any more were "

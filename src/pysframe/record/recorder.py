@@ -14,7 +14,6 @@ one :class:`~.bpf_sys.Resources` and released on every path: the end of the comm
 
 from __future__ import annotations
 
-import errno
 import os
 import select
 import shutil
@@ -26,12 +25,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import PysframeError
 from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
 from ..unwind.modules import BinaryFinder
 from ..unwind.step import Stop
 from . import bpf_sys as sys_bpf
+from .command import end_command, exit_status, held_child
 from .completion import (
     MOST_PENDING,
     MOST_PENDING_BYTES,
@@ -160,6 +159,10 @@ class Recording:
         #: whose rows were lent to a table that fit nowhere else.
         self.freed_tables = 0
         self.lent_tables = 0
+        #: ``-a``: processes running at the start whose tables were prepared (they had
+        #: samples), and those that never had a sample (no tables loaded for them).
+        self.prepared_processes = 0
+        self.idle_processes = 0
         #: Samples of the recorder itself (``-a``).
         self.own_samples = 0
         #: Binaries whose rows did not fit in the rows map when first asked for.
@@ -169,8 +172,6 @@ class Recording:
 #: The signals that stop a recording cleanly (the file is written, the command it
 #: started is sent SIGTERM), as perf record handles them.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-#: How long a command sent SIGTERM at the end is waited for before SIGKILL.
-WORKLOAD_GRACE_S = 5.0
 
 
 def record(target: Target, duration: float | None, report: Callable[[str], None],
@@ -212,7 +213,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
             session.stop_worker()
             if child is not None:  # perf's manners: the command it started ends with it
                 if result.workload_status is None:
-                    result.workload_status = _end(child, signal.SIGTERM)
+                    result.workload_status = end_command(child, signal.SIGTERM)
                 child = None
             if defer:  # walks asked for by the last samples come at their threads' returns
                 session.poll(DRAIN_MS)
@@ -223,6 +224,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
             result.binaries = session.loader.build_ids
             result.freed_tables = session.loader.freed_tables
             result.lent_tables = session.loader.lent_tables
+            result.prepared_processes, result.idle_processes = session.prepared_counts
             result.overflowed = dict(session.loader.overflowed)
             for path, reason in session.loader.refused.items():
                 report(f"{path}: its .sframe is not loaded, the kernel's rules refuse it "
@@ -234,7 +236,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
         raise
     finally:
         if child is not None:
-            _end(child, signal.SIGKILL)
+            end_command(child, signal.SIGKILL)
         for number, handler in previous.items():
             signal.signal(number, handler)
     event_type, config = EVENTS[event]
@@ -254,7 +256,8 @@ def _start(session: _Session, target: Target) -> int | None:
         executable = shutil.which(target.command[0])
         if executable is not None:
             session.loader.prepare(executable)
-        child, release = _held_child(target.command)
+        child, release = held_child(target.command)
+        session.command_pid = child
         if not target.system_wide:
             targets = [child]
             session.on_exec = True
@@ -277,7 +280,9 @@ def _start(session: _Session, target: Target) -> int | None:
             for pid in sorted(set(processes(kernel_threads=True)) - set(pids)):
                 session.synthesize(pid)  # kernel threads: their names only
             session.enable()
-            session.start_worker().prepare(pids, progress=sys.stderr.isatty())
+            # Only the processes sampled are prepared; idle ones wait for a sample.
+            session.start_worker(sampled_only=True).prepare(pids,
+                                                            progress=sys.stderr.isatty())
         else:
             if not session.on_exec:  # a held command has not run its program yet
                 pids = sorted({tgid(tid) for tid in targets} - {0})
@@ -291,7 +296,7 @@ def _start(session: _Session, target: Target) -> int | None:
             release()
     except BaseException:
         if child is not None:  # never let the command run unrecorded
-            _end(child, signal.SIGKILL)
+            end_command(child, signal.SIGKILL)
         session.stop_worker()
         raise
     return child
@@ -300,38 +305,6 @@ def _start(session: _Session, target: Target) -> int | None:
 def _sampling_flags(flags: int, period: int | None) -> int:
     """``flags`` with perf's ``freq`` bit cleared when sampling every ``period`` events."""
     return flags & ~FREQ_FLAG if period is not None else flags | FREQ_FLAG
-
-
-def _end(child: int, number: int) -> int | None:
-    """The command's wait status once it has ended: sent ``number`` if it still runs, then
-    SIGKILL after :data:`WORKLOAD_GRACE_S` (never left running, never waited for forever)."""
-    status = _status(child)
-    if status is not None:
-        return status
-    try:
-        os.kill(child, number)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + WORKLOAD_GRACE_S
-    while time.monotonic() < deadline:
-        status = _status(child)
-        if status is not None:
-            return status
-        time.sleep(0.02)
-    try:
-        os.kill(child, signal.SIGKILL)
-        return os.waitpid(child, 0)[1]
-    except (ProcessLookupError, ChildProcessError):
-        return None
-
-
-def _status(child: int) -> int | None:
-    """The child's wait status if it has ended (reaped now), else None."""
-    try:
-        done, status = os.waitpid(child, os.WNOHANG)
-    except ChildProcessError:
-        return 0
-    return status if done == child else None
 
 
 def _until_done(session: _Session, stop: dict[str, bool], duration: float | None,
@@ -347,7 +320,7 @@ def _until_done(session: _Session, stop: dict[str, bool], duration: float | None
             session.sweep()
             next_sweep = time.monotonic() + sweep_every
         if child is not None:
-            status = _status(child)
+            status = exit_status(child)
             if status is not None:
                 session.result.workload_status = status
                 return
@@ -413,6 +386,11 @@ class _Session:
         self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=self.generated))
         self.own_pid = os.getpid()
         self.loader.without_tables.add(self.own_pid)
+        #: The recorder and the processes it started (its table helper, a pool's
+        #: workers; not the command it records): their code is walked by frame pointers
+        #: and their samples are not the workload's.
+        self.own_pids = {self.own_pid}
+        self.command_pid = -1
         self.ring = RingBuffer(self.ring_fd, RING_BYTES)
         #: Woken by samples and by side-band records alike: a new mapping's table is
         #: loaded as soon as the kernel reports it.
@@ -449,6 +427,8 @@ class _Session:
         #: whether sampling has stopped (no more table work then).
         self.worker: TableWorker | None = None
         self.stopped = False
+        #: (processes prepared, processes left without a sample) by the worker's prepare.
+        self.prepared_counts = (0, 0)
 
     def follow(self, tid: int, inherit: bool = True) -> None:
         """A sampling event running the walker and a side-band event on thread ``tid``
@@ -503,17 +483,24 @@ class _Session:
         else:
             self.loader.sweep()
 
-    def start_worker(self) -> TableWorker:
-        """From here on, table work is done off the polling path."""
+    def start_worker(self, sampled_only: bool = False) -> TableWorker:
+        """From here on, table work is done off the polling path; ``sampled_only``: its
+        preparation of running processes takes only those with samples (``-a``)."""
         self.worker = TableWorker(self.tables, self.loader.drop_process, self.loader.sweep,
                                   self.prefetch, self.samples_waiting,
-                                  self.finish_ready, return_free_memory)
+                                  self.finish_ready, return_free_memory,
+                                  sampled=self.was_sampled if sampled_only else None)
         return self.worker
+
+    def was_sampled(self, pid: int) -> bool:
+        """Whether ``pid`` had a sample (read from the table thread)."""
+        return pid in self.last_sampled
 
     def stop_worker(self) -> None:
         if self.worker is not None:
             worker, self.worker = self.worker, None
             worker.close()
+            self.prepared_counts = (len(worker.prepared_pids), len(worker.left_pids))
 
     def tables(self, pid: int) -> None:
         try:
@@ -613,7 +600,8 @@ class _Session:
                 stamp, data = sample_record(raw, frames=self.frames)
                 pid = struct.unpack_from("<I", raw, 8)[0]
                 self.last_sampled[pid] = now
-                if pid == self.own_pid:
+                self._sampled_while_idle(pid)
+                if pid in self.own_pids:
                     self.result.own_samples += 1  # walked by frame pointers: not counted
                 elif user_frames and _has_user_stack(raw):  # idle, kernel threads: none
                     self.result.user_samples += 1
@@ -622,6 +610,14 @@ class _Session:
                     self._keep_copy(raw)
             self.result.samples += kind != KIND_DEFERRED
             self.keep(stamp, data)
+
+    def _sampled_while_idle(self, pid: int) -> None:
+        """A process left idle by ``-a``'s preparation has its tables loaded at its first
+        sample (this one and the next few are finished from their stack copies)."""
+        worker = self.worker
+        if worker is not None and pid in worker.left_pids and worker.prepared.is_set():
+            worker.left_pids.discard(pid)
+            self.ask_tables(pid)
 
     def _keep_copy(self, raw: bytes | memoryview) -> None:
         """A sample to finish in user space (its record is the next one kept)."""
@@ -692,7 +688,11 @@ class _Session:
             self.ask_tables(pid)
         elif kind == FORK:
             child_pid, parent_pid = struct.unpack_from("<ii", data, 8)
-            if child_pid != parent_pid:
+            if child_pid != parent_pid and parent_pid in self.own_pids:
+                if child_pid != self.command_pid:
+                    self.own_pids.add(child_pid)
+                    self.loader.without_tables.add(child_pid)
+            elif child_pid != parent_pid:
                 self.ask_tables(child_pid)
         elif kind == EXIT:
             exited, parent = struct.unpack_from("<ii", data, 8)
@@ -701,6 +701,9 @@ class _Session:
                 self.drop(exited)
                 self.maps.exited(exited, time.monotonic())
                 self.last_sampled.pop(exited, None)
+                if exited != self.own_pid and exited in self.own_pids:
+                    self.own_pids.discard(exited)
+                    self.loader.without_tables.discard(exited)
             del parent
 
     def stop_sampling(self) -> None:
@@ -716,68 +719,6 @@ class _Session:
         self.ring.close()
         for band in self.side_bands:
             band.close()
-
-
-def _held_child(command: list[str]) -> tuple[int, Callable[[], None]]:
-    """Fork ``command``, held before exec until the returned function is called; that
-    function raises :class:`CommandFailed` if the exec fails. The held child never runs
-    the command unless told to: the end of the pipe (the recorder died or gave up) ends
-    it, and so does the recorder's death (``PR_SET_PDEATHSIG``) while it waits."""
-    prctl = _prctl()  # looked up before the fork: the child only calls it
-    read_end, write_end = os.pipe()
-    status_read, status_write = os.pipe2(os.O_CLOEXEC)  # closed by a successful exec
-    pid = os.fork()
-    if pid == 0:  # the child: wait for the go, then become the command
-        code = 127
-        try:
-            os.close(write_end)
-            os.close(status_read)
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.read(read_end, 1) != b"g":
-                os._exit(code)
-            os.close(read_end)
-            prctl(PR_SET_PDEATHSIG, 0)  # released: its life is its own from here, as under perf
-            os.execvp(command[0], command)
-        except OSError as error:
-            os.write(status_write, (error.errno or 0).to_bytes(4, "little"))
-            code = 126 if error.errno not in (errno.ENOENT, errno.ENOTDIR) else 127
-        os._exit(code)
-    os.close(read_end)
-    os.close(status_write)
-
-    def release() -> None:
-        os.write(write_end, b"g")
-        os.close(write_end)
-        with os.fdopen(status_read, "rb") as status:
-            failed = status.read(4)
-        if len(failed) == 4:
-            number = int.from_bytes(failed, "little")
-            os.waitpid(pid, 0)
-            raise CommandFailed(command[0], number)
-
-    return pid, release
-
-
-class CommandFailed(PysframeError):
-    """The command to record could not be executed (``errno``)."""
-
-    def __init__(self, name: str, number: int) -> None:
-        super().__init__(f"{name}: {os.strerror(number)}")
-        self.errno = number
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def _prctl() -> Callable[[int, int], object]:
-    """libc's prctl(option, value), or a no-op where it cannot be found."""
-    import ctypes
-
-    try:
-        function = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return lambda option, value: None
-    return lambda option, value: function(option, value, 0, 0, 0)
 
 
 def _has_user_stack(raw: bytes | memoryview) -> bool:

@@ -7,6 +7,12 @@ sweep) and this thread does it in order; the first tables of ``-a`` are prepared
 after sampling has started (samples of code not loaded yet carry stack copies and are
 finished at the end: :mod:`.completion`). The thread does the generation through the
 finder's process pool, so the polling thread keeps the interpreter most of the time.
+
+With a ``sampled`` test, ``-a`` prepares only the processes that had a sample in its
+first second or while it prepares; the others (idle daemons, a shell, an editor) are left
+to be loaded at their first sample (the recorder asks). Preparing every process at once
+filled the rows map with idle processes' libraries (numpy's OpenBLAS alone has 370k
+rows) before any busy process got its tables.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ ROUND = 16
 #: and at least this often while it is never idle.
 TRIM_AFTER_S = 1.0
 TRIM_EVERY_S = 10.0
+#: ``-a`` with a ``sampled`` test: how long samples are awaited before the first round
+#: (a process sampled in that time is prepared; the others wait for their first sample).
+FIRST_SAMPLES_S = 1.0
 
 
 class TableWorker:
@@ -36,7 +45,8 @@ class TableWorker:
                  sweep: Callable[[], None], prefetch: Callable[[list[int]], None],
                  waiting: Callable[[], dict[int, int]] | None = None,
                  loaded: Callable[[int], None] | None = None,
-                 trim: Callable[[], None] | None = None) -> None:
+                 trim: Callable[[], None] | None = None,
+                 sampled: Callable[[int], bool] | None = None) -> None:
         self._load, self._drop, self._sweep, self._prefetch = load, drop, sweep, prefetch
         #: Called once a process's tables are loaded (its waiting samples finished).
         self._loaded = loaded or (lambda pid: None)
@@ -55,6 +65,12 @@ class TableWorker:
         #: Gives the heap's free memory back (:func:`.procfs.return_free_memory`).
         self._trim = trim or (lambda: None)
         self._trimmed = time.monotonic()
+        #: Whether a process had a sample (None: every process is prepared).
+        self._sampled = sampled
+        #: The processes prepared (their tables loaded) by prepare(), and those left to
+        #: be loaded at their first sample.
+        self.prepared_pids: set[int] = set()
+        self.left_pids: set[int] = set()
         self._thread.start()
 
     def ask(self, kind: str, pid: int = 0) -> None:
@@ -125,9 +141,44 @@ class TableWorker:
 
     def _prepare_all(self) -> None:
         pids, progress = self._pids, self._progress
+        if self._sampled is not None:
+            self._prepare_sampled(pids, progress)
+            return
         if progress:
             sys.stderr.write(f"sframe record: preparing tables for {len(pids)} processes "
                              "(sampling meanwhile) ...\n")
+        self._rounds(pids, progress, len(pids))
+        if progress:
+            sys.stderr.write(f"\rsframe record: tables of {len(pids)} processes loaded\n")
+        self.prepared.set()
+
+    def _prepare_sampled(self, pids: list[int], progress: bool) -> None:
+        """Rounds of the processes sampled so far (after FIRST_SAMPLES_S), until none of
+        those left has had a sample; the rest are loaded at their first sample."""
+        sampled = self._sampled
+        assert sampled is not None
+        self.left_pids = set(pids)
+        started = time.monotonic()
+        while not self._abandon and time.monotonic() - started < FIRST_SAMPLES_S:
+            time.sleep(0.05)
+        done = 0
+        while not self._abandon:
+            chosen = [pid for pid in pids if pid in self.left_pids and sampled(pid)]
+            if not chosen:
+                break
+            if progress and not done:
+                sys.stderr.write(f"sframe record: preparing tables for {len(chosen)} of "
+                                 f"{len(pids)} processes (those sampled; the others at "
+                                 "their first sample) ...\n")
+            done += self._rounds(chosen, progress, 0)
+        if progress:
+            sys.stderr.write(f"\rsframe record: tables of {done} sampled processes loaded; "
+                             f"{len(self.left_pids)} idle processes wait for a sample\n")
+        self.prepared.set()
+
+    def _rounds(self, pids: list[int], progress: bool, total: int) -> int:
+        """Prepare ``pids`` in rounds (``total``: shown as "of N" when given); returns
+        how many were prepared."""
         # In rounds of a few processes, so that the end of the recording does not wait
         # for every binary's table (the rest is left when it comes); each round takes the
         # processes with the most samples waiting for their tables (stack copies to
@@ -136,21 +187,24 @@ class TableWorker:
         done = 0
         while left:
             if self._abandon:
-                return
+                break
             round_pids = next_round(left, self._samples_waiting())
             taken = set(round_pids)
             left = [pid for pid in left if pid not in taken]
             self._prefetch(round_pids)
             for pid in round_pids:
+                self.left_pids.discard(pid)
+                self.prepared_pids.add(pid)
                 self._load(pid)
                 self._loaded(pid)
             done += len(round_pids)
-            if progress:
-                sys.stderr.write(f"\rsframe record: tables of {done} of {len(pids)} "
+            if progress and total:
+                sys.stderr.write(f"\rsframe record: tables of {done} of {total} "
                                  "processes loaded")
-        if progress:
-            sys.stderr.write(f"\rsframe record: tables of {len(pids)} processes loaded\n")
-        self.prepared.set()
+            elif progress:
+                sys.stderr.write(f"\rsframe record: tables of {len(self.prepared_pids)} "
+                                 "processes loaded")
+        return done
 
 
 def next_round(left: list[int], waiting: dict[int, int]) -> list[int]:
