@@ -282,3 +282,53 @@ def test_idle_processes_lend_their_rows(monkeypatch: pytest.MonkeyPatch) -> None
         loader.load_process(3)
         loader.sweep()  # gives the lent table back
         assert not loader.lent and entry_tables(procs, 1) == [60]
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_while_sampling_a_missing_table_is_generated_in_the_background(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once sampling runs, a process whose binary has no table in the cache gets its entry
+    at once, without that binary (its code copies the stack), while the helper generates
+    the table; when it is done the process is named as waiting, and its entry written
+    again has the table. Nothing waits for the generation on the way."""
+    import threading
+
+    from pysframe.record import bpf_sys
+    from pysframe.record.tables import TableLoader
+    from pysframe.record.walker import PROCS_VALUE, ROW
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    binary = _spin(tmp_path)
+    spin = subprocess.Popen([str(binary)])
+    try:
+        mapped(spin.pid, "libc.so")
+        with bpf_sys.Resources() as owned:
+            procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 8,
+                                                 "t_procs"))
+            rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 1 << 17,
+                                                "t_rows"))
+            loader = TableLoader(rows, procs, 1 << 17)
+            generated = loader.finder.tables
+            assert isinstance(generated, GeneratedTables)
+            done = threading.Event()
+            generated.later.on_ready = done.set
+            generated.background = True
+            try:
+                assert loader.load_process(spin.pid) == 0  # nothing cached: none yet
+                assert loader.waits_for_tables(spin.pid)
+                waited_for = set(loader.generating)
+                assert os.path.realpath(binary) in waited_for
+                assert done.wait(120)
+                ready: list[int] = []
+                deadline = time.monotonic() + 300
+                while loader.generating and time.monotonic() < deadline:
+                    ready += loader.tables_ready()  # (each generation calls on_ready)
+                    time.sleep(0.1)
+                assert ready and set(ready) == {spin.pid} and not loader.generating
+                assert not loader.waits_for_tables(spin.pid)
+                assert loader.load_process(spin.pid) >= 2  # the program and libc now
+            finally:
+                generated.close()
+    finally:
+        spin.kill()
+        spin.wait()

@@ -9,8 +9,9 @@ from . import bpf_sys as sys_bpf
 
 
 def maps_memlock() -> int:
-    """The bytes the kernel charges for this process's BPF maps (their fdinfo memlock)."""
-    total = 0
+    """The bytes the kernel charges for this process's BPF maps (their fdinfo memlock),
+    each map once however many descriptors name it (the ring buffer has three)."""
+    charged: dict[str, int] = {}
     try:
         names = os.listdir("/proc/self/fdinfo")
     except OSError:
@@ -22,8 +23,9 @@ def maps_memlock() -> int:
         except (OSError, ValueError):
             continue
         if "map_type" in fields:
-            total += int(fields.get("memlock", "0").strip() or 0)
-    return total
+            key = fields.get("map_id", name).strip()
+            charged[key] = int(fields.get("memlock", "0").strip() or 0)
+    return sum(charged.values())
 
 
 def run_time(program: sys_bpf.Fd) -> float:

@@ -219,6 +219,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
                 session.poll(DRAIN_MS)
             session.poll(0)
             session.close()
+            session.tables_being_generated()
             session.finish_chains()
             session.generated.close()
             result.binaries = session.loader.build_ids
@@ -357,26 +358,7 @@ class _Session:
         rows = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS, "sf_rows"))
         maps = (int(self.ring_fd), int(scratch), int(self.procs), int(rows))
         if defer:
-            self.pending = own(sys_bpf.map_create(sys_bpf.MAP_LRU_HASH, 4, 8, PENDING,
-                                                  "sf_pending"))
-            counter = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, 8, 1, "sf_entries"))
-            code, blob, infos = deferring_walker(*maps, int(self.pending), int(counter),
-                                                 frames, copy_bytes)
-            # The sampling program interrupts the return programs (a perf event's program
-            # is kept from running inside a kprobe's, not a raw tracepoint's): they build
-            # their records in scratch of their own.
-            returning = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY,
-                                               *scratch_map(frames, copy_bytes),
-                                               "sf_scratch_ret"))
-            hook_maps = (maps[0], int(returning), maps[2], maps[3])
-            for hook in RETURN_HOOKS:
-                hook_code, hook_blob, hook_infos = return_walker(
-                    *hook_maps, int(self.pending), at_exit=hook == "sched_process_exit",
-                    frames=frames, copy_bytes=copy_bytes)
-                hook_program = own(sys_bpf.prog_load(
-                    sys_bpf.PROG_RAW_TRACEPOINT, hook_code, f"sframe_{hook}",
-                    btf=own(sys_bpf.btf_load(hook_blob)), func_info=hook_infos))
-                own(sys_bpf.raw_tracepoint_open(hook, hook_program))
+            code, blob, infos = self._deferring(maps, frames, copy_bytes)
         else:
             code, blob, infos = walker(*maps, frames=frames, copy_bytes=copy_bytes)
         btf = own(sys_bpf.btf_load(blob))
@@ -386,11 +368,9 @@ class _Session:
         self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=self.generated))
         self.own_pid = os.getpid()
         self.loader.without_tables.add(self.own_pid)
-        #: The recorder and the processes it started (its table helper, a pool's
-        #: workers; not the command it records): their code is walked by frame pointers
-        #: and their samples are not the workload's.
-        self.own_pids = {self.own_pid}
-        self.command_pid = -1
+        #: The recorder and the processes it starts but the command (walked by frame
+        #: pointers, not counted as the workload).
+        self.own_pids, self.command_pid = {self.own_pid}, -1
         self.ring = RingBuffer(self.ring_fd, RING_BYTES)
         #: Woken by samples and by side-band records alike: a new mapping's table is
         #: loaded as soon as the kernel reports it.
@@ -423,12 +403,38 @@ class _Session:
         self.forgotten_at = 0.0
         self.last_sampled: dict[int, float] = {}
         self.loader.recently_sampled = self.recently_sampled
-        #: The thread doing table work once sampling runs (None: done inline), and
-        #: whether sampling has stopped (no more table work then).
+        #: The thread doing table work once sampling runs (None: done inline), whether
+        #: sampling has stopped (no more table work then), and (processes prepared,
+        #: processes left without a sample) by the worker's prepare.
         self.worker: TableWorker | None = None
         self.stopped = False
-        #: (processes prepared, processes left without a sample) by the worker's prepare.
         self.prepared_counts = (0, 0)
+
+    def _deferring(self, maps: tuple[int, int, int, int], frames: int, copy_bytes: int
+                   ) -> tuple[bytes, bytes, bytes]:
+        """--defer: the return programs loaded and attached; the sampling program's code."""
+        own = self.owned.own
+        self.pending = own(sys_bpf.map_create(sys_bpf.MAP_LRU_HASH, 4, 8, PENDING,
+                                              "sf_pending"))
+        counter = own(sys_bpf.map_create(sys_bpf.MAP_PERCPU_ARRAY, 4, 8, 1, "sf_entries"))
+        code, blob, infos = deferring_walker(*maps, int(self.pending), int(counter),
+                                             frames, copy_bytes)
+        # The sampling program interrupts the return programs (a perf event's program
+        # is kept from running inside a kprobe's, not a raw tracepoint's): they build
+        # their records in scratch of their own.
+        returning = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY,
+                                           *scratch_map(frames, copy_bytes),
+                                           "sf_scratch_ret"))
+        hook_maps = (maps[0], int(returning), maps[2], maps[3])
+        for hook in RETURN_HOOKS:
+            hook_code, hook_blob, hook_infos = return_walker(
+                *hook_maps, int(self.pending), at_exit=hook == "sched_process_exit",
+                frames=frames, copy_bytes=copy_bytes)
+            hook_program = own(sys_bpf.prog_load(
+                sys_bpf.PROG_RAW_TRACEPOINT, hook_code, f"sframe_{hook}",
+                btf=own(sys_bpf.btf_load(hook_blob)), func_info=hook_infos))
+            own(sys_bpf.raw_tracepoint_open(hook, hook_program))
+        return code, blob, infos
 
     def follow(self, tid: int, inherit: bool = True) -> None:
         """A sampling event running the walker and a side-band event on thread ``tid``
@@ -486,11 +492,19 @@ class _Session:
     def start_worker(self, sampled_only: bool = False) -> TableWorker:
         """From here on, table work is done off the polling path; ``sampled_only``: its
         preparation of running processes takes only those with samples (``-a``)."""
-        self.worker = TableWorker(self.tables, self.loader.drop_process, self.loader.sweep,
-                                  self.prefetch, self.samples_waiting,
-                                  self.finish_ready, return_free_memory,
-                                  sampled=self.was_sampled if sampled_only else None)
-        return self.worker
+        worker = TableWorker(self.tables, self.loader.drop_process, self.loader.sweep,
+                             self.prefetch, self.samples_waiting,
+                             self.finish_ready, return_free_memory,
+                             sampled=self.was_sampled if sampled_only else None,
+                             ready=self.loader.tables_ready)
+        self.worker = worker
+        # From now on a table missing from the cache is generated in the background; its
+        # code copies the stack until then (see TableLoader.tables_ready).
+        self.generated.later.on_ready = lambda: worker.ask("ready")
+        self.generated.later.rank = self.loader.samples_for
+        self.loader.samples_waiting = self.samples_waiting
+        self.generated.background = True
+        return worker
 
     def was_sampled(self, pid: int) -> bool:
         """Whether ``pid`` had a sample (read from the table thread)."""
@@ -606,7 +620,7 @@ class _Session:
                 elif user_frames and _has_user_stack(raw):  # idle, kernel threads: none
                     self.result.user_samples += 1
                     self._walked(reason)
-                if flags & FLAG_STACK_COPY:
+                if flags & FLAG_STACK_COPY and pid not in self.own_pids:
                     self._keep_copy(raw)
             self.result.samples += kind != KIND_DEFERRED
             self.keep(stamp, data)
@@ -634,6 +648,8 @@ class _Session:
         """In the table thread, once ``pid``'s tables are loaded: its waiting samples
         finished now (their copies freed: a busy ``-a`` run fills the bound otherwise).
         Their layouts are taken under the lock; the unwinding is done outside it."""
+        if self.loader.waits_for_tables(pid):
+            return  # finished once all its tables are there
         with self.lock:
             ready = self.to_finish.pop(pid, [])
             if not ready:
@@ -645,6 +661,20 @@ class _Session:
         finished = finish(ready, self.maps, self.loader.finder, self.frames, layouts)
         with self.lock:
             self._apply(ready, finished)
+
+    def tables_being_generated(self) -> None:
+        """At the end: the tables being generated for samples that wait are waited for
+        (the others are given up), then any table a waiting sample needs is generated as
+        it is met (no longer in the background)."""
+        later = self.generated.later
+        left = later.only(lambda path: self.loader.samples_for(path) > 0)
+        if left and sys.stderr.isatty():
+            sys.stderr.write(f"sframe record: generating the tables of {left} binar"
+                             f"{'ies' if left != 1 else 'y'} for the samples waiting for "
+                             "them ...\n")
+        later.drain()
+        self.loader.tables_ready()
+        self.generated.background = False
 
     def finish_chains(self) -> None:
         """The pending samples' chains finished in user space, their records rewritten."""
@@ -692,6 +722,7 @@ class _Session:
                 if child_pid != self.command_pid:
                     self.own_pids.add(child_pid)
                     self.loader.without_tables.add(child_pid)
+                    self.ask_tables(child_pid)  # an entry without tables: frame pointers
             elif child_pid != parent_pid:
                 self.ask_tables(child_pid)
         elif kind == EXIT:

@@ -24,7 +24,9 @@ import time
 from collections.abc import Callable
 
 #: Work items: ("load", pid), ("drop", pid), ("sweep", 0), ("prepare", pid) (the first
-#: tables of a running process: generated in parallel with the others first).
+#: tables of a running process: generated in parallel with the others first), ("ready", 0)
+#: (tables generated in the background are in the cache: the processes waiting for them
+#: are loaded again).
 Work = tuple[str, int]
 #: Processes whose tables are prepared together at the start of ``-a``.
 ROUND = 16
@@ -46,7 +48,8 @@ class TableWorker:
                  waiting: Callable[[], dict[int, int]] | None = None,
                  loaded: Callable[[int], None] | None = None,
                  trim: Callable[[], None] | None = None,
-                 sampled: Callable[[int], bool] | None = None) -> None:
+                 sampled: Callable[[int], bool] | None = None,
+                 ready: Callable[[], list[int]] | None = None) -> None:
         self._load, self._drop, self._sweep, self._prefetch = load, drop, sweep, prefetch
         #: Called once a process's tables are loaded (its waiting samples finished).
         self._loaded = loaded or (lambda pid: None)
@@ -65,6 +68,8 @@ class TableWorker:
         #: Gives the heap's free memory back (:func:`.procfs.return_free_memory`).
         self._trim = trim or (lambda: None)
         self._trimmed = time.monotonic()
+        #: The processes whose tables were generated in the background since asked.
+        self._ready = ready or list
         #: Whether a process had a sample (None: every process is prepared).
         self._sampled = sampled
         #: The processes prepared (their tables loaded) by prepare(), and those left to
@@ -115,6 +120,10 @@ class TableWorker:
                     self._drop(pid)
                 elif kind == "sweep":
                     self._sweep()
+                elif kind == "ready":
+                    for ready_pid in self._ready():
+                        self._load(ready_pid)
+                        self._loaded(ready_pid)
                 elif kind == "prefetch":
                     self._prepare_all()
         except BaseException as error:

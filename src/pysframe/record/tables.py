@@ -106,6 +106,12 @@ class TableLoader:
         self.lent_users: dict[tuple[str, bytes | None], set[int]] = {}
         self.loaded_at: dict[int, float] = {}
         self._loading: set[int] = set()
+        #: Binaries whose tables are being generated in the background (by the image's
+        #: path): the paths the finder was asked by, and the processes whose entries
+        #: leave them out until then (their code copies the stack meanwhile).
+        self.generating: dict[str, tuple[set[str], set[int]]] = {}
+        #: The samples waiting for each process's tables (the recorder's count).
+        self.samples_waiting: Callable[[], dict[int, int]] = dict
 
     def _table(self, key: tuple[str, bytes | None], module: object) -> tuple[int, int]:
         found = self.tables.get(key)
@@ -202,20 +208,64 @@ class TableLoader:
                 except (OSError, BpfError):
                     self.drop_process(pid)
 
+    def _generating(self, module: object, asked: str, key: tuple[str, bytes | None],
+                    pid: int) -> bool:
+        """Whether ``module``'s table or flat rows are being generated in the background
+        (started now if the cache lacks the flat rows of a table not loaded yet): then
+        ``pid`` waits for it."""
+        tables = getattr(self.finder, "tables", None)
+        path = str(getattr(module, "path", ""))
+        if tables is None or not getattr(tables, "background", False):
+            return False
+        pending = getattr(module, "lookup", None) is None and path in tables.later
+        if not pending and key not in self.tables and key not in self.retired:
+            pending = not self._flat_apart(module, key[1])
+        if pending:
+            asked_by, waiting = self.generating.setdefault(path, (set(), set()))
+            asked_by.add(os.path.realpath(asked))
+            waiting.add(pid)
+        return pending
+
+    def tables_ready(self) -> list[int]:
+        """The processes waiting for tables whose background generation ended (their
+        entries are to be written again): the finder opens those binaries afresh."""
+        tables = getattr(self.finder, "tables", None)
+        if tables is None:
+            return []
+        pids: set[int] = set()
+        for path in tables.later.take_ready():
+            asked_by, waiting = self.generating.pop(path, (set(), set()))
+            for asked in asked_by:
+                self.finder.forget(asked)
+            pids |= waiting
+        return sorted(pids)
+
+    def samples_for(self, path: str) -> int:
+        """The samples waiting for the table of the binary at ``path`` (the order in
+        which tables are generated in the background)."""
+        waiting = self.samples_waiting()
+        return sum(waiting.get(pid, 0) for pid in self.generating.get(path, ((), ()))[1])
+
+    def waits_for_tables(self, pid: int) -> bool:
+        """Whether ``pid``'s entry leaves out a table being generated."""
+        return any(pid in waiting for _, waiting in self.generating.values())
+
     def room(self) -> int:
         """The rows a table could have now (unused, freed, and retired tables' rows)."""
         return (self.capacity - self.used + sum(size for _, size in self.free)
                 + sum(size for _, size in self.retired.values()))
 
-    def _flat_apart(self, module: object, build_id: bytes | None) -> None:
+    def _flat_apart(self, module: object, build_id: bytes | None) -> bool:
         """Have the finder's helper process make the module's flat rows if the cache has
-        none (flattening a compiler's table takes ~100 MiB for a moment)."""
+        none (flattening a compiler's table takes ~100 MiB for a moment); False while that
+        runs in the background."""
         make = getattr(getattr(self.finder, "tables", None), "make_apart", None)
         lookup, image = getattr(module, "lookup", None), getattr(module, "image", None)
         if make is None or lookup is None or image is None:
-            return
+            return True
         if not flat_is_cached(lookup, build_id or _build_id_of(module)):
-            make(image.path)
+            return bool(make(image.path))
+        return True
 
     def _allocate(self, count: int) -> int | None:
         """The first row of ``count`` free rows (a freed range first, then the unused end,
@@ -346,6 +396,9 @@ class TableLoader:
                 key = _key(module)
                 self.finder_paths.setdefault(key, set()).add(os.path.realpath(entry.path))
                 self.kept_retired.pop(key, None)  # in use again
+                if pid not in self.without_tables and self._generating(module, entry.path,
+                                                                        key, pid):
+                    continue  # uncovered until its table is ready (see tables_ready)
                 if pid not in self.without_tables and not self._lent_now(key):
                     first, count = self._table(key, module)
                 elif pid not in self.without_tables:

@@ -25,9 +25,15 @@ from ..generate.cache import cached, table_for
 from ..generate.errors import GenerateError
 from ..generate.on_demand import OnDemandTable, on_demand_possible, on_demand_table
 from ..unwind.provider import NoTable, Table
+from .background import BackgroundTables
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
+
+
+class TablePending(NoTable):
+    """The binary's table is being generated in the helper process (``background``): none
+    now; :meth:`GeneratedTables.take_ready` names the binary once it is in the cache."""
 
 
 #: Every on-demand table given out, whose made functions :func:`save_made` keeps (held
@@ -78,6 +84,12 @@ class GeneratedTables:
         #: With ``apart``: the ABI whose flat rows the helper caches too (the recorder's).
         self.flat_abi = flat_abi
         self._helper: ProcessPoolExecutor | None = None
+        #: With ``apart``: a missing table is not waited for; its generation is started in
+        #: the helper and the binary has no table until then (:class:`TablePending`; the
+        #: recorder while it samples: one library's minutes of generation must not hold
+        #: up the tables of every process started meanwhile).
+        self.background = False
+        self.later = BackgroundTables(flat_abi)
         #: Tables made ready by :meth:`prefetch`, by ``id`` of their image (used once).
         self._ready: dict[int, tuple[ElfImage, Table]] = {}
 
@@ -113,6 +125,9 @@ class GeneratedTables:
                 return None
             if found is not None:
                 return Table(*found)
+            if attempt == 0 and self.background and image.path not in self.later.tried:
+                self.later.add(image.path)
+                raise TablePending("its table is being generated", path=image.path)
             if attempt == 0:
                 try:
                     self._helper_pool().submit(_make_table, image.path, self.flat_abi).result()
@@ -120,15 +135,20 @@ class GeneratedTables:
                     return None
         return None
 
-    def make_apart(self, path: str) -> None:
+    def make_apart(self, path: str) -> bool:
         """With ``apart`` and ``flat_abi``: the helper process caches the table of the file
         at ``path`` and its flat rows (when they are not cached yet, before they are read
-        here)."""
+        here). False when that is left to run in the background (:attr:`background`)."""
+        if self.apart and self.flat_abi is not None and self.background \
+                and path not in self.later.tried:
+            self.later.add(path)
+            return False
         if self.apart and self.flat_abi is not None:
             try:
                 self._helper_pool().submit(_make_table, path, self.flat_abi).result()
             except Exception:  # the helper died or could not start: made here
                 pass
+        return True
 
     def _helper_pool(self) -> ProcessPoolExecutor:
         if self._helper is None:
@@ -152,6 +172,7 @@ class GeneratedTables:
         if self._helper is not None:
             helper, self._helper = self._helper, None
             helper.shutdown(cancel_futures=True)
+        self.later.close()
 
     def prefetch(self, images: Sequence[ElfImage], *, progress: bool = False,
                  workers: int | None = None) -> int:
@@ -159,8 +180,8 @@ class GeneratedTables:
         generate those in parallel (this process makes the largest, a pool of ``workers``
         - 1 processes the others; default: one per CPU) and put them into the cache, with
         a progress bar if ``progress``. Returns how many were generated."""
-        if not self.use_cache:
-            return 0
+        if not self.use_cache or self.background:
+            return 0  # (background: each missing table is generated when asked for)
         missing: list[ElfImage] = []
         for image in images:
             if self.on_demand and on_demand_possible(image):
