@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, RuleKind
 from ..format.lookup import Rule as ValueRule
-from ..records import record_class
+from ..records import record_class, replace
 
 _WORD_MASK = (1 << 64) - 1
 _CFA, _RETAIN = RuleKind.CFA, RuleKind.RETAIN
@@ -141,11 +141,21 @@ class Policy:
                       sp_offset=S390X_SP_VAL_OFFSET if abi.is_s390x else 0)
 
 
-#: The kernel's walk (x86-64, 8-byte words, 510 entries).
-KERNEL = Policy(lookup_before_return=False, cfa_alignment=8, fp_below_sp_refused=True,
-                register_rules_topmost_only=True, max_frames=510, zero_ra_ends=False,
-                cfa_checked_first=True, no_advance_apart=False, fp_kept_when_unknown=False,
-                refuse_bad_rules=True, frame_pointer_guess=False, wrap_addresses=True)
+    @staticmethod
+    def kernel(abi: ABI) -> Policy:
+        """The kernel's walk (``kernel/unwind/user.c``) on ``abi``'s machine: 8-byte words,
+        510 entries; the architecture's SP, FP and link register (AArch64 x30, s390x r14:
+        the topmost frame's RA when its row says "not saved", ``unwind_user_get_ra_reg``
+        of the arm64 and s390 patches) and s390x's CFA = SP + 160 at the call."""
+        return replace(Policy.tools(abi, 510), lookup_before_return=False, cfa_alignment=8,
+                       fp_below_sp_refused=True, register_rules_topmost_only=True,
+                       zero_ra_ends=False, cfa_checked_first=True, no_advance_apart=False,
+                       fp_kept_when_unknown=False, refuse_bad_rules=True,
+                       frame_pointer_guess=False, wrap_addresses=True)
+
+
+#: The kernel's walk on x86-64 (the only machine the series enables by itself).
+KERNEL = Policy.kernel(ABI.AMD64_ENDIAN_LITTLE)
 
 
 @record_class(frozen=True)
