@@ -87,3 +87,21 @@ def test_pointer_authentication_stripped_by_the_model(corpus: Corpus) -> None:  
                           if any(w is not None and w >> 48 and w & ((1 << 48) - 1) == entry
                                  for w in words))
     assert found >= 40 and signed >= 40, (found, signed)
+
+
+def test_validate_kernel_per_machine(corpus: Corpus) -> None:  # noqa: F811
+    """``validate --kernel`` of the programs gas built: registered as they are, with one
+    warning per AArch64 pac-ret program (its rows sign the RA) and none elsewhere."""
+    from pysframe.elf import ElfImage
+    from pysframe.format.validation import ERROR, validate
+
+    programs = sorted({core.program for core in corpus.cores if core.gsframe})
+    assert programs
+    for program in programs:
+        (section,) = ElfImage(str(program)).sframe_sections()
+        findings = [f for f in validate(section.raw, section.address, kernel=True)
+                    if f.check == "kernel"]
+        assert not [f for f in findings if f.severity == ERROR], program
+        signed = [f for f in findings if "signed RA" in f.message]
+        pac = corpus.arch.name == "aarch64" and "-own-" in program.name
+        assert bool(signed) == pac and len(findings) == len(signed), (program, findings)
