@@ -26,12 +26,10 @@ from ..format.constants import ABI
 from ..format.lookup import Rule as ValueRule
 from ..format.lookup import RuleKind
 from ..records import record_class
-from ..unwind.step import Policy, Rule
+from ..unwind.step import S390X_R14_SLOT, Policy, Rule
 
 #: The kernel's word.
 WORD = 8
-#: s390x: the slot of r14 in a frame's register save area (r6 at 48, 8 bytes each).
-S390X_R14_SLOT = 48 + 8 * 8
 #: s390x: the frame a call allocates at least (the register save area and back chain).
 S390X_FRAME = 160
 
