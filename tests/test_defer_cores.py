@@ -41,6 +41,7 @@ def test_deferred_walks_reach_outermost_or_stop_for_a_reason(corpus: Corpus,  # 
     stops: Counter[str] = Counter()
     unexplained: list[str] = []
     frames = [0, 0]
+    gdb_same = 0
     for core in corpus.cores:
         ours = our_frames(corpus, core)
         walked = deferred_walk(core.core, corpus.arch.sysroot, assume_sframe=assume_sframe)
@@ -56,10 +57,20 @@ def test_deferred_walks_reach_outermost_or_stop_for_a_reason(corpus: Corpus,  # 
                                f"\n  ours:   {[(hex(f.pc), f.method) for f in ours]}")
             continue
         reasons[reason] += 1
+        if reason == "complete":
+            # gdb-multiarch's bt, frame by frame (its pc None: "<signal handler called>";
+            # it may stop short at a signed RA, test_cross_cores.py explains those).
+            theirs = [frame.pc for frame in corpus.gdb(core)]
+            assert all(pc is None or pc == entry
+                       for pc, entry in zip(theirs, entries, strict=False)), core.name
+            assert len(theirs) == len(entries) or corpus.arch.name == "aarch64", core.name
+            gdb_same += len(theirs) == len(entries)
     complete = reasons["complete"]
     print(f"\n{corpus.arch.name} {'generated tables' if assume_sframe else 'as built'}: "
-          f"{len(corpus.cores)} cores, {complete} reach the outermost frame; frames "
-          f"{frames[0]}/{frames[1]}; stops {dict(sorted(stops.items()))}")
+          f"{len(corpus.cores)} cores, {complete} reach the outermost frame ({gdb_same} of "
+          f"them gdb's bt to its last frame, the others up to the signed RA where gdb "
+          f"stops); frames {frames[0]}/{frames[1]}; stops "
+          f"{dict(sorted(stops.items()))}")
     for reason, count in reasons.most_common():
         print(f"  {count:3}  {reason}")
     assert not unexplained, "\n".join(unexplained)

@@ -14,6 +14,7 @@ from pysframe.cli.stack_core import load_core
 from pysframe.deferred import EntryRegisters, Mm, UserTrace, unwind_user
 from pysframe.deferred.mm import map_elf
 from pysframe.deferred.what_if import assume_sframe as register_generated
+from pysframe.format.lookup import FrameRow
 from pysframe.session.tables import GeneratedTables
 from pysframe.unwind.address_space import AddressSpace, Mapping
 from pysframe.unwind.modules import BinaryFinder
@@ -82,51 +83,66 @@ def _file(walked: Walked, address: int) -> str:
 
 
 def explain(walked: Walked, ours: list[Frame]) -> str | None:
-    """Why the kernel's trace is not our chain, from the kernel's rules; "complete" when it
-    is; None when no rule explains it (a defect of the model or of the test)."""
-    entries, stop = walked.trace.entries, walked.trace.stop
+    """Why the kernel's trace is not our chain, from the kernel's rules, each premise
+    checked on the walk; "complete" when it is our chain; None when no rule explains it (a
+    defect of the model or of the test)."""
+    entries = walked.trace.entries
     pcs = [frame.pc for frame in ours]
     if entries == pcs:
         return "complete"
     same = next((i for i, (a, b) in enumerate(zip(entries, pcs, strict=False)) if a != b),
                 min(len(entries), len(pcs)))
-    # The step that failed or went elsewhere: from frame ``last`` (its method, if it was
-    # taken, is in ``methods``; a failed step is SFrame where a table covers the frame).
+    # The step that failed or went elsewhere: from frame ``last``, by SFrame where a
+    # registered table covers its pc, else by the machine's fallback.
     last = same - 1
     pc = pcs[last]
-    covered = walked.mm.sframes.find_section(pc) is not None
-    fallback = walked.mm.arch.fallback
     if last > 0 and _function_end(walked, pc - 1) == pc:
         return ("a call that does not return ends its function: the kernel looks the "
                 "caller's row up at the return address, in the next function")
-    if (same < len(pcs) and ours[same].method == "sigreturn") or ours[last].method == "sigreturn":
-        return "signal trampoline: the kernel has no rule for a signal frame"
-    if same < len(entries):  # went elsewhere
+    if same < len(entries):
+        return _went_elsewhere(walked, ours, last)
+    return _cut_short(walked, ours, last)
+
+
+def _went_elsewhere(walked: Walked, ours: list[Frame], last: int) -> str | None:
+    pc, fallback = ours[last].pc, walked.mm.arch.fallback
+    row = walked.mm.sframes.find(pc)
+    if isinstance(row, FrameRow):
         methods = walked.trace.methods
-        if covered and last > 0 and methods[last - 1] == "fp" and fallback == "frame record":
+        if (last > 0 and methods[last - 1] == "fp" and fallback == "frame record"
+                and row.cfa.regnum == walked.mm.arch.policy.sp_reg):
             return ("the frame record step before gave SP = FP + 16, which is not the "
                     "caller's SP where the record sits at the bottom of its frame: this "
                     "frame's SP-based row reads the wrong slots")
-        if same < len(pcs) and ours[same].method == "signal" and not covered:
-            return (f"the {fallback} of a signal frame holds the interrupted code's link "
-                    "register, not its pc: the interrupted frame is skipped")
-        if not covered and last == 0 and fallback != "frame pointer":
-            return (f"topmost frame in {_file(walked, pc)} without SFrame: the {fallback} "
-                    "is read from the stack, the return address still in the link register "
-                    "is not (the caller is skipped or a stale one taken)")
-        if not covered and fallback == "back chain":
-            return (f"{_file(walked, pc)} keeps no back chain (built without -mbackchain): "
-                    "the word at SP is not the caller's SP")
         return None
+    if ours[last + 1].method == "signal":
+        return (f"past a signal frame the {fallback} leads to a return address of the "
+                "interrupted code, not its pc: the interrupted frame is skipped")
+    if last == 0 and fallback != "frame pointer":
+        return (f"topmost frame in {_file(walked, pc)} without SFrame: the {fallback} is "
+                "read from the stack, the return address still in the link register is "
+                "not (the caller is skipped or a stale one taken)")
+    if fallback == "back chain":
+        return (f"{_file(walked, pc)} has no registered SFrame and the word at SP is not "
+                "its caller's SP (code built without -mbackchain keeps other data there)")
+    return None
+
+
+def _cut_short(walked: Walked, ours: list[Frame], last: int) -> str | None:
+    stop, fallback = walked.trace.stop, walked.mm.arch.fallback
+    pc = ours[last].pc
+    if ours[last].method == "sigreturn" or (last + 1 < len(ours)
+                                            and ours[last + 1].method == "sigreturn"):
+        return "signal trampoline: the kernel has no rule for a signal frame"
     if stop is Stop.DEPTH:
         return "depth limit"
     if stop is Stop.MEMORY and walked.trace.fault is not None and walked.mm.overlay_missed(
             walked.trace.fault):
         return "the caller's frame lies beyond the stack copy"
-    if not covered:
-        keeps = {"frame record": "keeps no frame record",
-                 "back chain": "keeps no back chain (built without -mbackchain)",
-                 "frame pointer": "keeps no frame pointer"}[fallback]
-        return (f"{_file(walked, pc)} has no registered SFrame and its code {keeps}: the "
-                f"{fallback} method stops ({stop.name})")
-    return None
+    if walked.mm.sframes.find_section(pc) is not None:
+        return None
+    if fallback == "back chain" and stop is Stop.OUTERMOST:
+        return (f"{_file(walked, pc)} has no registered SFrame and the word at SP is 0, "
+                "which the back chain method takes for the outermost frame")
+    return (f"{_file(walked, pc)} has no registered SFrame and the {fallback} method finds "
+            f"no caller ({stop.name})")
