@@ -34,6 +34,7 @@ from pysframe.unwind.memory import StackMemory
 from pysframe.unwind.step import (
     FP_RULE,
     KERNEL,
+    S390X_R14_SLOT,
     WALKER_STOPS,
     Policy,
     Regs,
@@ -139,11 +140,24 @@ def cases_for(lookup: SFrameLookup, space: AddressSpace, abi: ABI, rng: random.R
         frame = STACK + 0x100
         image = bytearray(rng.choice(images))
         caller_fp = rng.choice((frame + 16 + 8 * rng.randrange(64), frame, frame + 20, 0))
-        image[0x100:0x110] = caller_fp.to_bytes(8, order) + (pc + 1).to_bytes(8, order)
+        if policy.back_chain:
+            # s390x: the launcher's back chain (the word at its SP) is the caller's SP,
+            # the return address in r14's slot of the caller's save area; FP kept.
+            image[0:8] = frame.to_bytes(8, order)
+            image[0x100 + S390X_R14_SLOT:0x108 + S390X_R14_SLOT] = (pc + 1).to_bytes(8, order)
+            caller = Regs(pc + 1, frame, frame)
+        else:
+            # AArch64 pac-ret: the record's x30 signed (a code in bits 48-54), stripped.
+            code = rng.randrange(1, 128) << 48 if policy.signed_frame_records else 0
+            image[0x100:0x110] = (caller_fp.to_bytes(8, order)
+                                  + (code | (pc + 1)).to_bytes(8, order))
+            caller = Regs(pc + 1, frame + 16, caller_fp)
         length = rng.choice((1024, 1024, 1024, 0x110 + 8 * rng.randrange(40)))
+        if policy.back_chain:
+            length = max(length, 0x108 + S390X_R14_SLOT)
         data = bytes(image[:length])
         memory = StackMemory(STACK, data, big)
-        want = expected(rule, Regs(pc + 1, frame + 16, caller_fp), memory, space, policy, abi)
+        want = expected(rule, caller, memory, space, policy, abi)
         cases.append(Case(BatchSample(Registers(LAUNCH, STACK, frame, 0), data), 1, want))
     return cases
 

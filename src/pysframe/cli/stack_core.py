@@ -83,10 +83,11 @@ def in_sysroot(path: str, sysroot: str | None) -> str:
     return path
 
 
-def walk_core(core: str, finder: Any, space: Any, max_depth: int, exe: str | None,
-              sysroot: str | None, refused: list[Mapping]) -> tuple[int, list[WalkedThread]]:
+def load_core(core: str, finder: Any, space: Any, exe: str | None, sysroot: str | None,
+              refused: list[Mapping]) -> tuple[CoreFile, CoreArch]:
+    """The core and its machine, with the files it mapped added to ``space`` (modules from
+    ``finder``; files that are not the ones the process mapped into ``refused``)."""
     from ..sources.core import CoreError, CoreFile
-    from ..unwind.unwinder import Unwinder
 
     core_file = CoreFile(core)
     if not core_file.threads:
@@ -96,6 +97,14 @@ def walk_core(core: str, finder: Any, space: Any, max_depth: int, exe: str | Non
         _add_file_mappings(core, core_file, arch, finder, space, exe, sysroot, refused)
     else:
         _add_loaded_objects(core, core_file, arch, finder, space, exe, sysroot, refused)
+    return core_file, arch
+
+
+def walk_core(core: str, finder: Any, space: Any, max_depth: int, exe: str | None,
+              sysroot: str | None, refused: list[Mapping]) -> tuple[int, list[WalkedThread]]:
+    from ..unwind.unwinder import Unwinder
+
+    core_file, arch = load_core(core, finder, space, exe, sysroot, refused)
     add_jit_objects(core_file.memory.read_bytes, space,
                  Problems(lambda text: report(f"warning: {text}")))
     unwinder = Unwinder(arch.abi, max_depth)

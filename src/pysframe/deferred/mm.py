@@ -1,6 +1,7 @@
 """A process's memory as the kernel's deferred unwinder sees it: VMAs and user reads.
 
-The model of an ``mm_struct``: mapped areas (start, end, executable, their bytes), word
+The model of an ``mm_struct`` of one machine (x86-64 by default; AArch64 or s390x: its
+word order, user address limit and unwinding rules, :mod:`.arch`): mapped areas (start, end, executable, their bytes), word
 reads that fault outside them or above the user address limit (the kernel's
 ``get_user`` fails there), and the per-process SFrame registry
 (:class:`~.registry.SFrameRegistry`) that the areas' changes drive: mapping an ELF
@@ -13,6 +14,7 @@ import mmap
 import struct
 from bisect import bisect_right
 
+from ..format.constants import ABI
 from ..records import record_class
 
 #: x86-64 user addresses (47 bits; TASK_SIZE_MAX is one page below 2^47).
@@ -34,10 +36,16 @@ class Vma:
 class Mm:
     """Mapped areas of one process, its user-memory reads and its SFrame registry."""
 
-    def __init__(self, user_limit: int = USER_LIMIT, validation: bool = False) -> None:
+    def __init__(self, user_limit: int | None = None, validation: bool = False, *,
+                 abi: ABI = ABI.AMD64_ENDIAN_LITTLE) -> None:
+        from .arch import kernel_arch
         from .registry import SFrameRegistry
 
-        self.user_limit = user_limit
+        #: The machine (:mod:`.arch`): its word order, its user address limit (the
+        #: default ``user_limit``) and the unwinder's rules.
+        self.arch = kernel_arch(abi)
+        self.user_limit = self.arch.user_limit if user_limit is None else user_limit
+        self._word = struct.Struct(f"{self.arch.byteorder}Q")
         self._vmas: list[Vma] = []
         self._starts: list[int] = []
         #: A thread's stack copy ``(base, bytes)`` read before the areas (a perf sample's
@@ -99,7 +107,7 @@ class Mm:
         the files mapped and of the registered sections, which describe the same code at
         the same addresses in the child. An exec in the child starts from an empty
         :class:`Mm` instead."""
-        child = Mm(self.user_limit, self.sframes.validation)
+        child = Mm(self.user_limit, self.sframes.validation, abi=self.arch.abi)
         child._vmas = [Vma(vma.start, vma.end, vma.executable, vma.data, vma.name)
                        for vma in self._vmas]
         child._starts = list(self._starts)
@@ -136,9 +144,10 @@ class Mm:
             base <= address and address + 8 <= base + len(copy))
 
     def read(self, address: int) -> int | None:
-        """The 8-byte little-endian word at ``address`` (the unwinders' reader), or None."""
+        """The 8-byte word at ``address`` in the machine's byte order (the unwinders'
+        reader), or None."""
         raw = self.read_bytes(address, 8)
-        return None if raw is None else int(struct.unpack("<Q", raw)[0])
+        return None if raw is None else int(self._word.unpack(raw)[0])
 
     def write(self, address: int, data: bytes) -> None:
         """Store ``data`` (a test or a JIT writing its code and tables); it must lie in

@@ -18,7 +18,9 @@ return address itself (not the address before it), as it does. One step is
 
 The trace holds each frame's IP, the first one being the IP at kernel entry, and at
 most :data:`MAX_ENTRIES` of them (the kernel's per-task cache fills one 4 KiB page).
-x86-64 only (8-byte words), as the kernel enables it.
+The machine is the process's (:attr:`.mm.Mm.arch`, :mod:`.arch`): x86-64 as the series
+enables it, AArch64 and s390x as their patches do (the topmost frame's return address
+in the link register, pointer authentication stripped, s390x's CFA and back chain).
 """
 
 from __future__ import annotations
@@ -29,16 +31,16 @@ from typing import TYPE_CHECKING
 from ..format.lookup import FrameRow, RuleKind
 from ..format.lookup import Rule as ValueRule
 from ..records import record_class
-from ..unwind.step import KERNEL, Regs, Rule, Stop, rule_of_row, step
+from ..unwind.step import Regs, Rule, Stop, rule_of_row, step
+from .arch import WORD, back_chain_rule
 
 if TYPE_CHECKING:
     from .mm import Mm
 
 #: (4096 - the cache's header of 16 bytes) / 8.
 MAX_ENTRIES = 510
-WORD = 8
-#: DWARF numbers of the x86-64 stack and frame pointers.
-SP_REG, FP_REG = 7, 6
+#: DWARF number of the x86-64 stack pointer.
+SP_REG = 7
 
 
 @record_class
@@ -56,18 +58,17 @@ class UserTrace:
 @record_class
 class EntryRegisters:
     """The user registers saved at kernel entry (``task_pt_regs``); ``others`` by DWARF
-    number, for register rules of the topmost frame."""
+    number, for register rules of the topmost frame; ``lr`` the link register (AArch64
+    x30, s390x r14; None on x86-64)."""
 
     ip: int
     sp: int
     fp: int
     others: dict[int, int] | None = None
+    lr: int | None = None
 
 
-#: The frame-pointer method as the kernel describes it: CFA = FP + 16, RA and FP saved below.
-_FP_FRAME = Rule(FP_REG, 2 * WORD, ValueRule(RuleKind.CFA, -WORD, deref=True),
-                 ValueRule(RuleKind.CFA, -2 * WORD, deref=True), frame_pointer=True)
-#: At a function's first instruction (before ``push %rbp``): CFA = SP + 8, FP kept.
+#: x86-64 at a function's first instruction (before ``push %rbp``): CFA = SP + 8, FP kept.
 _FP_ENTRY_FRAME = Rule(SP_REG, WORD, ValueRule(RuleKind.CFA, -WORD, deref=True),
                        ValueRule(RuleKind.RETAIN), frame_pointer=True)
 #: ``push %rbp`` and ``endbr64``: a function's first instruction as the kernel checks it.
@@ -80,17 +81,22 @@ class _Walk:
     def __init__(self, mm: Mm, registers: EntryRegisters) -> None:
         self.fault: int | None = None
         self.mm = mm
-        self.regs = Regs(registers.ip, registers.sp, registers.fp, None, registers.others or {},
+        self.arch = mm.arch
+        self.policy = mm.arch.policy
+        lr = registers.lr if self.policy.link_register is not None else None
+        self.regs = Regs(registers.ip, registers.sp, registers.fp, lr, registers.others or {},
                          True)
         self.ip = registers.ip
 
-    def step(self, rule: Rule) -> Stop | None:
-        """``unwind_user_next_common``: None on success (the state moved one frame up)."""
-        moved = step(rule, self.regs, self._read, KERNEL)
+    def step(self, rule: Rule, fp: int | None = None) -> Stop | None:
+        """``unwind_user_next_common``: None on success (the state moved one frame up);
+        ``fp``: the caller's FP whatever the rule gives (the back chain's 0)."""
+        moved = step(rule, self.regs, self._read, self.policy)
         if type(moved) is Stop:
             return moved
-        self.regs = moved  # type: ignore[assignment]
-        self.ip = moved.pc  # type: ignore[union-attr]
+        assert isinstance(moved, Regs)
+        self.regs = moved if fp is None else moved._replace(fp=fp)
+        self.ip = moved.pc
         return None
 
     def _read(self, address: int) -> int | None:
@@ -100,12 +106,22 @@ class _Walk:
         return value
 
     def frame_pointer_step(self) -> Stop | None:
-        """``unwind_user_next_fp``: the entry frame at a function's first instruction."""
-        if self.regs.topmost:
+        """``unwind_user_next_fp``: the machine's fallback (:mod:`.arch`). x86-64: the
+        entry frame at a function's first instruction, else rbp's chain; AArch64: the
+        frame record at FP; s390x: the back chain (0: the outermost frame)."""
+        rule = self.arch.fallback_rule
+        if rule is None:
+            caller_sp = self._read(self.regs.sp)
+            if caller_sp is None:
+                return Stop.MEMORY
+            if caller_sp == 0:
+                return Stop.OUTERMOST
+            return self.step(back_chain_rule(self.regs.sp, caller_sp), fp=0)
+        if self.regs.topmost and self.arch.fallback == "frame pointer":
             code = self.mm.read_bytes(self.regs.pc, 4)
             if code is not None and (code[:1] == _PUSH_RBP or code == _ENDBR64):
                 return self.step(_FP_ENTRY_FRAME)
-        return self.step(_FP_FRAME)
+        return self.step(rule)
 
 
 def unwind_user(mm: Mm, registers: EntryRegisters | None, max_entries: int = MAX_ENTRIES,

@@ -95,7 +95,11 @@ class WhatIf:
 
     def __init__(self, session: PerfUnwinder, *, assume_sframe: bool = False,
                  max_frames: int = MAX_FRAMES) -> None:
+        from ..session.perf import ABI_OF_ARCH
+
         self.session = session
+        #: The recording's machine: the kernel's rules for it (:mod:`.arch`).
+        self.abi = ABI_OF_ARCH[session.arch]
         self.assume_sframe = assume_sframe
         self.kernel = DeferredUnwinder(max_entries=max_frames)
         work = self.kernel.init(self._delivered, "perf")
@@ -142,7 +146,8 @@ class WhatIf:
         if task is None:
             task = self._tasks[sample.tid] = self.kernel.new_task(sample.tid, mm)
         task.mm = mm
-        self.kernel.enter_kernel(task, EntryRegisters(*registers), sample.cpu)
+        ip, sp, fp, lr = registers
+        self.kernel.enter_kernel(task, EntryRegisters(ip, sp, fp, lr=lr), sample.cpu)
         _, cookie = self.kernel.request(self.work, task)
         entry = Entry(cookie, sample.pid, sample.tid, sample.cpu, sample.time, sample.offset)
         self.entries.append(entry)
@@ -180,7 +185,7 @@ class WhatIf:
         """The process's memory now (empty for a process the side band has not shown)."""
         mm = self._mms.get(pid)
         if mm is None:
-            mm = self._mms[pid] = Mm()
+            mm = self._mms[pid] = Mm(abi=self.abi)
         return mm
 
     def _side_band(self, record: Record) -> None:
@@ -188,7 +193,7 @@ class WhatIf:
         if isinstance(record, Comm):
             if record.exec and record.pid == record.tid:
                 # exec_mmap: a new mm, with no section; the new image's MMAPs follow.
-                self._mms[record.pid] = Mm()
+                self._mms[record.pid] = Mm(abi=self.abi)
         elif isinstance(record, TaskRecord):
             parent = self._mms.get(record.ppid)
             if not record.exit and record.pid != record.ppid and parent is not None:
@@ -213,27 +218,13 @@ class WhatIf:
             mm.files[mapping.filename] = None
             return
         if self.assume_sframe and mapped.sframe != 0 and mapped.text is not None:
-            self._assume(mm, module, mapped.text, mapping.filename)
-
-    def _assume(self, mm: Mm, module: object, text: tuple[int, int], name: str) -> None:
-        """Register our generated table for ``text`` (placed in a free area of its own)."""
-        from ..generate.cache import sframe_for
-
-        image = getattr(module, "image", None)
-        bias = int(getattr(module, "bias", 0))
-        try:
-            data, address = sframe_for(image, version=3)  # type: ignore[arg-type]
-            place = _free_slot(mm)
-            moved = relocate(data, address + bias, place)
-        except (PysframeError, ValueError, struct.error):  # no table: its frames as built
-            return
-        mm.mmap(place, -(-len(moved) // 4096) * 4096, moved, name=f"{name} (generated)")
-        mm.sframes.add(place, place + len(moved), text[0], text[1], f"{name} (generated)")
+            assume_sframe(mm, module, mapped.text, mapping.filename)
 
     # -- verdicts ----------------------------------------------------------------------
 
-    def session_registers(self, unwound: UnwoundSample) -> tuple[int, int, int] | None:
-        """(ip, sp, fp) at kernel entry, or None without user registers or stack copy."""
+    def session_registers(self, unwound: UnwoundSample) -> tuple[int, int, int, int] | None:
+        """(ip, sp, fp, link register) at kernel entry, or None without user registers or
+        stack copy."""
         from ..session.perf import sample_registers
 
         sample = unwound.sample
@@ -242,7 +233,7 @@ class WhatIf:
         registers = sample_registers(sample, self.session.arch)
         if registers is None:
             return None
-        return registers.pc, registers.sp, registers.fp
+        return registers.pc, registers.sp, registers.fp, registers.lr
 
     def _sp(self, unwound: UnwoundSample) -> int:
         registers = self.session_registers(unwound)
@@ -283,6 +274,23 @@ class WhatIf:
             return CUT_DROPPED
         status = mm.files.get(mapping.filename)
         return CUT_REFUSED if status is not None and status != 0 else CUT_NO_SFRAME
+
+
+def assume_sframe(mm: Mm, module: object, text: tuple[int, int], name: str) -> int | None:
+    """Register our generated table for ``text``, the code of ``module`` (placed in a free
+    area of its own): what the registry answered, or None when there is no table."""
+    from ..generate.cache import sframe_for
+
+    image = getattr(module, "image", None)
+    bias = int(getattr(module, "bias", 0))
+    try:
+        data, address = sframe_for(image, version=3)  # type: ignore[arg-type]
+        place = _free_slot(mm)
+        moved = relocate(data, address + bias, place)
+    except (PysframeError, ValueError, struct.error):  # no table: its frames as built
+        return None
+    mm.mmap(place, -(-len(moved) // 4096) * 4096, moved, name=f"{name} (generated)")
+    return mm.sframes.add(place, place + len(moved), text[0], text[1], f"{name} (generated)")
 
 
 def _free_slot(mm: Mm) -> int:

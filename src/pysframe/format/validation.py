@@ -5,7 +5,8 @@ wrong). The checks cover what the Linux kernel's SFrame validation
 (``CONFIG_SFRAME_VALIDATION``) and libsframe refuse, plus the consistency rules
 of the format (tiling of the sub-sections, counts, trailing bytes). With
 ``kernel=True`` the kernel's registration policy is checked too (version 3,
-sorted, PC-relative starts, no auxiliary header, at least one FDE and FRE).
+sorted, PC-relative starts, no auxiliary header, at least one FDE and FRE), and, as
+warnings, the rows its walk refuses on the section's machine (:mod:`.kernel_rules`).
 The validator never raises for bad bytes: a structure it cannot read becomes a
 finding and the checks that depend on it are skipped.
 """
@@ -51,7 +52,8 @@ CHECKS = {
     "rep-size": "PCMASK FDEs have a non-zero rep_size, PCINC FDEs zero",
     "fre-starts": "FRE starts strictly ascending, the first at 0, all below the function size",
     "data-words": "data-word count and size legal for the ABI, version and FDE type",
-    "kernel": "the kernel's registration policy (with --kernel)",
+    "kernel": "the kernel's registration policy, and (warnings) rows its walk refuses on "
+              "the section's machine (with --kernel)",
 }
 
 
@@ -111,6 +113,8 @@ class _Validator:
         self.address = address
         self.text_ranges = text_ranges
         self.kernel = kernel
+        #: AArch64 FDEs with a row whose saved RA is signed (with ``kernel``).
+        self.signed: set[int] = set()
 
     def run(self) -> Iterator[Finding]:
         try:
@@ -142,6 +146,11 @@ class _Validator:
             yield from self._order(reader, good)
         for entry in good:
             yield from self._fres(reader, entry)
+        if self.signed:
+            from .kernel_rules import signed_return_addresses
+
+            yield Finding("kernel", signed_return_addresses(len(self.signed)),
+                          severity=WARNING)
 
     # --- header-level -------------------------------------------------------------------
 
@@ -325,6 +334,15 @@ class _Validator:
 
         if mangled and not abi.is_aarch64:
             yield finding("mangled-RA bit set outside AArch64")
+        if self.kernel and count <= MAX_DATA_WORDS:
+            from .kernel_rules import kernel_row_problems
+
+            flexible = entry.fde_type == FDEType.FLEX and h.version == VERSION_3
+            if mangled and abi.is_aarch64:
+                self.signed.add(entry.index)
+            for problem in kernel_row_problems(abi, words, flexible, h.cfa_fixed_ra_offset,
+                                               h.cfa_fixed_fp_offset):
+                yield Finding("kernel", problem, at, entry.index, k, severity=WARNING)
         if count > MAX_DATA_WORDS:
             yield finding(f"{count} data words (readers accept at most {MAX_DATA_WORDS})")
             return

@@ -45,6 +45,7 @@ from .flat import (
 from .flat_cache import cached_flat
 from .memory import StackMemory
 from .provider import OnDemand
+from .step import PAC_MASK
 from .unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder, sigreturn_offsets
 
 U64 = npt.NDArray[np.uint64]
@@ -339,6 +340,8 @@ class _Batch:
         self.depth = owner.scalar.max_depth
         self.user_limit = owner.scalar.user_limit
         self.little = owner.abi in (ABI.AMD64_ENDIAN_LITTLE, ABI.AARCH64_ENDIAN_LITTLE)
+        #: AArch64: a frame record's saved x30 may be signed (step()'s policy says so).
+        self.signed_records = owner.scalar.policy.signed_frame_records
         n = len(pc)
         width = max(self.depth, 1)
         self.result = BatchResult(np.zeros((n, width), np.uint64), np.zeros((n, width), np.int8),
@@ -496,6 +499,8 @@ class _Batch:
                                      _CODE[Stop.NO_RULE])
         saved, saved_ok, saved_unaligned = self.read(r, fp)
         ra, ra_ok, ra_unaligned = self.read(r, fp + 8)
+        if self.signed_records:
+            ra = ra & np.uint64(PAC_MASK)
         handoff[at] |= usable & (saved_unaligned | ra_unaligned)
         failed = usable & ~handoff[at] & ~(saved_ok & ra_ok)
         where = np.where(saved_ok, fp + 8, fp)

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, RuleKind
 from ..format.lookup import Rule as ValueRule
-from ..records import record_class
+from ..records import record_class, replace
 
 _WORD_MASK = (1 << 64) - 1
 _CFA, _RETAIN = RuleKind.CFA, RuleKind.RETAIN
 #: AArch64 pointer authentication: a mangled return address keeps its 48 address bits.
-_PAC_MASK = (1 << 48) - 1
+PAC_MASK = (1 << 48) - 1
 
 
 class Stop(Enum):
@@ -126,6 +126,12 @@ class Policy:
     link_register: int | None = None
     #: Added to the CFA to give the caller's SP (s390x: -160).
     sp_offset: int = 0
+    #: AArch64: the frame-pointer method strips a pointer-authentication code from the
+    #: saved x30 of a frame record (pac-ret signs it; the record does not say so).
+    signed_frame_records: bool = False
+    #: s390x: the frame-pointer method is the back chain (the word at SP is the caller's
+    #: SP, r14 saved at the caller's SP + 112), x86-64's FP chain meaning nothing there.
+    back_chain: bool = False
 
     @staticmethod
     def tools(abi: ABI, max_frames: int = 127) -> Policy:
@@ -138,14 +144,25 @@ class Policy:
                       frame_pointer_guess=True, wrap_addresses=False, sp_reg=regs.sp,
                       fp_reg=regs.fp,
                       link_register=None if abi is ABI.AMD64_ENDIAN_LITTLE else regs.ra,
-                      sp_offset=S390X_SP_VAL_OFFSET if abi.is_s390x else 0)
+                      sp_offset=S390X_SP_VAL_OFFSET if abi.is_s390x else 0,
+                      signed_frame_records=abi.is_aarch64, back_chain=abi.is_s390x)
 
 
-#: The kernel's walk (x86-64, 8-byte words, 510 entries).
-KERNEL = Policy(lookup_before_return=False, cfa_alignment=8, fp_below_sp_refused=True,
-                register_rules_topmost_only=True, max_frames=510, zero_ra_ends=False,
-                cfa_checked_first=True, no_advance_apart=False, fp_kept_when_unknown=False,
-                refuse_bad_rules=True, frame_pointer_guess=False, wrap_addresses=True)
+    @staticmethod
+    def kernel(abi: ABI) -> Policy:
+        """The kernel's walk (``kernel/unwind/user.c``) on ``abi``'s machine: 8-byte words,
+        510 entries; the architecture's SP, FP and link register (AArch64 x30, s390x r14:
+        the topmost frame's RA when its row says "not saved", ``unwind_user_get_ra_reg``
+        of the arm64 and s390 patches) and s390x's CFA = SP + 160 at the call."""
+        return replace(Policy.tools(abi, 510), lookup_before_return=False, cfa_alignment=8,
+                       fp_below_sp_refused=True, register_rules_topmost_only=True,
+                       zero_ra_ends=False, cfa_checked_first=True, no_advance_apart=False,
+                       fp_kept_when_unknown=False, refuse_bad_rules=True,
+                       frame_pointer_guess=False, wrap_addresses=True)
+
+
+#: The kernel's walk on x86-64 (the only machine the series enables by itself).
+KERNEL = Policy.kernel(ABI.AMD64_ENDIAN_LITTLE)
 
 
 @record_class(frozen=True)
@@ -260,7 +277,7 @@ def step(rule: Rule, regs: Regs, read_word: ReadWord, policy: Policy) -> Regs | 
         loaded = read_word(cfa + ra_rule.offset)
         if loaded is None:
             return Stop.MEMORY
-        ra = loaded & _PAC_MASK if rule.ra_mangled else loaded
+        ra = loaded & PAC_MASK if rule.ra_mangled else loaded
     else:
         found = _return_address(rule, cfa, regs, read_word, policy)
         if type(found) is Stop:
@@ -338,7 +355,7 @@ def _return_address(rule: Rule, cfa: int, regs: Regs, read_word: ReadWord, polic
             ra = loaded
         else:
             ra = address
-    return ra & _PAC_MASK if rule.ra_mangled else ra
+    return ra & PAC_MASK if rule.ra_mangled else ra
 
 
 def _frame_pointer(value: ValueRule, cfa: int, regs: Regs, read_word: ReadWord,
@@ -373,8 +390,10 @@ def _address(value: ValueRule, cfa: int, regs: Regs, policy: Policy) -> int | St
 
 
 def _guess_frame_pointer(regs: Regs, read_word: ReadWord, policy: Policy) -> Regs | Stop:
-    """The tools' frame-pointer step: [FP] = caller's FP, [FP + 8] = RA, taken only if FP
-    is aligned and not below SP."""
+    """The tools' frame-pointer step: [FP] = caller's FP, [FP + 8] = RA (its PAC stripped
+    on AArch64), taken only if FP is aligned and not below SP; on s390x the back chain."""
+    if policy.back_chain:
+        return _guess_back_chain(regs, read_word, policy)
     sp, fp = regs.sp, regs.fp
     if fp < sp or fp & 7:
         return Stop.NO_RULE
@@ -384,6 +403,31 @@ def _guess_frame_pointer(regs: Regs, read_word: ReadWord, policy: Policy) -> Reg
     ra = read_word(fp + 8)
     if ra is None:
         return Stop.MEMORY
+    if policy.signed_frame_records:
+        ra &= PAC_MASK
     if ra == 0 and policy.zero_ra_ends:
         return Stop.ZERO_PC
     return Regs(ra, fp + 16, saved_fp)
+
+
+#: s390x: r14's slot in a frame's register save area (r6 at 48, 8 bytes each).
+S390X_R14_SLOT = 48 + 8 * 8
+
+
+def _guess_back_chain(regs: Regs, read_word: ReadWord, policy: Policy) -> Regs | Stop:
+    """The s390x back chain as the tools guess it (code built with ``-mbackchain``): the
+    word at SP is the caller's SP, taken only if it is above SP and aligned (0, the
+    outermost frame's, or anything else: NO_RULE, code without a back chain keeps other
+    data there); RA in r14's slot of the caller's save area; FP unknown, kept."""
+    sp = regs.sp
+    caller_sp = read_word(sp)
+    if caller_sp is None:
+        return Stop.MEMORY
+    if caller_sp <= sp or caller_sp & 7:
+        return Stop.NO_RULE
+    ra = read_word(caller_sp + S390X_R14_SLOT)
+    if ra is None:
+        return Stop.MEMORY
+    if ra == 0 and policy.zero_ra_ends:
+        return Stop.ZERO_PC
+    return Regs(ra, caller_sp, regs.fp)
