@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,22 @@ def test_events_read_out_of_order_are_sorted_before_a_layout_is_taken() -> None:
     maps.side_band(RECORD_MMAP2, 0, _mmap(5, 0x1000, "/lib/a.so"), 10)  # another CPU's
     maps.in_order()
     assert [entry[3] for entry in maps.layout(5, 20)] == ["/lib/a.so"]
+
+
+def test_stack_copies_wait_on_disk_and_give_their_blocks_back(tmp_path: Path) -> None:
+    """A waiting sample's stack copy is kept in a scratch file, read back whole by place
+    while more are written, and its blocks are freed once its chain is finished (the
+    file's size stays, its blocks do not)."""
+    from pysframe.record.copies import CopyStore
+
+    store = CopyStore(str(tmp_path))
+    copies = [bytes([n]) * (16384 + n) for n in range(64)]
+    places = [store.put(copy) for copy in copies]
+    assert [store.get(at, len(copy)) for at, copy in zip(places, copies, strict=True)] == copies
+    before = os.fstat(store._fd).st_blocks
+    for at, copy in zip(places, copies, strict=True):
+        store.drop(at, len(copy))
+    after = os.fstat(store._fd).st_blocks
+    assert after < before // 4, (before, after)
+    assert os.listdir(tmp_path) == []  # unnamed: nothing left behind
+    store.close()

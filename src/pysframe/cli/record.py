@@ -245,7 +245,8 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
                + ", ".join(sorted(result.overflowed)[:3]))
     if result.copies_dropped:
         report(f"{result.copies_dropped:,} more such samples kept the walker's chain (at most "
-               f"{MOST_PENDING:,} stack copies and {MOST_PENDING_BYTES >> 20} MiB of them are kept)")
+               f"{MOST_PENDING:,} stack copies and {MOST_PENDING_BYTES >> 30} GiB of them wait on "
+               "disk)")
     if result.idle_processes:
         report(f"{result.idle_processes:,} of the processes running at the start had no sample "
                f"and got no tables ({result.prepared_processes:,} had samples and got theirs; "

@@ -24,15 +24,19 @@ from ..unwind.memory import StackMemory
 from ..unwind.modules import BinaryFinder
 from ..unwind.step import Stop
 from ..unwind.unwinder import Registers, Unwinder
+from .copies import CopyStore
 from .perf_file import SAMPLE_TYPE
 from .sampler import COPY_HEADER, RECORD, USER_AT, record_size
 
-#: Samples kept for completion (each holds its copy and record, up to ~9 KB at 1,024
-#: frames): past this, a sample keeps the walker's chain.
-MOST_PENDING = 8192
-#: And at most this many bytes of stack copies (a busy -a run fills the count with 16 KiB
-#: copies: 128 MiB).
-MOST_PENDING_BYTES = 48 << 20
+#: Samples kept for completion (each holds its record in memory, up to ~8 KB at 1,024
+#: frames, ~0.3 KB at 20; its copy is on disk: :mod:`.copies`): past this, a sample
+#: keeps the walker's chain.
+MOST_PENDING = 1 << 16
+#: And at most this many bytes of stack copies waiting (a first -a run on a busy machine
+#: waits for minutes of table generation: 2,000 samples a second of 16 KiB copies).
+MOST_PENDING_BYTES = 2 << 30
+#: And at most this many bytes of their records in memory.
+MOST_PENDING_MEMORY = 32 << 20
 #: Side-band events kept per process (a process mapping code without end is bounded).
 MOST_EVENTS = 65536
 RECORD_COMM, RECORD_FORK = 3, 7
@@ -56,6 +60,16 @@ class Pending:
     copy: bytes
     pid: int
     time: int
+    #: Where the copy is kept instead, in a :class:`~.copies.CopyStore` (-1: ``copy``),
+    #: and its size.
+    stored_at: int = -1
+    stored_size: int = 0
+
+    def stack(self, store: CopyStore | None) -> bytes:
+        """The stack copied (read back from ``store`` when it is kept there)."""
+        if self.stored_at < 0 or store is None:
+            return self.copy
+        return store.get(self.stored_at, self.stored_size)
 
 
 #: A process's executable mappings: (start, length, pgoff, path, build id) each.
@@ -156,8 +170,10 @@ class ProcessMaps:
         return tuple(found)
 
 
-def pending_of(sequence: int, raw: bytes | memoryview, frames: int) -> Pending | None:
-    """The sample to finish from a walker record with a stack copy (None: none usable)."""
+def pending_of(sequence: int, raw: bytes | memoryview, frames: int,
+               store: CopyStore | None = None) -> Pending | None:
+    """The sample to finish from a walker record with a stack copy (None: none usable);
+    the copy is put into ``store`` when one is given."""
     fields = RECORD.unpack_from(raw)
     pid, time, user_count = fields[2], fields[4], fields[7]
     at = record_size(frames)
@@ -171,14 +187,19 @@ def pending_of(sequence: int, raw: bytes | memoryview, frames: int) -> Pending |
     # The record kept up to its user frames (its copy is kept apart): what
     # sample_record reads when the chain is rewritten.
     kept = bytes(raw[:USER_AT + 8 * min(user_count, frames)])
+    if store is not None:
+        return Pending(sequence, kept, walked, index, (pc, sp, fp), b"", pid, time,
+                       store.put(copy), len(copy))
     return Pending(sequence, kept, walked, index, (pc, sp, fp), copy, pid, time)
 
 
 def finish(pending: list[Pending], maps: ProcessMaps, finder: BinaryFinder, frames: int,
-           layouts: list[Layout] | None = None) -> dict[int, tuple[list[int], Stop]]:
+           layouts: list[Layout] | None = None, store: CopyStore | None = None
+           ) -> dict[int, tuple[list[int], Stop]]:
     """Each pending sample's user chain finished in user space (by sequence), and why it
     ended; a sample the tracer gets no further with keeps the walker's chain (absent).
-    ``layouts``: each sample's mappings, taken before (else read from ``maps`` here)."""
+    ``layouts``: each sample's mappings, taken before (else read from ``maps`` here);
+    ``store``: where the copies are kept (each is dropped from it once used)."""
     unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE, frames)
     if layouts is None:
         maps.in_order()
@@ -190,8 +211,10 @@ def finish(pending: list[Pending], maps: ProcessMaps, finder: BinaryFinder, fram
         if space is None:
             space = spaces[layout] = _space(layout, finder)
         pc, sp, fp = item.registers
-        unwind = unwinder.unwind(Registers(pc, sp, fp), StackMemory(sp, item.copy), space,
-                                 topmost=item.index == 0)
+        unwind = unwinder.unwind(Registers(pc, sp, fp), StackMemory(sp, item.stack(store)),
+                                 space, topmost=item.index == 0)
+        if store is not None and item.stored_at >= 0:
+            store.drop(item.stored_at, item.stored_size)
         chain = (item.walked[:item.index] + unwind.pcs)[:frames]
         # Kept when it does better than the walker's frame-pointer guesses from there: to
         # the outermost frame, or further (code no table covers, such as a JIT's, keeps

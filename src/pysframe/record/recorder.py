@@ -34,11 +34,13 @@ from .command import end_command, exit_status, held_child
 from .completion import (
     MOST_PENDING,
     MOST_PENDING_BYTES,
+    MOST_PENDING_MEMORY,
     Pending,
     ProcessMaps,
     finish,
     pending_of,
 )
+from .copies import CopyStore
 from .defer_walk import RETURN_HOOKS, deferring_walker, return_walker
 from .perf_file import (
     ATTR_FLAGS,
@@ -221,6 +223,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
             session.close()
             session.tables_being_generated()
             session.finish_chains()
+            session.copies.close()
             session.generated.close()
             result.binaries = session.loader.build_ids
             result.freed_tables = session.loader.freed_tables
@@ -394,6 +397,10 @@ class _Session:
         self.to_finish: dict[int, list[Pending]] = {}
         self.pending_count = 0
         self.pending_bytes = 0
+        #: Their copies, on disk beside the recording's other records; the bytes of their
+        #: records held in memory.
+        self.copies = CopyStore(spool.directory)
+        self.pending_memory = 0
         #: Held by the polling thread while it takes records in, and by the table thread
         #: while it takes waiting samples out or rewrites their records.
         self.lock = threading.Lock()
@@ -635,14 +642,16 @@ class _Session:
 
     def _keep_copy(self, raw: bytes | memoryview) -> None:
         """A sample to finish in user space (its record is the next one kept)."""
-        if self.pending_count >= MOST_PENDING or self.pending_bytes >= MOST_PENDING_BYTES:
+        if (self.pending_count >= MOST_PENDING or self.pending_bytes >= MOST_PENDING_BYTES
+                or self.pending_memory >= MOST_PENDING_MEMORY):
             self.result.copies_dropped += 1
             return
-        found = pending_of(len(self.spool), raw, self.frames)
+        found = pending_of(len(self.spool), raw, self.frames, self.copies)
         if found is not None:
             self.to_finish.setdefault(found.pid, []).append(found)
             self.pending_count += 1
-            self.pending_bytes += len(found.copy) + len(found.raw)
+            self.pending_bytes += found.stored_size
+            self.pending_memory += len(found.raw)
 
     def finish_ready(self, pid: int) -> None:
         """In the table thread, once ``pid``'s tables are loaded: its waiting samples
@@ -657,8 +666,10 @@ class _Session:
             self.maps.in_order()
             layouts = [self.maps.layout(item.pid, item.time) for item in ready]
             self.pending_count -= len(ready)
-            self.pending_bytes -= sum(len(item.copy) + len(item.raw) for item in ready)
-        finished = finish(ready, self.maps, self.loader.finder, self.frames, layouts)
+            self.pending_bytes -= sum(item.stored_size for item in ready)
+            self.pending_memory -= sum(len(item.raw) for item in ready)
+        finished = finish(ready, self.maps, self.loader.finder, self.frames, layouts,
+                          self.copies)
         with self.lock:
             self._apply(ready, finished)
 
@@ -681,7 +692,8 @@ class _Session:
         waiting = [item for items in self.to_finish.values() for item in items]
         self.to_finish.clear()
         if waiting:
-            self._apply(waiting, finish(waiting, self.maps, self.loader.finder, self.frames))
+            self._apply(waiting, finish(waiting, self.maps, self.loader.finder, self.frames,
+                                        store=self.copies))
 
     def _apply(self, items: list[Pending], finished: dict[int, tuple[list[int], Stop]]
                ) -> None:

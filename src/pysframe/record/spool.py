@@ -30,6 +30,8 @@ class RecordSpool:
     order they came (the tie-break of equal times)."""
 
     def __init__(self, directory: str | None = None) -> None:
+        #: Where the scratch file is (None: the system's temporary directory).
+        self.directory = directory
         self._file = tempfile.TemporaryFile(dir=directory)
         self._fd = self._file.fileno()
         self._buffer = bytearray()
