@@ -237,6 +237,9 @@ class TableLoader:
             asked_by, waiting = self.generating.pop(path, (set(), set()))
             for asked in asked_by:
                 self.finder.forget(asked)
+            forget_file = getattr(self.finder, "forget_file", None)
+            if forget_file is not None:  # (also asked for by the chains finished)
+                forget_file(path)
             pids |= waiting
         return sorted(pids)
 

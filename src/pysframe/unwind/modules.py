@@ -115,6 +115,13 @@ class BinaryFinder:
         opened again if asked for again (a recorder running for hours sees thousands)."""
         self._modules.pop((path, build_id or self.build_ids.get(path)), None)
 
+    def forget_file(self, path: str) -> None:
+        """Drop every binary opened from the file at ``path``, however it was asked for (its
+        table has changed: made in the background since)."""
+        for key in [key for key, module in self._modules.items()
+                    if key[0] == path or (module is not None and module.path == path)]:
+            del self._modules[key]
+
     def _table(self, image: ElfImage
                ) -> tuple[SFrameLookup | OnDemand | None, str, int | None, PysframeError | None]:
         """The SFrame lookup to unwind ``image`` with, its origin, the file offset of the
