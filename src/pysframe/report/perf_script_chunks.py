@@ -33,17 +33,18 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
     sizes = np.ones(n, np.int64)  # a scalar sample: its whole text is one item
     kernel_of: dict[int, list[str]] = {}
     placed = []
+    scalar = chunk.scalar
+    chained = arrays.chain_count[chunk.start:chunk.end] != 0
     for group in chunk.groups:
         counts = group.result.count.astype(np.int64)
         truncated = group.result.stops == _COPY_ENDED
         rows = group.rows
-        for index in rows.tolist():
-            if index in chunk.scalar:
-                continue
-            if arrays.chain_count[chunk.start + index]:
-                kernel_of[index] = _kernel(arrays, chunk.start + index, kernel, max_stack)
-        extra = np.array([len(kernel_of.get(index, ())) for index in rows.tolist()], np.int64)
-        keep = np.array([index not in chunk.scalar for index in rows.tolist()], np.bool_)
+        keep = np.array([index not in scalar for index in rows.tolist()], np.bool_)
+        extra = np.zeros(len(rows), np.int64)
+        for position in np.flatnonzero(chained[rows] & keep).tolist():
+            index = int(rows[position])
+            lines = kernel_of[index] = _kernel(arrays, chunk.start + index, kernel, max_stack)
+            extra[position] = len(lines)
         sizes[rows[keep]] = (2 + extra + counts + truncated)[keep]
         placed.append((group, keep, counts, truncated, extra))
     starts = np.zeros(n, np.int64)
@@ -76,14 +77,16 @@ def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
     the fields taken from the arrays as lists at once, not element by element)."""
     at = np.array(rows, np.int64) + chunk.start
     comms = chunk.comms
-    tids, times, periods = (arrays.tid[at].tolist(), arrays.time[at].tolist(),
-                            arrays.period[at].tolist())
-    cpus = ([f" [{cpu:03d}]" for cpu in arrays.cpu[at].tolist()] if with_cpu
+    times = arrays.time[at]
+    cpus = ([" [%03d]" % cpu for cpu in arrays.cpu[at].tolist()] if with_cpu
             else [""] * len(rows))
-    return [f"{comms[index]} {tid:5d}{cpu} {time // 1_000_000_000:5d}."
-            f"{time % 1_000_000_000 // 1000:06d}: {period:10d} {event}: "
-            for index, tid, cpu, time, period in zip(rows, tids, cpus, times, periods,
-                                                     strict=True)]
+    # %-formatting over zipped columns (the seconds and microseconds divided by numpy):
+    # ~25% less than an f-string per sample.
+    line = "%s %5d%s %5d.%06d: %10d " + event.replace("%", "%%") + ": "
+    return list(map(line.__mod__, zip(map(comms.__getitem__, rows), arrays.tid[at].tolist(),
+                                      cpus, (times // 1_000_000_000).tolist(),
+                                      (times % 1_000_000_000 // 1000).tolist(),
+                                      arrays.period[at].tolist(), strict=True)))
 
 
 def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, truncated: Any,
