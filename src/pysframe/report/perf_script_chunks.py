@@ -9,7 +9,7 @@ scalar tracer unwound are formatted by :func:`.perf_script.format_sample`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -101,20 +101,54 @@ def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, trunca
     printed = pcs - (np.arange(width)[None, :] > 0).astype(np.uint64)
     rows, columns = np.nonzero(valid)
     values = printed[rows, columns]
-    unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
     known = lines_cache.setdefault(space.version, {})
-    mapping_index = result.mappings[:, :width][rows, columns]
-    mappings = space.mappings
-    lines = []
-    for pc, at in zip(unique.tolist(), first.tolist(), strict=True):
-        line = known.get(pc)
-        if line is None:
-            k = int(mapping_index[at])
-            line = known[pc] = frame_line(symbolizer, mappings[k] if k >= 0 else None, pc)
-        lines.append(line)
-    table = np.empty(len(lines), dtype=object)
-    table[:] = lines
+    index = _SortedLines.of(known)
+    slots, hit = index.find(values)
+    if not hit.all():  # pcs not named yet in this layout: named once each
+        missing = np.flatnonzero(~hit)
+        new, first = np.unique(values[missing], return_index=True)
+        at = missing[first]
+        mappings = space.mappings
+        for pc, k in zip(new.tolist(), result.mappings[rows[at], columns[at]].tolist(),
+                         strict=True):
+            if pc not in known:
+                known[pc] = frame_line(symbolizer, mappings[k] if k >= 0 else None, pc)
+        index = _SortedLines.of(known)
+        slots, _ = index.find(values)
     base = starts[group.rows] + 1 + extra
-    items[base[rows] + columns] = table[inverse.reshape(-1)]
+    items[base[rows] + columns] = index.lines[slots]
     marked = np.flatnonzero(truncated & keep)
     items[base[marked] + counts[marked]] = TRUNCATED
+
+
+class _SortedLines:
+    """A layout's frame lines (printed pc -> line) as a sorted array of pcs and an array of
+    their lines: a chunk's frames are looked up at once (``searchsorted``), not sorted
+    (``np.unique``) chunk after chunk. Remade when the layout's lines grew (the batch
+    names new pcs, the scalar path adds its own)."""
+
+    __slots__ = ("lines", "pcs", "size")
+
+    #: Each layout's lines dict (kept alive here, so its id names it) and its index.
+    _made: ClassVar[dict[int, tuple[dict[int, str], _SortedLines]]] = {}
+
+    def __init__(self, known: dict[int, str]) -> None:
+        pcs = sorted(pc for pc in known if 0 <= pc < 1 << 64)
+        self.pcs = np.array(pcs, np.uint64)
+        self.lines = np.empty(len(pcs), dtype=object)
+        self.lines[:] = [known[pc] for pc in pcs]
+        self.size = len(known)
+
+    @classmethod
+    def of(cls, known: dict[int, str]) -> _SortedLines:
+        found = cls._made.get(id(known))
+        if found is None or found[0] is not known or found[1].size != len(known):
+            found = cls._made[id(known)] = (known, cls(known))
+        return found[1]
+
+    def find(self, values: Any) -> tuple[Any, Any]:
+        """Each value's position in the lines (0 where absent) and whether it is there."""
+        if not len(self.pcs):
+            return np.zeros(len(values), np.int64), np.zeros(len(values), np.bool_)
+        slots = np.minimum(np.searchsorted(self.pcs, values), len(self.pcs) - 1)
+        return slots, self.pcs[slots] == values
