@@ -36,9 +36,10 @@ VECTOR_FROM = 64 << 20
 
 def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: int,
                  problems: Problems, statuses: list[int], phases: Phases | None = None,
-                 show_stops: bool = False) -> Iterator[str] | None:
+                 show_stops: bool = False, stream: Any = None) -> Iterator[str] | None:
     """The text in chunks from the batch pipeline, when it takes this recording (None: the
-    sample-by-sample path does), made by ``jobs`` processes."""
+    sample-by-sample path does), made by ``jobs`` processes; with ``stream`` (where the
+    text goes), the other processes' text is copied to it as bytes, not yielded."""
     import os
     import time
 
@@ -80,10 +81,11 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     if len(ranges) == 1:
         return texts(*ranges[0])
     from ..session.tables import save_made
-    from .jobs import in_order
+    from .jobs import copier, in_order
 
     # Each child keeps the functions its on-demand tables made (it ends with os._exit).
-    return in_order(ranges, texts, lambda: bool(problems), statuses, save_made)
+    return in_order(ranges, texts, lambda: bool(problems), statuses, save_made,
+                    copier(stream) if stream is not None else None)
 
 
 def default_jobs() -> int:
@@ -165,7 +167,8 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
         statuses: list[int] = []
         arrays_start = time.perf_counter()
         chunks = _vector_text(data, unwinder, symbolizer, kernel, jobs or default_jobs(),
-                              problems, statuses, phases, show_stops)
+                              problems, statuses, phases, show_stops,
+                              sys.stdout if output is None else None)
         if chunks is not None:
             if phases is not None:  # numpy's import and the array scan are the scan's
                 phases.seconds["read"] += time.perf_counter() - arrays_start
