@@ -43,7 +43,8 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
         extra = np.zeros(len(rows), np.int64)
         for position in np.flatnonzero(chained[rows] & keep).tolist():
             index = int(rows[position])
-            lines = kernel_of[index] = _kernel(arrays, chunk.start + index, kernel, max_stack)
+            lines = kernel_of[index] = _kernel(arrays, chunk.start + index, kernel, max_stack,
+                                               lines_cache)
             extra[position] = len(lines)
         sizes[rows[keep]] = (2 + extra + counts + truncated)[keep]
         placed.append((group, keep, counts, truncated, extra))
@@ -65,10 +66,10 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
 
 
 def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None,
-            max_stack: int | None) -> list[str]:
+            max_stack: int | None, lines_cache: dict[int, dict[int, str]]) -> list[str]:
     first = int(arrays.chain_pos[sample]) // 8
     chain = tuple(arrays.words[first:first + int(arrays.chain_count[sample])].tolist())
-    return kernel_lines(chain, kernel, max_stack)
+    return kernel_lines(chain, kernel, max_stack, lines_cache)
 
 
 def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
