@@ -50,7 +50,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         return None
     try:
         from ..report.event_names import event_name
-        from ..report.perf_script_chunks import chunk_text
+        from ..report.perf_script_chunks import LineIndexes, chunk_text
         from ..session.vector import BATCH_FROM, VectorSession
         from ..sources.perf_arrays import sample_arrays
         from ..sources.perf_records import SAMPLE_CPU
@@ -62,6 +62,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     attr = data.attrs[0]
     event, with_cpu = event_name(attr), bool(attr.sample_type & SAMPLE_CPU)
     lines: dict[int, dict[int, str]] = {}
+    indexes: LineIndexes = {}  # the lines as sorted arrays, kept across chunks
     session = VectorSession(unwinder, arrays, 1 if chosen == "vector" else BATCH_FROM)
 
     def texts(first: int, last: int) -> Iterator[str]:
@@ -72,7 +73,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
                 _chunk_stops(chunk, session)
             begin = time.perf_counter()
             text = chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu,
-                              unwinder.unwinder.max_depth)
+                              unwinder.unwinder.max_depth, indexes)
             if phases is not None:
                 phases.seconds["format"] += time.perf_counter() - begin
             yield text

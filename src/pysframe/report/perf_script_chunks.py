@@ -9,7 +9,7 @@ scalar tracer unwound are formatted by :func:`.perf_script.format_sample`.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -24,11 +24,20 @@ from .perf_script import TRUNCATED, format_sample, frame_line, kernel_lines
 _COPY_ENDED = STOPS.index(Stop.COPY_ENDED)
 
 
+#: Each layout's lines as :class:`SortedLines`, by ``id`` of its lines dict (with it).
+LineIndexes = dict[int, tuple[dict[int, str], "SortedLines"]]
+
+
 def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
                kernel: SymbolTable | None, lines_cache: dict[int, dict[int, str]],
-               event: str, with_cpu: bool, max_stack: int | None = None) -> str:
+               event: str, with_cpu: bool, max_stack: int | None = None,
+               indexes: LineIndexes | None = None) -> str:
     """The text of the chunk's samples, in order (at most ``max_stack`` kernel frames
-    each; the user frames were cut when unwound)."""
+    each; the user frames were cut when unwound). ``indexes``: the layouts' lines as
+    sorted arrays, kept across the chunks of ``lines_cache`` (made for this chunk when
+    not given)."""
+    if indexes is None:
+        indexes = {}
     n = chunk.end - chunk.start
     sizes = np.ones(n, np.int64)  # a scalar sample: its whole text is one item
     kernel_of: dict[int, list[str]] = {}
@@ -56,7 +65,8 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
         items[starts[index]] = format_sample(unwound, symbolizer, lines_cache, kernel,
                                              max_stack)[:-1]
     for group, keep, counts, truncated, extra in placed:
-        _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache)
+        _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache,
+               indexes)
     batch_rows = [index for group in chunk.groups for index in group.rows.tolist()
                   if index not in chunk.scalar]
     items[starts[batch_rows]] = _headers(arrays, chunk, batch_rows, event, with_cpu)
@@ -91,7 +101,8 @@ def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
 
 
 def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, truncated: Any,
-           extra: Any, symbolizer: Symbolizer, lines_cache: dict[int, dict[int, str]]) -> None:
+           extra: Any, symbolizer: Symbolizer, lines_cache: dict[int, dict[int, str]],
+           indexes: LineIndexes) -> None:
     """The user-frame lines (and truncation markers) of one group's samples into ``items``."""
     result, space = group.result, group.space
     width = int(counts.max()) if len(counts) else 0
@@ -103,7 +114,7 @@ def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, trunca
     rows, columns = np.nonzero(valid)
     values = printed[rows, columns]
     known = lines_cache.setdefault(space.version, {})
-    index = _SortedLines.of(known)
+    index = SortedLines.of(known, indexes)
     slots, hit = index.find(values)
     if not hit.all():  # pcs not named yet in this layout: named once each
         missing = np.flatnonzero(~hit)
@@ -114,7 +125,7 @@ def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, trunca
                          strict=True):
             if pc not in known:
                 known[pc] = frame_line(symbolizer, mappings[k] if k >= 0 else None, pc)
-        index = _SortedLines.of(known)
+        index = SortedLines.of(known, indexes)
         slots, _ = index.find(values)
     base = starts[group.rows] + 1 + extra
     items[base[rows] + columns] = index.lines[slots]
@@ -122,16 +133,13 @@ def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, trunca
     items[base[marked] + counts[marked]] = TRUNCATED
 
 
-class _SortedLines:
+class SortedLines:
     """A layout's frame lines (printed pc -> line) as a sorted array of pcs and an array of
     their lines: a chunk's frames are looked up at once (``searchsorted``), not sorted
     (``np.unique``) chunk after chunk. Remade when the layout's lines grew (the batch
     names new pcs, the scalar path adds its own)."""
 
     __slots__ = ("lines", "pcs", "size")
-
-    #: Each layout's lines dict (kept alive here, so its id names it) and its index.
-    _made: ClassVar[dict[int, tuple[dict[int, str], _SortedLines]]] = {}
 
     def __init__(self, known: dict[int, str]) -> None:
         pcs = sorted(pc for pc in known if 0 <= pc < 1 << 64)
@@ -141,10 +149,11 @@ class _SortedLines:
         self.size = len(known)
 
     @classmethod
-    def of(cls, known: dict[int, str]) -> _SortedLines:
-        found = cls._made.get(id(known))
+    def of(cls, known: dict[int, str], indexes: LineIndexes) -> SortedLines:
+        """The index of ``known`` in ``indexes``, (re)made when missing or stale."""
+        found = indexes.get(id(known))
         if found is None or found[0] is not known or found[1].size != len(known):
-            found = cls._made[id(known)] = (known, cls(known))
+            found = indexes[id(known)] = (known, cls(known))
         return found[1]
 
     def find(self, values: Any) -> tuple[Any, Any]:
