@@ -21,7 +21,7 @@ in both. A last warm run of ours with PYSFRAME_PHASE_TIMES=1 prints where its ti
 (setup, scan, unwind, symbolize, output).
 
     env -u PYTHONDONTWRITEBYTECODE python3 bench/perf_script.py [--recording DIR] [--runs N]
-        [--samples N] [--keep] [--small-only]
+        [--samples N] [--keep] [--reuse] [--small-only]
 """
 
 from __future__ import annotations
@@ -95,11 +95,15 @@ def large_recording(perf: str, recording: Path, minimum: int = 500 * 2**20,
     return target
 
 
-def deep_recording(perf: str, samples: int) -> Path:
+def deep_recording(perf: str, samples: int, reuse: bool = False) -> Path:
     """A `--call-graph dwarf` recording of at least ``samples`` samples of bench/deep.c
     (perf record -B: perf 6.1 aborts in its build-id pass here, "stack smashing detected";
-    the binaries are read at their recorded paths)."""
+    the binaries are read at their recorded paths). With ``reuse``, the one a run with
+    --keep left is taken as it is (on a busy machine a new one may fall short of
+    ``samples``: its threads get less CPU time than they ask for)."""
     binary, target = OUT / "deep", OUT / "deep.perf.data"
+    if reuse and target.exists() and binary.exists():
+        return target
     subprocess.run(["gcc", "-O2", "-g", "-pthread", "-o", str(binary), str(BENCH / "deep.c")],
                    check=True)
     seconds = samples / (FREQUENCY * THREADS) * 1.25 + 1
@@ -155,6 +159,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=MIN_REPEATS)
     parser.add_argument("--samples", type=int, default=50_000)
     parser.add_argument("--keep", action="store_true", help="keep the large recording")
+    parser.add_argument("--reuse", action="store_true",
+                        help="use the large recording a run with --keep left")
     parser.add_argument("--small-only", action="store_true")
     args = parser.parse_args()
     perf = shutil.which("perf")
@@ -170,12 +176,12 @@ def main() -> int:
             [perf, "script", "--no-inline", "-i", str(data)], args.runs, 1.0)
     if args.small_only:
         return 0
-    large = deep_recording(perf, args.samples)
+    large = deep_recording(perf, args.samples, args.reuse)
     try:
         compare("large", large, [*sframe, "script", str(large)],
                 [perf, "script", "--no-inline", "-i", str(large)], args.runs, 4.0)
     finally:
-        if not args.keep:
+        if not args.keep and not args.reuse:
             large.unlink(missing_ok=True)
     return 0
 

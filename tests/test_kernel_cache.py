@@ -10,6 +10,7 @@ import pytest
 
 from pysframe import cachedir
 from pysframe.symbolize import kernel
+from pysframe.symbolize.symbols import Symbol, SymbolTable
 
 BUILD_ID = bytes(range(20))
 BOOT = b"01234567-89ab-cdef-0123-456789abcdef"
@@ -62,3 +63,50 @@ def test_another_boot_or_a_malformed_entry_reads_kallsyms_again(
         cachedir.store(kernel.KALLSYMS_KIND, BUILD_ID, junk, source)
         table = kernel.kernel_symbols_for(BUILD_ID)
         assert table is not None and table.names[0] == "_stext"
+
+
+def _perf_rule(text: str) -> tuple[list[int], list[int], list[str]]:
+    """The table perf's rule (:class:`SymbolTable` of size-less symbols) makes of the
+    text symbols of ``text``."""
+    symbols = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[1] in "TtWw":
+            address = int(fields[0], 16)
+            symbols.append(Symbol(address, address, fields[2], "STB_GLOBAL", 0))
+    table = SymbolTable(symbols)
+    return list(table.starts), list(table.ends), list(table.names)
+
+
+KALLSYMS = ("ffffffff81000000 T _stext\nffffffff81000000 t _text\nffffffff81000100 D data\n"
+            "ffffffff81000300 W weak_fn\nffffffff81000200 t helper\n"
+            "ffffffff81000200 T helper_alias\nffffffff81000200 T __helper\n"
+            "ffffffffc0000000 t mod_fn\t[mod]\nffffffff81001000 w last\n"
+            "ffffffff81001000 T last_alias\n")
+
+
+@pytest.mark.parametrize(("text", "in_columns"), [
+    (KALLSYMS, True),  # the kernel's layout: read a column at a time
+    (KALLSYMS.replace("T _stext", "T  _stext").replace("\n", "\r\n"), False),  # line by line
+    (KALLSYMS.replace("ffffffff8100", "8100"), True),  # 32-bit addresses
+])
+def test_kallsyms_are_read_as_perf_chooses(tmp_path: Path, text: str, in_columns: bool) -> None:
+    path = tmp_path / "kallsyms"
+    path.write_bytes(text.encode())
+    table = kernel.load_kallsyms(str(path))
+    assert table is not None
+    starts, ends, names = _perf_rule(text)
+    assert (list(table.starts), list(table.ends), list(table.names)) == (starts, ends, names)
+    assert (kernel._columns(text) is not None) == in_columns
+    # The last alias of an address is kept; data and module symbols are not symbols.
+    assert "__helper" in names and not {"helper", "data", "mod_fn"} & set(names)
+    # Unsorted, aliased, module and data lines: the payload reads back as the same table.
+    back = kernel._table_from(kernel._payload(table))
+    assert back is not None and list(back.names) == names and list(back.ends) == ends
+
+
+def test_hidden_kallsyms_addresses_give_no_table(tmp_path: Path) -> None:
+    path = tmp_path / "kallsyms"
+    path.write_text("0000000000000000 T _stext\n0000000000000000 t helper\n")
+    assert kernel.load_kallsyms(str(path)) is None
+    assert kernel.load_kallsyms(str(tmp_path / "absent")) is None

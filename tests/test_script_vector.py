@@ -162,3 +162,39 @@ def test_a_corrupt_table_costs_the_same_in_both_paths(tmp_path: Path) -> None:
     for run in runs[1:]:
         assert (run.returncode, run.stdout, run.stderr) == (
             first.returncode, first.stdout, first.stderr)
+
+
+def test_jobs_text_copied_to_standard_output_in_order(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """-j 3 to standard output that is a file: the children's text is copied to it as
+    bytes (cli.jobs.copier), after what this process wrote before it was flushed; the file
+    holds the text of one process, byte for byte. A stream without a descriptor gets the
+    text as strings, in the same order."""
+    import io
+    import sys
+
+    from pysframe.cli.jobs import copier
+    from pysframe.session import vector as vector_session
+
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+    if not path.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    monkeypatch.setattr(vector_session, "CHUNK", 512)
+    monkeypatch.setenv(ENGINE_VARIABLE, "vector")
+    expected = _text(path, "scalar", monkeypatch, tmp_path)
+    monkeypatch.setenv(ENGINE_VARIABLE, "vector")
+    target = tmp_path / "stdout.txt"
+    with open(target, "w", encoding="utf-8") as stdout:
+        assert copier(stdout) is not None
+        monkeypatch.setattr(sys, "stdout", stdout)
+        status = run_script(str(path), binaries=[str(path.parent)], output=None,
+                            show_stops=False, report=lambda message: None, jobs=3)
+        stdout.flush()
+    assert status == 0
+    assert target.read_bytes() == expected
+    captured = io.StringIO()
+    assert copier(captured) is None
+    monkeypatch.setattr(sys, "stdout", captured)
+    assert run_script(str(path), binaries=[str(path.parent)], output=None, show_stops=False,
+                      report=lambda message: None, jobs=3) == 0
+    assert captured.getvalue().encode() == expected

@@ -10,10 +10,12 @@ line on stderr itself; the run then ends with that child's status.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import IO
 
 from .errors import EXIT_INVALID, CommandError, guarded
 
@@ -23,10 +25,13 @@ _PIECE = 1 << 20
 
 def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterator[str]],
              failed: Callable[[], bool], statuses: list[int],
-             finish: Callable[[], None] | None = None) -> Iterator[str]:
+             finish: Callable[[], None] | None = None,
+             copy: Callable[[int], None] | None = None) -> Iterator[str]:
     """The texts of ``ranges`` in order; ``statuses`` gets each child's exit status (1 when
     ``failed()`` says it reported a problem). Each child calls ``finish`` (if given) when its
-    text is made (it ends without the exit functions: e.g. to keep what it cached)."""
+    text is made (it ends without the exit functions: e.g. to keep what it cached). With
+    ``copy``, a child's text is not yielded but handed over as its file (rewound), once
+    everything before it was yielded (see :func:`copier`)."""
     children: list[tuple[int, int]] = []
     try:
         for start, end in ranges[1:]:
@@ -40,8 +45,11 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
                 raise CommandError(f"a worker process failed (exit status {status})", status
                                    if status > 0 else EXIT_INVALID)
             os.lseek(fd, 0, os.SEEK_SET)
-            while piece := os.read(fd, _PIECE):
-                yield piece.decode("utf-8", "surrogateescape")
+            if copy is not None:
+                copy(fd)
+            else:
+                while piece := os.read(fd, _PIECE):
+                    yield piece.decode("utf-8", "surrogateescape")
             os.close(fd)
             children = children[1:]
     finally:
@@ -52,6 +60,38 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
             except OSError:
                 pass
             os.close(fd)
+
+
+def copier(stream: IO[str]) -> Callable[[int], None] | None:
+    """What hands a child's text to ``stream`` as bytes, the kernel copying its file to
+    the stream's descriptor (``os.sendfile``) after the text written before it is flushed:
+    the children's half of a large recording's text (~50 MB) is then neither decoded nor
+    encoded again here. None for a stream without a descriptor of its own (a test's
+    capture, a StringIO)."""
+    try:
+        target = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return None
+
+    def copy(source: int) -> None:
+        stream.flush()
+        size, done = os.fstat(source).st_size, 0
+        try:
+            while done < size:
+                sent = os.sendfile(target, source, done, size - done)
+                if not sent:
+                    break
+                done += sent
+        except OSError as error:
+            if error.errno not in (errno.EINVAL, errno.ENOSYS):
+                raise  # EPIPE and the like: as a write would fail
+        os.lseek(source, done, os.SEEK_SET)  # what is left (sendfile refused it): written
+        while piece := os.read(source, _PIECE):
+            view = memoryview(piece)
+            while view:
+                view = view[os.write(target, view):]
+
+    return copy
 
 
 def _fork(start: int, end: int, produce: Callable[[int, int], Iterator[str]],

@@ -36,9 +36,10 @@ VECTOR_FROM = 64 << 20
 
 def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: int,
                  problems: Problems, statuses: list[int], phases: Phases | None = None,
-                 show_stops: bool = False) -> Iterator[str] | None:
+                 show_stops: bool = False, stream: Any = None) -> Iterator[str] | None:
     """The text in chunks from the batch pipeline, when it takes this recording (None: the
-    sample-by-sample path does), made by ``jobs`` processes."""
+    sample-by-sample path does), made by ``jobs`` processes; with ``stream`` (where the
+    text goes), the other processes' text is copied to it as bytes, not yielded."""
     import os
     import time
 
@@ -49,7 +50,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         return None
     try:
         from ..report.event_names import event_name
-        from ..report.perf_script_chunks import chunk_text
+        from ..report.perf_script_chunks import LineIndexes, chunk_text
         from ..session.vector import BATCH_FROM, VectorSession
         from ..sources.perf_arrays import sample_arrays
         from ..sources.perf_records import SAMPLE_CPU
@@ -61,6 +62,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     attr = data.attrs[0]
     event, with_cpu = event_name(attr), bool(attr.sample_type & SAMPLE_CPU)
     lines: dict[int, dict[int, str]] = {}
+    indexes: LineIndexes = {}  # the lines as sorted arrays, kept across chunks
     session = VectorSession(unwinder, arrays, 1 if chosen == "vector" else BATCH_FROM)
 
     def texts(first: int, last: int) -> Iterator[str]:
@@ -71,7 +73,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
                 _chunk_stops(chunk, session)
             begin = time.perf_counter()
             text = chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu,
-                              unwinder.unwinder.max_depth)
+                              unwinder.unwinder.max_depth, indexes)
             if phases is not None:
                 phases.seconds["format"] += time.perf_counter() - begin
             yield text
@@ -80,10 +82,11 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     if len(ranges) == 1:
         return texts(*ranges[0])
     from ..session.tables import save_made
-    from .jobs import in_order
+    from .jobs import copier, in_order
 
     # Each child keeps the functions its on-demand tables made (it ends with os._exit).
-    return in_order(ranges, texts, lambda: bool(problems), statuses, save_made)
+    return in_order(ranges, texts, lambda: bool(problems), statuses, save_made,
+                    copier(stream) if stream is not None else None)
 
 
 def default_jobs() -> int:
@@ -165,7 +168,8 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
         statuses: list[int] = []
         arrays_start = time.perf_counter()
         chunks = _vector_text(data, unwinder, symbolizer, kernel, jobs or default_jobs(),
-                              problems, statuses, phases, show_stops)
+                              problems, statuses, phases, show_stops,
+                              sys.stdout if output is None else None)
         if chunks is not None:
             if phases is not None:  # numpy's import and the array scan are the scan's
                 phases.seconds["read"] += time.perf_counter() - arrays_start

@@ -156,7 +156,11 @@ def encode(section: Section) -> bytes:
                                     fde.rep_size)
         start_size = FRE_START_SIZE[fre_type]
         for k, fre in enumerate(fde.fres):
-            fre_area += encode_fre(fde, fre, start_size, big_endian, f"{where} FRE {k}")
+            try:
+                fre_area += encode_fre(fde, fre, start_size, big_endian, "")
+            except EncodeError:  # said again with its place (made only for an error)
+                encode_fre(fde, fre, start_size, big_endian, f"{where} FRE {k}")
+                raise
 
     out = bytearray()
     out += struct.pack(order + "HBBBbbB", MAGIC, version, section.flags, int(abi),

@@ -372,9 +372,12 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
         return None
     data, address, _ = found
     entries: list[tuple[int, int, int]] = []
+    # Where the stubs lie at all (one test per FDE; each stub only for those in there).
+    low = min((lo for lo, _ in stubs), default=0)
+    high = max((hi for _, hi in stubs), default=0)
     for start, size, offset in fde_ranges(data, address, big_endian=image.big_endian,
                                           address_size=image.elf_class // 8):
-        if any(lo <= start < hi for lo, hi in stubs):
+        if low <= start < high and any(lo <= start < hi for lo, hi in stubs):
             continue  # the PLT's rows are ld's, below
         if not 0 < size <= 0xFFFFFFFF:
             continue  # never in the table (translate_entry skips it): holds no pc

@@ -55,17 +55,27 @@ def kernel_line(address: int, kernel: SymbolTable | None) -> str:
     return f"{address:16x} {name} ([kernel.kallsyms])"
 
 
+#: The key of the kernel's lines in a ``lines_cache`` (layouts are numbered from 1).
+KERNEL_LINES = -1
+
+
 def kernel_lines(callchain: tuple[int, ...], kernel: SymbolTable | None,
-                 limit: int | None = None) -> list[str]:
+                 limit: int | None = None,
+                 lines_cache: dict[int, dict[int, str]] | None = None) -> list[str]:
     """The kernel part of a recorded callchain (the entries after PERF_CONTEXT_KERNEL),
-    at most ``limit`` of them (perf's --max-stack)."""
+    at most ``limit`` of them (perf's --max-stack). ``lines_cache``: each address's line
+    kept under :data:`KERNEL_LINES` (a system-wide recording repeats its kernel frames)."""
+    known = lines_cache.setdefault(KERNEL_LINES, {}) if lines_cache is not None else {}
     lines = []
     in_kernel = False
     for address in callchain:
         if address >= CONTEXT_MARKER_MIN:
             in_kernel = address == PERF_CONTEXT_KERNEL
         elif in_kernel:
-            lines.append("\t" + kernel_line(address, kernel))
+            line = known.get(address)
+            if line is None:
+                line = known[address] = "\t" + kernel_line(address, kernel)
+            lines.append(line)
     return lines if limit is None else lines[:limit]
 
 
@@ -93,7 +103,7 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
     if unwind.stop is Stop.RECORDED and not valid_callchain(sample.callchain):
         return lines[0] + "\n\n"  # perf drops a recorded chain with an unknown context
     if sample.callchain:
-        lines += kernel_lines(sample.callchain, kernel, max_stack)
+        lines += kernel_lines(sample.callchain, kernel, max_stack, lines_cache)
         cookie = deferred_cookie(sample.callchain)
         if cookie is not None:  # shown apart: the user part is the record that follows
             lines.append(f"\t{cookie:16x} (cookie) ([unknown])")

@@ -24,26 +24,37 @@ from .perf_script import TRUNCATED, format_sample, frame_line, kernel_lines
 _COPY_ENDED = STOPS.index(Stop.COPY_ENDED)
 
 
+#: Each layout's lines as :class:`SortedLines`, by ``id`` of its lines dict (with it).
+LineIndexes = dict[int, tuple[dict[int, str], "SortedLines"]]
+
+
 def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
                kernel: SymbolTable | None, lines_cache: dict[int, dict[int, str]],
-               event: str, with_cpu: bool, max_stack: int | None = None) -> str:
+               event: str, with_cpu: bool, max_stack: int | None = None,
+               indexes: LineIndexes | None = None) -> str:
     """The text of the chunk's samples, in order (at most ``max_stack`` kernel frames
-    each; the user frames were cut when unwound)."""
+    each; the user frames were cut when unwound). ``indexes``: the layouts' lines as
+    sorted arrays, kept across the chunks of ``lines_cache`` (made for this chunk when
+    not given)."""
+    if indexes is None:
+        indexes = {}
     n = chunk.end - chunk.start
     sizes = np.ones(n, np.int64)  # a scalar sample: its whole text is one item
     kernel_of: dict[int, list[str]] = {}
     placed = []
+    scalar = chunk.scalar
+    chained = arrays.chain_count[chunk.start:chunk.end] != 0
     for group in chunk.groups:
         counts = group.result.count.astype(np.int64)
         truncated = group.result.stops == _COPY_ENDED
         rows = group.rows
-        for index in rows.tolist():
-            if index in chunk.scalar:
-                continue
-            if arrays.chain_count[chunk.start + index]:
-                kernel_of[index] = _kernel(arrays, chunk.start + index, kernel, max_stack)
-        extra = np.array([len(kernel_of.get(index, ())) for index in rows.tolist()], np.int64)
-        keep = np.array([index not in chunk.scalar for index in rows.tolist()], np.bool_)
+        keep = np.array([index not in scalar for index in rows.tolist()], np.bool_)
+        extra = np.zeros(len(rows), np.int64)
+        for position in np.flatnonzero(chained[rows] & keep).tolist():
+            index = int(rows[position])
+            lines = kernel_of[index] = _kernel(arrays, chunk.start + index, kernel, max_stack,
+                                               lines_cache)
+            extra[position] = len(lines)
         sizes[rows[keep]] = (2 + extra + counts + truncated)[keep]
         placed.append((group, keep, counts, truncated, extra))
     starts = np.zeros(n, np.int64)
@@ -54,7 +65,8 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
         items[starts[index]] = format_sample(unwound, symbolizer, lines_cache, kernel,
                                              max_stack)[:-1]
     for group, keep, counts, truncated, extra in placed:
-        _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache)
+        _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache,
+               indexes)
     batch_rows = [index for group in chunk.groups for index in group.rows.tolist()
                   if index not in chunk.scalar]
     items[starts[batch_rows]] = _headers(arrays, chunk, batch_rows, event, with_cpu)
@@ -64,10 +76,10 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
 
 
 def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None,
-            max_stack: int | None) -> list[str]:
+            max_stack: int | None, lines_cache: dict[int, dict[int, str]]) -> list[str]:
     first = int(arrays.chain_pos[sample]) // 8
     chain = tuple(arrays.words[first:first + int(arrays.chain_count[sample])].tolist())
-    return kernel_lines(chain, kernel, max_stack)
+    return kernel_lines(chain, kernel, max_stack, lines_cache)
 
 
 def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
@@ -76,18 +88,21 @@ def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
     the fields taken from the arrays as lists at once, not element by element)."""
     at = np.array(rows, np.int64) + chunk.start
     comms = chunk.comms
-    tids, times, periods = (arrays.tid[at].tolist(), arrays.time[at].tolist(),
-                            arrays.period[at].tolist())
-    cpus = ([f" [{cpu:03d}]" for cpu in arrays.cpu[at].tolist()] if with_cpu
+    times = arrays.time[at]
+    cpus = ([" [%03d]" % cpu for cpu in arrays.cpu[at].tolist()] if with_cpu
             else [""] * len(rows))
-    return [f"{comms[index]} {tid:5d}{cpu} {time // 1_000_000_000:5d}."
-            f"{time % 1_000_000_000 // 1000:06d}: {period:10d} {event}: "
-            for index, tid, cpu, time, period in zip(rows, tids, cpus, times, periods,
-                                                     strict=True)]
+    # %-formatting over zipped columns (the seconds and microseconds divided by numpy):
+    # ~25% less than an f-string per sample.
+    line = "%s %5d%s %5d.%06d: %10d " + event.replace("%", "%%") + ": "
+    return list(map(line.__mod__, zip(map(comms.__getitem__, rows), arrays.tid[at].tolist(),
+                                      cpus, (times // 1_000_000_000).tolist(),
+                                      (times % 1_000_000_000 // 1000).tolist(),
+                                      arrays.period[at].tolist(), strict=True)))
 
 
 def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, truncated: Any,
-           extra: Any, symbolizer: Symbolizer, lines_cache: dict[int, dict[int, str]]) -> None:
+           extra: Any, symbolizer: Symbolizer, lines_cache: dict[int, dict[int, str]],
+           indexes: LineIndexes) -> None:
     """The user-frame lines (and truncation markers) of one group's samples into ``items``."""
     result, space = group.result, group.space
     width = int(counts.max()) if len(counts) else 0
@@ -98,20 +113,52 @@ def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, trunca
     printed = pcs - (np.arange(width)[None, :] > 0).astype(np.uint64)
     rows, columns = np.nonzero(valid)
     values = printed[rows, columns]
-    unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
     known = lines_cache.setdefault(space.version, {})
-    mapping_index = result.mappings[:, :width][rows, columns]
-    mappings = space.mappings
-    lines = []
-    for pc, at in zip(unique.tolist(), first.tolist(), strict=True):
-        line = known.get(pc)
-        if line is None:
-            k = int(mapping_index[at])
-            line = known[pc] = frame_line(symbolizer, mappings[k] if k >= 0 else None, pc)
-        lines.append(line)
-    table = np.empty(len(lines), dtype=object)
-    table[:] = lines
+    index = SortedLines.of(known, indexes)
+    slots, hit = index.find(values)
+    if not hit.all():  # pcs not named yet in this layout: named once each
+        missing = np.flatnonzero(~hit)
+        new, first = np.unique(values[missing], return_index=True)
+        at = missing[first]
+        mappings = space.mappings
+        for pc, k in zip(new.tolist(), result.mappings[rows[at], columns[at]].tolist(),
+                         strict=True):
+            if pc not in known:
+                known[pc] = frame_line(symbolizer, mappings[k] if k >= 0 else None, pc)
+        index = SortedLines.of(known, indexes)
+        slots, _ = index.find(values)
     base = starts[group.rows] + 1 + extra
-    items[base[rows] + columns] = table[inverse.reshape(-1)]
+    items[base[rows] + columns] = index.lines[slots]
     marked = np.flatnonzero(truncated & keep)
     items[base[marked] + counts[marked]] = TRUNCATED
+
+
+class SortedLines:
+    """A layout's frame lines (printed pc -> line) as a sorted array of pcs and an array of
+    their lines: a chunk's frames are looked up at once (``searchsorted``), not sorted
+    (``np.unique``) chunk after chunk. Remade when the layout's lines grew (the batch
+    names new pcs, the scalar path adds its own)."""
+
+    __slots__ = ("lines", "pcs", "size")
+
+    def __init__(self, known: dict[int, str]) -> None:
+        pcs = sorted(pc for pc in known if 0 <= pc < 1 << 64)
+        self.pcs = np.array(pcs, np.uint64)
+        self.lines = np.empty(len(pcs), dtype=object)
+        self.lines[:] = [known[pc] for pc in pcs]
+        self.size = len(known)
+
+    @classmethod
+    def of(cls, known: dict[int, str], indexes: LineIndexes) -> SortedLines:
+        """The index of ``known`` in ``indexes``, (re)made when missing or stale."""
+        found = indexes.get(id(known))
+        if found is None or found[0] is not known or found[1].size != len(known):
+            found = indexes[id(known)] = (known, cls(known))
+        return found[1]
+
+    def find(self, values: Any) -> tuple[Any, Any]:
+        """Each value's position in the lines (0 where absent) and whether it is there."""
+        if not len(self.pcs):
+            return np.zeros(len(values), np.int64), np.zeros(len(values), np.bool_)
+        slots = np.minimum(np.searchsorted(self.pcs, values), len(self.pcs) - 1)
+        return slots, self.pcs[slots] == values

@@ -10,11 +10,7 @@ sample's user registers and stack copy feed the tracer.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import shutil
-import tempfile
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -46,7 +42,6 @@ from ..unwind.memory import StackMemory
 from ..unwind.modules import BinaryFinder
 from ..unwind.provider import TableProvider
 from ..unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
-from .jitdump import jitdump_mappings
 from .tables import GeneratedTables
 
 if TYPE_CHECKING:
@@ -189,6 +184,10 @@ class PerfUnwinder:
             self._vdso = VDSO
             image = own_vdso()
             if image is not None:
+                import shutil  # here: the three cost ~5 ms of every start-up
+                import tempfile
+                import weakref
+
                 directory = tempfile.mkdtemp(prefix="sframe-vdso-")
                 weakref.finalize(self, shutil.rmtree, directory, True)
                 path = os.path.join(directory, "vdso.so")
@@ -294,6 +293,8 @@ class PerfUnwinder:
         its problems reported once)."""
         found = self._jitdumps.get(record.filename)
         if found is None:
+            from .jitdump import jitdump_mappings  # here: it imports the generator (~12 ms)
+
             loads, problems = read_jitdump(record.filename)
             mappings, more = jitdump_mappings(loads, record.filename)
             found = self._jitdumps[record.filename] = mappings
@@ -396,6 +397,8 @@ def own_vdso() -> bytes | None:
         return None
     for line in maps.splitlines():
         if line.endswith(VDSO):
+            import ctypes
+
             start, end = (int(value, 16) for value in line.split()[0].split("-"))
             return ctypes.string_at(start, end - start)
     return None
