@@ -35,6 +35,7 @@ from .asm import (
     RSH,
     Asm,
 )
+from .btf import task_mm_offset
 
 # Helpers.
 GET_CURRENT_PID_TGID, KTIME_GET_NS, GET_SMP_PROCESSOR_ID, MAP_LOOKUP_ELEM = 14, 5, 8, 1
@@ -131,11 +132,21 @@ def sample_fields(a: Asm, then: str) -> None:
     a.jump(JSLE, R0, 0, "fields_no_kernel_stack")  # an error: no kernel frames
     a.stx(4, R8, 28, R0)
     a.label("fields_no_kernel_stack")
-    a.call(GET_CURRENT_TASK_BTF).mov(R1, R0, reg=True).call(TASK_PT_REGS)
+    a.call(GET_CURRENT_TASK_BTF)
+    mm = task_mm_offset()
+    if mm is not None:
+        # A task whose memory is gone (exiting: exit_mmap) has no user stack to walk; perf
+        # gives it no user chain either. Its registers are left 0, as a kernel thread's.
+        a.ldx(8, R1, R0, mm).jump(JEQ, R1, 0, "fields_no_mm")
+    a.mov(R1, R0, reg=True).call(TASK_PT_REGS)
     a.ldx(8, R1, R0, PT_IP).stx(8, R8, 40, R1)
     a.ldx(8, R1, R0, PT_SP).stx(8, R8, 48, R1)
     a.ldx(8, R1, R0, PT_BP).stx(8, R8, 56, R1)
     a.goto(then)
+    if mm is not None:
+        a.label("fields_no_mm")
+        a.st(8, R8, 40, 0).st(8, R8, 48, 0).st(8, R8, 56, 0)
+        a.goto(then)
 
 
 def _frame_pointer_walk(a: Asm) -> None:
