@@ -201,6 +201,13 @@ class Conformance:
                      label: str) -> bool:
         walked = self.rig.walk(pc, sp, fp, memory, in_kernel=tally.cases % 4 == 1)
         tally.coverage |= self.rig.coverage
+        if tally.cases % 16 == 9:  # the same sample of a task whose memory is gone
+            gone = self.rig.walk(pc, sp, fp, memory, in_kernel=True, exiting=True)
+            tally.coverage |= self.rig.coverage
+            if gone.pcs or gone.copy is not None:
+                tally.differences.append(f"{label}: a task without memory walked: "
+                                         f"{gone.pcs[:3]}")
+                return False
         expected = self.scalar.unwind(Registers(pc, sp, fp), memory, self.space)
         tally.cases += 1
         tally.frames += len(walked.pcs)

@@ -107,7 +107,7 @@ class Region:
     """Memory a pointer can point into. ``init`` (the stack only): which bytes were
     written; ``spills``: pointers stored in 8-byte stack slots, by offset."""
 
-    kind: str  # "stack", "map_value", "ctx", "regs", "ringbuf"
+    kind: str  # "stack", "map_value", "ctx", "regs", "ringbuf", "task"
     data: bytearray
     writable: bool = True
     init: bytearray | None = None
@@ -282,6 +282,8 @@ class Task:
     cpu: int = 0
     kernel_stack: list[int] = field(default_factory=list)
     pt_regs: bytes = bytes(168)
+    #: Whether it has its memory (``task_struct.mm`` not NULL): not while it exits.
+    has_mm: bool = True
 
 
 @dataclass(frozen=True)
@@ -327,6 +329,7 @@ class Machine:
         #: Ring-buffer reservations not yet submitted: their ring, by pointer identity.
         self.reservations: dict[int, Map] = {}
         self.regs_region = Region("regs", bytearray(self.task.pt_regs), writable=False)
+        self.task_region = _task_region(self.task)
 
     def run(self, ctx: bytes) -> int:
         """Run from instruction 0 with R1 = the context (read-only); returns R0."""
@@ -376,11 +379,16 @@ class _Func:
         self.start = start
 
 
-class _Task:
-    """``bpf_get_current_task_btf()``: only ever passed on to ``bpf_task_pt_regs``."""
+def _task_region(task: Task) -> Region:
+    """``bpf_get_current_task_btf()``'s task_struct: passed on to ``bpf_task_pt_regs``, and
+    its ``mm`` read (at the running kernel's offset, from its BTF), nothing else."""
+    from pysframe.record.btf import task_mm_offset
 
-
-TASK = _Task()
+    mm = task_mm_offset()
+    data = bytearray((mm or 0) + 8)
+    if mm is not None and task.has_mm:
+        data[mm:mm + 8] = (0xFFFF888000001000).to_bytes(8, "little")
+    return Region("task", data, writable=False)
 
 
 def _read(regs: list[Value], reg: int, pc: int) -> int | Ptr:
@@ -687,12 +695,12 @@ def _ringbuf_submit(m: Machine, args: list[Value], pc: int) -> Value:
 
 
 def _current_task(m: Machine, args: list[Value], pc: int) -> Value:
-    return Ptr(TASK)
+    return Ptr(m.task_region)
 
 
 def _task_pt_regs(m: Machine, args: list[Value], pc: int) -> Value:
     task = args[0]
-    if not (isinstance(task, Ptr) and task.region is TASK):
+    if not (isinstance(task, Ptr) and task.region is m.task_region and task.offset == 0):
         raise Fault("task_pt_regs: a task expected", pc)
     return Ptr(m.regs_region)
 

@@ -149,14 +149,15 @@ class WalkerRig:
             first += len(starts)
         self.procs.update(TGID.to_bytes(4, "little"), procs_value(entries, generation))
 
-    def walk(self, pc: int, sp: int, fp: int, memory: CopyAndCode, in_kernel: bool = False
-             ) -> Walk:
+    def walk(self, pc: int, sp: int, fp: int, memory: CopyAndCode, in_kernel: bool = False,
+             exiting: bool = False) -> Walk:
         """One sample with these user registers: taken in user mode (the context's), or
         ``in_kernel`` (the task's saved user registers, ``bpf_task_pt_regs``, and a
-        kernel stack)."""
+        kernel stack); ``exiting``: in the kernel, its memory gone (no ``mm``)."""
         user = _registers(pc, sp, fp, USER_CS)
         context = _registers(KERNEL_PC, KERNEL_SP, 0, 0x10) if in_kernel else user
-        task = Task(TGID, TGID, 0, [KERNEL_PC, KERNEL_PC + 0x40], bytes(user[:168]))
+        task = Task(TGID, TGID, 0, [KERNEL_PC, KERNEL_PC + 0x40], bytes(user[:168]),
+                    has_mm=not exiting)
         self.ring.records.clear()
         machine = Machine(self.program, self.maps, memory, task, coverage=self.coverage)
         machine.run(bytes(context))

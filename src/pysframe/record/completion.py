@@ -35,7 +35,7 @@ MOST_PENDING = 1 << 16
 #: And at most this many bytes of stack copies waiting (a first -a run on a busy machine
 #: waits for minutes of table generation: 2,000 samples a second of 16 KiB copies).
 MOST_PENDING_BYTES = 2 << 30
-#: And at most this many bytes of their records in memory.
+#: And at most about this much memory held by them (:meth:`Pending.held`).
 MOST_PENDING_MEMORY = 32 << 20
 #: Side-band events kept per process (a process mapping code without end is bounded).
 MOST_EVENTS = 65536
@@ -64,6 +64,11 @@ class Pending:
     #: and its size.
     stored_at: int = -1
     stored_size: int = 0
+
+    def held(self) -> int:
+        """About the bytes it holds in memory (its record, its frames as Python ints, the
+        object and its registers; its copy where it is not kept on disk)."""
+        return len(self.raw) + len(self.copy) + 40 * len(self.walked) + 300
 
     def stack(self, store: CopyStore | None) -> bytes:
         """The stack copied (read back from ``store`` when it is kept there)."""

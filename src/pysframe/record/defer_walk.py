@@ -63,7 +63,7 @@ def deferring_walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: i
                      copy_bytes: int = COPY_BYTES) -> tuple[bytes, bytes, bytes]:
     """The sampling program of ``--defer``: requests in system calls, walks elsewhere."""
     def fill(a: Asm) -> None:
-        sample_fields(a, "defer_check")
+        sample_fields(a, "defer_check", "main_output")
         a.label("defer_check")
         a.ldx(4, R1, R8, 4).jump(JSET, R1, FLAG_IN_KERNEL, "defer_in_kernel").goto("main_walk")
         a.label("defer_in_kernel")

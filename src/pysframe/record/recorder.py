@@ -651,7 +651,7 @@ class _Session:
             self.to_finish.setdefault(found.pid, []).append(found)
             self.pending_count += 1
             self.pending_bytes += found.stored_size
-            self.pending_memory += len(found.raw)
+            self.pending_memory += found.held()
 
     def finish_ready(self, pid: int) -> None:
         """In the table thread, once ``pid``'s tables are loaded: its waiting samples
@@ -667,7 +667,7 @@ class _Session:
             layouts = [self.maps.layout(item.pid, item.time) for item in ready]
             self.pending_count -= len(ready)
             self.pending_bytes -= sum(item.stored_size for item in ready)
-            self.pending_memory -= sum(len(item.raw) for item in ready)
+            self.pending_memory -= sum(item.held() for item in ready)
         finished = finish(ready, self.maps, self.loader.finder, self.frames, layouts,
                           self.copies)
         with self.lock:

@@ -108,11 +108,13 @@ def sampler(ringbuf_fd: int, targets_fd: int | None) -> bytes:
     return a.assemble()
 
 
-def sample_fields(a: Asm, then: str) -> None:
+def sample_fields(a: Asm, then: str, no_user: str | None = None) -> None:
     """Fill the record at R8 but for its walk (R6: the context, R7: the pid/tgid word):
     kind, process, thread, time, CPU, period, the user registers (the sample's in user
     mode; in the kernel, its stack and the registers saved at entry, loaded by their own
-    instructions: another pointer type), then go to ``then``."""
+    instructions: another pointer type), then go to ``then``; to ``no_user`` (default
+    ``then``) for a task without user memory (a kernel thread, a process exiting), its
+    registers 0 and no user frame."""
     a.st(4, R8, 0, KIND_SAMPLE)
     a.mov(R1, R7, reg=True).alu(RSH, R1, 32).stx(4, R8, 8, R1).stx(4, R8, 12, R7)
     a.call(KTIME_GET_NS).stx(8, R8, 16, R0)
@@ -146,7 +148,7 @@ def sample_fields(a: Asm, then: str) -> None:
     if mm is not None:
         a.label("fields_no_mm")
         a.st(8, R8, 40, 0).st(8, R8, 48, 0).st(8, R8, 56, 0)
-        a.goto(then)
+        a.goto(no_user or then)
 
 
 def _frame_pointer_walk(a: Asm) -> None:

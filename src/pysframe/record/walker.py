@@ -133,7 +133,8 @@ def walker(ringbuf_fd: int, scratch_fd: int, procs_fd: int, rows_fd: int,
                          f"multiple of 8, not {copy_bytes}")
     a = Asm()
     _main(a, ringbuf_fd, scratch_fd, procs_fd,
-          fill or (lambda asm: sample_fields(asm, "main_walk")), frames, copy_bytes)
+          fill or (lambda asm: sample_fields(asm, "main_walk", "main_output")), frames,
+          copy_bytes)
     a.label("frame_step")
     _frame_step(a, rows_fd, frames, cache_at(frames, copy_bytes))
     a.label("search_step")
