@@ -54,3 +54,33 @@ def test_with_a_sampled_test_only_the_sampled_processes_are_prepared() -> None:
     assert loaded[:3] == [3, 7, 2 * ROUND + 4] and loaded[3:] == [11]
     assert worker.prepared_pids == {3, 7, 11, 2 * ROUND + 4}
     assert worker.left_pids == set(pids) - worker.prepared_pids
+
+
+def test_finishing_is_queued_once_at_a_time() -> None:
+    """The recorder asks every second for the waiting samples to be finished; while one
+    such request waits behind a slow load, more are not queued."""
+    import threading
+
+    started, release, last = threading.Event(), threading.Event(), threading.Event()
+    finished: list[int] = []
+
+    def load(pid: int) -> None:
+        started.set()
+        release.wait(30)
+        if pid == 3:
+            last.set()
+
+    worker = TableWorker(load, lambda pid: None, lambda: None, lambda batch: None,
+                         finish=lambda: finished.append(1))
+    worker.ask("load", 1)
+    assert started.wait(30)
+    for _ in range(5):
+        worker.ask("finish")
+    assert worker.load_queued(1) is False  # (started: no longer queued)
+    worker.ask("load", 2)
+    assert worker.load_queued(2)
+    release.set()
+    worker.ask("load", 3)  # after the finishing, in the queue's order
+    assert last.wait(30)
+    worker.close()
+    assert finished == [1]

@@ -503,7 +503,7 @@ class _Session:
                              self.prefetch, self.samples_waiting,
                              self.finish_ready, return_free_memory,
                              sampled=self.was_sampled if sampled_only else None,
-                             ready=self.loader.tables_ready)
+                             ready=self.loader.tables_ready, finish=self.finish_waiting)
         self.worker = worker
         # From now on a table missing from the cache is generated in the background; its
         # code copies the stack until then (see TableLoader.tables_ready).
@@ -591,6 +591,8 @@ class _Session:
             if now - self.forgotten_at >= 1.0:
                 self.forgotten_at = now
                 self.maps.forget_exited(now, self.to_finish)
+                if self.to_finish and self.worker is not None:
+                    self.worker.ask("finish")  # (at most one queued)
 
     def recently_sampled(self, pid: int) -> bool:
         when = self.last_sampled.get(pid)
@@ -686,6 +688,18 @@ class _Session:
         later.drain()
         self.loader.tables_ready()
         self.generated.background = False
+
+    def finish_waiting(self) -> None:
+        """In the table thread, every second: the samples of processes that wait for no
+        table being generated are finished now (their tables are loaded, or fit nowhere in
+        the rows map: their code copies the stack for good), not at their next load."""
+        worker, loader = self.worker, self.loader
+        with self.lock:
+            pids = [pid for pid in self.to_finish if pid in loader.fingerprints
+                    and not loader.waits_for_tables(pid)
+                    and (worker is None or not worker.load_queued(pid))]
+        for pid in pids:
+            self.finish_ready(pid)
 
     def finish_chains(self) -> None:
         """The pending samples' chains finished in user space, their records rewritten."""

@@ -26,7 +26,7 @@ from collections.abc import Callable
 #: Work items: ("load", pid), ("drop", pid), ("sweep", 0), ("prepare", pid) (the first
 #: tables of a running process: generated in parallel with the others first), ("ready", 0)
 #: (tables generated in the background are in the cache: the processes waiting for them
-#: are loaded again).
+#: are loaded again), ("finish", 0) (the samples waiting for no generation finished).
 Work = tuple[str, int]
 #: Processes whose tables are prepared together at the start of ``-a``.
 ROUND = 16
@@ -49,7 +49,8 @@ class TableWorker:
                  loaded: Callable[[int], None] | None = None,
                  trim: Callable[[], None] | None = None,
                  sampled: Callable[[int], bool] | None = None,
-                 ready: Callable[[], list[int]] | None = None) -> None:
+                 ready: Callable[[], list[int]] | None = None,
+                 finish: Callable[[], None] | None = None) -> None:
         self._load, self._drop, self._sweep, self._prefetch = load, drop, sweep, prefetch
         #: Called once a process's tables are loaded (its waiting samples finished).
         self._loaded = loaded or (lambda pid: None)
@@ -70,6 +71,10 @@ class TableWorker:
         self._trimmed = time.monotonic()
         #: The processes whose tables were generated in the background since asked.
         self._ready = ready or list
+        #: Finishes the waiting samples that can be finished now (("finish", 0), at most
+        #: one queued at a time).
+        self._finish = finish or (lambda: None)
+        self._finish_queued = False
         #: Whether a process had a sample (None: every process is prepared).
         self._sampled = sampled
         #: The processes prepared (their tables loaded) by prepare(), and those left to
@@ -86,7 +91,17 @@ class TableWorker:
                 if pid in self._waiting:
                     return
                 self._waiting.add(pid)
+        elif kind == "finish":
+            with self._lock:
+                if self._finish_queued:
+                    return
+                self._finish_queued = True
         self._queue.put((kind, pid))
+
+    def load_queued(self, pid: int) -> bool:
+        """Whether a load of ``pid`` is queued and not started."""
+        with self._lock:
+            return pid in self._waiting
 
     def prepare(self, pids: list[int], progress: bool) -> None:
         """The first tables of ``pids`` (``-a``): generated in parallel, then loaded."""
@@ -120,6 +135,10 @@ class TableWorker:
                     self._drop(pid)
                 elif kind == "sweep":
                     self._sweep()
+                elif kind == "finish":
+                    with self._lock:
+                        self._finish_queued = False
+                    self._finish()
                 elif kind == "ready":
                     for ready_pid in self._ready():
                         self._load(ready_pid)
