@@ -3,6 +3,7 @@ run reads the entry (not /proc/kallsyms), and a damaged or foreign entry is not 
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -135,3 +136,41 @@ def test_hidden_kallsyms_addresses_give_no_table(tmp_path: Path) -> None:
     path.write_text("0000000000000000 T _stext\n0000000000000000 t helper\n")
     assert kernel.load_kallsyms(str(path)) is None
     assert kernel.load_kallsyms(str(tmp_path / "absent")) is None
+
+
+def test_a_first_run_makes_the_entry_in_a_child(fake_kernel: list[int],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """prefetch() forks a child that reads kallsyms and writes the entry; the table
+    kernel_symbols_for gives waits for it at its first lookup and reads the entry (this
+    process never reads kallsyms); with the entry there, no child is started."""
+    monkeypatch.setattr(kernel, "_making", None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    kernel.prefetch()
+    assert kernel._making is not None and kernel._making[0] == BUILD_ID
+    table = kernel.kernel_symbols_for(BUILD_ID)
+    assert table is not None and table.lookup(0xffffffff81000210) == ("schedule", 0x10)
+    assert kernel._making is None and fake_kernel == [0]  # read by the child only
+    again = kernel.kernel_symbols_for(BUILD_ID)
+    assert again is not None and again.lookup(0xffffffff81000101) == ("helper", 1)
+
+    def no_fork() -> int:
+        raise AssertionError("forked with the entry in the cache")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    kernel.prefetch()
+    assert kernel._making is None and fake_kernel == [0]
+
+
+def test_a_child_that_made_nothing_leaves_the_reading_here(
+        fake_kernel: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child that could not make the entry (kallsyms unreadable then): the first lookup
+    reads kallsyms in this process, as without a child."""
+    monkeypatch.setattr(kernel, "_making", None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    counted = kernel.load_kallsyms
+    monkeypatch.setattr(kernel, "load_kallsyms", lambda: None)
+    kernel.prefetch()
+    monkeypatch.setattr(kernel, "load_kallsyms", counted)
+    table = kernel.kernel_symbols_for(BUILD_ID)
+    assert table is not None and fake_kernel == [0]
+    assert table.lookup(0xffffffff81000000) == ("_stext", 0) and fake_kernel == [1]

@@ -14,15 +14,16 @@ and mapped when read back, checked by its CRC and its shape (:func:`_table_from`
 from __future__ import annotations
 
 import operator
+import os
 import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate, compress, islice
 from typing import Any
 
-from ..cachedir import describe, load_mapped, store
+from ..cachedir import Source, describe, load_mapped, open_directory, store
 from ..elf.headers import find_build_id
 from ..errors import PysframeError
 from ..inputs import read_text
@@ -150,28 +151,52 @@ def kernel_symbols_for(recorded_build_id: bytes | None) -> SymbolTable | None:
     return _kallsyms(recorded_build_id)
 
 
-class RunningKernelSymbols(SymbolTable):
-    """The running kernel's kallsyms, read (or taken from the cache) at the first lookup:
-    a recording without kernel samples never pays for them."""
+class _LazySymbols(SymbolTable):
+    """A table made (by ``load``) at the first lookup."""
 
-    def __init__(self) -> None:  # the table itself is made at the first lookup
+    def __init__(self, load: Callable[[], SymbolTable | None]) -> None:
+        self._load: Callable[[], SymbolTable | None] | None = load
         self._table: SymbolTable | None = None
-        self._loaded = False
 
     def lookup(self, address: int) -> tuple[str, int] | None:
-        if not self._loaded:
-            self._loaded = True
-            build_id = running_kernel_build_id()
-            self._table = load_kallsyms() if build_id is None else _kallsyms(build_id)
+        if self._load is not None:
+            load, self._load = self._load, None
+            self._table = load()
         return self._table.lookup(address) if self._table is not None else None
 
 
+class RunningKernelSymbols(_LazySymbols):
+    """The running kernel's kallsyms, read (or taken from the cache) at the first lookup:
+    a recording without kernel samples never pays for them."""
+
+    def __init__(self) -> None:
+        super().__init__(_running_kernel_table)
+
+
+def _running_kernel_table() -> SymbolTable | None:
+    build_id = running_kernel_build_id()
+    return load_kallsyms() if build_id is None else _kallsyms(build_id)
+
+
 def _kallsyms(build_id: bytes) -> SymbolTable | None:
-    """kallsyms of the running kernel (of ``build_id``), from the cache while it boots."""
+    """kallsyms of the running kernel (of ``build_id``), from the cache while it boots;
+    the one :func:`prefetch` is making, at the first lookup."""
     boot = _boot_id()
     if boot is None:
         return load_kallsyms()
-    source = describe(0, [boot, KALLSYMS_KIND.encode()])
+    if _making is not None and _making[0] == build_id:
+        return _LazySymbols(lambda: _after_child(build_id, boot))
+    return _kallsyms_of_boot(build_id, boot)
+
+
+def _after_child(build_id: bytes, boot: bytes) -> SymbolTable | None:
+    """The table once the child of :func:`prefetch` has ended (read here if it failed)."""
+    _child_ended()
+    return _kallsyms_of_boot(build_id, boot)
+
+
+def _kallsyms_of_boot(build_id: bytes, boot: bytes) -> SymbolTable | None:
+    source = _source(boot)
     payload = load_mapped(KALLSYMS_KIND, build_id, source, _intact)
     if payload is not None:
         cached = _table_from(payload)
@@ -181,6 +206,72 @@ def _kallsyms(build_id: bytes) -> SymbolTable | None:
     if table is not None:
         store(KALLSYMS_KIND, build_id, _payload(table), source)
     return table
+
+
+def _source(boot: bytes) -> Source:
+    return describe(0, [boot, KALLSYMS_KIND.encode()])
+
+
+#: The child process :func:`prefetch` started: (the kernel's build id, its pid, the read
+#: end of a pipe whose write end only the child holds, so that reading it returns once the
+#: child has ended: in the process that forked it and in any forked from that one).
+_making: tuple[bytes, int, int] | None = None
+
+
+def prefetch() -> None:
+    """Start making the running kernel's cache entry in a child process when the cache has
+    none for this boot (a first run: reading kallsyms, ~0.1-0.2 s, then writing the entry),
+    so that it is made on another CPU while the recording is opened and its first samples
+    are unwound; :func:`kernel_symbols_for` then waits for it at the first kernel lookup.
+    It forks: call it before any thread is started. Nothing on a single CPU, where the
+    cache cannot be used, or while another such child runs. A recording of another
+    kernel or without kernel frames does not use the entry: a later run may."""
+    global _making
+    if _making is not None or (os.cpu_count() or 1) < 2:
+        return
+    build_id, boot = running_kernel_build_id(), _boot_id()
+    if build_id is None or boot is None or load_mapped(
+            KALLSYMS_KIND, build_id, _source(boot), lambda _: True) is not None:
+        return  # (the header only: the CRC is checked when the entry is used)
+    directory = open_directory("kernel", create=True)
+    if directory is None:
+        return
+    os.close(directory)
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return
+    if pid == 0:  # the child: the entry made, nothing else (no exit handlers, no flushes)
+        status = 1
+        try:
+            os.close(read_end)
+            table = load_kallsyms()
+            if table is not None:
+                store(KALLSYMS_KIND, build_id, _payload(table), _source(boot))
+                status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    _making = (build_id, pid, read_end)
+
+
+def _child_ended() -> None:
+    """Wait for the child of :func:`prefetch` to end (reaped if it is this process's)."""
+    global _making
+    if _making is None:
+        return
+    _, pid, read_end = _making
+    _making = None
+    try:
+        os.read(read_end, 1)  # returns at the child's end: EOF
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # forked from the process that started it: not ours to reap
+    finally:
+        os.close(read_end)
 
 
 def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> bytes | None:
