@@ -4,6 +4,7 @@ run reads the entry (not /proc/kallsyms), and a damaged or foreign entry is not 
 from __future__ import annotations
 
 import os
+import select
 import struct
 import zlib
 from pathlib import Path
@@ -174,3 +175,34 @@ def test_a_child_that_made_nothing_leaves_the_reading_here(
     table = kernel.kernel_symbols_for(BUILD_ID)
     assert table is not None and fake_kernel == [0]
     assert table.lookup(0xffffffff81000000) == ("_stext", 0) and fake_kernel == [1]
+
+
+def test_the_child_keeps_no_standard_output_open(fake_kernel: list[int],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader of the command's output sees its end when the command ends: the child,
+    held here until the check is done, has standard output on /dev/null."""
+    monkeypatch.setattr(kernel, "_making", None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    gate_read, gate_write = os.pipe()
+    monkeypatch.setattr(kernel, "load_kallsyms", lambda: os.read(gate_read, 1) and None)
+    output_read, output_write = os.pipe()
+    saved = os.dup(1)
+    os.dup2(output_write, 1)
+    os.close(output_write)
+    try:
+        kernel.prefetch()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    try:
+        assert kernel._making is not None
+        # No writer is left (the child is still held at the gate): EOF at once, not a
+        # wait for the child (a writer kept by it would make select time out).
+        assert select.select([output_read], [], [], 30)[0] == [output_read]
+        assert os.read(output_read, 1) == b""
+    finally:
+        os.write(gate_write, b"x")  # the child goes on (and makes no entry)
+        os.close(output_read)
+        kernel._child_ended()
+    os.close(gate_read)
+    os.close(gate_write)

@@ -248,6 +248,7 @@ def prefetch() -> None:
         status = 1
         try:
             os.close(read_end)
+            _detach_standard_streams()
             table = load_kallsyms()
             if table is not None:
                 store(KALLSYMS_KIND, build_id, _payload(table), _source(boot))
@@ -256,6 +257,16 @@ def prefetch() -> None:
             os._exit(status)
     os.close(write_end)
     _making = (build_id, pid, read_end)
+
+
+def _detach_standard_streams() -> None:
+    """Standard input and outputs on /dev/null: a reader of the command's output (a pipe)
+    sees its end when the command ends, not when this child does."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
 
 
 def _child_ended() -> None:
