@@ -19,7 +19,9 @@ any input is:
   it is checked before the payload is handed out; an entry for another file with the same
   build id (another build, a corrupt copy) is treated as absent and regenerated. Large
   files that only the cache reads (debug files) are hashed only when their identity
-  (device, inode, size, times) differs from the one the entry recorded.
+  (device, inode, size, times) differs from the one the entry recorded. A large entry
+  read at every run (the kernel's symbols) is mapped instead and its payload checked by
+  a CRC of its own (:func:`load_mapped`), not hashed whole.
 * Entries are written to a temporary file created with ``O_EXCL`` in their own directory,
   then renamed into place, so readers never see a partial entry.
 
