@@ -19,7 +19,9 @@ any input is:
   it is checked before the payload is handed out; an entry for another file with the same
   build id (another build, a corrupt copy) is treated as absent and regenerated. Large
   files that only the cache reads (debug files) are hashed only when their identity
-  (device, inode, size, times) differs from the one the entry recorded.
+  (device, inode, size, times) differs from the one the entry recorded. A large entry
+  read at every run (the kernel's symbols) is mapped instead and its payload checked by
+  a CRC of its own (:func:`load_mapped`), not hashed whole.
 * Entries are written to a temporary file created with ``O_EXCL`` in their own directory,
   then renamed into place, so readers never see a partial entry.
 
@@ -34,7 +36,7 @@ import stat
 import struct
 import sys
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from .errors import PysframeError
 from .inputs import InputError, open_regular
@@ -446,26 +448,11 @@ def load(kind: str, build_id: bytes, source: Source) -> bytes | None:
     derived from ``source`` and verifies; None otherwise (absent, unreadable, not a
     regular file, implausibly large, another format, kind, build id or source, a payload
     that does not match its digest)."""
-    parts = _split(kind, build_id)
-    if parts is None:
+    data = _open_entry(kind, build_id, _read_entry)
+    header = _matching_header(data, kind, build_id, source)
+    if data is None or header is None:
         return None
-    directories, name = parts
-    directory = _directory(directories, create=False)
-    if directory is None:
-        return None
-    try:
-        data = _read_entry(directory, name)
-    finally:
-        os.close(directory)
-    if data is None or len(data) < _HEADER.size:
-        return None
-    (magic, version, stored_kind, id_length, stored_id, size, digest, stamp, late, length,
-     payload_digest) = _HEADER.unpack_from(data)
-    if (magic != _MAGIC or version != ENTRY_FORMAT or stored_kind.rstrip(b"\0") != kind.encode()
-            or stored_id[:id_length] != build_id or id_length != len(build_id)
-            or size != source.size or digest != source.digest
-            or length != len(data) - _HEADER.size):
-        return None
+    stamp, late, payload_digest = header
     payload = data[_HEADER.size:]
     if sha256(payload).digest() != payload_digest:
         return None
@@ -475,6 +462,59 @@ def load(kind: str, build_id: bytes, source: Source) -> bytes | None:
     if verified:  # the same bytes under another stamp: keep the new one
         store(kind, build_id, payload, source)
     return payload
+
+
+def load_mapped(kind: str, build_id: bytes, source: Source,
+                check: Callable[[memoryview], bool]) -> memoryview | None:
+    """The payload of the entry of ``kind`` for ``build_id``, mapped (not read), when its
+    header matches as :func:`load` checks it and ``check`` accepts it: a large entry read
+    at every run (the kernel's symbols, 5 MB) whose payload carries a check of its own,
+    cheaper than hashing it whole (a CRC: it guards against damage as the digest does; a
+    hand-made entry passes either). For sources without stamped files."""
+    if source.stamped:
+        raise ValueError("load_mapped: a source with stamped files")
+    mapped = _open_entry(kind, build_id, _map_entry)
+    header = _matching_header(mapped, kind, build_id, source)
+    if mapped is None or header is None or header[1] != _NONE:
+        return None
+    payload = memoryview(mapped)[_HEADER.size:]
+    return payload if check(payload) else None
+
+
+_T = TypeVar("_T", bytes, "mmap")
+
+
+def _open_entry(kind: str, build_id: bytes, read: Callable[[int, str], _T | None]
+                ) -> _T | None:
+    """``read(directory, name)`` of the entry of ``kind`` for ``build_id``; None when its
+    directory is absent or not to be used."""
+    parts = _split(kind, build_id)
+    if parts is None:
+        return None
+    directories, name = parts
+    directory = _directory(directories, create=False)
+    if directory is None:
+        return None
+    try:
+        return read(directory, name)
+    finally:
+        os.close(directory)
+
+
+def _matching_header(data: bytes | mmap | None, kind: str, build_id: bytes, source: Source
+                     ) -> tuple[bytes, bytes, bytes] | None:
+    """(stamp, digest of the stamped files, payload digest) of the entry ``data`` when its
+    header is one of this format, kind, build id, source and length; else None."""
+    if data is None or len(data) < _HEADER.size:
+        return None
+    (magic, version, stored_kind, id_length, stored_id, size, digest, stamp, late, length,
+     payload_digest) = _HEADER.unpack_from(data)
+    if (magic != _MAGIC or version != ENTRY_FORMAT or stored_kind.rstrip(b"\0") != kind.encode()
+            or stored_id[:id_length] != build_id or id_length != len(build_id)
+            or size != source.size or digest != source.digest
+            or length != len(data) - _HEADER.size):
+        return None
+    return stamp, late, payload_digest
 
 
 def _stamped_part_verifies(source: Source, stamp: bytes, late: bytes) -> bool | None:
@@ -492,6 +532,16 @@ def _stamped_part_verifies(source: Source, stamp: bytes, late: bytes) -> bool | 
     return bool(source.stamp)
 
 
+def _plausible(fd: int) -> int | None:
+    """The size of the entry file open as ``fd`` when it is a regular file of ours, not
+    writable by others, of plausible size; else None."""
+    status = os.fstat(fd)
+    if (not stat.S_ISREG(status.st_mode) or status.st_uid != _expected_owner()
+            or status.st_mode & 0o022 or not _HEADER.size <= status.st_size <= MAX_ENTRY_SIZE):
+        return None
+    return status.st_size
+
+
 def _read_entry(directory: int, name: str) -> bytes | None:
     """The bytes of the entry file ``name``: a regular file of ours, not linked, of
     plausible size, read without blocking and without reading past its size."""
@@ -500,12 +550,10 @@ def _read_entry(directory: int, name: str) -> bytes | None:
     except OSError:
         return None  # absent; a symbolic link (ELOOP); a socket (ENXIO)
     try:
-        status = os.fstat(fd)
-        if (not stat.S_ISREG(status.st_mode) or status.st_uid != _expected_owner()
-                or status.st_mode & 0o022 or not _HEADER.size <= status.st_size <= MAX_ENTRY_SIZE):
+        left = _plausible(fd)
+        if left is None:
             return None
         chunks = []
-        left = status.st_size
         while left:
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
@@ -514,6 +562,26 @@ def _read_entry(directory: int, name: str) -> bytes | None:
             left -= len(chunk)
         return b"".join(chunks)
     except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _map_entry(directory: int, name: str) -> mmap | None:
+    """The entry file ``name`` mapped read-only, under :func:`_read_entry`'s conditions.
+    Entries are replaced by rename, never written in place: the mapping keeps the file
+    it was made of (a file truncated under it by hand faults at the read: SIGBUS)."""
+    import mmap as mmap_module
+
+    try:
+        fd = os.open(name, _ENTRY_FLAGS, dir_fd=directory)
+    except OSError:
+        return None
+    try:
+        size = _plausible(fd)
+        return None if size is None else mmap_module.mmap(fd, size,
+                                                          access=mmap_module.ACCESS_READ)
+    except (OSError, ValueError):
         return None
     finally:
         os.close(fd)

@@ -145,13 +145,14 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
     import time
 
     from ..report.perf_script import perf_script_text
-    from ..symbolize.kernel import kernel_symbols_for
+    from ..symbolize.kernel import kernel_symbols_for, prefetch
     from ..symbolize.symbolizer import Symbolizer
     from .files import refuse_inputs, write_output
 
     start = time.perf_counter()
     if output is not None:
         refuse_inputs(output, [path])  # before any work
+    prefetch()  # a first run: kallsyms made in a child while the recording is opened
     problems = Problems(report)
     phases = Phases() if os.environ.get(PHASES_VARIABLE) else None
     data, unwinder = open_recording(path, binaries, problems, merge_callchains, max_stack,
@@ -336,11 +337,12 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
     """``sframe report``: the recording's samples aggregated into one profile ``form``,
     written to ``output`` (``-``: standard output)."""
     from ..report.profiles import Recorded, collect
-    from ..symbolize.kernel import kernel_symbols_for
+    from ..symbolize.kernel import kernel_symbols_for, prefetch
     from .files import refuse_inputs, write_output
 
     if output != STDOUT:
         refuse_inputs(output, [path])  # before any work
+    prefetch()  # a first run: kallsyms made in a child while the recording is opened
     problems = Problems(report)
     data, unwinder = open_recording(path, binaries, problems, max_stack=max_stack,
                                     filters={"pid": pids, "tid": tids, "comms": comms,

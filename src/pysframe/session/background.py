@@ -12,12 +12,15 @@ recording ended) is killed at once, with no pool's pipes or semaphores left behi
 
 from __future__ import annotations
 
+import _thread
 import itertools
 import os
-import subprocess
 import sys
-import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where a generation starts (~4 ms of every start otherwise:
+    import subprocess  # every command makes a GeneratedTables, few generate in background)
 
 #: Generations running at once while the recording runs (one CPU at most taken from the
 #: workload); at the end, when the recording waits for them, one per CPU.
@@ -40,7 +43,7 @@ class BackgroundTables:
         self._running: dict[str, subprocess.Popen[bytes]] = {}
         self._order = itertools.count()
         self._done: list[str] = []
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         #: Files generated once (not again if the cache still lacks their table).
         self.tried: set[str] = set()
 
@@ -98,6 +101,11 @@ class BackgroundTables:
         self._running.clear()
 
     def _start(self, jobs: int = JOBS) -> None:
+        if not self._queued:
+            return
+        import subprocess
+        import threading
+
         while self._queued and sum(process.poll() is None
                                    for process in self._running.values()) < jobs:
             path = max(self._queued, key=lambda queued: (self.rank(queued),

@@ -8,20 +8,22 @@ frames stay ``[unknown]``, as perf prints them without symbols.
 Reading kallsyms takes ~0.3 s (about 200,000 lines), at every run; the table is kept
 in the private cache by kernel build id, valid for one boot (the addresses move with
 KASLR at each boot: ``/proc/sys/kernel/random/boot_id`` is part of the entry's source),
-and checked for shape when read back.
+and mapped when read back, checked by its CRC and its shape (:func:`_table_from`).
 """
 
 from __future__ import annotations
 
 import operator
+import os
 import struct
 import sys
+import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate, compress, islice
 from typing import Any
 
-from ..cachedir import describe, load, store
+from ..cachedir import Source, describe, load_mapped, open_directory, store
 from ..elf.headers import find_build_id
 from ..errors import PysframeError
 from ..inputs import read_text
@@ -135,7 +137,7 @@ def _perf_choice(starts: array[int], names: list[str]) -> SymbolTable:
 
 
 #: Kernel symbol tables in the cache: one per kernel build id (and payload format).
-KALLSYMS_KIND = "kernel/kallsyms.p3"
+KALLSYMS_KIND = "kernel/kallsyms.p4"
 
 
 def kernel_symbols_for(recorded_build_id: bytes | None) -> SymbolTable | None:
@@ -149,29 +151,53 @@ def kernel_symbols_for(recorded_build_id: bytes | None) -> SymbolTable | None:
     return _kallsyms(recorded_build_id)
 
 
-class RunningKernelSymbols(SymbolTable):
-    """The running kernel's kallsyms, read (or taken from the cache) at the first lookup:
-    a recording without kernel samples never pays for them."""
+class _LazySymbols(SymbolTable):
+    """A table made (by ``load``) at the first lookup."""
 
-    def __init__(self) -> None:  # the table itself is made at the first lookup
+    def __init__(self, load: Callable[[], SymbolTable | None]) -> None:
+        self._load: Callable[[], SymbolTable | None] | None = load
         self._table: SymbolTable | None = None
-        self._loaded = False
 
     def lookup(self, address: int) -> tuple[str, int] | None:
-        if not self._loaded:
-            self._loaded = True
-            build_id = running_kernel_build_id()
-            self._table = load_kallsyms() if build_id is None else _kallsyms(build_id)
+        if self._load is not None:
+            load, self._load = self._load, None
+            self._table = load()
         return self._table.lookup(address) if self._table is not None else None
 
 
+class RunningKernelSymbols(_LazySymbols):
+    """The running kernel's kallsyms, read (or taken from the cache) at the first lookup:
+    a recording without kernel samples never pays for them."""
+
+    def __init__(self) -> None:
+        super().__init__(_running_kernel_table)
+
+
+def _running_kernel_table() -> SymbolTable | None:
+    build_id = running_kernel_build_id()
+    return load_kallsyms() if build_id is None else _kallsyms(build_id)
+
+
 def _kallsyms(build_id: bytes) -> SymbolTable | None:
-    """kallsyms of the running kernel (of ``build_id``), from the cache while it boots."""
+    """kallsyms of the running kernel (of ``build_id``), from the cache while it boots;
+    the one :func:`prefetch` is making, at the first lookup."""
     boot = _boot_id()
     if boot is None:
         return load_kallsyms()
-    source = describe(0, [boot, KALLSYMS_KIND.encode()])
-    payload = load(KALLSYMS_KIND, build_id, source)
+    if _making is not None and _making[0] == build_id:
+        return _LazySymbols(lambda: _after_child(build_id, boot))
+    return _kallsyms_of_boot(build_id, boot)
+
+
+def _after_child(build_id: bytes, boot: bytes) -> SymbolTable | None:
+    """The table once the child of :func:`prefetch` has ended (read here if it failed)."""
+    _child_ended()
+    return _kallsyms_of_boot(build_id, boot)
+
+
+def _kallsyms_of_boot(build_id: bytes, boot: bytes) -> SymbolTable | None:
+    source = _source(boot)
+    payload = load_mapped(KALLSYMS_KIND, build_id, source, _intact)
     if payload is not None:
         cached = _table_from(payload)
         if cached is not None:
@@ -182,6 +208,83 @@ def _kallsyms(build_id: bytes) -> SymbolTable | None:
     return table
 
 
+def _source(boot: bytes) -> Source:
+    return describe(0, [boot, KALLSYMS_KIND.encode()])
+
+
+#: The child process :func:`prefetch` started: (the kernel's build id, its pid, the read
+#: end of a pipe whose write end only the child holds, so that reading it returns once the
+#: child has ended: in the process that forked it and in any forked from that one).
+_making: tuple[bytes, int, int] | None = None
+
+
+def prefetch() -> None:
+    """Start making the running kernel's cache entry in a child process when the cache has
+    none for this boot (a first run: reading kallsyms, ~0.1-0.2 s, then writing the entry),
+    so that it is made on another CPU while the recording is opened and its first samples
+    are unwound; :func:`kernel_symbols_for` then waits for it at the first kernel lookup.
+    It forks: call it before any thread is started. Nothing on a single CPU, where the
+    cache cannot be used, or while another such child runs. A recording of another
+    kernel or without kernel frames does not use the entry: a later run may."""
+    global _making
+    if _making is not None or (os.cpu_count() or 1) < 2:
+        return
+    build_id, boot = running_kernel_build_id(), _boot_id()
+    if build_id is None or boot is None or load_mapped(
+            KALLSYMS_KIND, build_id, _source(boot), lambda _: True) is not None:
+        return  # (the header only: the CRC is checked when the entry is used)
+    directory = open_directory("kernel", create=True)
+    if directory is None:
+        return
+    os.close(directory)
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return
+    if pid == 0:  # the child: the entry made, nothing else (no exit handlers, no flushes)
+        status = 1
+        try:
+            os.close(read_end)
+            _detach_standard_streams()
+            table = load_kallsyms()
+            if table is not None:
+                store(KALLSYMS_KIND, build_id, _payload(table), _source(boot))
+                status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    _making = (build_id, pid, read_end)
+
+
+def _detach_standard_streams() -> None:
+    """Standard input and outputs on /dev/null: a reader of the command's output (a pipe)
+    sees its end when the command ends, not when this child does."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+
+
+def _child_ended() -> None:
+    """Wait for the child of :func:`prefetch` to end (reaped if it is this process's)."""
+    global _making
+    if _making is None:
+        return
+    _, pid, read_end = _making
+    _making = None
+    try:
+        os.read(read_end, 1)  # returns at the child's end: EOF
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # forked from the process that started it: not ours to reap
+    finally:
+        os.close(read_end)
+
+
 def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> bytes | None:
     try:
         text = read_text(path, 128).strip()
@@ -190,10 +293,14 @@ def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> bytes | None:
     return text.encode() if len(text) == 36 else None
 
 
-#: The entry: the number of symbols, their starts and ends (little-endian uint64 each),
-#: where each name starts in the names (uint32, one more than the symbols), then the
-#: names' UTF-8 bytes: read back as arrays in place, a name decoded when it is printed.
-_COUNT = struct.Struct("<Q")
+#: The entry: the CRC-32 of what follows its first 16 bytes (uint32, then 4 zero bytes),
+#: the number of symbols (uint64), their starts and ends (uint64 each), where each name
+#: starts in the names (uint32, one more than the symbols), then the names' UTF-8 bytes;
+#: in this machine's byte order (the cache is the machine's own). Read at every run with
+#: kernel frames, mapped: the CRC (~1 ms for 5 MB) stands for the cache's SHA-256 of the
+#: payload (~3 ms and OpenSSL's import), and the arrays are views of the mapping, a name
+#: decoded when it is printed.
+_PREFIX = struct.Struct("=I4xQ")
 
 
 def _payload(table: SymbolTable) -> bytes:
@@ -204,14 +311,22 @@ def _payload(table: SymbolTable) -> bytes:
     else:
         encoded = [name.encode() for name in names]
         offsets = array("I", [0, *accumulate(map(len, encoded))])
-    return b"".join([_COUNT.pack(len(table.starts)), array("Q", table.starts).tobytes(),
-                     array("Q", table.ends).tobytes(), offsets.tobytes(), blob])
+    body = b"".join([array("Q", table.starts).tobytes(), array("Q", table.ends).tobytes(),
+                     offsets.tobytes(), blob])
+    count = struct.pack("=Q", len(table.starts))
+    return _PREFIX.pack(zlib.crc32(body, zlib.crc32(count)), len(table.starts)) + body
+
+
+def _intact(payload: memoryview) -> bool:
+    """Whether ``payload`` is whole and undamaged (its CRC)."""
+    return (len(payload) >= _PREFIX.size
+            and zlib.crc32(payload[8:]) == _PREFIX.unpack_from(payload)[0])
 
 
 class _Names(Sequence[str]):
     """Names decoded on demand from the entry's bytes (a table is printed from a few)."""
 
-    def __init__(self, offsets: array[int], blob: bytes) -> None:
+    def __init__(self, offsets: Sequence[int], blob: bytes | memoryview) -> None:
         self._offsets, self._blob = offsets, blob
 
     def __len__(self) -> int:
@@ -221,23 +336,26 @@ class _Names(Sequence[str]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         offsets = self._offsets
-        return self._blob[offsets[index]:offsets[index + 1]].decode("utf-8", "replace")
+        return str(self._blob[offsets[index]:offsets[index + 1]], "utf-8", "replace")
 
 
-def _table_from(payload: bytes) -> SymbolTable | None:
-    """The table a cache entry holds, or None if it is not a well-formed one."""
-    if len(payload) < _COUNT.size:
+def _table_from(payload: bytes | memoryview) -> SymbolTable | None:
+    """The table an intact entry (:func:`_intact`) holds, its arrays views of ``payload``,
+    or None if it is not shaped as one. The order of the starts is not checked (a pass
+    over them costs what the CRC saved): the CRC vouches for an entry of our writing, and
+    of a hand-made one with starts out of order a lookup gives a wrong name, not an error
+    (bisection reads within the arrays; a name's slice is clamped to the names' bytes)."""
+    view = memoryview(payload)
+    if len(view) < _PREFIX.size:
         return None
-    count = _COUNT.unpack_from(payload)[0]
-    names_at = _COUNT.size + 20 * count + 4
-    if names_at > len(payload):
+    count = _PREFIX.unpack_from(view)[1]
+    first = _PREFIX.size
+    names_at = first + 20 * count + 4
+    if count == 0 or names_at > len(view):
         return None
-    starts, ends, offsets = array("Q"), array("Q"), array("I")
-    starts.frombytes(payload[_COUNT.size:_COUNT.size + 8 * count])
-    ends.frombytes(payload[_COUNT.size + 8 * count:_COUNT.size + 16 * count])
-    offsets.frombytes(payload[_COUNT.size + 16 * count:names_at])
-    if (offsets[0] != 0 or offsets[-1] != len(payload) - names_at
-            or not all(map(operator.le, offsets, islice(offsets, 1, None)))
-            or not all(map(operator.le, starts, islice(starts, 1, None)))):
+    starts = view[first:first + 8 * count].cast("Q")
+    ends = view[first + 8 * count:first + 16 * count].cast("Q")
+    offsets = view[first + 16 * count:names_at].cast("I")
+    if offsets[0] != 0 or offsets[-1] != len(view) - names_at:
         return None
-    return SymbolTable.from_arrays(starts, ends, _Names(offsets, payload[names_at:]))
+    return SymbolTable.from_arrays(starts, ends, _Names(offsets, view[names_at:]))
