@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import PysframeError
+from .procfs import libc_function
 
 #: How long a command sent SIGTERM at the end is waited for before SIGKILL.
 WORKLOAD_GRACE_S = 5.0
@@ -72,11 +73,8 @@ PR_SET_PDEATHSIG = 1
 
 def _prctl() -> Callable[[int, int], object]:
     """libc's prctl(option, value), or a no-op where it cannot be found."""
-    import ctypes
-
-    try:
-        function = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
+    function = libc_function("prctl")
+    if function is None:
         return lambda option, value: None
     return lambda option, value: function(option, value, 0, 0, 0)
 

@@ -17,6 +17,8 @@ import tempfile
 import threading
 from collections.abc import Callable
 
+from .procfs import libc_function
+
 #: fallocate(2) modes: free the range, keep the file's size.
 _PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01
 
@@ -55,12 +57,10 @@ class CopyStore:
 
 
 def _fallocate() -> Callable[[int, int, int, int], int] | None:
-    """libc's fallocate, or None where it cannot be found (the blocks are then freed
-    when the file is closed)."""
-    try:
-        function = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
-    function.restype = ctypes.c_int
+    """libc's fallocate, or None where there is none (the blocks are then freed when the
+    file is closed)."""
+    function = libc_function("fallocate")
+    if function is not None:
+        function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
+        function.restype = ctypes.c_int
     return function

@@ -1,9 +1,11 @@
 """What the recorder reads of /proc: processes, threads, thread groups, and the kernel's
-accounts of its own BPF objects (fdinfo: a program's run time, the maps' memlock)."""
+accounts of its own BPF objects (fdinfo: a program's run time, the maps' memlock); and
+the few libc functions it calls that Python does not wrap (:func:`libc_function`)."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from . import bpf_sys as sys_bpf
 
@@ -75,9 +77,17 @@ def return_free_memory() -> None:
     """Give the heap's free pages back to the kernel (glibc's ``malloc_trim``): a table
     generated or flattened here frees hundreds of megabytes that glibc otherwise keeps,
     and a long ``-a`` run's resident size would be its largest table's, for hours."""
-    try:
-        import ctypes
+    trim = libc_function("malloc_trim")
+    if trim is not None:  # (not glibc: nothing to do)
+        trim(0)
 
-        ctypes.CDLL(None).malloc_trim(0)
+
+def libc_function(name: str) -> Any | None:
+    """The C library's function ``name`` (errno kept for ``ctypes.get_errno``), or None
+    where there is none."""
+    import ctypes
+
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
-        pass  # not glibc: nothing to do
+        return None
