@@ -140,5 +140,10 @@ def test_every_process_unwinds_with_its_own_libc(recording: Path,
     text = report(recording)
     with_user = count(text, "unwound") + count(text, "cut short") + count(text, "differs")
     assert with_user > 300, text
-    assert count(text, "unwound") >= 0.99 * with_user, text
+    # A walk that needs stack the recording did not copy (python3's deeper stacks past
+    # perf's dwarf copy: 11 of 955 in one CI run) is the recording's limit, not the
+    # kernel's (it reads the live stack): not counted against the model.
+    beyond_copy = sum(int(found.replace(",", "")) for found in re.findall(
+        r"cut short: beyond the recorded stack copy +([\d,]+)", text))
+    assert count(text, "unwound") >= 0.99 * (with_user - beyond_copy), text
     assert "no PT_GNU_SFRAME" not in text, text

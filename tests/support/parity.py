@@ -287,13 +287,22 @@ def _returns_to_code(frame: tuple[int, str, str]) -> bool | None:
     return is_return_site(dso, frame[0])
 
 
+def _async_preempt(frame: tuple[int, str, str]) -> bool:
+    """Whether the frame is in Go's ``runtime.asyncPreempt``: the runtime's signal handler
+    pushes the interrupted pc as its return address and jumps to it (``pushCall``), so
+    the frame after it is that exact pc, where asyncPreempt's RET resumes (one go CI
+    run: strconv.formatBits+0x232, no call before it)."""
+    return frame[1].startswith("runtime.asyncPreempt")
+
+
 def _real_callers(frames: list[tuple[int, str, str]], before: tuple[int, str, str] | None
                   ) -> bool | None:
     """Whether every frame is a return site (the frame a signal interrupted, after the
-    trampoline, is an exact pc instead); None if some binary cannot be read."""
+    trampoline or Go's asyncPreempt, is an exact pc instead); None if some binary cannot
+    be read."""
     verdict: bool | None = True
     for frame in frames:
-        if before is not None and _trampoline(before):
+        if before is not None and (_trampoline(before) or _async_preempt(before)):
             answer: bool | None = True
         else:
             answer = _returns_to_code(frame)
