@@ -107,9 +107,9 @@ class TableLoader:
         self.loaded_at: dict[int, float] = {}
         self._loading: set[int] = set()
         #: Binaries whose tables are being generated in the background (by the image's
-        #: path): the paths the finder was asked by, and the processes whose entries
-        #: leave them out until then (their code copies the stack meanwhile).
-        self.generating: dict[str, tuple[set[str], set[int]]] = {}
+        #: path), with the processes whose entries leave them out until then (their code
+        #: copies the stack meanwhile).
+        self.generating: dict[str, set[int]] = {}
         #: The samples waiting for each process's tables (the recorder's count).
         self.samples_waiting: Callable[[], dict[int, int]] = dict
 
@@ -208,8 +208,7 @@ class TableLoader:
                 except (OSError, BpfError):
                     self.drop_process(pid)
 
-    def _generating(self, module: object, asked: str, key: tuple[str, bytes | None],
-                    pid: int) -> bool:
+    def _generating(self, module: object, key: tuple[str, bytes | None], pid: int) -> bool:
         """Whether ``module``'s table or flat rows are being generated in the background
         (started now if the cache lacks the flat rows of a table not loaded yet): then
         ``pid`` waits for it."""
@@ -221,9 +220,7 @@ class TableLoader:
         if not pending and key not in self.tables and key not in self.retired:
             pending = not self._flat_apart(module, key[1])
         if pending:
-            asked_by, waiting = self.generating.setdefault(path, (set(), set()))
-            asked_by.add(os.path.realpath(asked))
-            waiting.add(pid)
+            self.generating.setdefault(path, set()).add(pid)
         return pending
 
     def tables_ready(self) -> list[int]:
@@ -234,24 +231,21 @@ class TableLoader:
             return []
         pids: set[int] = set()
         for path in tables.later.take_ready():
-            asked_by, waiting = self.generating.pop(path, (set(), set()))
-            for asked in asked_by:
-                self.finder.forget(asked)
-            forget_file = getattr(self.finder, "forget_file", None)
-            if forget_file is not None:  # (also asked for by the chains finished)
-                forget_file(path)
-            pids |= waiting
+            # every module opened from the file, however asked for (by an entry, by the
+            # chains finished in user space)
+            self.finder.forget_file(path)
+            pids |= self.generating.pop(path, set())
         return sorted(pids)
 
     def samples_for(self, path: str) -> int:
         """The samples waiting for the table of the binary at ``path`` (the order in
         which tables are generated in the background)."""
         waiting = self.samples_waiting()
-        return sum(waiting.get(pid, 0) for pid in self.generating.get(path, ((), ()))[1])
+        return sum(waiting.get(pid, 0) for pid in self.generating.get(path, ()))
 
     def waits_for_tables(self, pid: int) -> bool:
         """Whether ``pid``'s entry leaves out a table being generated."""
-        return any(pid in waiting for _, waiting in self.generating.values())
+        return any(pid in waiting for waiting in self.generating.values())
 
     def room(self) -> int:
         """The rows a table could have now (unused, freed, and retired tables' rows)."""
@@ -399,13 +393,12 @@ class TableLoader:
                 key = _key(module)
                 self.finder_paths.setdefault(key, set()).add(os.path.realpath(entry.path))
                 self.kept_retired.pop(key, None)  # in use again
-                if pid not in self.without_tables and self._generating(module, entry.path,
-                                                                        key, pid):
-                    continue  # uncovered until its table is ready (see tables_ready)
-                if pid not in self.without_tables and not self._lent_now(key):
+                if pid not in self.without_tables:
+                    if self._generating(module, key, pid) or self._lent_now(key):
+                        # uncovered (the stack is copied there) until its table is ready
+                        # (see tables_ready) or given back (see give_back)
+                        continue
                     first, count = self._table(key, module)
-                elif pid not in self.without_tables:
-                    continue  # lent: uncovered (the stack is copied there) for a while
             if first < 0:
                 continue  # did not fit: uncovered (see _table)
             if count and module is not None and len(entries) < MAPPINGS:

@@ -1,4 +1,5 @@
-"""Tables generated in the background, one helper process per binary, most wanted first.
+"""Tables generated in helper processes, one per binary: in the background, most wanted
+first, or now, waited for (:meth:`BackgroundTables.generate`).
 
 While ``sframe record`` samples, a binary whose table is not in the cache must not hold up
 the tables of the processes started meanwhile: its generation (seconds; minutes for a
@@ -66,6 +67,26 @@ class BackgroundTables:
         self._start()
         return done
 
+    def generate(self, path: str) -> bool:
+        """Generate the file at ``path`` now and wait for it (its own helper process, not
+        one of the :data:`JOBS`; the one under way if it is already running). False if
+        the helper could not be started."""
+        import subprocess
+
+        self._queued.pop(path, None)
+        running = self._running.get(path)
+        try:
+            if running is not None:
+                running.wait()
+            else:
+                subprocess.run(self._command(path), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               check=False)
+        except OSError:
+            return False
+        self.tried.add(path)
+        return True
+
     def only(self, wanted: Callable[[str], bool]) -> int:
         """Keep only the files ``wanted`` (the others leave the queue; their generations
         are killed); returns how many are left to generate."""
@@ -112,11 +133,15 @@ class BackgroundTables:
                                                          -self._queued[queued]))
             del self._queued[path]
             self._running[path] = process = subprocess.Popen(
-                [sys.executable, "-c", _HELPER, path, self.flat_abi or ""],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=os.environ.copy())
+                self._command(path), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL)
             threading.Thread(target=self._waited, args=(path, process), daemon=True,
                              name="sframe-generation").start()
+
+    def _command(self, path: str) -> list[str]:
+        # A fresh interpreter (fork and exec; descriptors closed): the recorder has
+        # threads and BPF descriptors a forked child would share.
+        return [sys.executable, "-c", _HELPER, path, self.flat_abi or ""]
 
     def _waited(self, path: str, process: subprocess.Popen[bytes]) -> None:
         process.wait()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..elf import ElfImage
 from ..errors import PysframeError
@@ -27,13 +27,10 @@ from ..generate.on_demand import OnDemandTable, on_demand_possible, on_demand_ta
 from ..unwind.provider import NoTable, Table
 from .background import BackgroundTables
 
-if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
-
 
 class TablePending(NoTable):
     """The binary's table is being generated in the helper process (``background``): none
-    now; :meth:`GeneratedTables.take_ready` names the binary once it is in the cache."""
+    now; :meth:`BackgroundTables.take_ready` names the binary once it is in the cache."""
 
 
 #: Every on-demand table given out, whose made functions :func:`save_made` keeps (held
@@ -83,7 +80,6 @@ class GeneratedTables:
         self.apart = apart and use_cache
         #: With ``apart``: the ABI whose flat rows the helper caches too (the recorder's).
         self.flat_abi = flat_abi
-        self._helper: ProcessPoolExecutor | None = None
         #: With ``apart``: a missing table is not waited for; its generation is started in
         #: the helper and the binary has no table until then (:class:`TablePending`; the
         #: recorder while it samples: one library's minutes of generation must not hold
@@ -128,11 +124,8 @@ class GeneratedTables:
             if attempt == 0 and self.background and image.path not in self.later.tried:
                 self.later.add(image.path)
                 raise TablePending("its table is being generated", path=image.path)
-            if attempt == 0:
-                try:
-                    self._helper_pool().submit(_make_table, image.path, self.flat_abi).result()
-                except Exception:  # the helper died or could not start: made here
-                    return None
+            if attempt == 0 and not self.later.generate(image.path):
+                return None  # the helper could not start: made here
         return None
 
     def make_apart(self, path: str) -> bool:
@@ -144,21 +137,8 @@ class GeneratedTables:
             self.later.add(path)
             return False
         if self.apart and self.flat_abi is not None:
-            try:
-                self._helper_pool().submit(_make_table, path, self.flat_abi).result()
-            except Exception:  # the helper died or could not start: made here
-                pass
+            self.later.generate(path)  # (if the helper cannot start, they are made here)
         return True
-
-    def _helper_pool(self) -> ProcessPoolExecutor:
-        if self._helper is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            # Started afresh, not forked: the recorder has threads and BPF descriptors.
-            self._helper = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        return self._helper
 
     def save(self) -> None:
         """Keep the functions the on-demand tables made in the cache (done at exit too)."""
@@ -166,12 +146,9 @@ class GeneratedTables:
             lazy.save()
 
     def close(self) -> None:
-        """Keep what the on-demand tables made; end the helper process, if one was
-        started."""
+        """Keep what the on-demand tables made; kill the helper processes still generating
+        in the background."""
         self.save()
-        if self._helper is not None:
-            helper, self._helper = self._helper, None
-            helper.shutdown(cancel_futures=True)
         self.later.close()
 
     def prefetch(self, images: Sequence[ElfImage], *, progress: bool = False,
