@@ -7,7 +7,7 @@ sampled, in the same run and on the same process, by
   ``bpf_probe_read_user`` per frame from the sampled SP upwards, as many as the walker
   found frames), in a ``bpf_loop``, nothing else;
 each for --seconds, with ``kernel.bpf_stats_enabled`` on (run_time_ns / run_cnt of each
-program). Prints ns per sample and per frame of both, for --depth (default 300) and for a
+program; the recorder's from 1.5 s on, once its tables are loaded). Prints ns per sample and per frame of both, for --depth (default 300) and for a
 10-frame stack. Root.
 
     env -u PYTHONDONTWRITEBYTECODE python3 bench/walker_floor.py [--seconds S]
@@ -83,28 +83,54 @@ def floor(pid: int, frames: int, seconds: float) -> float:
     return spent / runs if runs else 0.0
 
 
+def sampling_programs(pid: int) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) summed over the perf-event BPF programs process ``pid``
+    holds (the recorder's sampling program)."""
+    spent = runs = 0
+    for entry in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if fields.get("prog_type", "").strip() == str(bpf_sys.PROG_PERF_EVENT):
+            spent += int(fields.get("run_time_ns", "0"))
+            runs += int(fields.get("run_cnt", "0"))
+    return spent, runs
+
+
 def walker(pid: int, seconds: float, work: Path) -> tuple[float, float]:
-    """(ns per sample, frames per sample) of ``sframe record -p`` on ``pid``."""
+    """(ns per sample, frames per sample) of ``sframe record -p`` on ``pid``, measured
+    once its tables are in (the samples of the first second, walked before the tables
+    were loaded and sent with stack copies, are left out)."""
     output = work / "walk.data"
-    run = subprocess.run([*venv_sframe(), "record", "-p", str(pid), "--duration",
-                          str(seconds), "-o", str(output)], capture_output=True, text=True,
-                         env={**bench_environment(), "XDG_CACHE_HOME": str(work / "cache")},
-                         timeout=seconds + 120)
-    if run.returncode != 0:
-        raise SystemExit(f"sframe record failed: {run.stderr.strip()[-300:]}")
-    line = next(line for line in run.stderr.splitlines() if "sframe record:" in line)
-    us = float(line.split("walker took ")[1].split(" us")[0])
+    settle = 1.5
+    recorder = subprocess.Popen([*venv_sframe(), "record", "-p", str(pid), "--duration",
+                                 str(seconds + settle + 1), "-o", str(output)],
+                                stderr=subprocess.PIPE, text=True,
+                                env={**bench_environment(), "XDG_CACHE_HOME": str(work / "cache")})
+    time.sleep(settle)
+    spent, runs = sampling_programs(recorder.pid)
+    time.sleep(seconds)
+    spent_after, runs_after = sampling_programs(recorder.pid)
+    _, stderr = recorder.communicate(timeout=seconds + 120)
+    if recorder.returncode != 0 or runs_after <= runs:
+        raise SystemExit(f"sframe record failed: {stderr.strip()[-300:]}")
     shown = subprocess.run([*venv_sframe(), "script", str(output), "--max-stack", "4096"],
                            capture_output=True, text=True, env=bench_environment(),
                            timeout=300).stdout
     chains = [block.count("\n") for block in shown.strip().split("\n\n") if block.strip()]
-    return us * 1000, sum(chains) / max(len(chains), 1)
+    return (spent_after - spent) / (runs_after - runs), sum(chains) / max(len(chains), 1)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--depth", type=int, default=300)
+    parser.add_argument("--small", type=int, default=5,
+                        help="the recursion depth of the small case (5: 11 frames)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of each case (each printed)")
     arguments = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/walker_floor.py needs root (BPF)")
@@ -118,7 +144,7 @@ def main() -> int:
         with open("/proc/sys/kernel/bpf_stats_enabled", "w") as stats:
             stats.write("1")
         try:
-            for depth in (arguments.depth, 5):
+            for depth in [arguments.depth, arguments.small] * arguments.rounds:
                 child = subprocess.Popen([str(work / "deep"), str(depth)])
                 try:
                     time.sleep(0.5)

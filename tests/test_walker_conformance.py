@@ -265,6 +265,20 @@ def recorded(tally: Tally, build: Callable[..., tuple[bytes, bytes, bytes]] | No
                     signal_cases(run, snapshot.samples[:20], tally)
 
 
+def window_edges(tally: Tally) -> None:
+    """Frame records at the very end of the readable stack: the walker's window (read from
+    16 bytes under a word to the end of its page) cannot be read there, so each word is
+    read alone, as in a stack whose last bytes end before its page does."""
+    name, binary = next(iter(fixtures()))
+    run = Conformance(binary.space, kernel_rules=False)
+    sp = 0x7FFF_F000_0000 - 0x800
+    for record_at in (0, 16, 64, 2032, 2040):
+        stack = bytearray(record_at + 16)
+        stack[record_at:record_at + 16] = struct.pack("<QQ", sp + record_at + 256, 0x1000)
+        run.check(0x1000, sp, sp + record_at, bytes(stack), tally,
+                  f"{name}: a frame record {record_at} bytes above SP, at the stack's end")
+
+
 def trampolines(space: AddressSpace) -> list[int]:
     """Where the sigreturn trampoline (glibc's ``__restore_rt``) is mapped."""
     found = []
@@ -314,6 +328,7 @@ def test_walker_equals_the_tracer_on_every_fixtures_rows(tmp_path: Path,
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     tally, started = Tally(), time.monotonic()
     synthetic(tally)
+    window_edges(tally)
     report("walker conformance, synthetic stacks over the fixtures' rows", tally, started)
     assert not tally.differences
     assert tally.cases >= 10 * len(ELF_FIXTURES) // 2 and tally.frames > 3 * tally.cases
@@ -338,8 +353,10 @@ def test_walker_equals_the_tracer_on_every_recorded_sample(tmp_path: Path,
     assert not tally.differences
     assert tally.cases > 3000 and tally.frames > 40000  # 67,084 with this machine's libc
     assert tally.named["signal frame"] >= 40
+    # The frame-pointer step's window reads (fp_chain_*, fp_return_*) are each run by the
+    # synthetic stacks: every frame of these recordings has a row.
     assert {name for name in uncovered(walker_labels(), tally.coverage)
-            if not name.startswith("copy_")} <= NEVER_REACHED | {
+            if not name.startswith(("copy_", "fp_chain_", "fp_return_"))} <= NEVER_REACHED | {
         "stop_backwards", "stop_zero", "stop_fault",  # real stacks end at their outermost row
         "no_rule"}  # (every mapped pc of these has a row: a gap in a table has none)
 
@@ -532,7 +549,7 @@ MUTANTS = [
            _op(A64 | asm.ADD, 6, imm=-1), lambda i: (*i[:4], 0, i[5])),
     Mutant("load bias added instead of subtracted", "scan", _op(A64 | asm.X | asm.SUB, 0, 5),
            lambda i: (A64 | asm.X | asm.ADD, *i[1:])),
-    Mutant("saved frame pointer not restored", "fp_saved",
+    Mutant("saved frame pointer not restored", "fp_done",
            _op(asm.LDX | asm.MEM | asm.DW, 1, 10), lambda i: (*i[:3], -32, *i[4:])),
     Mutant("saved frame pointer read at the RA offset", "fp_saved",
            _op(A64 | asm.RSH, 3, imm=44), lambda i: (*i[:4], 24, i[5])),
@@ -549,6 +566,13 @@ MUTANTS = [
            lambda i: (*i[:3], -128, *i[4:])),
     Mutant("a cached rule used whatever the pc", "step_exact", _op(JX | asm.JNE, 1, 6),
            lambda i: (i[0], 1, 1, *i[3:])),
+    Mutant("the stack window kept from the last sample", "main_steps",
+           lambda i: i[0] == asm.ST | asm.MEM | asm.DW and i[1] == 1 and i[3] == 8,
+           lambda i: (*i[:3], 0, *i[4:])),
+    Mutant("a word in the window's last 7 bytes taken (read past them)", "ra_window",
+           _op(A64 | asm.ADD, 4, imm=-8), lambda i: (*i[:4], -1, i[5])),
+    Mutant("a new window's word taken at its start, not 16 bytes in", "ra_sized",
+           _op(asm.LDX | asm.MEM | asm.DW, 1, 5), lambda i: (*i[:3], 16, *i[4:])),
 ]
 
 

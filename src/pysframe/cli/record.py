@@ -214,7 +214,7 @@ def _summary(options: RecordOptions, result: Any, size: int, report: Any) -> Non
                          f"{'es' if len(result.gone) != 1 else ''} ended before their tables "
                          "were loaded (their samples finished from stack copies where they "
                          "could be)\n")
-    cost = (f"; the walker took {result.walker_ns / 1000:.1f} us per sample"
+    cost = (f"; the walker took {result.walker_ns / 1000:.2f} us per sample"
             if result.walker_ns else "")
     without = result.samples - result.user_samples - result.own_samples
     idle = (f"; {without:,} without a user stack (idle, kernel threads) not counted"
