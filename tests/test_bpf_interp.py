@@ -22,8 +22,8 @@ from pysframe.record.sampler import (
     PT_IP,
     PT_SP,
     RECORD,
-    USER_AT,
     sampler,
+    user_at,
 )
 from pysframe.record.walker import PROCS_VALUE, ROW, scratch_map
 
@@ -158,7 +158,8 @@ def test_the_frame_pointer_sampler(user: bool) -> None:
     fields = RECORD.unpack_from(record)
     assert fields[0] == KIND_SAMPLE and fields[2:4] == (7, 8) and fields[5] == 1
     assert fields[6] == (0 if user else 16)  # the kernel stack's bytes
-    frames = struct.unpack_from(f"<{fields[7]}Q", record, USER_AT)
+    assert user_at(record) == KERNEL_AT + fields[6]  # the user frames follow the kernel's
+    frames = struct.unpack_from(f"<{fields[7]}Q", record, user_at(record))
     assert frames == (0x400500, 0x401234, 0x401111) and fields[8] == 5  # saved FP 0: down
     if not user:
         assert struct.unpack_from("<2Q", record, KERNEL_AT) == tuple(task.kernel_stack)
@@ -183,7 +184,8 @@ def test_the_defer_programs_request_then_walk() -> None:
     Machine(back, maps, CHAIN, task).run(bytes(184))
     walked = RECORD.unpack_from(ring.records[2])
     assert walked[0] == KIND_DEFERRED and walked[13] == first[13] and not pending.values
-    frames = struct.unpack_from(f"<{walked[7]}Q", ring.records[2], USER_AT)
+    assert user_at(ring.records[2]) == KERNEL_AT  # no kernel frames before the user's
+    frames = struct.unpack_from(f"<{walked[7]}Q", ring.records[2], KERNEL_AT)
     assert frames == (0x400500, 0x401234, 0x401111)  # no tables: the frame-pointer step
 
 

@@ -15,7 +15,7 @@ import pytest
 from pysframe.record import bpf_sys
 from pysframe.record.asm import JEQ, R0, R1, Asm, AsmError
 from pysframe.record.ringbuf import RingBuffer
-from pysframe.record.sampler import RECORD, USER_AT, sampler
+from pysframe.record.sampler import RECORD, sampler, user_at
 
 PROGRAM = r"""
 #include <stdlib.h>
@@ -159,7 +159,7 @@ def test_the_sampler_walks_frame_pointers_and_leaves_nothing(tmp_path: Path) -> 
     deep = [field for field in fields if field[7] >= 3]
     assert len(deep) > 0.5 * len(fields)
     first = samples[fields.index(deep[0])]
-    chain = struct.unpack_from(f"<{deep[0][7]}Q", first, USER_AT)
+    chain = struct.unpack_from(f"<{deep[0][7]}Q", first, user_at(first))
     assert chain[0] == deep[0][9]  # frame 0 is the sampled ip
 
 

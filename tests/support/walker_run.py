@@ -24,8 +24,8 @@ from pysframe.record.sampler import (
     PT_CS,
     PT_IP,
     PT_SP,
-    USER_AT,
     record_size,
+    user_at,
 )
 from pysframe.record.tables import module_rows, procs_value, rows_items
 from pysframe.record.walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW, scratch_map, walker
@@ -164,9 +164,12 @@ class WalkerRig:
         assert len(self.ring.records) == 1, "one record per sample"
         record = self.ring.records[0]
         count, stop = struct.unpack_from("<II", record, 32)
-        pcs = list(struct.unpack_from(f"<{count}Q", record, USER_AT))
+        pcs = list(struct.unpack_from(f"<{count}Q", record, user_at(record)))
         copy = None
-        if struct.unpack_from("<I", record, 4)[0] & FLAG_STACK_COPY:
+        if not struct.unpack_from("<I", record, 4)[0] & FLAG_STACK_COPY:
+            # Sent up to its last user frame, which follows the kernel's.
+            assert len(record) == user_at(record) + 8 * min(count, RIG_FRAMES)
+        else:
             at = record_size(RIG_FRAMES)
             index, length, pc, sp, fp = COPY_HEADER.unpack_from(record, at)
             start = at + COPY_HEADER.size

@@ -26,7 +26,7 @@ from ..unwind.step import Stop
 from ..unwind.unwinder import Registers, Unwinder
 from .copies import CopyStore
 from .perf_file import SAMPLE_TYPE
-from .sampler import COPY_HEADER, RECORD, USER_AT, record_size
+from .sampler import COPY_HEADER, RECORD, record_size, user_at
 
 #: Samples kept for completion (each holds its record in memory, up to ~8 KB at 1,024
 #: frames, ~0.3 KB at 20; its copy is on disk: :mod:`.copies`): past this, a sample
@@ -185,13 +185,13 @@ def pending_of(sequence: int, raw: bytes | memoryview, frames: int,
     if len(raw) < at + COPY_HEADER.size:
         return None
     index, length, pc, sp, fp = COPY_HEADER.unpack_from(raw, at)
-    walked = list(struct.unpack_from(f"<{min(user_count, frames)}Q", raw, USER_AT))
+    walked = list(struct.unpack_from(f"<{min(user_count, frames)}Q", raw, user_at(raw)))
     if not length or index >= max(len(walked), 1):
         return None
     copy = bytes(raw[at + COPY_HEADER.size:at + COPY_HEADER.size + length])
     # The record kept up to its user frames (its copy is kept apart): what
     # sample_record reads when the chain is rewritten.
-    kept = bytes(raw[:USER_AT + 8 * min(user_count, frames)])
+    kept = bytes(raw[:user_at(raw) + 8 * min(user_count, frames)])
     if store is not None:
         return Pending(sequence, kept, walked, index, (pc, sp, fp), b"", pid, time,
                        store.put(copy), len(copy))

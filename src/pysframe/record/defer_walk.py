@@ -47,13 +47,13 @@ from .sampler import (
     USER_FRAMES,
     sample_fields,
 )
-from .walker import walker
+from .walker import STATE, walker
 
 MAP_UPDATE_ELEM, MAP_DELETE_ELEM = 2, 3
 #: x86-64 struct pt_regs: RCX and the system call number saved at entry.
 PT_CX, PT_ORIG_AX = 88, 120
 #: Scratch slots below the walker's state on the programs' stacks.
-KEY_AT, VALUE_AT, ZERO_AT = -104, -112, -116
+KEY_AT, VALUE_AT, ZERO_AT = STATE - 8, STATE - 16, STATE - 20
 #: The tracepoints where a pending walk is made.
 RETURN_HOOKS = ("sys_exit", "sched_process_exit")
 

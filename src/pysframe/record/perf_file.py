@@ -33,7 +33,7 @@ from ..report.perf_data_out import (
 )
 from ..report.walk_note import Way, pack
 from ..unwind.step import WALKER_STOPS, Stop
-from .sampler import FLAG_IN_KERNEL, FLAG_STACK_COPY, KERNEL_AT, RECORD, USER_AT
+from .sampler import FLAG_IN_KERNEL, FLAG_STACK_COPY, KERNEL_AT, RECORD, record_size, user_at
 
 __all__ = ["ATTR_FLAGS", "DEFER_FLAGS", "EVENTS", "FILE_SAMPLE_TYPE", "SAMPLE_TYPE",
            "build_id_entry",
@@ -74,8 +74,9 @@ def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None,
     (_, flags, pid, tid, time, cpu, kernel_bytes, user_count, reason, ip, _, _,
      period, _) = RECORD.unpack_from(raw)
     kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
+    at = user_at(raw)
     user = user_frames if user_frames is not None else struct.unpack_from(
-        f"<{min(user_count, (len(raw) - USER_AT) // 8)}Q", raw, USER_AT)
+        f"<{min(user_count, max(len(raw) - at, 0) // 8)}Q", raw, at)
     chain: list[int] = []
     if flags & FLAG_IN_KERNEL and kernel:
         chain += [PERF_CONTEXT_KERNEL, *kernel]
@@ -87,8 +88,8 @@ def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None,
         note = pack(Way.FINISHED, finished[1], finished[0], len(user))
     else:
         uncovered = None
-        if flags & FLAG_STACK_COPY and frames and len(raw) >= USER_AT + 8 * frames + 4:
-            uncovered = struct.unpack_from("<I", raw, USER_AT + 8 * frames)[0]
+        if flags & FLAG_STACK_COPY and frames and len(raw) >= record_size(frames) + 4:
+            uncovered = struct.unpack_from("<I", raw, record_size(frames))[0]
         note = pack(Way.KERNEL, WALKER_STOPS.get(reason), uncovered, len(user))
     return time, out.sample(FILE_SAMPLE_TYPE, misc, ip=first, pid=pid, tid=tid, time=time,
                             cpu=cpu, period=period, chain=chain, raw=note)
@@ -112,8 +113,8 @@ def deferred_record(raw: bytes | memoryview) -> tuple[int, bytes]:
     space: the cookie and the user stack, with the file's sample_id trailer."""
     (_, _, pid, tid, time, cpu, _, user_count, _, _, _, _, _,
      cookie) = RECORD.unpack_from(raw)
-    user = struct.unpack_from(f"<{min(user_count, (len(raw) - USER_AT) // 8)}Q", raw,
-                              USER_AT)
+    at = user_at(raw)
+    user = struct.unpack_from(f"<{min(user_count, max(len(raw) - at, 0) // 8)}Q", raw, at)
     chain = list(user) if user and user[0] else []  # plain addresses, as perf writes them
     trailer = sample_id_trailer(SAMPLE_TYPE, pid, tid, time, cpu)
     return time, callchain_deferred(cookie, chain, trailer)

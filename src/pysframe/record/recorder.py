@@ -66,8 +66,8 @@ from .sampler import (
     KIND_DEFERRED,
     KIND_REQUEST,
     RECORD,
-    USER_AT,
     USER_FRAMES,
+    user_at,
 )
 from .spool import RecordedFile, RecordSpool
 from .table_worker import TableWorker
@@ -780,4 +780,5 @@ class _Session:
 
 def _has_user_stack(raw: bytes | memoryview) -> bool:
     """Whether a walker record has a user frame (its first user ip is not 0)."""
-    return len(raw) >= USER_AT + 8 and bool(struct.unpack_from("<Q", raw, USER_AT)[0])
+    at = user_at(raw)
+    return len(raw) >= at + 8 and bool(struct.unpack_from("<Q", raw, at)[0])

@@ -49,8 +49,10 @@ MAX_FRAMES = 127
 #: The SFrame walker's user frames: by default, and at most (``--max-stack``).
 USER_FRAMES, MOST_USER_FRAMES = 1024, 4096
 #: Record layout: u32 kind, flags, pid, tid; u64 time; u32 cpu, kernel bytes, user frames,
-#: stop; u64 ip, sp, bp, period, cookie; u64 kernel[127]; u64 user[N] (N: the walk's most
-#: frames; a record is sent up to its last user frame).
+#: stop; u64 ip, sp, bp, period, cookie; u64 kernel[kernel bytes / 8]; u64 user[N] (N: the
+#: walk's most frames; a record is sent up to its last user frame). The user frames follow
+#: the kernel's (:func:`user_at`): a sample taken in user mode sends no room for kernel
+#: frames (writing 1 KiB of zeros into the ring buffer's cold pages cost ~300 ns).
 RECORD = struct.Struct("<IIIIQIIIIQQQQQ")
 COOKIE_AT = 72
 #: The sample's period, in the program's context (struct bpf_perf_event_data).
@@ -63,6 +65,25 @@ RECORD_SIZE = USER_AT + 8 * MAX_FRAMES
 def record_size(user_frames: int) -> int:
     """The bytes of a record with room for ``user_frames`` user frames."""
     return USER_AT + 8 * user_frames
+
+
+def user_at(raw: bytes | memoryview) -> int:
+    """Where a record's user frames start: after its kernel frames."""
+    kernel_bytes = struct.unpack_from("<I", raw, 28)[0] if len(raw) >= 32 else 0
+    return KERNEL_AT + (min(kernel_bytes, 8 * MAX_FRAMES) & ~7)
+
+
+def user_offset(a: Asm, dst: int) -> None:
+    """dst = :func:`user_at` of the record at R8 (bounded for the verifier)."""
+    bounded = f"user_offset_{len(a)}"
+    a.ldx(4, dst, R8, 28).jump(JLE, dst, 8 * MAX_FRAMES, bounded).mov(dst, 8 * MAX_FRAMES)
+    a.label(bounded).alu(AND, dst, 8 * MAX_FRAMES & ~7).add(dst, KERNEL_AT)
+
+
+def user_base(a: Asm, dst: int) -> None:
+    """dst = the record at R8's user frames (R8 + :func:`user_at`); R8 kept."""
+    user_offset(a, dst)
+    a.add(dst, R8, reg=True)
 FLAG_IN_KERNEL, FLAG_USER_REGS = 1, 2
 #: The walk met code no loaded table covers (a binary whose table is not loaded yet, code
 #: mapped a moment ago): the record carries that frame's registers and a copy of the
@@ -156,7 +177,8 @@ def _frame_pointer_walk(a: Asm) -> None:
     pointer is aligned, moves up and the return address is not 0 (R7: frame count, R9:
     frame pointer)."""
     a.label("walk")
-    a.ldx(8, R1, R8, 40).stx(8, R8, USER_AT, R1)
+    user_base(a, R6)  # the context is no longer needed
+    a.ldx(8, R1, R8, 40).stx(8, R6, 0, R1)
     a.mov(R7, 1).ldx(8, R9, R8, 56)
     a.label("step")
     a.jump(JGE, R7, MAX_FRAMES, "depth")
@@ -165,8 +187,8 @@ def _frame_pointer_walk(a: Asm) -> None:
     a.call(PROBE_READ_USER).jump(JNE, R0, 0, "fault")
     a.ldx(8, R1, R10, -8).jump(JEQ, R1, 0, "zero")
     # user[count] = return address (count < 127: the verifier sees the bound)
-    a.mov(R2, R7, reg=True).alu(LSH, R2, 3).add(R2, R8, reg=True)
-    a.stx(8, R2, USER_AT, R1)
+    a.mov(R2, R7, reg=True).alu(LSH, R2, 3).add(R2, R6, reg=True)
+    a.stx(8, R2, 0, R1)
     a.add(R7, 1)
     a.ldx(8, R1, R10, -16).jump(JLE, R1, R9, "backwards", reg=True)
     a.mov(R9, R1, reg=True).goto("step")

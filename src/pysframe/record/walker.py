@@ -78,10 +78,11 @@ from .sampler import (
     STOP_DEPTH,
     STOP_FAULT,
     STOP_ZERO,
-    USER_AT,
     USER_FRAMES,
     record_size,
     sample_fields,
+    user_base,
+    user_offset,
 )
 
 RINGBUF_OUTPUT, BPF_LOOP = 130, 181
@@ -101,9 +102,9 @@ MAPPING = struct.Struct("<QQQII")
 PROCS_VALUE = 8 + MAPPINGS * MAPPING.size
 ROW = struct.Struct("<QQ")
 #: The walk's state, on the main program's stack (the loop callbacks' ``ctx``).
-STATE = -104
+STATE = -112
 (PC, SP, FP, COUNT, STOP, TGID, TOPMOST, KEY, LO, HI, RECORD_PTR, PROCS_PTR, TAG, FRESH,
- WINDOW_PTR) = (0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 72, 80, 88)
+ WINDOW_PTR, USER_PTR) = (0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 72, 80, 88, 96)
 #: The rule cached for a pc no mapping of the process's entry holds (kind "none" as the
 #: frame-pointer fallback, told apart from a mapping's "no rule" by this bit).
 UNCOVERED = 4
@@ -214,15 +215,18 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, procs_fd: int, fill: Fill,
     a.ldx(4, R1, R10, STATE + TGID).alu(LSH, R1, 32).ldx(4, R2, R0, 4)
     a.alu(OR, R1, R2, reg=True).stx(8, R10, STATE + TAG, R1)
     a.label("main_steps")
-    a.ldx(8, R1, R8, 40).stx(8, R10, STATE + PC, R1).stx(8, R8, USER_AT, R1)
-    a.ldx(8, R1, R8, 48).stx(8, R10, STATE + SP, R1)
-    a.ldx(8, R1, R8, 56).stx(8, R10, STATE + FP, R1)
-    a.st(4, R10, STATE + COUNT, 1).st(4, R10, STATE + STOP, STOP_DEPTH)
-    a.st(4, R10, STATE + TOPMOST, 1).st(4, R10, STATE + FRESH, 0)
     # No window yet: the last sample's may be another process's memory.
     a.mov(R1, R8, reg=True).add(R1, window_at(frames, copy_bytes)).st(8, R1, 0, 0)
     a.st(8, R1, 8, 0)
     a.stx(8, R10, STATE + WINDOW_PTR, R1)
+    a.ldx(8, R1, R8, 48).stx(8, R10, STATE + SP, R1)
+    a.ldx(8, R1, R8, 56).stx(8, R10, STATE + FP, R1)
+    a.st(4, R10, STATE + COUNT, 1).st(4, R10, STATE + STOP, STOP_DEPTH)
+    a.st(4, R10, STATE + TOPMOST, 1).st(4, R10, STATE + FRESH, 0)
+    # The user frames follow the kernel's (none: a sample in user mode).
+    user_base(a, R2)
+    a.stx(8, R10, STATE + USER_PTR, R2)
+    a.ldx(8, R1, R8, 40).stx(8, R10, STATE + PC, R1).stx(8, R2, 0, R1)
     a.mov(R1, frames - 1).ld_func(R2, "frame_step")
     a.mov(R3, R10, reg=True).add(R3, STATE).mov(R4, 0).call(BPF_LOOP)
     a.ldx(4, R1, R10, STATE + COUNT).stx(4, R8, 32, R1)
@@ -235,7 +239,8 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, procs_fd: int, fill: Fill,
     a.ldx(4, R3, R8, 32).jump(JLE, R3, frames, "main_size")
     a.mov(R3, frames)
     a.label("main_size")
-    a.alu(LSH, R3, 3).add(R3, USER_AT)
+    user_offset(a, R2)
+    a.alu(LSH, R3, 3).add(R3, R2, reg=True)
     a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True)
     a.mov(R4, BPF_RB_NO_WAKEUP).call(RINGBUF_OUTPUT)
     a.label("main_out")
@@ -441,7 +446,8 @@ def _advance(a: Asm, frames: int) -> None:
     a.ldx(4, R3, R9, TOPMOST).jump(JEQ, R3, 0, "stop_backwards")
     a.label("moved_up")
     a.ldx(4, R3, R9, COUNT).jump(JGE, R3, frames, "stop_depth")
-    a.mov(R4, R3, reg=True).alu(LSH, R4, 3).add(R4, R8, reg=True).stx(8, R4, USER_AT, R1)
+    a.ldx(8, R4, R9, USER_PTR).mov(R5, R3, reg=True).alu(LSH, R5, 3).add(R4, R5, reg=True)
+    a.stx(8, R4, 0, R1)
     a.add(R3, 1).stx(4, R9, COUNT, R3)
     a.stx(8, R9, PC, R1).stx(8, R9, SP, R6)
     a.ldx(8, R1, R10, -32).stx(8, R9, FP, R1).st(4, R9, TOPMOST, 0)
