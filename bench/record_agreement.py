@@ -24,10 +24,13 @@ folded`, and compare:
 A chain reaches the outermost frame at `_start` or `clone3`, at `_dl_start_user` (the
 return address in ld.so's entry, which has no CFI: samples taken while the dynamic loader
 runs), or at the caller of `__libc_start_main` (a stripped binary's `_start`, unnamed).
+Each command runs once, under `sframe record -- COMMAND`, with `perf record -a` recording
+the same run beside it (its samples of other processes, the two tools among them, are
+left out): two recordings of separate runs differ by the run's own chance (`make -j2`'s
+functions near 1% moved by ~0.15 points between runs: a Jaccard index of 0.86), one run
+recorded twice differs only by the tools. --separate records each command twice instead.
 The -a workload keeps the machine busy (make -j2 of the project, python3 and the C
-program in turn) for S seconds, and is recorded by both tools at once: two recordings of
-separate runs of that mix differ by the mix's own chance (two perf recordings of it gave a
-Jaccard index of 0.91), one run recorded twice differs only by the tools. With --idle N,
+program in turn) for S seconds, and is recorded by both tools at once, with -a. With --idle N,
 N idle Python processes that imported numpy (OpenBLAS: 370k rows) run all along, as on a
 desktop or a build server: processes whose tables would fill the walker's map.
 Kernel frames and the thread name are left out of the stacks (both tools see the same
@@ -51,7 +54,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -109,10 +112,13 @@ class Profile:
     functions: Counter[str]
     #: Mean user frames per sample.
     frames: float = 0.0
+    #: The thread names sampled.
+    comms: set[str] = field(default_factory=set)
 
 
-def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: list[str]
-           ) -> Profile:
+def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: list[str],
+           comms: set[str] | None = None) -> Profile:
+    """The recording folded (``comms``: only the threads of these names)."""
     out = recording.with_suffix(".folded")
     options = [arg for directory in binaries for arg in ("--binaries", directory)]
     subprocess.run([*sframe, "report", str(recording), "--format", "folded", "-o", str(out),
@@ -120,14 +126,16 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
     weights: Counter[str] = Counter()
     functions: Counter[str] = Counter()
     samples = whole = frame_count = 0
+    names: set[str] = set()
     for line in out.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         count = int(count_text)
         # A frame without a symbol is named file+offset, and `sframe record`'s callers are
         # return addresses where dwarf callers are return addresses - 1: such frames are
         # compared by file.
-        if stack.split(";")[0] in RECORDERS:
-            continue  # the recording tool itself (-a): not the workload
+        comm = stack.split(";")[0]
+        if comm in RECORDERS or (comms is not None and comm not in comms):
+            continue  # the recording tool itself (-a), or not the workload
         frames = [re.sub(r"\+0x[0-9a-f]+$", "", frame) for frame in stack.split(";")[1:]
                   if not frame.endswith("_[k]")]
         if not frames:
@@ -136,10 +144,11 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
         samples += count
         frame_count += count * len(frames)
         whole += count * reaches_outermost(frames)
+        names.add(comm)
         for function in set(frames):
             functions[function] += count
     return Profile(weights, samples, 100 * whole / max(samples, 1), functions,
-                   frame_count / max(samples, 1))
+                   frame_count / max(samples, 1), names)
 
 
 def compare(name: str, ours: Profile, theirs: Profile, summary: str,
@@ -290,6 +299,9 @@ def main() -> int:
     parser.add_argument("--system-wide", type=float, default=0.0, metavar="S",
                         help="also record the whole machine, kept busy for S seconds")
     parser.add_argument("--only", default=None, help="the workloads whose name has this")
+    parser.add_argument("--separate", action="store_true",
+                        help="record each command twice, once under each tool (default: one "
+                             "run, `sframe record -- COMMAND` with `perf record -a` beside it)")
     parser.add_argument("--idle", type=int, default=0, metavar="N",
                         help="-a: N idle python3 processes holding numpy run all along")
     parser.add_argument("--repeats", type=int, default=3,
@@ -351,7 +363,9 @@ def main() -> int:
             reference = [perf, "record", "-q", "-B", "-F", "999", "-e", "cpu-clock", *where,
                          "-m", "64M", "--call-graph", "dwarf,65528", "-o", str(theirs)]
             alongside = None
-            if system_wide:  # the same run recorded by both (see the docstring)
+            if system_wide or not args.separate:  # one run recorded by both (the docstring)
+                reference[reference.index("-B") + 1:reference.index("-B") + 1] = (
+                    [] if system_wide else ["-a"])
                 alongside = subprocess.Popen(reference, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL)
                 time.sleep(2)  # perf has synthesized the running processes and samples
@@ -370,8 +384,10 @@ def main() -> int:
             if alongside is None:
                 subprocess.run([*reference, "--", *command], check=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            agreed &= compare(name, folded(sframe, ours, env, binaries),
-                              folded(sframe, theirs, env, binaries),
+            mine = folded(sframe, ours, env, binaries)
+            # perf -a beside a command: the threads the command ran (by their names)
+            only = mine.comms if alongside is not None and not system_wide else None
+            agreed &= compare(name, mine, folded(sframe, theirs, env, binaries, only),
                               our_summary(made.stderr, ours), overhead)
     finally:
         stats.write_text(was)
