@@ -24,11 +24,17 @@ folded`, and compare:
 A chain reaches the outermost frame at `_start` or `clone3`, at `_dl_start_user` (the
 return address in ld.so's entry, which has no CFI: samples taken while the dynamic loader
 runs), or at the caller of `__libc_start_main` (a stripped binary's `_start`, unnamed).
-Each command runs once, under `sframe record -- COMMAND`, with `perf record -a` recording
-the same run beside it (its samples of other processes, the two tools among them, are
-left out): two recordings of separate runs differ by the run's own chance (`make -j2`'s
-functions near 1% moved by ~0.15 points between runs: a Jaccard index of 0.86), one run
-recorded twice differs only by the tools. --separate records each command twice instead.
+Each command runs once, as `perf record ... -- sframe record -- COMMAND`: perf's events
+are per task and inherited, as ours are, so both sample the same run the same way (the
+recorder's own threads are left out). Two recordings of separate runs differ by the run's
+own chance (`make -j2`'s functions near 1% moved by ~0.15 points between runs: a Jaccard
+index of 0.86). `perf record -a` beside the command would sample it otherwise: per-CPU
+events sample a process's first millisecond (the dynamic loader's start), which per-task
+events, armed at the fork, rarely do (40 fresh binaries: `_dl_start` in 1.19% of perf -a's
+stacks, 0.29% of ours). --separate records each command twice instead.
+The frame after ld.so's `call _dl_start` is named `_dl_start_user` by its return address
+and `_start` by the address before it (perf's dwarf callers): the same frame, folded as
+`_start`.
 The -a workload keeps the machine busy (make -j2 of the project, python3 and the C
 program in turn) for S seconds, and is recorded by both tools at once, with -a. With --idle N,
 N idle Python processes that imported numpy (OpenBLAS: 370k rows) run all along, as on a
@@ -54,7 +60,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -92,6 +98,8 @@ int main(void) { long t = 0; for (int r = 0; r < 60; r++) t += middle(1000000); 
 """
 #: The recording tools' own threads, left out of both profiles (with -a each samples itself).
 RECORDERS = ("sframe", "perf", "sframe-tables")
+#: A frame one tool names by its return address, the other by the byte before it.
+SAME_FRAME = {"_dl_start_user": "_start"}
 OUTERMOST = ("_start", "clone3", "clone", "__clone", "_dl_start_user")
 
 
@@ -112,13 +120,10 @@ class Profile:
     functions: Counter[str]
     #: Mean user frames per sample.
     frames: float = 0.0
-    #: The thread names sampled.
-    comms: set[str] = field(default_factory=set)
 
 
-def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: list[str],
-           comms: set[str] | None = None) -> Profile:
-    """The recording folded (``comms``: only the threads of these names)."""
+def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: list[str]
+           ) -> Profile:
     out = recording.with_suffix(".folded")
     options = [arg for directory in binaries for arg in ("--binaries", directory)]
     subprocess.run([*sframe, "report", str(recording), "--format", "folded", "-o", str(out),
@@ -126,7 +131,6 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
     weights: Counter[str] = Counter()
     functions: Counter[str] = Counter()
     samples = whole = frame_count = 0
-    names: set[str] = set()
     for line in out.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         count = int(count_text)
@@ -134,21 +138,21 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
         # return addresses where dwarf callers are return addresses - 1: such frames are
         # compared by file.
         comm = stack.split(";")[0]
-        if comm in RECORDERS or (comms is not None and comm not in comms):
-            continue  # the recording tool itself (-a), or not the workload
-        frames = [re.sub(r"\+0x[0-9a-f]+$", "", frame) for frame in stack.split(";")[1:]
-                  if not frame.endswith("_[k]")]
+        if comm in RECORDERS:
+            continue  # the recording tool itself: not the workload
+        frames = [SAME_FRAME.get(name, name) for name in (
+            re.sub(r"\+0x[0-9a-f]+$", "", frame) for frame in stack.split(";")[1:]
+            if not frame.endswith("_[k]"))]
         if not frames:
             continue
         weights[";".join(frames)] += count
         samples += count
         frame_count += count * len(frames)
         whole += count * reaches_outermost(frames)
-        names.add(comm)
         for function in set(frames):
             functions[function] += count
     return Profile(weights, samples, 100 * whole / max(samples, 1), functions,
-                   frame_count / max(samples, 1), names)
+                   frame_count / max(samples, 1))
 
 
 def compare(name: str, ours: Profile, theirs: Profile, summary: str,
@@ -363,16 +367,17 @@ def main() -> int:
             reference = [perf, "record", "-q", "-B", "-F", "999", "-e", "cpu-clock", *where,
                          "-m", "64M", "--call-graph", "dwarf,65528", "-o", str(theirs)]
             alongside = None
-            if system_wide or not args.separate:  # one run recorded by both (the docstring)
-                reference[reference.index("-B") + 1:reference.index("-B") + 1] = (
-                    [] if system_wide else ["-a"])
+            if system_wide:  # the same run recorded by both (see the docstring)
                 alongside = subprocess.Popen(reference, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL)
                 time.sleep(2)  # perf has synthesized the running processes and samples
+            # One run of a command recorded by both: perf's per-task events inherited by
+            # `sframe record` and the command it runs, as ours are by the command
+            around = [] if system_wide or args.separate else [*reference, "--"]
             stats.write_text("1")
-            made = subprocess.run([*sframe, "record", *where, "-o", str(ours), "--", *command],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True)
+            made = subprocess.run([*around, *sframe, "record", *where, "-o", str(ours), "--",
+                                   *command], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
             stats.write_text(was)
             if alongside is not None:
                 alongside.send_signal(signal.SIGINT)
@@ -381,13 +386,11 @@ def main() -> int:
                 print(f"{name}: sframe record failed: {made.stderr.strip()[-300:]}")
                 agreed = False
                 continue
-            if alongside is None:
+            if alongside is None and args.separate:
                 subprocess.run([*reference, "--", *command], check=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            mine = folded(sframe, ours, env, binaries)
-            # perf -a beside a command: the threads the command ran (by their names)
-            only = mine.comms if alongside is not None and not system_wide else None
-            agreed &= compare(name, mine, folded(sframe, theirs, env, binaries, only),
+            agreed &= compare(name, folded(sframe, ours, env, binaries),
+                              folded(sframe, theirs, env, binaries),
                               our_summary(made.stderr, ours), overhead)
     finally:
         stats.write_text(was)
