@@ -24,7 +24,6 @@ from pysframe.record.sampler import (
     PT_CS,
     PT_IP,
     PT_SP,
-    record_size,
     user_at,
 )
 from pysframe.record.tables import module_rows, procs_value, rows_items
@@ -170,10 +169,11 @@ class WalkerRig:
             # Sent up to its last user frame, which follows the kernel's.
             assert len(record) == user_at(record) + 8 * min(count, RIG_FRAMES)
         else:
-            at = record_size(RIG_FRAMES)
+            at = user_at(record) + 8 * min(count, RIG_FRAMES)  # right after the frames
             index, length, pc, sp, fp = COPY_HEADER.unpack_from(record, at)
             start = at + COPY_HEADER.size
             copy = (index, pc, sp, fp, bytes(record[start:start + length]))
+            assert len(record) == start + length  # sent up to the copy's end
         return Walk(pcs, stop, machine.executed, copy)
 
 

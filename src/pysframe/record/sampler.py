@@ -87,7 +87,7 @@ def user_base(a: Asm, dst: int) -> None:
 FLAG_IN_KERNEL, FLAG_USER_REGS = 1, 2
 #: The walk met code no loaded table covers (a binary whose table is not loaded yet, code
 #: mapped a moment ago): the record carries that frame's registers and a copy of the
-#: user stack from its SP (:data:`COPY_HEADER` at ``record_size(frames)``, then the bytes),
+#: user stack from its SP (:data:`COPY_HEADER` after the last user frame, then the bytes),
 #: for the recorder to finish the chain in user space once the table exists.
 FLAG_STACK_COPY = 4
 #: u32 the frame's index in user[], u32 bytes copied; u64 its pc, sp, fp.
