@@ -3,6 +3,8 @@ samples waiting for their tables first, and every process is prepared exactly on
 
 from __future__ import annotations
 
+import threading
+
 from pysframe.record.table_worker import ROUND, TableWorker, next_round
 
 
@@ -84,3 +86,33 @@ def test_finishing_is_queued_once_at_a_time() -> None:
     assert last.wait(30)
     worker.close()
     assert finished == [1]
+
+
+def test_a_queued_load_goes_before_finishing_the_loaded_processes_samples() -> None:
+    """A process that just ran exec walks to stack copies until its entry is written:
+    while loads are queued, the samples of the processes already loaded wait (finishing
+    them unwinds in Python, ~ms each)."""
+    events: list[str] = []
+    first_load = threading.Event()
+    go_on = threading.Event()
+
+    def load(pid: int) -> None:
+        events.append(f"load {pid}")
+        if pid == 1:
+            first_load.set()
+            assert go_on.wait(30)  # 2 and 3 are asked for meanwhile
+
+    worker = TableWorker(load, lambda pid: None, lambda: None, lambda batch: None,
+                         loaded=lambda pid: events.append(f"finish {pid}"))
+    worker.ask("load", 1)
+    assert first_load.wait(30)
+    worker.ask("load", 2)
+    worker.ask("load", 3)
+    go_on.set()
+    worker.ask("drop", 9)  # the queue's last item: the finishing is done by then
+    for _ in range(300):
+        if len(events) == 6:
+            break
+        threading.Event().wait(0.1)
+    worker.close()
+    assert events == ["load 1", "load 2", "load 3", "finish 1", "finish 2", "finish 3"]
