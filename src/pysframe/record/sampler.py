@@ -67,17 +67,21 @@ def record_size(user_frames: int) -> int:
     return USER_AT + 8 * user_frames
 
 
+#: The bits a record's kernel bytes may have (8 * MAX_FRAMES: 0b1111111000).
+KERNEL_MASK = 8 * MAX_FRAMES
+
+
 def user_at(raw: bytes | memoryview) -> int:
     """Where a record's user frames start: after its kernel frames."""
     kernel_bytes = struct.unpack_from("<I", raw, 28)[0] if len(raw) >= 32 else 0
-    return KERNEL_AT + (min(kernel_bytes, 8 * MAX_FRAMES) & ~7)
+    return KERNEL_AT + (kernel_bytes & KERNEL_MASK)
 
 
 def user_offset(a: Asm, dst: int) -> None:
     """dst = :func:`user_at` of the record at R8 (bounded for the verifier)."""
-    bounded = f"user_offset_{len(a)}"
-    a.ldx(4, dst, R8, 28).jump(JLE, dst, 8 * MAX_FRAMES, bounded).mov(dst, 8 * MAX_FRAMES)
-    a.label(bounded).alu(AND, dst, 8 * MAX_FRAMES & ~7).add(dst, KERNEL_AT)
+    # Masked, not clamped: a branch would make two states the verifier checks the whole
+    # walk in (the kernel stack's bytes are at most 8 * MAX_FRAMES, all bits in the mask).
+    a.ldx(4, dst, R8, 28).alu(AND, dst, KERNEL_MASK).add(dst, KERNEL_AT)
 
 
 def user_base(a: Asm, dst: int) -> None:
