@@ -152,33 +152,40 @@ def map_delete(fd: Fd, key: bytes) -> None:
 def prog_load(prog_type: int, instructions: bytes, name: str, *, license_text: str = "GPL",
               btf: Fd | None = None, func_info: bytes = b"", func_info_size: int = 8,
               expected_attach_type: int = 0) -> Fd:
-    """Load a program; a refusal carries the end of the verifier's log."""
+    """Load a program; a refusal carries the end of the verifier's log.
+
+    The first try asks for no log, as libbpf does: a log records every instruction the
+    verifier walks (130k for the walker), which made loading take ~4 times as long; only
+    a refusal is tried again with one, for its message."""
     code = ctypes.create_string_buffer(instructions, len(instructions))
     licence = ctypes.create_string_buffer(license_text.encode())
     log = ctypes.create_string_buffer(LOG_SIZE)
     infos = ctypes.create_string_buffer(func_info, max(len(func_info), 1))
-    attr = bytearray(128)
-    struct.pack_into("<IIQQIIQI", attr, 0, prog_type, len(instructions) // 8,
-                     ctypes.addressof(code), ctypes.addressof(licence), 1, LOG_SIZE,
-                     ctypes.addressof(log), 0)
-    attr[48:64] = name.encode()[:15].ljust(16, b"\0")
-    struct.pack_into("<I", attr, 68, expected_attach_type)
-    if btf is not None:
-        struct.pack_into("<IIQI", attr, 72, int(btf), func_info_size, ctypes.addressof(infos),
-                         len(func_info) // func_info_size)
-    buffer = ctypes.create_string_buffer(bytes(attr), 128)
-    # The verifier gives up with EAGAIN when a signal arrives while it works (SIGCHLD,
-    # SIGWINCH, a profiler's ptrace stop); libbpf tries again, a few times, and so do we.
-    for _ in range(PROG_LOAD_TRIES):
-        result = _libc.syscall(SYS_BPF, PROG_LOAD, buffer, 128)
-        if result >= 0 or ctypes.get_errno() != errno.EAGAIN:
-            break
-    if result < 0:
-        code_ = ctypes.get_errno()
-        text = log.value.decode(errors="replace").strip().splitlines()
-        raise _failure(f"loading BPF program {name}", code_,
-                       ": " + " | ".join(text[-6:]) if text else "")
-    return Fd(int(result), f"program {name}")
+    result, number = -1, 0
+    for log_level in (0, 1):
+        attr = bytearray(128)
+        struct.pack_into("<IIQQIIQI", attr, 0, prog_type, len(instructions) // 8,
+                         ctypes.addressof(code), ctypes.addressof(licence), log_level,
+                         LOG_SIZE if log_level else 0,
+                         ctypes.addressof(log) if log_level else 0, 0)
+        attr[48:64] = name.encode()[:15].ljust(16, b"\0")
+        struct.pack_into("<I", attr, 68, expected_attach_type)
+        if btf is not None:
+            struct.pack_into("<IIQI", attr, 72, int(btf), func_info_size,
+                             ctypes.addressof(infos), len(func_info) // func_info_size)
+        buffer = ctypes.create_string_buffer(bytes(attr), 128)
+        # The verifier gives up with EAGAIN when a signal arrives while it works (SIGCHLD,
+        # SIGWINCH, a profiler's ptrace stop); libbpf tries again, a few times, and so do we.
+        for _ in range(PROG_LOAD_TRIES):
+            result = _libc.syscall(SYS_BPF, PROG_LOAD, buffer, 128)
+            number = ctypes.get_errno() if result < 0 else 0
+            if result >= 0 or number != errno.EAGAIN:
+                break
+        if result >= 0:
+            return Fd(int(result), f"program {name}")
+    text = log.value.decode(errors="replace").strip().splitlines()
+    raise _failure(f"loading BPF program {name}", number,
+                   ": " + " | ".join(text[-6:]) if text else "")
 
 
 def btf_load(blob: bytes) -> Fd:
