@@ -221,3 +221,31 @@ def test_a_perf_record_run_alongside_is_not_disturbed(tmp_path: Path) -> None:
         ours.send_signal(signal.SIGINT)
         _, errors = ours.communicate(timeout=120)
     assert ours.returncode in (0, -signal.SIGINT, 128 + signal.SIGINT), errors
+
+
+@needs_bpf
+def test_the_recorder_raises_its_priority_and_the_command_keeps_its_own(tmp_path: Path
+                                                                        ) -> None:
+    """Once sampling starts the recorder runs 10 nice levels above where it started (its
+    table thread writes a process's entry just after its exec); the command it runs, and
+    the helpers generating tables, keep the priority it started at."""
+    from pysframe.record.procfs import PRIORITY_RAISE
+    from pysframe.session.tables import BASE_NICE
+
+    script = ("import os, time; ppid = os.getppid(); time.sleep(0.5); "
+              "print(os.getpriority(os.PRIO_PROCESS, 0), "
+              "open(f'/proc/{ppid}/stat').read().rsplit(')', 1)[1].split()[16])")
+    run = sframe("record", "-q", "-o", "n.data", "--", sys.executable, "-c", script,
+                 cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    mine, recorder = (int(field) for field in run.stdout.split())
+    started = os.getpriority(os.PRIO_PROCESS, 0)
+    assert mine == started
+    assert recorder == max(started - PRIORITY_RAISE, -20)  # field 19 of stat: nice
+    # A helper goes back to the priority named for it.
+    child = subprocess.run([sys.executable, "-c",
+                            "import os; from pysframe.session.tables import _base_priority; "
+                            "_base_priority(); print(os.getpriority(os.PRIO_PROCESS, 0))"],
+                           env={**os.environ, BASE_NICE: str(started + 3)}, capture_output=True,
+                           text=True, timeout=60)
+    assert int(child.stdout) == started + 3

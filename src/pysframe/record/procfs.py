@@ -7,7 +7,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..session.tables import BASE_NICE
 from . import bpf_sys as sys_bpf
+
+#: How much the recorder raises its priority once sampling starts: its table thread
+#: writes a process's entry just after its exec, and until then the process's samples
+#: are walked to stack copies. On two CPUs busy with make -j2, the recorder at the
+#: workload's priority got a compiler's entry in ~10 ms, 10 raised got it sooner
+#: (chains finished from copies: ~650 -> ~300 of 5,200).
+PRIORITY_RAISE = 10
 
 
 def maps_memlock() -> int:
@@ -91,3 +99,15 @@ def libc_function(name: str) -> Any | None:
         return getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
+
+
+def raise_priority(by: int = PRIORITY_RAISE) -> None:
+    """Raise this thread's scheduling priority (nice) by ``by`` where permitted, and note
+    the old value for the helper processes (:data:`~pysframe.session.tables.BASE_NICE`).
+    The threads started after inherit it; processes forked before do not."""
+    try:
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        os.setpriority(os.PRIO_PROCESS, 0, max(base - by, -20))
+    except OSError:
+        return  # not permitted (no CAP_SYS_NICE): as it was
+    os.environ[BASE_NICE] = str(base)

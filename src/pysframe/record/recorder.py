@@ -58,7 +58,15 @@ from .perf_file import (
     sample_record,
 )
 from .perf_ring import PerfRing
-from .procfs import maps_memlock, processes, return_free_memory, run_time, tgid, threads
+from .procfs import (
+    maps_memlock,
+    processes,
+    raise_priority,
+    return_free_memory,
+    run_time,
+    tgid,
+    threads,
+)
 from .ringbuf import RingBuffer
 from .sampler import (
     COPY_BYTES,
@@ -283,6 +291,7 @@ def _start(session: _Session, target: Target) -> int | None:
                 session.synthesize(pid)
             for pid in sorted(set(processes(kernel_threads=True)) - set(pids)):
                 session.synthesize(pid)  # kernel threads: their names only
+            raise_priority()
             session.enable()
             # Only the processes sampled are prepared; idle ones wait for a sample.
             session.start_worker(sampled_only=True).prepare(pids,
@@ -294,6 +303,7 @@ def _start(session: _Session, target: Target) -> int | None:
                 for pid in pids:
                     session.tables(pid)
                     session.synthesize(pid)
+            raise_priority()  # after the command's fork: it keeps its own
             session.enable()
             session.start_worker()
         if release is not None:

@@ -197,11 +197,28 @@ class GeneratedTables:
         return image.path
 
 
+#: Set by a process that raised its own scheduling priority (the recorder): the nice
+#: value its helpers go back to, so that generating tables does not take the CPU from
+#: the workload being recorded.
+BASE_NICE = "PYSFRAME_BASE_NICE"
+
+
+def _base_priority() -> None:
+    """This helper process back at the priority :data:`BASE_NICE` names, if any."""
+    value = os.environ.get(BASE_NICE, "")
+    try:
+        if value:
+            os.setpriority(os.PRIO_PROCESS, 0, int(value))
+    except (ValueError, OSError):
+        pass  # a lower priority is always allowed; a bad value changes nothing
+
+
 def _make_table(path: str, flat_abi: str | None = None) -> str:
     """In a worker process: generate and cache the table of the ELF file ``path``, and
     with ``flat_abi`` (an :class:`~pysframe.format.constants.ABI` name) its flat rows for
     that ABI too (what the recorder loads: flattening a large table also takes a few
     hundred MiB for a moment)."""
+    _base_priority()
     try:
         image = ElfImage(path)
         table = table_for(image)
