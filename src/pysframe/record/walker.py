@@ -122,7 +122,7 @@ CACHE_ENTRY = 24
 #: here; 1 KiB 155 ns): reading a frame's slots one by one cost 84 ns a slot, so the
 #: walker reads the stack a window at a time and takes the slots from the window.
 WINDOW = 2048
-FIRST_WINDOW = 512
+FIRST_WINDOW = 1024
 WINDOW_HEADER = 16
 #: A window starts this far below the slot that missed, so that the slot of the saved FP
 #: (below the return address's) is in the same window.
@@ -410,8 +410,9 @@ def _read_word(a: Asm, tag: str, slot: int, fault: str) -> None:
     a.label(f"{tag}_fill")
     a.mov(R1, R3, reg=True).add(R1, -WINDOW_BELOW)
     a.mov(R2, R3, reg=True).alu(OR, R2, PAGE - 1).add(R2, 1).alu(SUB, R2, R1, reg=True)
-    # A sample's first window is small: most stacks are shallow, and a read costs more
-    # the more it reads (512 bytes 133 ns, 2 KiB ~250 ns); deep ones go on in big ones.
+    # A sample's first window is smaller: a read costs more the more it reads (512 bytes
+    # 133 ns, 1 KiB 155 ns, 2 KiB ~250 ns), and 1 KiB holds a 10-frame C stack (with 512
+    # bytes it took two reads: 1.06 against 0.95 us a sample); deep ones go on in 2 KiB.
     a.ldx(8, R0, R5, 0).jump(JNE, R0, 0, f"{tag}_big")
     a.jump(JLE, R2, FIRST_WINDOW, f"{tag}_sized").mov(R2, FIRST_WINDOW).goto(f"{tag}_sized")
     a.label(f"{tag}_big")
