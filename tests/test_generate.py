@@ -232,3 +232,47 @@ def test_crt_other_shapes_get_no_rows(code: str) -> None:
     from pysframe.generate.crt import frame_of
 
     assert frame_of(bytes.fromhex(code), 0x1000) is None
+
+
+@needs_fixtures
+def test_a_merge_generates_only_the_functions_the_own_table_lacks(monkeypatch: Any) -> None:
+    """A merged table takes from the CFI only the functions the file's own table does not
+    start (and the linker stubs), so only those are generated; a function of the own
+    table the validator leaves out gets its rows from the CFI, as with every function
+    generated (the table is merged again then)."""
+    from pysframe.generate import cache, section
+
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / "lua"
+    image = ElfImage(str(path))
+    (own_section,) = image.sframe_sections()
+    own = decode(own_section.raw, own_section.address)
+    translated: list[int] = []
+    real_translate = section.translate_entry
+
+    def counting(*arguments: Any, **keywords: Any) -> Any:
+        translated.append(arguments[2].pc_begin)
+        return real_translate(*arguments, **keywords)
+
+    monkeypatch.setattr(section, "translate_entry", counting)
+    merged = cache._valid_table(image, own_section.raw, own_section.address, own.version)
+    owned = {fde.start for fde in own.fdes}
+    assert merged is not None and translated and len(translated) < len(owned) // 10
+    assert not owned & set(translated)
+    # Every function generated, the old way: the same bytes.
+    monkeypatch.setattr(cache, "_not_started_by", lambda image, own: lambda start, size: True)
+    assert cache._valid_table(image, own_section.raw, own_section.address,
+                              own.version) == merged
+    # A function of the own table whose first row does not start at 0: left out, so its
+    # rows come from the CFI (generated in a second round).
+    victim = next(fde for fde in own.fdes if len(fde.fres) > 2 and fde.start not in
+                  {start for start, _ in image.section_ranges(".plt", ".plt.sec").values()})
+    victim.fres[0].start = 1
+    damaged = encode(own)
+    full = cache._valid_table(image, damaged, own_section.address, own.version)
+    monkeypatch.undo()
+    translated.clear()
+    monkeypatch.setattr(section, "translate_entry", counting)
+    assert cache._valid_table(image, damaged, own_section.address, own.version) == full
+    assert victim.start in translated
+    rows = {fde.start: fde for fde in decode(full, 0).fdes}
+    assert rows[victim.start].fres[0].start == 0  # the CFI's rows, not the damaged ones
