@@ -96,7 +96,9 @@ __attribute__((noinline)) long path_saves(long n, long *v) { long a = v[0], b = 
   c = v[2]; long r = path_c(n); sink = a + b + c; return r + a * b + c; }
 static int compare(const void *x, const void *y) { hot(20000);
   return *(const int *)x - *(const int *)y; }
-static void handler(int sig) { (void)sig; sink += hot(300000); }
+/* longer than the 1 ms sampling period: a shorter handler, started just after the
+ * timer tick that delivers SIGPROF, could fall between samples all run long */
+static void handler(int sig) { (void)sig; sink += hot(1200000); }
 int main(int argc, char **argv) { long rounds = argc > 1 ? atol(argv[1]) : 100;
   long v[3] = {1, 2, 3}; int values[64];
   usleep(300000);  /* STARTUP */
@@ -524,7 +526,7 @@ def test_every_frame_the_walker_records_follows_a_call(
         assert deep > 0.3 * tally.samples  # samples in leaf: 106 frames deep
     else:
         assert tally.kinds["plt"] + tally.kinds["tail"] > 10  # main -> qsort -> qsort_r
-        assert tally.kinds["trampoline"] >= 1  # the signal handler was sampled (2-7 seen)
+        assert tally.kinds["trampoline"] >= 1  # the signal handler was sampled
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
