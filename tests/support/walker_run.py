@@ -24,6 +24,7 @@ from pysframe.record.sampler import (
     PT_CS,
     PT_IP,
     PT_SP,
+    frames_end,
     user_at,
 )
 from pysframe.record.tables import module_rows, procs_value, rows_items
@@ -169,7 +170,7 @@ class WalkerRig:
             # Sent up to its last user frame, which follows the kernel's.
             assert len(record) == user_at(record) + 8 * min(count, RIG_FRAMES)
         else:
-            at = user_at(record) + 8 * min(count, RIG_FRAMES)  # right after the frames
+            at = frames_end(record, RIG_FRAMES)  # right after the frames
             index, length, pc, sp, fp = COPY_HEADER.unpack_from(record, at)
             start = at + COPY_HEADER.size
             copy = (index, pc, sp, fp, bytes(record[start:start + length]))

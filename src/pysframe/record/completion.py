@@ -26,7 +26,7 @@ from ..unwind.step import Stop
 from ..unwind.unwinder import Registers, Unwinder
 from .copies import CopyStore
 from .perf_file import SAMPLE_TYPE
-from .sampler import COPY_HEADER, RECORD, user_at
+from .sampler import COPY_HEADER, RECORD, frames_end, user_at
 
 #: Samples kept for completion (each holds its record in memory, up to ~8 KB at 1,024
 #: frames, ~0.3 KB at 20; its copy is on disk: :mod:`.copies`): past this, a sample
@@ -181,7 +181,7 @@ def pending_of(sequence: int, raw: bytes | memoryview, frames: int,
     the copy is put into ``store`` when one is given."""
     fields = RECORD.unpack_from(raw)
     pid, time, user_count = fields[2], fields[4], fields[7]
-    at = user_at(raw) + 8 * min(user_count, frames)  # the copy's note: after the frames
+    at = frames_end(raw, frames)  # the copy's note: after the user frames
     if len(raw) < at + COPY_HEADER.size:
         return None
     index, length, pc, sp, fp = COPY_HEADER.unpack_from(raw, at)
@@ -191,7 +191,7 @@ def pending_of(sequence: int, raw: bytes | memoryview, frames: int,
     copy = bytes(raw[at + COPY_HEADER.size:at + COPY_HEADER.size + length])
     # The record kept up to its user frames (its copy is kept apart): what
     # sample_record reads when the chain is rewritten.
-    kept = bytes(raw[:user_at(raw) + 8 * min(user_count, frames)])
+    kept = bytes(raw[:at])
     if store is not None:
         return Pending(sequence, kept, walked, index, (pc, sp, fp), b"", pid, time,
                        store.put(copy), len(copy))

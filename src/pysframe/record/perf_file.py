@@ -33,7 +33,7 @@ from ..report.perf_data_out import (
 )
 from ..report.walk_note import Way, pack
 from ..unwind.step import WALKER_STOPS, Stop
-from .sampler import FLAG_IN_KERNEL, FLAG_STACK_COPY, KERNEL_AT, RECORD, user_at
+from .sampler import FLAG_IN_KERNEL, FLAG_STACK_COPY, KERNEL_AT, RECORD, frames_end, user_at
 
 __all__ = ["ATTR_FLAGS", "DEFER_FLAGS", "EVENTS", "FILE_SAMPLE_TYPE", "SAMPLE_TYPE",
            "build_id_entry",
@@ -88,7 +88,7 @@ def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None,
         note = pack(Way.FINISHED, finished[1], finished[0], len(user))
     else:
         uncovered = None
-        noted = at + 8 * min(user_count, frames)  # the copy's note: after the user frames
+        noted = frames_end(raw, frames)  # the copy's note: after the user frames
         if flags & FLAG_STACK_COPY and frames and len(raw) >= noted + 4:
             uncovered = struct.unpack_from("<I", raw, noted)[0]
         note = pack(Way.KERNEL, WALKER_STOPS.get(reason), uncovered, len(user))

@@ -77,6 +77,13 @@ def user_at(raw: bytes | memoryview) -> int:
     return KERNEL_AT + (kernel_bytes & KERNEL_MASK)
 
 
+def frames_end(raw: bytes | memoryview, frames: int) -> int:
+    """Where a record ends after its user frames (at most ``frames``): where a stack
+    copy's note (:data:`COPY_HEADER`) is."""
+    user_count = struct.unpack_from("<I", raw, 32)[0] if len(raw) >= 36 else 0
+    return user_at(raw) + 8 * min(user_count, frames)
+
+
 def user_offset(a: Asm, dst: int) -> None:
     """dst = :func:`user_at` of the record at R8 (bounded for the verifier)."""
     # Masked, not clamped: a branch would make two states the verifier checks the whole

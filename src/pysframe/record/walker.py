@@ -236,11 +236,7 @@ def _main(a: Asm, ringbuf_fd: int, scratch_fd: int, procs_fd: int, fill: Fill,
     # sampled CPU does not send it an interrupt 1000 times a second.
     # The record up to its last user frame (bounded for the verifier).
     a.label("main_output")
-    a.ldx(4, R3, R8, 32).jump(JLE, R3, frames, "main_size")
-    a.mov(R3, frames)
-    a.label("main_size")
-    user_offset(a, R2)
-    a.alu(LSH, R3, 3).add(R3, R2, reg=True)
+    _frames_end(a, R3, R2, frames, "main_size")
     a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True)
     a.mov(R4, BPF_RB_NO_WAKEUP).call(RINGBUF_OUTPUT)
     a.label("main_out")
@@ -331,10 +327,7 @@ def _stack_copy(a: Asm, frames: int, ringbuf_fd: int, copy_bytes: int) -> None:
     in its page, then the bytes to copy."""
     noted = record_size(frames)
     a.ldx(4, R1, R10, STATE + FRESH).jump(JEQ, R1, 0, "main_output")
-    a.ldx(4, R9, R8, 32).jump(JLE, R9, frames, "copy_at").mov(R9, frames)
-    a.label("copy_at")
-    user_offset(a, R1)
-    a.alu(LSH, R9, 3).add(R9, R1, reg=True)
+    _frames_end(a, R9, R1, frames, "copy_at")
     # The note moves down (or stays): word by word, upwards, never over a word unread.
     a.mov(R5, R8, reg=True).add(R5, noted).mov(R4, R8, reg=True).add(R4, R9, reg=True)
     for word in range(COPY_HEADER.size // 8):
@@ -366,6 +359,16 @@ def _stack_copy(a: Asm, frames: int, ringbuf_fd: int, copy_bytes: int) -> None:
     a.ld_map(R1, ringbuf_fd).mov(R2, R8, reg=True)
     a.mov(R3, R9, reg=True).add(R3, COPY_HEADER.size).add(R3, R7, reg=True)
     a.mov(R4, BPF_RB_NO_WAKEUP).call(RINGBUF_OUTPUT).goto("main_out")
+
+
+def _frames_end(a: Asm, dst: int, scratch: int, frames: int, label: str) -> None:
+    """dst = where the record at R8 ends after its last user frame (its user frames, at
+    most ``frames``, from :func:`~.sampler.user_offset`): where it is sent up to, or its
+    stack copy's note goes. ``scratch`` is clobbered."""
+    a.ldx(4, dst, R8, 32).jump(JLE, dst, frames, label).mov(dst, frames)
+    a.label(label)
+    user_offset(a, scratch)
+    a.alu(LSH, dst, 3).add(dst, scratch, reg=True)
 
 
 def _field(a: Asm, dst: int, word: int, shift: int) -> None:
