@@ -81,3 +81,23 @@ def test_records_are_padded_and_bounded() -> None:
     with pytest.raises(out.WriteError, match="only IP, TID"):
         out.sample(SAMPLE_TYPE | out.SAMPLE_ADDR, 0, ip=0, pid=0, tid=0, time=0, cpu=0,
                    period=0, chain=[])
+
+
+def test_kernel_text_is_found_in_kallsyms(tmp_path: Path) -> None:
+    """``_text`` and ``_etext`` of the running kernel's symbol list (the recorder's kernel
+    mapping), not their look-alikes; a list whose addresses are hidden gives none."""
+    from pysframe.record.perf_file import kernel_text
+
+    listing = tmp_path / "kallsyms"
+    listing.write_text("ffffffff81000000 T srso_alias_untrain_ret\n"
+                       "ffffffff81000000 T _stext\nffffffff81000000 T _text\n"
+                       "ffffffff81000100 t __text\n"
+                       "ffffffff8220bb08 T _etext\n"
+                       "ffffffffc0000000 t _text\t[module]\n")
+    assert kernel_text(str(listing)) == (0xFFFFFFFF81000000, 0xFFFFFFFF8220BB08)
+    listing.write_text("0000000000000000 T _text\n0000000000000000 T _etext\n")
+    assert kernel_text(str(listing)) is None
+    assert kernel_text(str(tmp_path / "missing")) is None
+    if Path("/proc/kallsyms").exists():
+        found = kernel_text()
+        assert found is None or found[1] is None or found[0] < found[1]

@@ -164,18 +164,28 @@ def kernel_mmap_record(text_start: int, text_end: int | None = None) -> bytes:
                     "[kernel.kallsyms]_text", sample_id_trailer(SAMPLE_TYPE, -1, 0, 0, 0))
 
 
+#: The most of /proc/kallsyms read for ``_text`` and ``_etext`` (6 MiB here).
+KALLSYMS_MOST = 64 << 20
+
+
 def kernel_text(path: str = "/proc/kallsyms") -> tuple[int, int | None] | None:
-    """(``_text``, ``_etext``) of the running kernel (None when kallsyms hides addresses)."""
-    found: dict[str, int] = {}
+    """(``_text``, ``_etext``) of the running kernel (None when kallsyms hides addresses).
+    The file is read whole and searched, not split into lines: ``_etext`` comes near its
+    end (line 117k of 122k here), and splitting every line took 60 of the 100 ms."""
     try:
-        with open(path) as handle:
-            for line in handle:
-                fields = line.split()
-                if len(fields) >= 3 and fields[2] in ("_text", "_etext"):
-                    found[fields[2]] = int(fields[0], 16)
-                    if len(found) == 2:
-                        break
-    except (OSError, ValueError):
+        with open(path, "rb") as handle:
+            data = handle.read(KALLSYMS_MOST)
+    except OSError:
         return None
+    found: dict[str, int] = {}
+    for name in ("_text", "_etext"):
+        at = data.find(b" " + name.encode() + b"\n")
+        if at < 0:
+            continue
+        fields = data[data.rfind(b"\n", 0, at) + 1:at].split()
+        try:
+            found[name] = int(fields[0], 16)
+        except (IndexError, ValueError):
+            continue
     start = found.get("_text")
     return (start, found.get("_etext")) if start else None
