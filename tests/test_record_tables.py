@@ -332,3 +332,34 @@ def test_while_sampling_a_missing_table_is_generated_in_the_background(
     finally:
         spin.kill()
         spin.wait()
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_a_mappings_resolved_path_is_kept_by_its_file(tmp_path: Path) -> None:
+    """A mapping's path is resolved once per file (path, device, inode): a link that
+    comes to name another file maps another inode, and is resolved again."""
+    from pysframe.record import bpf_sys
+    from pysframe.record.tables import TableLoader
+    from pysframe.record.walker import PROCS_VALUE, ROW
+    from pysframe.sources.live import MapEntry
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_bytes(b"1")
+    second.write_bytes(b"2")
+    link = tmp_path / "link"
+    link.symlink_to(first)
+    with bpf_sys.Resources() as owned:
+        procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 8, "t_procs"))
+        rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 100, "t_rows"))
+        loader = TableLoader(rows, procs, 100)
+
+        def entry() -> MapEntry:
+            status = os.stat(link)
+            return MapEntry(0x1000, 0x2000, "r-xp", 0, str(link), status.st_dev, status.st_ino)
+
+        assert loader._real_path(entry()) == str(first)
+        was = entry()
+        link.unlink()
+        link.symlink_to(second)
+        assert loader._real_path(was) == str(first)  # the same file: kept
+        assert loader._real_path(entry()) == str(second)  # another file: resolved again
