@@ -22,7 +22,7 @@ from pysframe.sources.perf_data import open_perf_data
 from pysframe.unwind.batch import BatchSample, BatchUnwinder
 from pysframe.unwind.flat import FP_BASED, KIND_DEFAULT, flatten, flatten_on_demand
 from pysframe.unwind.memory import StackMemory
-from pysframe.unwind.unwinder import Registers, Unwind, Unwinder
+from pysframe.unwind.unwinder import FrameMethod, Registers, Unwind, Unwinder
 
 LUA = sorted(FIXTURES.glob("real/lua-*/perf.data")) + sorted(FIXTURES.glob("real/lua-*/perf.fp.data"))
 SMALL = sorted((REPO / "tests" / "data").glob("*.perf.data"))
@@ -138,3 +138,30 @@ def test_batch_equals_scalar_on_damaged_samples(depth: int) -> None:
             fp_pcs = fp_based_pcs(snapshot)
             samples = [damaged(sample, rng, fp_pcs) for sample in snapshot.samples[:600]]
             assert_same(scalar, snapshot, samples)
+
+
+@pytest.mark.skipif(not LUA, reason="no fixture recordings (../shared/fixtures) here")
+def test_batch_equals_scalar_at_and_in_the_sigreturn_trampoline() -> None:
+    """Samples taken at the trampoline, and in its rt_sigreturn system call (the pc just
+    after the syscall instruction): both engines step into the interrupted frame from the
+    signal frame at SP (the batch hands them to the scalar tracer)."""
+    from tests.test_walker_conformance import trampolines
+
+    from pysframe.unwind.unwinder import X86_64_SIGRETURN
+
+    with collected(LUA[0]) as (session, snapshots):
+        scalar = Unwinder(session.unwinder.abi, 127)
+        snapshot = snapshots[0]
+        found = trampolines(snapshot.space)
+        assert found
+        samples = [BatchSample(Registers(start + offset, sample.registers.sp,
+                                         sample.registers.fp, sample.registers.lr,
+                                         dict(sample.registers.others)), sample.stack)
+                   for start in found for offset in (0, len(X86_64_SIGRETURN))
+                   for sample in snapshot.samples[:40]]
+        assert assert_same(scalar, snapshot, samples) == len(samples)  # all handed over
+        for sample in samples[40:80]:  # in the system call: the trampoline's frame
+            unwound = scalar.unwind(sample.registers,
+                                    StackMemory(sample.registers.sp, sample.stack),
+                                    snapshot.space)
+            assert unwound.methods[0] == FrameMethod.SIGRETURN, unwound.methods[:2]

@@ -297,6 +297,9 @@ def signal_cases(run: Conformance, samples: list[BatchSample], tally: Tally) -> 
         for index, sample in enumerate(samples):
             r, stack = sample.registers, bytearray(sample.stack)
             run.check(trampoline, r.sp, r.fp, bytes(stack), tally, f"sampled at sigreturn {index}")
+            # in its rt_sigreturn system call: the pc just after the syscall instruction
+            run.check(trampoline + len(X86_64_SIGRETURN), r.sp, r.fp, bytes(stack), tally,
+                      f"sampled in sigreturn's system call {index}")
             stack[64:80] = struct.pack("<QQ", r.sp + 512, trampoline)
             run.check(0x1000, r.sp, r.sp + 64, bytes(stack), tally,
                       f"returned into sigreturn {index}")

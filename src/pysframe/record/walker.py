@@ -441,10 +441,14 @@ def _frame_pointer_rule(a: Asm) -> None:
     A frame at the sigreturn trampoline (no row: its CFI is a signal frame's; a return
     into it, or a sample taken on it) ends the walk instead."""
     a.label("fp_step")
-    a.mov(R1, R10, reg=True).add(R1, -56).mov(R2, 9).ldx(8, R3, R9, PC).call(PROBE_READ_USER)
-    a.jump(JNE, R0, 0, "fp_guess")
-    a.ldx(8, R1, R10, -56).ld_imm64(R2, SIGRETURN_HEAD).jump(JNE, R1, R2, "fp_guess", reg=True)
-    a.ldx(1, R1, R10, -48).jump(JEQ, R1, SIGRETURN_TAIL, "stop_signal")
+    a.ldx(8, R3, R9, PC)
+    _sigreturn_at(a, "fp_in_trampoline")
+    # The topmost frame of a sample taken during the trampoline's rt_sigreturn system call:
+    # its pc is just after the syscall instruction (in padding no code reaches otherwise).
+    a.label("fp_in_trampoline")
+    a.ldx(4, R1, R9, TOPMOST).jump(JEQ, R1, 0, "fp_guess")
+    a.ldx(8, R3, R9, PC).add(R3, -9)
+    _sigreturn_at(a, "fp_guess")
     a.label("fp_guess")
     a.ldx(8, R3, R9, FP).jump(JSET, R3, 7, "stop_no_rule")
     a.ldx(8, R1, R9, SP).jump(JLT, R3, R1, "stop_no_rule", reg=True)
@@ -452,6 +456,15 @@ def _frame_pointer_rule(a: Asm) -> None:
     _read_word(a, "fp_chain", -32, "stop_fault")
     a.mov(R3, R6, reg=True).add(R3, -8)
     _read_word(a, "fp_return", -24, "stop_fault")
+
+
+def _sigreturn_at(a: Asm, otherwise: str) -> None:
+    """To ``stop_signal`` if the 9 bytes of code at R3 are the sigreturn trampoline's,
+    else to ``otherwise`` (R0-R5 clobbered)."""
+    a.mov(R1, R10, reg=True).add(R1, -56).mov(R2, 9).call(PROBE_READ_USER)
+    a.jump(JNE, R0, 0, otherwise)
+    a.ldx(8, R1, R10, -56).ld_imm64(R2, SIGRETURN_HEAD).jump(JNE, R1, R2, otherwise, reg=True)
+    a.ldx(1, R1, R10, -48).jump(JEQ, R1, SIGRETURN_TAIL, "stop_signal").goto(otherwise)
 
 
 def _advance(a: Asm, frames: int) -> None:

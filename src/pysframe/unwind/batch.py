@@ -46,7 +46,15 @@ from .flat_cache import cached_flat
 from .memory import StackMemory
 from .provider import OnDemand
 from .step import PAC_MASK
-from .unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder, sigreturn_offsets
+from .unwinder import (
+    X86_64_SIGRETURN,
+    FrameMethod,
+    Registers,
+    Stop,
+    Unwind,
+    Unwinder,
+    sigreturn_offsets,
+)
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -425,6 +433,8 @@ class _Batch:
         if space.sigreturns.size:
             for trampoline in space.sigreturns:  # one or two: cheaper than np.isin
                 handoff |= pc == trampoline
+                if not d:  # sampled in its rt_sigreturn system call (the scalar tracer's)
+                    handoff |= pc == trampoline + np.uint64(len(X86_64_SIGRETURN))
         outermost = words == OUTERMOST
         handoff |= ((words & np.uint64(3)) == KIND_RARE) & ~outermost
         new_pc = np.zeros(len(rows), np.uint64)

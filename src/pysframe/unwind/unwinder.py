@@ -343,15 +343,23 @@ class Unwinder:
         """The plan for a frame at ``pc`` (rules looked up at ``lookup_pc``: pc - 1 for
         return addresses). A return into a sigreturn trampoline is a signal frame."""
         if self.trampolines:
-            mapping = space.find(pc)
+            # The topmost frame (its pc exact) may also be in the trampoline's system call:
+            # its pc just after it (x86-64: in padding that no code reaches otherwise).
             for kind, code in enumerate(self.trampolines):
-                found = mapping.code(pc, len(code)) if mapping is not None else None
-                if found is None and self.code_in_memory is not None and (
-                        mapping is None or mapping.module is None):
-                    found = self.code_in_memory(pc, len(code))
-                if found == code:
-                    return SigreturnPlan(mapping, kind)
+                for start in (pc, pc - len(code)) if pc == lookup_pc else (pc,):
+                    mapping = space.find(start)
+                    if self._code(mapping, start, len(code)) == code:
+                        return SigreturnPlan(mapping, kind)
         return self._plan_in(space.find(lookup_pc), lookup_pc)
+
+    def _code(self, mapping: Mapping | None, start: int, size: int) -> bytes | None:
+        """``size`` bytes of code at ``start``: from the mapping's file, else (no file)
+        from :attr:`code_in_memory`."""
+        found = mapping.code(start, size) if mapping is not None else None
+        if found is None and self.code_in_memory is not None and (
+                mapping is None or mapping.module is None):
+            found = self.code_in_memory(start, size)
+        return found
 
     def _signal_frame(self, sp: int, kind: int, memory: StackReader, result: Unwind,
                       sps: list[int]) -> Registers | None:
