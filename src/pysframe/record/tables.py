@@ -400,8 +400,7 @@ class TableLoader:
         keys: set[tuple[str, bytes | None]] = set()
         for entry in code:
             real = self._real_path(entry)
-            module = self.finder.module(real, None, entry.start,
-                                        entry.pgoff)
+            module = self.finder.module(real, None, entry.start, entry.pgoff)
             first, count = 0, 0
             if module is not None:
                 identity = _build_id_of(module)

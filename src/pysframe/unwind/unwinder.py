@@ -345,11 +345,14 @@ class Unwinder:
         if self.trampolines:
             # The topmost frame (its pc exact) may also be in the trampoline's system call:
             # its pc just after it (x86-64: in padding that no code reaches otherwise).
+            at_pc = space.find(pc)
             for kind, code in enumerate(self.trampolines):
-                for start in (pc, pc - len(code)) if pc == lookup_pc else (pc,):
-                    mapping = space.find(start)
-                    if self._code(mapping, start, len(code)) == code:
-                        return SigreturnPlan(mapping, kind)
+                if self._code(at_pc, pc, len(code)) == code:
+                    return SigreturnPlan(at_pc, kind)
+                if pc == lookup_pc:
+                    before = space.find(pc - len(code))
+                    if self._code(before, pc - len(code), len(code)) == code:
+                        return SigreturnPlan(before, kind)
         return self._plan_in(space.find(lookup_pc), lookup_pc)
 
     def _code(self, mapping: Mapping | None, start: int, size: int) -> bytes | None:
