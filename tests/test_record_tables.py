@@ -363,3 +363,42 @@ def test_a_mappings_resolved_path_is_kept_by_its_file(tmp_path: Path) -> None:
         link.symlink_to(second)
         assert loader._real_path(was) == str(first)  # the same file: kept
         assert loader._real_path(entry()) == str(second)  # another file: resolved again
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_a_mappable_rows_map_holds_what_the_batch_update_writes(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """The recorder's rows map is mappable (tables written in one copy through a mapping
+    of their pages); what the kernel's lookup then reads, row by row, is what an element-
+    by-element update of a plain map gives, at an offset that is not page-aligned."""
+    from pysframe.record import bpf_sys
+    from pysframe.record.tables import TableLoader
+    from pysframe.record.walker import PROCS_VALUE, ROW
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    binary = _spin(tmp_path)
+    child = subprocess.Popen([str(binary)])
+    try:
+        mapped(child.pid, "libc.so")
+        with bpf_sys.Resources() as owned:
+            loaders = []
+            for flags in (0, bpf_sys.MAP_F_MMAPABLE):
+                procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 64, "t_procs"))
+                rows = owned.own(bpf_sys.map_create(bpf_sys.MAP_ARRAY, 4, ROW.size, 1 << 17,
+                                                    "t_rows", flags))
+                loader = TableLoader(rows, procs, 1 << 17, rows_mappable=bool(flags))
+                loader.used = 77  # the first table starts mid-page
+                assert loader.load_process(child.pid) >= 2
+                loaders.append(loader)
+            batch, mapping = loaders
+            assert batch.tables == mapping.tables and mapping.used > 77 + 1000
+            ends = [76, 77, 78, 255, 256, 257, mapping.used - 1, mapping.used]
+            for index in [*ends, *range(0, mapping.used, 61)]:
+                key = index.to_bytes(4, "little")
+                assert (bpf_sys.map_lookup(mapping.rows, key, ROW.size)
+                        == bpf_sys.map_lookup(batch.rows, key, ROW.size)), index
+            assert bpf_sys.map_lookup(mapping.rows, (77).to_bytes(4, "little"), ROW.size) != bytes(16)
+    finally:
+        child.kill()
+        child.wait()

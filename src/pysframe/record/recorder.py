@@ -357,6 +357,17 @@ def _build_ids(binaries: dict[str, bytes]) -> list[bytes]:
     return entries
 
 
+def _rows_map(owned: sys_bpf.Resources) -> tuple[sys_bpf.Fd, bool]:
+    """The walker's rows map, and whether it could be made mappable (tables written in
+    one copy: :func:`~.bpf_sys.map_write`)."""
+    try:
+        return owned.own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS, "sf_rows",
+                                            sys_bpf.MAP_F_MMAPABLE)), True
+    except sys_bpf.BpfError:  # before Linux 5.5: written element by element
+        return owned.own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS,
+                                            "sf_rows")), False
+
+
 class _Session:
     def __init__(self, owned: sys_bpf.Resources, frequency: int, result: Recording,
                  spool: RecordSpool, report: Callable[[str], None], defer: bool = False,
@@ -368,7 +379,7 @@ class _Session:
         scratch = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, *scratch_map(frames, copy_bytes),
                                          "sf_scratch"))
         self.procs = own(sys_bpf.map_create(sys_bpf.MAP_HASH, 4, PROCS_VALUE, 4096, "sf_procs"))
-        rows = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS, "sf_rows"))
+        rows, rows_mappable = _rows_map(owned)
         maps = (int(self.ring_fd), int(scratch), int(self.procs), int(rows))
         if defer:
             code, blob, infos = self._deferring(maps, frames, copy_bytes)
@@ -378,7 +389,8 @@ class _Session:
         self.program = own(sys_bpf.prog_load(sys_bpf.PROG_PERF_EVENT, code, "sframe_record",
                                              btf=btf, func_info=infos))
         self.generated = GeneratedTables(apart=True, flat_abi="AMD64_ENDIAN_LITTLE")  # made in a helper process
-        self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=self.generated))
+        self.loader = TableLoader(rows, self.procs, ROWS, BinaryFinder(tables=self.generated),
+                                  rows_mappable)
         self.own_pid = os.getpid()
         self.loader.without_tables.add(self.own_pid)
         #: The recorder and the processes it starts but the command (walked by frame

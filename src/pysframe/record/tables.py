@@ -38,8 +38,8 @@ from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat, flat_is_cached
 from ..unwind.modules import BinaryFinder, damage_message
 from ..unwind.unwinder import X86_64_SIGRETURN, sigreturn_offsets
-from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch
-from .walker import MAPPING, MAPPINGS, PROCS_VALUE
+from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch, map_write
+from .walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW
 
 #: Retired tables whose binaries (image, table) the finder keeps for a quick reload.
 KEPT_RETIRED = 32
@@ -55,9 +55,12 @@ REAL_PATHS = 4096
 class TableLoader:
     """Loads tables into ``rows`` (``capacity`` rows) and process entries into ``procs``."""
 
-    def __init__(self, rows: Fd, procs: Fd, capacity: int, finder: BinaryFinder | None = None
-                 ) -> None:
+    def __init__(self, rows: Fd, procs: Fd, capacity: int, finder: BinaryFinder | None = None,
+                 rows_mappable: bool = False) -> None:
         self.rows, self.procs, self.capacity = rows, procs, capacity
+        #: Whether ``rows`` was made mappable (the kernel allows it): tables are written
+        #: through a mapping (else with ``map_update_batch``).
+        self.rows_mappable = rows_mappable
         self._real_paths: dict[tuple[str, int, int], str] = {}
         self.finder = finder or BinaryFinder(tables=GeneratedTables(apart=True, flat_abi="AMD64_ENDIAN_LITTLE"))
         #: Rows handed out (the high-water mark) and the ranges given back, (first, rows).
@@ -142,8 +145,7 @@ class TableLoader:
         if first is None and count and self._lend_rows(count, key):
             first = self._allocate(count)
         if first is not None:
-            keys, values = rows_items(first, starts, words)
-            map_update_batch(self.rows, keys, values, count)
+            self._write_rows(first, starts, words)
             found = (first, count)
         elif count:
             # The rows map is full: not remembered as "no table" (tried again at the
@@ -154,6 +156,14 @@ class TableLoader:
             return -1, count
         self.tables[key] = found
         return found
+
+    def _write_rows(self, first: int, starts: np.ndarray, words: np.ndarray) -> None:
+        """A table's rows at row ``first`` (free rows: no entry points at them yet)."""
+        if self.rows_mappable:
+            map_write(self.rows, first * ROW.size, row_values(starts, words))
+        else:
+            keys, values = rows_items(first, starts, words)
+            map_update_batch(self.rows, keys, values, len(starts))
 
     def _lend_rows(self, count: int, wanted: tuple[str, bytes | None]) -> bool:
         """Make room for ``count`` rows from the tables of processes that had no sample
@@ -521,10 +531,13 @@ def without_signal_rows(starts: np.ndarray, words: np.ndarray, trampolines: list
 
 def rows_items(first: int, starts: np.ndarray, words: np.ndarray) -> tuple[bytes, bytes]:
     """The keys and values (:data:`~.walker.ROW` each) writing a table at row ``first``."""
-    count = len(starts)
-    keys = np.arange(first, first + count, dtype="<u4").tobytes()
-    values = np.column_stack((starts, words)).astype("<u8").tobytes()
-    return keys, values
+    keys = np.arange(first, first + len(starts), dtype="<u4").tobytes()
+    return keys, row_values(starts, words)
+
+
+def row_values(starts: np.ndarray, words: np.ndarray) -> bytes:
+    """The :data:`~.walker.ROW` values of a table's rows, back to back."""
+    return np.column_stack((starts, words)).astype("<u8").tobytes()
 
 
 def procs_value(entries: list[bytes], generation: int = 0) -> bytes:
