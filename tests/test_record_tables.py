@@ -21,6 +21,7 @@ from pysframe.unwind.flat import KIND_MASK, flatten
 from pysframe.unwind.modules import BinaryFinder
 
 PROGRAMS = sorted(FIXTURES.glob("2.4*/x86_64/*/prog"))
+LIBC = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
 
 
 @pytest.mark.skipif(not PROGRAMS, reason="no fixture binaries (../shared/fixtures) here")
@@ -37,6 +38,40 @@ def test_every_pc_gets_the_batch_lookups_rule(path: Path) -> None:
     index = np.searchsorted(starts, pcs, side="right").astype(np.int64) - 1
     found = np.where(index >= 0, words[np.maximum(index, 0)], np.uint64(0))
     assert np.array_equal(found, flat.lookup(pcs))
+
+
+def test_the_page_index_narrows_the_search_to_the_rows_the_whole_search_finds() -> None:
+    """For every row start of a large table (libc's, ~30k rows), a byte either side, and
+    at each page's edges, the
+    rows the walker searches after reading its page's two counts hold the row the search
+    over the whole table finds; a table too small gets no index."""
+    from pysframe.record.tables import INDEXED_FROM_ROWS, module_rows, table_rows
+    from pysframe.record.walker import PAGE_INDEX_SHIFT, PAGE_INDEXED, ROWS_FIELD
+
+    finder = BinaryFinder(tables=GeneratedTables(apart=True, flat_abi="AMD64_ENDIAN_LITTLE"))
+    libc = finder.module(str(LIBC), None, 0, 0)
+    assert libc is not None
+    starts, words, _ = module_rows(libc)
+    rows, field = table_rows(starts, words)
+    assert field & PAGE_INDEXED and field & ROWS_FIELD == len(starts)
+    assert np.array_equal(rows[:len(starts), 0], starts)
+    first_page, pages = (int(value) for value in rows[len(starts)])
+    counts = rows[len(starts) + 1:].astype("<u8").view("<u4").ravel()
+    assert len(counts) >= pages + 1
+    edges = (np.arange(first_page, first_page + pages, dtype=np.uint64)
+             << np.uint64(PAGE_INDEX_SHIFT))
+    keys = np.unique(np.concatenate((starts, starts - np.uint64(1), starts + np.uint64(1),
+                                     edges, edges - np.uint64(1))))
+    keys = keys[(keys >> np.uint64(PAGE_INDEX_SHIFT)) - np.uint64(first_page) < pages]
+    whole = np.searchsorted(starts, keys, side="right")
+    page = ((keys >> np.uint64(PAGE_INDEX_SHIFT)) - np.uint64(first_page)).astype(np.int64)
+    low, high = counts[page].astype(np.int64), counts[page + 1].astype(np.int64)
+    assert np.all((low <= whole) & (whole <= high))  # the result lies in [LO, HI]
+    assert np.all(starts[low[low > 0] - 1] <= keys[low > 0])  # rows before LO: at or below
+    assert np.all(starts[high[high < len(starts)]] > keys[high < len(starts)])  # from HI: above
+    assert float(np.mean(high - low)) < 24  # four or five halvings, not fifteen
+    small = table_rows(starts[:INDEXED_FROM_ROWS - 1], words[:INDEXED_FROM_ROWS - 1])
+    assert small[1] == INDEXED_FROM_ROWS - 1 and len(small[0]) == INDEXED_FROM_ROWS - 1
 
 
 def _spin(tmp_path: Path) -> Path:

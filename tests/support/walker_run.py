@@ -27,7 +27,7 @@ from pysframe.record.sampler import (
     frames_end,
     user_at,
 )
-from pysframe.record.tables import module_rows, procs_value, rows_items
+from pysframe.record.tables import module_rows, procs_value, rows_items, table_rows
 from pysframe.record.walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW, scratch_map, walker
 from pysframe.records import replace
 from pysframe.unwind.address_space import AddressSpace, Mapping, Module
@@ -119,7 +119,7 @@ class WalkerRig:
 
     def __init__(self, loaded: list[tuple[Mapping, np.ndarray, np.ndarray]],
                  build: Builder | None = None) -> None:
-        capacity = max(1, sum(len(starts) for _, starts, _ in loaded))
+        capacity = max(1, sum(len(table_rows(starts, words)[0]) for _, starts, words in loaded))
         self.rows = array(ROW.size, capacity)
         self.procs = hash_map(4, PROCS_VALUE, 64)
         self.scratch = array(scratch_map(RIG_FRAMES)[1], 4)  # a record and cache per CPU
@@ -139,14 +139,15 @@ class WalkerRig:
         entries = []
         first = 0
         for mapping, starts, words in loaded:
-            keys, values = rows_items(first, starts, words)
-            for index in range(len(starts)):
+            rows, field = table_rows(starts, words)
+            keys, values = rows_items(first, rows)
+            for index in range(len(rows)):
                 self.rows.update(keys[4 * index:4 * index + 4],
                                  values[ROW.size * index:ROW.size * (index + 1)])
             assert mapping.module is not None
             entries.append(MAPPING.pack(mapping.start, mapping.end, mapping.module.bias, first,
-                                        len(starts)))
-            first += len(starts)
+                                        field))
+            first += len(rows)
         self.procs.update(TGID.to_bytes(4, "little"), procs_value(entries, generation))
 
     def walk(self, pc: int, sp: int, fp: int, memory: CopyAndCode, in_kernel: bool = False,

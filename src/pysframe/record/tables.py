@@ -39,7 +39,7 @@ from ..unwind.flat_cache import cached_flat, flat_is_cached
 from ..unwind.modules import BinaryFinder, damage_message
 from ..unwind.unwinder import X86_64_SIGRETURN, sigreturn_offsets
 from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch, map_write
-from .walker import MAPPING, MAPPINGS, PROCS_VALUE, ROW
+from .walker import MAPPING, MAPPINGS, PAGE_INDEX_SHIFT, PAGE_INDEXED, PROCS_VALUE, ROW
 
 #: Retired tables whose binaries (image, table) the finder keeps for a quick reload.
 KEPT_RETIRED = 32
@@ -76,8 +76,10 @@ class TableLoader:
         self._generation = 0
         #: The executable mappings each entry was written from (to skip unchanged ones).
         self.fingerprints: dict[int, int] = {}
-        #: (path, build id) -> (first row, rows); (0, 0): no table.
+        #: (path, build id) -> (first row, rows taken, its page index's too); (0, 0): no
+        #: table. Its mappings' rows field (:func:`table_rows`) by the same key.
         self.tables: dict[tuple[str, bytes | None], tuple[int, int]] = {}
+        self.entry_rows: dict[tuple[str, bytes | None], int] = {}
         #: Build ids of the binaries the targets mapped, by path (for the file's BUILD_ID).
         self.build_ids: dict[str, bytes] = {}
         #: Binaries whose own table the kernel's rules refuse (not loaded: their frames
@@ -140,14 +142,15 @@ class TableLoader:
         damage, image = getattr(module, "damage", None), getattr(module, "image", None)
         if damage is not None and image is not None:
             self.damaged[str(getattr(module, "path", ""))] = damage_message(image, damage)
-        count = len(starts)
-        first = self._allocate(count) if count else None
-        if first is None and count and self._lend_rows(count, key):
+        rows, self.entry_rows[key] = table_rows(starts, words)
+        count = len(rows)
+        first = self._allocate(count) if len(starts) else None
+        if first is None and len(starts) and self._lend_rows(count, key):
             first = self._allocate(count)
         if first is not None:
-            self._write_rows(first, starts, words)
+            self._write_rows(first, rows)
             found = (first, count)
-        elif count:
+        elif len(starts):
             # The rows map is full: not remembered as "no table" (tried again at the
             # next load, once tables are freed); its code is left out of the entry, so
             # that the walker copies the stack there and the chain is finished in user
@@ -157,13 +160,13 @@ class TableLoader:
         self.tables[key] = found
         return found
 
-    def _write_rows(self, first: int, starts: np.ndarray, words: np.ndarray) -> None:
+    def _write_rows(self, first: int, rows: np.ndarray) -> None:
         """A table's rows at row ``first`` (free rows: no entry points at them yet)."""
         if self.rows_mappable:
-            map_write(self.rows, first * ROW.size, row_values(starts, words))
+            map_write(self.rows, first * ROW.size, rows.astype("<u8").tobytes())
         else:
-            keys, values = rows_items(first, starts, words)
-            map_update_batch(self.rows, keys, values, len(starts))
+            keys, values = rows_items(first, rows)
+            map_update_batch(self.rows, keys, values, len(rows))
 
     def _lend_rows(self, count: int, wanted: tuple[str, bytes | None]) -> bool:
         """Make room for ``count`` rows from the tables of processes that had no sample
@@ -428,7 +431,8 @@ class TableLoader:
             if first < 0:
                 continue  # did not fit: uncovered (see _table)
             if count and module is not None and len(entries) < MAPPINGS:
-                entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first, count))
+                entries.append(MAPPING.pack(entry.start, entry.end, module.bias, first,
+                                            self.entry_rows.get(key, count)))
                 keys.add(key)
             else:  # covered without rules: frame pointers, not a stack copy
                 tableless.append(MAPPING.pack(entry.start, entry.end, 0, 0, 0))
@@ -529,15 +533,44 @@ def without_signal_rows(starts: np.ndarray, words: np.ndarray, trampolines: list
     return starts, words
 
 
-def rows_items(first: int, starts: np.ndarray, words: np.ndarray) -> tuple[bytes, bytes]:
-    """The keys and values (:data:`~.walker.ROW` each) writing a table at row ``first``."""
-    keys = np.arange(first, first + len(starts), dtype="<u4").tobytes()
-    return keys, row_values(starts, words)
+def rows_items(first: int, rows: np.ndarray) -> tuple[bytes, bytes]:
+    """The keys and values (:data:`~.walker.ROW` each) writing ``rows`` (:func:`table_rows`)
+    at row ``first``."""
+    keys = np.arange(first, first + len(rows), dtype="<u4").tobytes()
+    return keys, rows.astype("<u8").tobytes()
 
 
-def row_values(starts: np.ndarray, words: np.ndarray) -> bytes:
-    """The :data:`~.walker.ROW` values of a table's rows, back to back."""
-    return np.column_stack((starts, words)).astype("<u8").tobytes()
+def table_rows(starts: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, int]:
+    """The rows written for a table, as (n, 2) u64 (its rows, then its page index where
+    one is worth having: :func:`page_index`), and its mappings' rows field."""
+    rows = np.column_stack((starts, words)).astype(np.uint64)
+    index = page_index(starts)
+    if index is None:
+        return rows, len(starts)
+    return np.concatenate((rows, index)), len(starts) | PAGE_INDEXED
+
+
+#: A page index is left out of a table of fewer rows (eight halvings at most: the index
+#: would save little), and where it would hold more rows than the table (code spread
+#: thin over a large range: the search there is short anyway).
+INDEXED_FROM_ROWS = 256
+
+
+def page_index(starts: np.ndarray) -> np.ndarray | None:
+    """The page index following a table's rows (see :data:`~.walker.PAGE_INDEXED`), as
+    (n, 2) u64 rows, or None for a table too small or too sparse to need one."""
+    if len(starts) < INDEXED_FROM_ROWS:
+        return None
+    first_page = int(starts[0]) >> PAGE_INDEX_SHIFT
+    pages = (int(starts[-1]) >> PAGE_INDEX_SHIFT) - first_page + 1
+    index_rows = 1 + -(-(pages + 1) // 4)
+    if index_rows > len(starts):
+        return None
+    bounds = (first_page + np.arange(pages + 1, dtype=np.uint64)) << np.uint64(PAGE_INDEX_SHIFT)
+    counts = np.zeros(4 * (index_rows - 1), dtype="<u4")
+    counts[:pages + 1] = np.searchsorted(starts, bounds, side="left")
+    header = np.array([[first_page, pages]], dtype=np.uint64)
+    return np.concatenate((header, counts.view("<u8").astype(np.uint64).reshape(-1, 2)))
 
 
 def procs_value(entries: list[bytes], generation: int = 0) -> bytes:
