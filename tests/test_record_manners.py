@@ -45,6 +45,7 @@ def sframe(*arguments: str, cwd: Path, timeout: float = 120
     (["-C", "0-99999"], 2, "this machine has CPUs"),
     (["--stack-copy", "1001", "ls"], 2, "a multiple of 8 bytes"),
     (["--stack-copy", "100", "ls"], 2, "--stack-copy"),
+    (["--max-stack", "1", "ls"], 2, "--max-stack"),  # was an internal error
     (["-p", "1", "-a"], 2, "give one of"),
     ([], 2, "give one of"),
 ])

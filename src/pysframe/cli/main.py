@@ -260,8 +260,9 @@ def defer(recording: str, output: str, binaries: tuple[str, ...], assume_sframe:
               help="Accepted for perf's sake: user and kernel stacks are always recorded.")
 @click.option("--call-graph", "call_graph", default=None, metavar="MODE",
               help="perf's choice of unwinder (fp, dwarf, lbr): refused, see the message.")
-@click.option("--max-stack", "max_stack", default=None, type=click.IntRange(1, 4096),
-              help="User frames walked per sample (default 1024, at most 4096).")
+@click.option("--max-stack", "max_stack", default=None, type=click.IntRange(2, 4096),
+              help="User frames walked per sample (default 1024; 2, the pc and its caller, "
+                   "to 4096).")
 @click.option("--stack-copy", "stack_copy", default=None, type=click.IntRange(512, 65528),
               metavar="BYTES",
               help="Stack copied where the walk meets code whose table is not loaded yet, "
