@@ -7,7 +7,10 @@ executable mappings ``{u64 start, end, bias; u32 first row, rows}``. A sample's 
 is built in a per-CPU scratch value and copied into the ring buffer whole.
 
 Each frame is one ``bpf_loop`` iteration (the verifier checks the step once, not once per
-frame), and the row search inside it is a nested ``bpf_loop`` of binary-search steps.
+frame), and the row search inside it is a nested ``bpf_loop`` of binary-search steps over
+the rows of the pc's 256-byte page, which a page index after the table's rows gives
+(:data:`PAGE_INDEXED`; a small table is searched whole). A per-CPU cache of recent pc ->
+rule answers most frames before any search.
 One step: the mapping holding the pc (the exact pc in the topmost frame, the return
 address less one above it), its row; a default rule gives CFA = SP or FP + offset, RA
 (and maybe FP) loaded from the CFA; no row: the frame-pointer step (FP aligned and not
