@@ -267,7 +267,7 @@ def test_idle_processes_lend_their_rows(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(tables_module, "module_rows", lambda module, build_id=None: (
         np.arange(sizes[module.name], dtype=np.uint64), np.zeros(sizes[module.name], np.uint64),
         None))
-    monkeypatch.setattr(tables_module, "read_maps", lambda pid: [
+    monkeypatch.setattr(tables_module, "read_maps", lambda pid, executable=False: [
         MapEntry(0x1000 * (i + 1), 0x1000 * (i + 2), "r-xp", 0, f"/bin/{name}")
         for i, name in enumerate(maps[pid])])
     clock = [1000.0]

@@ -381,7 +381,7 @@ class TableLoader:
     def load_process(self, pid: int, if_changed: bool = False) -> int:
         """Write ``pid``'s entry from its maps (``if_changed``: only if its executable
         mappings changed since); returns how many mappings have rows."""
-        maps = [entry for entry in read_maps(pid) if "x" in entry.perms]
+        maps = read_maps(pid, executable=True)  # (a compiler's: ~1 line in 4)
         code = [entry for entry in maps if entry.path.startswith("/")]
         fingerprint = hash(tuple((entry.start, entry.end, entry.inode, entry.path)
                                  for entry in code))

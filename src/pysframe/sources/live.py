@@ -179,16 +179,17 @@ class MapEntry:
     inode: int = 0
 
 
-def read_maps(pid: int, tid: int | None = None) -> list[MapEntry]:
+def read_maps(pid: int, tid: int | None = None, executable: bool = False) -> list[MapEntry]:
     """The mappings of ``pid`` (through thread ``tid``'s view when given: the same address
-    space, readable when the main thread has ended). Paths keep bytes that are not UTF-8
-    as surrogates (``surrogateescape``), so that they still open the file."""
+    space, readable when the main thread has ended; ``executable``: only those that are).
+    Paths keep bytes that are not UTF-8 as surrogates (``surrogateescape``), so that they
+    still open the file."""
     where = f"/proc/{pid}/maps" if tid is None else f"/proc/{pid}/task/{tid}/maps"
     entries = []
     with open(where, encoding="utf-8", errors="surrogateescape") as handle:
         for line in handle:
             fields = line.split(maxsplit=5)
-            if len(fields) < 5:
+            if len(fields) < 5 or executable and "x" not in fields[1]:
                 continue
             start, end = (int(part, 16) for part in fields[0].split("-"))
             major, _, minor = fields[3].partition(":")
