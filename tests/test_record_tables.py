@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +82,20 @@ def _spin(tmp_path: Path) -> Path:
     binary = tmp_path / "spin"
     subprocess.run(["gcc", "-O2", "-o", str(binary), str(source)], check=True)
     return binary
+
+
+@contextmanager
+def _spinning(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A looping program built in ``tmp_path``, running with libc mapped; killed at the
+    end."""
+    binary = _spin(tmp_path)
+    child = subprocess.Popen([str(binary)])
+    try:
+        mapped(child.pid, "libc.so")
+        yield binary, child
+    finally:
+        child.kill()
+        child.wait()
 
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -333,10 +349,7 @@ def test_while_sampling_a_missing_table_is_generated_in_the_background(
     from pysframe.record.walker import PROCS_VALUE, ROW
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    binary = _spin(tmp_path)
-    spin = subprocess.Popen([str(binary)])
-    try:
-        mapped(spin.pid, "libc.so")
+    with _spinning(tmp_path) as (binary, spin):
         with bpf_sys.Resources() as owned:
             procs = owned.own(bpf_sys.map_create(bpf_sys.MAP_HASH, 4, PROCS_VALUE, 8,
                                                  "t_procs"))
@@ -364,9 +377,6 @@ def test_while_sampling_a_missing_table_is_generated_in_the_background(
                 assert loader.load_process(spin.pid) >= 2  # the program and libc now
             finally:
                 generated.close()
-    finally:
-        spin.kill()
-        spin.wait()
 
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -412,10 +422,7 @@ def test_a_mappable_rows_map_holds_what_the_batch_update_writes(tmp_path: Path,
     from pysframe.record.walker import PROCS_VALUE, ROW
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    binary = _spin(tmp_path)
-    child = subprocess.Popen([str(binary)])
-    try:
-        mapped(child.pid, "libc.so")
+    with _spinning(tmp_path) as (_, child):
         with bpf_sys.Resources() as owned:
             loaders = []
             for flags in (0, bpf_sys.MAP_F_MMAPABLE):
@@ -434,6 +441,3 @@ def test_a_mappable_rows_map_holds_what_the_batch_update_writes(tmp_path: Path,
                 assert (bpf_sys.map_lookup(mapping.rows, key, ROW.size)
                         == bpf_sys.map_lookup(batch.rows, key, ROW.size)), index
             assert bpf_sys.map_lookup(mapping.rows, (77).to_bytes(4, "little"), ROW.size) != bytes(16)
-    finally:
-        child.kill()
-        child.wait()
