@@ -189,7 +189,7 @@ def read_maps(pid: int, tid: int | None = None, executable: bool = False) -> lis
     with open(where, encoding="utf-8", errors="surrogateescape") as handle:
         for line in handle:
             fields = line.split(maxsplit=5)
-            if len(fields) < 5 or executable and "x" not in fields[1]:
+            if len(fields) < 5 or (executable and "x" not in fields[1]):
                 continue
             start, end = (int(part, 16) for part in fields[0].split("-"))
             major, _, minor = fields[3].partition(":")
