@@ -79,8 +79,8 @@ from .sampler import (
 )
 from .spool import RecordedFile, RecordSpool
 from .table_worker import TableWorker
-from .tables import IDLE_S, TableLoader
-from .walker import PROCS_VALUE, ROW, STOP_OUTERMOST, scratch_map, walker
+from .tables import IDLE_S, TableLoader, rows_map
+from .walker import PROCS_VALUE, STOP_OUTERMOST, scratch_map, walker
 
 RING_BYTES = 1 << 24
 #: How often the ring buffer is drained (the walker does not wake us per sample); the side
@@ -357,17 +357,6 @@ def _build_ids(binaries: dict[str, bytes]) -> list[bytes]:
     return entries
 
 
-def _rows_map(owned: sys_bpf.Resources) -> tuple[sys_bpf.Fd, bool]:
-    """The walker's rows map, and whether it could be made mappable (tables written in
-    one copy: :func:`~.bpf_sys.map_write`)."""
-    try:
-        return owned.own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS, "sf_rows",
-                                            sys_bpf.MAP_F_MMAPABLE)), True
-    except sys_bpf.BpfError:  # before Linux 5.5: written element by element
-        return owned.own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, 4, ROW.size, ROWS,
-                                            "sf_rows")), False
-
-
 class _Session:
     def __init__(self, owned: sys_bpf.Resources, frequency: int, result: Recording,
                  spool: RecordSpool, report: Callable[[str], None], defer: bool = False,
@@ -379,7 +368,7 @@ class _Session:
         scratch = own(sys_bpf.map_create(sys_bpf.MAP_ARRAY, *scratch_map(frames, copy_bytes),
                                          "sf_scratch"))
         self.procs = own(sys_bpf.map_create(sys_bpf.MAP_HASH, 4, PROCS_VALUE, 4096, "sf_procs"))
-        rows, rows_mappable = _rows_map(owned)
+        rows, rows_mappable = rows_map(owned, ROWS)
         maps = (int(self.ring_fd), int(scratch), int(self.procs), int(rows))
         if defer:
             code, blob, infos = self._deferring(maps, frames, copy_bytes)

@@ -38,7 +38,18 @@ from ..unwind.flat import CFA_SHIFT, KIND_MASK, KIND_NONE, FlatTable
 from ..unwind.flat_cache import cached_flat, flat_is_cached
 from ..unwind.modules import BinaryFinder, damage_message
 from ..unwind.unwinder import X86_64_SIGRETURN, sigreturn_offsets
-from .bpf_sys import BpfError, Fd, map_delete, map_update, map_update_batch, map_write
+from .bpf_sys import (
+    MAP_ARRAY,
+    MAP_F_MMAPABLE,
+    BpfError,
+    Fd,
+    Resources,
+    map_create,
+    map_delete,
+    map_update,
+    map_update_batch,
+    map_write,
+)
 from .walker import MAPPING, MAPPINGS, PAGE_INDEX_SHIFT, PAGE_INDEXED, PROCS_VALUE, ROW
 
 #: Retired tables whose binaries (image, table) the finder keeps for a quick reload.
@@ -531,6 +542,16 @@ def without_signal_rows(starts: np.ndarray, words: np.ndarray, trampolines: list
         starts = np.insert(starts, at, np.array([first, last], np.uint64))
         words = np.insert(words, at, np.array([KIND_NONE, rule_after], np.uint64))
     return starts, words
+
+
+def rows_map(owned: Resources, capacity: int) -> tuple[Fd, bool]:
+    """The walker's rows map (``capacity`` rows), and whether it could be made mappable
+    (tables written in one copy: :func:`~.bpf_sys.map_write`)."""
+    try:
+        return owned.own(map_create(MAP_ARRAY, 4, ROW.size, capacity, "sf_rows",
+                                    MAP_F_MMAPABLE)), True
+    except BpfError:  # before Linux 5.5: written element by element
+        return owned.own(map_create(MAP_ARRAY, 4, ROW.size, capacity, "sf_rows")), False
 
 
 def rows_items(first: int, rows: np.ndarray) -> tuple[bytes, bytes]:
