@@ -144,3 +144,23 @@ def test_vdso_frames_are_named_as_perf_names_them(workdir: Path) -> None:
     check(parity)
     recording = workdir / "vdso.data"
     assert "__vdso_clock_gettime" in sframe_script(recording, workdir / "cache").stdout
+
+
+def test_the_frame_after_a_sample_in_sigreturn_is_an_exact_pc(tmp_path: Path) -> None:
+    """The judge's rule for a sample taken during the trampoline's rt_sigreturn (its pc
+    just after the ``syscall``): the next frame, read from the signal frame, is the exact
+    pc the signal interrupted, not a return site. Anywhere else that frame must follow a
+    call, as every caller does."""
+    from tests.support.parity import SIGRETURN, _real_callers
+
+    code = tmp_path / "code"
+    # 0x100: the trampoline; 0x200: a syscall's end (no call before it), the interrupted pc
+    data = bytearray(0x300)
+    data[0x100:0x100 + len(SIGRETURN)] = SIGRETURN
+    data[0x1F9:0x200] = bytes.fromhex("b818000000") + b"\x0f\x05"  # mov $24,%eax; syscall
+    code.write_bytes(bytes(data))
+    interrupted = (0x200, "osyield", str(code))
+    in_syscall = (0x100 + len(SIGRETURN), "sigreturn", str(code))
+    assert _real_callers([interrupted], in_syscall) is True
+    assert _real_callers([interrupted], (0x100 + len(SIGRETURN) + 1, "sigreturn", str(code))) \
+        is False  # not at the syscall's end: the frame must be a return site

@@ -267,6 +267,17 @@ def _trampoline(frame: tuple[int, str, str]) -> bool:
     return data is not None and data[frame[0]:frame[0] + len(SIGRETURN)] == SIGRETURN
 
 
+def _in_sigreturn(frame: tuple[int, str, str]) -> bool:
+    """Whether the frame's pc is just after the trampoline's ``syscall``: a sample taken
+    during its rt_sigreturn, which never returns there (only a sample's own pc can be
+    there); the frame after it is the one the signal interrupted, an exact pc read from
+    the signal frame (one go CI run: runtime.sigreturn+0x9, then runtime.osyield+0x7, the
+    pc after sched_yield's syscall)."""
+    data = _file_of(frame)
+    start = frame[0] - len(SIGRETURN)
+    return data is not None and start >= 0 and data[start:frame[0]] == SIGRETURN
+
+
 def _returns_to_code(frame: tuple[int, str, str]) -> bool | None:
     """Whether the frame is a return site; anonymous memory, the heap and unmapped
     addresses (`//anon`, `[heap]`, `[unknown]`) hold none here. Two more places are
@@ -298,11 +309,12 @@ def _async_preempt(frame: tuple[int, str, str]) -> bool:
 def _real_callers(frames: list[tuple[int, str, str]], before: tuple[int, str, str] | None
                   ) -> bool | None:
     """Whether every frame is a return site (the frame a signal interrupted, after the
-    trampoline or Go's asyncPreempt, is an exact pc instead); None if some binary cannot
-    be read."""
+    trampoline, a sample in its rt_sigreturn or Go's asyncPreempt, is an exact pc
+    instead); None if some binary cannot be read."""
     verdict: bool | None = True
     for frame in frames:
-        if before is not None and (_trampoline(before) or _async_preempt(before)):
+        if before is not None and (_trampoline(before) or _async_preempt(before)
+                                   or _in_sigreturn(before)):
             answer: bool | None = True
         else:
             answer = _returns_to_code(frame)
