@@ -299,12 +299,12 @@ def _not_started_by(image: ElfImage, own: Section) -> Callable[[int, int], bool]
     """Whether a function of the CFI (start, size) may be merged into ``own``: a linker
     stub, or one whose start no FDE of ``own`` covers (a function whose start it covers
     is always left out by :func:`_combined`, whose test is the whole range)."""
-    stubs = list(image.section_ranges(*_STUBS).values())
+    in_stub = _stub_test(image)
     ranges = sorted((fde.start, fde.end) for fde in own.fdes)
     starts = [start for start, _ in ranges]
 
     def include(start: int, size: int) -> bool:
-        if any(lo <= start < hi for lo, hi in stubs):
+        if in_stub(start):
             return True
         index = bisect_right(starts, start) - 1
         return not (index >= 0 and start < ranges[index][1])
@@ -314,14 +314,16 @@ def _not_started_by(image: ElfImage, own: Section) -> Callable[[int, int], bool]
 
 def _without_stubs(image: ElfImage, own: Section, generated: Section) -> Section:
     """``own`` without its FDEs for PLT stubs that ``generated`` describes."""
-    stubs = list(image.section_ranges(*_STUBS).values())
-
-    def stub(fde: FDE) -> bool:
-        return any(lo <= fde.start < hi for lo, hi in stubs)
-
-    if not stubs or not any(stub(fde) for fde in generated.fdes):
+    in_stub = _stub_test(image)
+    if not any(in_stub(fde.start) for fde in generated.fdes):
         return own
-    return replace(own, fdes=[fde for fde in own.fdes if not stub(fde)])
+    return replace(own, fdes=[fde for fde in own.fdes if not in_stub(fde.start)])
+
+
+def _stub_test(image: ElfImage) -> Callable[[int], bool]:
+    """Whether an address is in one of the linker's stub sections (:data:`_STUBS`)."""
+    stubs = list(image.section_ranges(*_STUBS).values())
+    return lambda address: any(lo <= address < hi for lo, hi in stubs)
 
 
 def _validated(image: ElfImage, own: Section | None, generated: Section

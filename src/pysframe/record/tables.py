@@ -174,7 +174,7 @@ class TableLoader:
     def _write_rows(self, first: int, rows: np.ndarray) -> None:
         """A table's rows at row ``first`` (free rows: no entry points at them yet)."""
         if self.rows_mappable:
-            map_write(self.rows, first * ROW.size, rows.astype("<u8").tobytes())
+            map_write(self.rows, first * ROW.size, rows.tobytes())
         else:
             keys, values = rows_items(first, rows)
             map_update_batch(self.rows, keys, values, len(rows))
@@ -558,13 +558,14 @@ def rows_items(first: int, rows: np.ndarray) -> tuple[bytes, bytes]:
     """The keys and values (:data:`~.walker.ROW` each) writing ``rows`` (:func:`table_rows`)
     at row ``first``."""
     keys = np.arange(first, first + len(rows), dtype="<u4").tobytes()
-    return keys, rows.astype("<u8").tobytes()
+    return keys, rows.tobytes()
 
 
 def table_rows(starts: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, int]:
-    """The rows written for a table, as (n, 2) u64 (its rows, then its page index where
-    one is worth having: :func:`page_index`), and its mappings' rows field."""
-    rows = np.column_stack((starts, words)).astype(np.uint64)
+    """The rows written for a table, as (n, 2) little-endian u64, the map's layout (its
+    rows, then its page index where one is worth having: :func:`page_index`), and its
+    mappings' rows field."""
+    rows = np.column_stack((starts, words)).astype("<u8")
     index = page_index(starts)
     if index is None:
         return rows, len(starts)
@@ -590,8 +591,8 @@ def page_index(starts: np.ndarray) -> np.ndarray | None:
     bounds = (first_page + np.arange(pages + 1, dtype=np.uint64)) << np.uint64(PAGE_INDEX_SHIFT)
     counts = np.zeros(4 * (index_rows - 1), dtype="<u4")
     counts[:pages + 1] = np.searchsorted(starts, bounds, side="left")
-    header = np.array([[first_page, pages]], dtype=np.uint64)
-    return np.concatenate((header, counts.view("<u8").astype(np.uint64).reshape(-1, 2)))
+    header = np.array([[first_page, pages]], dtype="<u8")
+    return np.concatenate((header, counts.view("<u8").reshape(-1, 2)))
 
 
 def procs_value(entries: list[bytes], generation: int = 0) -> bytes:
