@@ -34,6 +34,7 @@ from .constants import (
 )
 from .decode import FDEEntry, SFrameReader
 from .errors import SFrameError
+from .model import FRE, Section
 
 #: Check identifiers, in the order they run (documented in the README).
 CHECKS = {
@@ -380,6 +381,53 @@ class _Validator:
             yield finding(f"bad base register {base_reg}")
 
 
+def plainly_valid(section: Section, text_ranges: Sequence[tuple[int, int]] | None) -> bool:
+    """True when ``section``, just written by :func:`~.encode.encode`, certainly draws no
+    ERROR from :func:`validate` (with ``text_ranges``, not relocatable, not ``kernel``):
+    a version 3 section of default, PC-incrementing FDEs, sorted and apart, whose rows
+    plainly keep every rule above. False means only "not plainly": run :func:`validate`.
+
+    Why a second reading of the rules: a table made one function at a time (the unwinder's
+    on-demand rows) validated each function's bytes whole, which was a third of making it;
+    the encoder's layout (tiling, counts, header) holds by construction, so only the
+    model's values need a look. tests/test_validation_fast.py holds it to :func:`validate`
+    over generated tables."""
+    abi = section.abi
+    fixed_ra, fixed_fp = section.cfa_fixed_ra_offset, section.cfa_fixed_fp_offset
+    if (section.version != VERSION_3 or section.flags & ~FLAGS_MASK[VERSION_3]
+            or section.aux_header or any(section.tail)
+            or (fixed_ra, fixed_fp) != ((-8, 0) if abi.is_amd64 else (0, 0))):
+        return False
+    legal = _legal_word_counts(abi, fixed_ra, fixed_fp)
+    previous_end = None
+    for fde in section.fdes:
+        if (fde.pc_type != PCType.INC or fde.fde_type != FDEType.DEFAULT or fde.rep_size
+                or fde.size <= 0 or (fde.pauth_key_b and not abi.is_aarch64)
+                or (previous_end is not None and fde.start < previous_end)):
+            return False
+        previous_end = fde.start + fde.size
+        if text_ranges is not None and not any(lo <= fde.start and previous_end <= hi
+                                               for lo, hi in text_ranges):
+            return False
+        if not _plain_rows(fde.fres, fde.size, legal, abi):
+            return False
+    return True
+
+
+def _plain_rows(fres: Sequence[FRE], size: int, legal: set[int], abi: ABI) -> bool:
+    """The rows of a default FDE of ``size`` bytes: starting at 0, ascending, inside the
+    function, each with a legal count of words on its base register."""
+    previous = -1
+    aarch64, s390x = abi.is_aarch64, abi.is_s390x
+    for fre in fres:
+        words = fre.words
+        if (fre.start <= previous or len(words) not in legal or fre.base_reg not in (0, 1)
+                or (fre.mangled_ra and not aarch64) or (s390x and words[0] * 8 + 160 < 0)):
+            return False
+        previous = fre.start
+    return not fres or (fres[0].start == 0 and previous < size)
+
+
 def validate(data: bytes | memoryview, address: int = 0,
              text_ranges: Sequence[tuple[int, int]] | None = None,
              kernel: bool = False, relocatable: bool = False) -> list[Finding]:
@@ -393,4 +441,4 @@ def validate(data: bytes | memoryview, address: int = 0,
     return list(_Validator(data, address, text_ranges, kernel, relocatable).run())
 
 
-__all__ = ["CHECKS", "ERROR", "WARNING", "Finding", "validate"]
+__all__ = ["CHECKS", "ERROR", "WARNING", "Finding", "plainly_valid", "validate"]
