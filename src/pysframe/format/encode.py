@@ -9,6 +9,7 @@ decoder fills them in) are kept, so decoded sections re-encode exactly.
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from ..records import replace
@@ -68,30 +69,61 @@ def _control_positions(fde: FDE, fre: FRE) -> tuple[int, ...]:
     return ()
 
 
+def _smallest_signed(words: tuple[int, ...]) -> int:
+    """choose_word_size for words that are all signed offsets (default FDEs)."""
+    lo, hi = min(words), max(words)
+    for size in (1, 2, 4):
+        bound = 1 << (8 * size - 1)
+        if -bound <= lo and hi < bound:
+            return size
+    raise EncodeError(f"data word out of the 32-bit range in {words}")
+
+
 def encode_fre(fde: FDE, fre: FRE, start_size: int, big_endian: bool, where: str) -> bytes:
     """Bytes of one FRE: start offset, info byte, data words."""
-    order = ">" if big_endian else "<"
-    if not _fits_unsigned(fre.start, start_size):
+    if not 0 <= fre.start < 1 << (8 * start_size):
         raise EncodeError(f"{where}: FRE start {fre.start:#x} does not fit in {start_size} bytes")
-    count = len(fre.words)
+    words = fre.words
+    count = len(words)
     if count > 15:
         raise EncodeError(f"{where}: {count} data words (at most 15 fit in the info byte)")
     controls = _control_positions(fde, fre)
-    size = fre.word_size if fre.word_size is not None else choose_word_size(fre.words, controls)
-    if size not in CODE_OF_WORD_SIZE:
+    size = fre.word_size
+    if size is None:  # chosen to hold every word: no word to check again
+        size = (choose_word_size(words, controls) if controls
+                else _smallest_signed(words) if words else 1)
+    elif size not in CODE_OF_WORD_SIZE:
         raise EncodeError(f"{where}: invalid data-word size {size}")
+    else:
+        _check_words(words, size, controls, where)
     mask = (1 << (8 * size)) - 1
-    for position, word in enumerate(fre.words):
+    info = (int(fre.mangled_ra) << 7) | (CODE_OF_WORD_SIZE[size] << 5) | (count << 1) | int(
+        fre.base_reg)
+    head = _start_struct(big_endian, start_size).pack(fre.start) + bytes((info,))
+    if not count:
+        return head
+    return head + _words_struct(big_endian, size, count).pack(*(word & mask for word in words))
+
+
+def _check_words(words: tuple[int, ...], size: int, controls: tuple[int, ...],
+                 where: str) -> None:
+    """Every word fits ``size`` bytes (signed; control words also unsigned)."""
+    mask = (1 << (8 * size)) - 1
+    for position, word in enumerate(words):
         ok = (-(1 << (8 * size - 1)) <= word <= mask) if position in controls else _fits_signed(
             word, size)
         if not ok:
             raise EncodeError(f"{where}: data word {word} does not fit in {size} bytes")
-    info = (int(fre.mangled_ra) << 7) | (CODE_OF_WORD_SIZE[size] << 5) | (count << 1) | int(
-        fre.base_reg)
-    out = struct.pack(order + _U8_FMT[start_size], fre.start) + bytes((info,))
-    if count:
-        out += struct.pack(order + _U8_FMT[size] * count, *(word & mask for word in fre.words))
-    return out
+
+
+@functools.cache
+def _start_struct(big_endian: bool, start_size: int) -> struct.Struct:
+    return struct.Struct((">" if big_endian else "<") + _U8_FMT[start_size])
+
+
+@functools.cache
+def _words_struct(big_endian: bool, size: int, count: int) -> struct.Struct:
+    return struct.Struct((">" if big_endian else "<") + _U8_FMT[size] * count)
 
 
 def _func_info(fde: FDE, fre_type: FREType, version: int, where: str) -> int:
