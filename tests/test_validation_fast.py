@@ -17,7 +17,7 @@ from pysframe.format.decode import SFrameReader
 from pysframe.format.encode import encode
 from pysframe.format.errors import SFrameError
 from pysframe.format.model import FDE, Section
-from pysframe.format.validation import ERROR, plainly_valid, validate
+from pysframe.format.validation import ERROR, encoded_errors, plainly_valid, validate
 from pysframe.generate.cache import table_for
 from pysframe.records import replace
 
@@ -110,3 +110,38 @@ def test_each_broken_rule_is_caught_by_both(broken: str) -> None:
     assert _errors(section, text), broken  # a real fault, by validate's own reading
     assert not plainly_valid(section, text)
 
+
+
+def _whole_sections() -> Iterator[tuple[str, Section, list[tuple[int, int]]]]:
+    """Whole tables as the generator's header has them: the fixtures' own (gas, ld) and
+    libc's and libstdc++'s generated ones."""
+    for where, abi, fdes, text in _tables():
+        section = Section(version=VERSION_3, abi=abi, flags=F_FDE_FUNC_START_PCREL,
+                          cfa_fixed_ra_offset=-8 if abi.is_amd64 else 0, address=0,
+                          fdes=[replace(fde, fre_off=None) for fde in fdes])
+        yield where, section, text
+
+
+@needs_fixtures
+def test_a_whole_tables_errors_are_validates() -> None:
+    """encoded_errors gives what validate gives, for tables with and without errors (each
+    table also with one function broken)."""
+    tables = 0
+    for where, section, text in _whole_sections():
+        try:
+            data = encode(section)
+        except SFrameError:
+            continue
+        tables += 1
+        expected = [f.message for f in validate(data, 0, text) if f.severity == ERROR]
+        assert [f.message for f in encoded_errors(section, data, text)] == expected, where
+        if len(section.fdes) > 2:
+            broken = replace(section, fdes=list(section.fdes))
+            broken.fdes[1] = replace(broken.fdes[1], size=0)
+            data = encode(broken)
+            expected = [(f.message, f.offset, f.fde) for f in validate(data, 0, text)
+                        if f.severity == ERROR]
+            assert expected
+            assert [(f.message, f.offset, f.fde)
+                    for f in encoded_errors(broken, data, text)] == expected, where
+    assert tables >= 50

@@ -332,7 +332,7 @@ def _validated(image: ElfImage, own: Section | None, generated: Section
     left, leaving out the FDEs that have one; (None, why, ...) when a table-wide error
     remains or it cannot be encoded."""
     from ..format.encode import encode
-    from ..format.validation import ERROR, validate
+    from ..format.validation import ERROR, encoded_errors, validate
 
     relocatable = image.elf_type == "REL"
     text = None if relocatable else image.executable_ranges()
@@ -344,8 +344,9 @@ def _validated(image: ElfImage, own: Section | None, generated: Section
             data = encode(section)
         except SFrameError as error:
             return None, error.message, _any_own(left_out)
-        errors = [finding for finding in validate(data, 0, text, relocatable=relocatable)
-                  if finding.severity == ERROR]
+        errors = ([finding for finding in validate(data, 0, text, relocatable=True)
+                   if finding.severity == ERROR] if relocatable
+                  else encoded_errors(section, data, text))
         if not errors:
             return data, "", _any_own(left_out)
         problem = f"{errors[0].message} ({errors[0].location()})"

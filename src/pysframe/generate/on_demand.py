@@ -240,7 +240,7 @@ class OnDemandTable:
 
     def _validated(self, fde: FDE) -> bytes | None:
         from ..format.encode import encode
-        from ..format.validation import ERROR, plainly_valid, validate
+        from ..format.validation import encoded_errors
         from ..records import replace
 
         section = _header(self.abi)
@@ -249,10 +249,7 @@ class OnDemandTable:
             data = encode(section)
         except SFrameError as error:
             raise _Irregular(error.message) from None
-        if plainly_valid(section, self._text):
-            return data
-        errors = [finding for finding in validate(data, 0, self._text)
-                  if finding.severity == ERROR]
+        errors = encoded_errors(section, data, self._text)
         if not errors:
             return data
         if any(finding.fde != 0 for finding in errors):
