@@ -108,6 +108,9 @@ def encode_fre(fde: FDE, fre: FRE, start_size: int, big_endian: bool, where: str
 def _check_words(words: tuple[int, ...], size: int, controls: tuple[int, ...],
                  where: str) -> None:
     """Every word fits ``size`` bytes (signed; control words also unsigned)."""
+    bound = 1 << (8 * size - 1)
+    if not controls and (not words or (-bound <= min(words) and max(words) < bound)):
+        return  # the usual case, in two comparisons; else the word that does not fit
     mask = (1 << (8 * size)) - 1
     for position, word in enumerate(words):
         ok = (-(1 << (8 * size - 1)) <= word <= mask) if position in controls else _fits_signed(
