@@ -20,7 +20,9 @@ folded`, and compare:
 - the overhead on the workload: its CPU time (user + system, as bash's `time` counts the
   command's processes) under `sframe record` and under `perf record` with no stacks (the
   floor any sampler pays), against a bare run of the same repeat, median of --repeats
-  runs in alternating order (issue 26's goal: within 1 point of perf's floor).
+  runs in alternating order (issue 26's goal: within 1 point of perf's floor), and the
+  median of the rounds' differences (ours less the floor: the runs of a round share the
+  machine's state); --overhead-only measures this alone, for every workload chosen.
 A chain reaches the outermost frame at `_start` or `clone3`, at `_dl_start_user` (the
 return address in ld.so's entry, which has no CFI: samples taken while the dynamic loader
 runs), or at the caller of `__libc_start_main` (a stripped binary's `_start`, unnamed).
@@ -44,8 +46,8 @@ kernel, but only dwarf recordings lose user frames behind a short stack copy), a
 without a symbol are compared by file (their names carry an offset, and the two tools'
 callers differ by one byte: return address against return address - 1).
 
-    python3 bench/record_agreement.py [--rounds N] [--system-wide S] [--only NAME]
-                                      [--repeats N] [--idle N]
+    python3 bench/record_agreement.py [--rounds N] [--system-wide S] [--only=NAME]
+                                      [--repeats N] [--idle N] [--overhead-only]
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
 
 
 def compare(name: str, ours: Profile, theirs: Profile, summary: str,
-            overhead: tuple[float, float, float] | None = None) -> bool:
+            overhead: tuple[float, float, float, list[float]] | None = None) -> bool:
     total_ours, total_theirs = ours.samples or 1, theirs.samples or 1
     share_ours = {stack: 100 * count / total_ours for stack, count in ours.stacks.items()}
     share_theirs = {stack: 100 * count / total_theirs for stack, count in theirs.stacks.items()}
@@ -187,13 +189,15 @@ def _walker_per_frame(summary: str, frames: float) -> str:
     return f" over {frames:.0f} user frames: {1000 * float(found[1]) / frames:.0f} ns a frame"
 
 
-def _overhead_text(overhead: tuple[float, float, float] | None) -> str:
+def _overhead_text(overhead: tuple[float, float, float, list[float]] | None) -> str:
     if overhead is None:
         return ""
-    bare, ours, floor = overhead
+    bare, ours, floor, paired = overhead
     return (f"\n  the workload's CPU time: bare {bare:.2f} s; overhead under sframe record "
             f"{ours:+.1f}%, under perf record with no stacks (the floor) {floor:+.1f}% "
-            f"(goal: within 1 point)")
+            f"(goal: within 1 point); ours less the floor, round by round: median "
+            f"{statistics.median(paired):+.1f} points [{min(paired):+.1f} to "
+            f"{max(paired):+.1f}] over {len(paired)} rounds")
 
 
 def timed_cpu(argv: list[str], env: dict[str, str]) -> float:
@@ -214,9 +218,11 @@ def cpu_timed(command: list[str]) -> list[str]:
 
 
 def overheads(command: list[str], system_wide: bool, sframe: list[str], perf: str,
-              env: dict[str, str], repeats: int) -> tuple[float, float, float]:
+              env: dict[str, str], repeats: int) -> tuple[float, float, float, list[float]]:
     """(bare CPU seconds, overhead % under sframe record, under perf record with no
-    stacks): medians over ``repeats`` rounds, each bare, ours, perf's in turn."""
+    stacks, ours less perf's in each round): medians over ``repeats`` rounds, each bare,
+    ours, perf's in turn. The rounds' differences are the steadier figure: a round's
+    three runs share the machine's state (here ±3-5 points from run to run)."""
     wrapped = cpu_timed(command)
     where = ["-a"] if system_wide else []
     scratch = OUT / "agreement.overhead.data"
@@ -231,7 +237,8 @@ def overheads(command: list[str], system_wide: bool, sframe: list[str], perf: st
         rows["ours"].append(100 * (ours - bare) / bare)
         rows["floor"].append(100 * (floor - bare) / bare)
     return (statistics.median(rows["bare"]), statistics.median(rows["ours"]),
-            statistics.median(rows["floor"]))
+            statistics.median(rows["floor"]),
+            [ours - floor for ours, floor in zip(rows["ours"], rows["floor"], strict=True)])
 
 
 def our_summary(stderr: str, recording: Path) -> str:
@@ -315,6 +322,8 @@ def main() -> int:
                         help="-a: N idle python3 processes holding numpy run all along")
     parser.add_argument("--repeats", type=int, default=3,
                         help="rounds of bare / sframe record / perf record for the overhead")
+    parser.add_argument("--overhead-only", action="store_true",
+                        help="only the overhead (no recordings compared)")
     args = parser.parse_args()
     perf = shutil.which("perf")
     if perf is None or os.geteuid() != 0:
@@ -364,7 +373,10 @@ def main() -> int:
             stats.write_text("0")  # timed runs: no clock reads around every program run
             # (-a: one round, each run being the whole --system-wide time)
             overhead = overheads(command, system_wide, sframe, perf, env,
-                                 1 if system_wide else args.repeats)
+                                 1 if system_wide and not args.overhead_only else args.repeats)
+            if args.overhead_only:
+                print(f"{name}:{_overhead_text(overhead)}", flush=True)
+                continue
             ours, theirs = OUT / "agreement.sframe.data", OUT / "agreement.perf.data"
             where = ["-a"] if system_wide else []
             # The largest copy, -a too (7 GB a minute here; with 16 KiB copies perf's chains

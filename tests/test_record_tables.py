@@ -17,6 +17,7 @@ from tests.test_record_bpf import REASON, mapped
 
 from conftest import FIXTURES
 from pysframe.format.constants import ABI
+from pysframe.format.lookup import SFrameLookup
 from pysframe.record.tables import walker_rows
 from pysframe.session.tables import GeneratedTables
 from pysframe.unwind.flat import KIND_MASK, flatten
@@ -30,7 +31,7 @@ LIBC = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
 @pytest.mark.parametrize("path", PROGRAMS, ids=lambda path: "/".join(path.parts[-4:-1]))
 def test_every_pc_gets_the_batch_lookups_rule(path: Path) -> None:
     module = BinaryFinder(tables=GeneratedTables()).module(str(path), None, 0, 0)
-    assert module is not None and module.lookup is not None
+    assert module is not None and isinstance(module.lookup, SFrameLookup)
     flat = flatten(module.lookup, ABI.AMD64_ENDIAN_LITTLE)
     assert flat.masks  # the PLT blocks of these programs are PCMASK functions
     starts, words = walker_rows(flat)
@@ -287,7 +288,7 @@ def test_idle_processes_lend_their_rows(monkeypatch: pytest.MonkeyPatch) -> None
         MapEntry(0x1000 * (i + 1), 0x1000 * (i + 2), "r-xp", 0, f"/bin/{name}")
         for i, name in enumerate(maps[pid])])
     clock = [1000.0]
-    monkeypatch.setattr(tables_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("pysframe.record.tables.time.monotonic", lambda: clock[0])
 
     class Image:
         def __init__(self, name: str) -> None:
