@@ -6,7 +6,8 @@ The rows of a function are the ones the whole generated table
 (:func:`~pysframe.generate.cache.table_for`) holds for it: its CFI FDE translated with
 :func:`~.section.translate_entry` (or ld's PLT rules, :func:`~.plt.plt_fdes`), kept by
 the same placement rule (:func:`~.section._placeable`) and validated by the same
-validator, each function encoded as a section of its own with the whole table's header.
+validator (its fast reading first: :func:`~pysframe.format.validation.encoded_errors`),
+each function encoded as a section of its own with the whole table's header.
 That holds when no function's choice depends on another's: the index of functions
 (:class:`FunctionIndex`) must be sorted with no two ranges overlapping, addresses well
 inside the signed 64-bit range. A binary whose index is not like that (damaged or odd
