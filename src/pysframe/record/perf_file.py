@@ -49,6 +49,8 @@ ATTR_FLAGS = ((1 << 10) | (1 << 18) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 20
               | (1 << 24))
 #: ``--defer``: user callchains come in CALLCHAIN_DEFERRED records, written by this event.
 DEFER_FLAGS = FLAG_DEFER_CALLCHAIN | FLAG_DEFER_OUTPUT
+_U64 = struct.Struct("<Q")
+_CONTEXT_KERNEL, _CONTEXT_USER = _U64.pack(PERF_CONTEXT_KERNEL), _U64.pack(PERF_CONTEXT_USER)
 
 
 #: The events ``-e`` takes: name -> (perf type, config), as perf names them.
@@ -70,30 +72,46 @@ def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None,
     """(time, the PERF_RECORD_SAMPLE) of one walker record (``user_frames``: its user
     chain finished in user space from frame ``finished[0]``, instead of the walker's, and
     why that walk ended; ``frames``: the walker's most user frames, where its stack copy
-    header lies)."""
+    header lies). The frames are copied as the walker wrote them (little-endian u64s), not
+    unpacked and packed again: this runs for every sample, on the recorder's main thread."""
     (_, flags, pid, tid, time, cpu, kernel_bytes, user_count, reason, ip, _, _,
      period, _) = RECORD.unpack_from(raw)
-    kernel = struct.unpack_from(f"<{min(kernel_bytes, 8 * 127) // 8}Q", raw, KERNEL_AT)
+    kernel_count = min(kernel_bytes, 8 * 127) // 8
+    kernel_end = KERNEL_AT + 8 * kernel_count
+    if len(raw) < kernel_end:
+        raise struct.error(f"a walker record of {len(raw)} bytes holds no {kernel_count} "
+                           "kernel frames")
     at = user_at(raw)
-    user = user_frames if user_frames is not None else struct.unpack_from(
-        f"<{min(user_count, max(len(raw) - at, 0) // 8)}Q", raw, at)
-    chain: list[int] = []
-    if flags & FLAG_IN_KERNEL and kernel:
-        chain += [PERF_CONTEXT_KERNEL, *kernel]
-    if user and user[0]:  # a kernel thread has no user context (its "user" ip reads 0)
-        chain += [PERF_CONTEXT_USER, *user]
-    first = kernel[0] if flags & FLAG_IN_KERNEL and kernel else ip
+    user: bytes | memoryview
+    if user_frames is not None:
+        user_count = len(user_frames)
+        user = struct.pack(f"<{user_count}Q", *user_frames)
+        first_user = user_frames[0] if user_frames else 0
+    else:
+        user_count = min(user_count, max(len(raw) - at, 0) // 8)
+        user = memoryview(raw)[at:at + 8 * user_count]
+        first_user = _U64.unpack_from(raw, at)[0] if user_count else 0
+    in_kernel = bool(flags & FLAG_IN_KERNEL) and kernel_count > 0
+    chain: list[bytes | memoryview] = []
+    length = 0
+    if in_kernel:
+        chain += (_CONTEXT_KERNEL, memoryview(raw)[KERNEL_AT:kernel_end])
+        length += 1 + kernel_count
+    if first_user:  # a kernel thread has no user context (its "user" ip reads 0)
+        chain += (_CONTEXT_USER, user)
+        length += 1 + user_count
+    first = _U64.unpack_from(raw, KERNEL_AT)[0] if in_kernel else ip
     misc = MISC_KERNEL if flags & FLAG_IN_KERNEL else MISC_USER
     if finished is not None:
-        note = pack(Way.FINISHED, finished[1], finished[0], len(user))
+        note = pack(Way.FINISHED, finished[1], finished[0], user_count)
     else:
         uncovered = None
         noted = frames_end(raw, frames)  # the copy's note: after the user frames
         if flags & FLAG_STACK_COPY and frames and len(raw) >= noted + 4:
             uncovered = struct.unpack_from("<I", raw, noted)[0]
-        note = pack(Way.KERNEL, WALKER_STOPS.get(reason), uncovered, len(user))
-    return time, out.sample(FILE_SAMPLE_TYPE, misc, ip=first, pid=pid, tid=tid, time=time,
-                            cpu=cpu, period=period, chain=chain, raw=note)
+        note = pack(Way.KERNEL, WALKER_STOPS.get(reason), uncovered, user_count)
+    return time, out.full_sample(misc, ip=first, pid=pid, tid=tid, time=time, cpu=cpu,
+                                 period=period, length=length, chain=b"".join(chain), raw=note)
 
 
 def request_record(raw: bytes | memoryview) -> tuple[int, bytes]:

@@ -123,6 +123,26 @@ def sample(sample_type: int, misc: int, *, ip: int, pid: int, tid: int, time: in
     return record(RECORD_SAMPLE, misc, b"".join(fields))
 
 
+#: The head of a sample of every field :func:`sample` writes: record header, ip, pid and
+#: tid, time, cpu and its padding, period, the callchain's length.
+_FULL_SAMPLE_HEAD = struct.Struct("<IHHQIIQIIQQ")
+
+
+def full_sample(misc: int, *, ip: int, pid: int, tid: int, time: int, cpu: int, period: int,
+                length: int, chain: bytes, raw: bytes) -> bytes:
+    """:func:`sample` of every field it writes (IP, TID, TIME, CPU, PERIOD, CALLCHAIN and
+    RAW), its callchain of ``length`` addresses given as their little-endian u64 bytes
+    (``chain``): ``sframe record`` copies the walker's frames without unpacking them."""
+    if not raw or len(raw) % 8 or len(chain) != 8 * length:
+        raise WriteError("a callchain of whole addresses and a RAW field of a multiple of "
+                         "8 bytes are written")
+    size = _FULL_SAMPLE_HEAD.size + len(chain) + len(raw)
+    if size > 0xFFFF:
+        raise WriteError(f"a record of {size} bytes does not fit a perf record")
+    return _FULL_SAMPLE_HEAD.pack(RECORD_SAMPLE, misc, size, ip, pid, tid, time, cpu, 0,
+                                  period, length) + chain + raw
+
+
 def _name(text: str) -> bytes:
     """A file or command name as records carry it: NUL-terminated, padded to 8 bytes."""
     raw = text.encode("utf-8", "surrogateescape") + b"\0"
