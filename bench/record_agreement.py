@@ -22,7 +22,8 @@ folded`, and compare:
   floor any sampler pays), against a bare run of the same repeat, median of --repeats
   runs in alternating order (issue 26's goal: within 1 point of perf's floor), and the
   median of the rounds' differences (ours less the floor: the runs of a round share the
-  machine's state); --overhead-only measures this alone, for every workload chosen.
+  machine's state); --overhead-only measures this alone, for every workload chosen, and
+  --variant=OPTIONS adds a run of sframe record with those options to each round.
 A chain reaches the outermost frame at `_start` or `clone3`, at `_dl_start_user` (the
 return address in ld.so's entry, which has no CFI: samples taken while the dynamic loader
 runs), or at the caller of `__libc_start_main` (a stripped binary's `_start`, unnamed).
@@ -47,7 +48,7 @@ without a symbol are compared by file (their names carry an offset, and the two 
 callers differ by one byte: return address against return address - 1).
 
     python3 bench/record_agreement.py [--rounds N] [--system-wide S] [--only=NAME]
-                                      [--repeats N] [--idle N] [--overhead-only]
+                                      [--repeats N] [--idle N] [--overhead-only [--variant=OPTIONS]]
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -158,7 +160,7 @@ def folded(sframe: list[str], recording: Path, env: dict[str, str], binaries: li
 
 
 def compare(name: str, ours: Profile, theirs: Profile, summary: str,
-            overhead: tuple[float, float, float, list[float]] | None = None) -> bool:
+            overhead: Overhead | None = None) -> bool:
     total_ours, total_theirs = ours.samples or 1, theirs.samples or 1
     share_ours = {stack: 100 * count / total_ours for stack, count in ours.stacks.items()}
     share_theirs = {stack: 100 * count / total_theirs for stack, count in theirs.stacks.items()}
@@ -189,15 +191,22 @@ def _walker_per_frame(summary: str, frames: float) -> str:
     return f" over {frames:.0f} user frames: {1000 * float(found[1]) / frames:.0f} ns a frame"
 
 
-def _overhead_text(overhead: tuple[float, float, float, list[float]] | None) -> str:
+def _overhead_text(overhead: Overhead | None, variant: str = "") -> str:
     if overhead is None:
         return ""
-    bare, ours, floor, paired = overhead
-    return (f"\n  the workload's CPU time: bare {bare:.2f} s; overhead under sframe record "
-            f"{ours:+.1f}%, under perf record with no stacks (the floor) {floor:+.1f}% "
-            f"(goal: within 1 point); ours less the floor, round by round: median "
-            f"{statistics.median(paired):+.1f} points [{min(paired):+.1f} to "
-            f"{max(paired):+.1f}] over {len(paired)} rounds")
+    text = (f"\n  the workload's CPU time: bare {overhead.bare:.2f} s; overhead under sframe "
+            f"record {overhead.ours:+.1f}%, under perf record with no stacks (the floor) "
+            f"{overhead.floor:+.1f}% (goal: within 1 point); ours less the floor, round by "
+            f"round: {_spread(overhead.paired)}")
+    if overhead.variant is not None and overhead.variant_paired is not None:
+        text += (f"\n  with {variant}: {overhead.variant:+.1f}%; less the floor, round by "
+                 f"round: {_spread(overhead.variant_paired)}")
+    return text
+
+
+def _spread(values: list[float]) -> str:
+    return (f"median {statistics.median(values):+.1f} points [{min(values):+.1f} to "
+            f"{max(values):+.1f}] over {len(values)} rounds")
 
 
 def timed_cpu(argv: list[str], env: dict[str, str]) -> float:
@@ -217,16 +226,29 @@ def cpu_timed(command: list[str]) -> list[str]:
             "bench", *command]
 
 
+class Overhead(NamedTuple):
+    """The workload's CPU seconds bare, and the overheads (%) under sframe record, under perf
+    record with no stacks (the floor) and under the --variant of sframe record: medians,
+    and ours (the variant's) less the floor in each round."""
+
+    bare: float
+    ours: float
+    floor: float
+    paired: list[float]
+    variant: float | None = None
+    variant_paired: list[float] | None = None
+
+
 def overheads(command: list[str], system_wide: bool, sframe: list[str], perf: str,
-              env: dict[str, str], repeats: int) -> tuple[float, float, float, list[float]]:
-    """(bare CPU seconds, overhead % under sframe record, under perf record with no
-    stacks, ours less perf's in each round): medians over ``repeats`` rounds, each bare,
-    ours, perf's in turn. The rounds' differences are the steadier figure: a round's
-    three runs share the machine's state (here ±3-5 points from run to run)."""
+              env: dict[str, str], repeats: int, variant: list[str] | None = None
+              ) -> Overhead:
+    """Medians over ``repeats`` rounds, each bare, ours, perf's (and ours with ``variant``'s
+    options) in turn. The rounds' differences are the steadier figure: a round's runs share
+    the machine's state (here ±3-5 points from run to run, ±10 on a busy day)."""
     wrapped = cpu_timed(command)
     where = ["-a"] if system_wide else []
     scratch = OUT / "agreement.overhead.data"
-    rows: dict[str, list[float]] = {"bare": [], "ours": [], "floor": []}
+    rows: dict[str, list[float]] = {"bare": [], "ours": [], "floor": [], "variant": []}
     for _ in range(repeats):
         bare = timed_cpu(wrapped, env)
         ours = timed_cpu([*sframe, "record", "-q", *where, "-o", str(scratch), "--", *wrapped],
@@ -236,9 +258,18 @@ def overheads(command: list[str], system_wide: bool, sframe: list[str], perf: st
         rows["bare"].append(bare)
         rows["ours"].append(100 * (ours - bare) / bare)
         rows["floor"].append(100 * (floor - bare) / bare)
-    return (statistics.median(rows["bare"]), statistics.median(rows["ours"]),
-            statistics.median(rows["floor"]),
-            [ours - floor for ours, floor in zip(rows["ours"], rows["floor"], strict=True)])
+        if variant is not None:
+            other = timed_cpu([*sframe, "record", "-q", *variant, *where, "-o", str(scratch),
+                               "--", *wrapped], env)
+            rows["variant"].append(100 * (other - bare) / bare)
+
+    def less_floor(name: str) -> list[float]:
+        return [value - floor for value, floor in zip(rows[name], rows["floor"], strict=True)]
+
+    return Overhead(statistics.median(rows["bare"]), statistics.median(rows["ours"]),
+                    statistics.median(rows["floor"]), less_floor("ours"),
+                    statistics.median(rows["variant"]) if variant is not None else None,
+                    less_floor("variant") if variant is not None else None)
 
 
 def our_summary(stderr: str, recording: Path) -> str:
@@ -324,6 +355,9 @@ def main() -> int:
                         help="rounds of bare / sframe record / perf record for the overhead")
     parser.add_argument("--overhead-only", action="store_true",
                         help="only the overhead (no recordings compared)")
+    parser.add_argument("--variant", default=None, metavar="OPTIONS",
+                        help="with --overhead-only: also sframe record with these options, in "
+                             "the same rounds (e.g. --variant='--max-stack 2')")
     args = parser.parse_args()
     perf = shutil.which("perf")
     if perf is None or os.geteuid() != 0:
@@ -372,11 +406,13 @@ def main() -> int:
                 continue
             stats.write_text("0")  # timed runs: no clock reads around every program run
             # (-a: one round, each run being the whole --system-wide time)
-            overhead = overheads(command, system_wide, sframe, perf, env,
-                                 1 if system_wide and not args.overhead_only else args.repeats)
             if args.overhead_only:
-                print(f"{name}:{_overhead_text(overhead)}", flush=True)
+                overhead = overheads(command, system_wide, sframe, perf, env, args.repeats,
+                                     args.variant.split() if args.variant else None)
+                print(f"{name}:{_overhead_text(overhead, args.variant or '')}", flush=True)
                 continue
+            overhead = overheads(command, system_wide, sframe, perf, env,
+                                 1 if system_wide else args.repeats)
             ours, theirs = OUT / "agreement.sframe.data", OUT / "agreement.perf.data"
             where = ["-a"] if system_wide else []
             # The largest copy, -a too (7 GB a minute here; with 16 KiB copies perf's chains
