@@ -1,7 +1,7 @@
 """The recorder's samples, made from the walker's records by copying their frames
-(:func:`~pysframe.record.perf_file.sample_record`), are the bytes the general perf.data
-writer (:func:`~pysframe.report.perf_data_out.sample`, whose files perf reads in
-tests/test_record*.py) makes from the same fields: over walker records made at random
+(:func:`~pysframe.record.perf_file.sample_record`), are the bytes of a sample spelled out
+field by field in perf's order (the layout perf reads in tests/test_record*.py) from the
+same fields: over walker records made at random
 (in the kernel or not, no kernel frames or more than 127, user frames cut by the record's
 end, stack copies with their note, chains finished in user space), and a record too
 large for perf refused the same way."""
@@ -32,6 +32,7 @@ from pysframe.report.perf_data_out import (
     WriteError,
 )
 from pysframe.report.walk_note import Way, pack
+from pysframe.sources.perf_records import RECORD_SAMPLE
 from pysframe.unwind.step import WALKER_STOPS, Stop
 
 
@@ -58,9 +59,13 @@ def _reference(raw: bytes, user_frames: list[int] | None, finished: tuple[int, S
         if flags & FLAG_STACK_COPY and frames and len(raw) >= noted + 4:
             uncovered = struct.unpack_from("<I", raw, noted)[0]
         note = pack(Way.KERNEL, WALKER_STOPS.get(reason), uncovered, len(user))
-    return time, out.sample(FILE_SAMPLE_TYPE, MISC_KERNEL if flags & FLAG_IN_KERNEL
-                            else MISC_USER, ip=first, pid=pid, tid=tid, time=time, cpu=cpu,
-                            period=period, chain=chain, raw=note)
+    # Spelled out field by field in perf's order (not through full_sample, which the
+    # general writer now uses for this sample type too).
+    assert FILE_SAMPLE_TYPE == 0x5A7  # IP TID TIME CALLCHAIN CPU PERIOD RAW
+    body = struct.pack(f"<QIIQIIQQ{len(chain)}Q", first, pid, tid, time, cpu, 0, period,
+                       len(chain), *chain) + note
+    return time, out.record(RECORD_SAMPLE, MISC_KERNEL if flags & FLAG_IN_KERNEL
+                            else MISC_USER, body)
 
 
 def _walker_record(rng: random.Random, frames: int) -> bytes:

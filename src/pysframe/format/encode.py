@@ -54,6 +54,13 @@ def _fits_unsigned(value: int, size: int) -> bool:
 
 def choose_word_size(words: tuple[int, ...], control_positions: tuple[int, ...] = ()) -> int:
     """Smallest data-word size (1, 2 or 4) that holds every word, as gas chooses it."""
+    if not control_positions and words:  # all signed offsets: their least and greatest
+        lo, hi = min(words), max(words)
+        for size in (1, 2, 4):
+            bound = 1 << (8 * size - 1)
+            if -bound <= lo and hi < bound:
+                return size
+        raise EncodeError(f"data word out of the 32-bit range in {words}")
     for size in (1, 2, 4):
         if all(
             _fits_unsigned(word, size) if position in control_positions else _fits_signed(word, size)
@@ -69,16 +76,6 @@ def _control_positions(fde: FDE, fre: FRE) -> tuple[int, ...]:
     return ()
 
 
-def _smallest_signed(words: tuple[int, ...]) -> int:
-    """choose_word_size for words that are all signed offsets (default FDEs)."""
-    lo, hi = min(words), max(words)
-    for size in (1, 2, 4):
-        bound = 1 << (8 * size - 1)
-        if -bound <= lo and hi < bound:
-            return size
-    raise EncodeError(f"data word out of the 32-bit range in {words}")
-
-
 def encode_fre(fde: FDE, fre: FRE, start_size: int, big_endian: bool, where: str) -> bytes:
     """Bytes of one FRE: start offset, info byte, data words."""
     if not 0 <= fre.start < 1 << (8 * start_size):
@@ -90,8 +87,7 @@ def encode_fre(fde: FDE, fre: FRE, start_size: int, big_endian: bool, where: str
     controls = _control_positions(fde, fre)
     size = fre.word_size
     if size is None:  # chosen to hold every word: no word to check again
-        size = (choose_word_size(words, controls) if controls
-                else _smallest_signed(words) if words else 1)
+        size = choose_word_size(words, controls)
     elif size not in CODE_OF_WORD_SIZE:
         raise EncodeError(f"{where}: invalid data-word size {size}")
     else:

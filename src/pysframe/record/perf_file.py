@@ -82,6 +82,7 @@ def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None,
         raise struct.error(f"a walker record of {len(raw)} bytes holds no {kernel_count} "
                            "kernel frames")
     at = user_at(raw)
+    view = memoryview(raw)
     user: bytes | memoryview
     if user_frames is not None:
         user_count = len(user_frames)
@@ -89,13 +90,13 @@ def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None,
         first_user = user_frames[0] if user_frames else 0
     else:
         user_count = min(user_count, max(len(raw) - at, 0) // 8)
-        user = memoryview(raw)[at:at + 8 * user_count]
+        user = view[at:at + 8 * user_count]
         first_user = _U64.unpack_from(raw, at)[0] if user_count else 0
     in_kernel = bool(flags & FLAG_IN_KERNEL) and kernel_count > 0
     chain: list[bytes | memoryview] = []
     length = 0
     if in_kernel:
-        chain += (_CONTEXT_KERNEL, memoryview(raw)[KERNEL_AT:kernel_end])
+        chain += (_CONTEXT_KERNEL, view[KERNEL_AT:kernel_end])
         length += 1 + kernel_count
     if first_user:  # a kernel thread has no user context (its "user" ip reads 0)
         chain += (_CONTEXT_USER, user)
@@ -106,9 +107,10 @@ def sample_record(raw: bytes | memoryview, user_frames: list[int] | None = None,
         note = pack(Way.FINISHED, finished[1], finished[0], user_count)
     else:
         uncovered = None
-        noted = frames_end(raw, frames)  # the copy's note: after the user frames
-        if flags & FLAG_STACK_COPY and frames and len(raw) >= noted + 4:
-            uncovered = struct.unpack_from("<I", raw, noted)[0]
+        if flags & FLAG_STACK_COPY and frames:
+            noted = frames_end(raw, frames)  # the copy's note: after the user frames
+            if len(raw) >= noted + 4:
+                uncovered = struct.unpack_from("<I", raw, noted)[0]
         note = pack(Way.KERNEL, WALKER_STOPS.get(reason), uncovered, user_count)
     return time, out.full_sample(misc, ip=first, pid=pid, tid=tid, time=time, cpu=cpu,
                                  period=period, length=length, chain=b"".join(chain), raw=note)

@@ -105,6 +105,11 @@ def sample(sample_type: int, misc: int, *, ip: int, pid: int, tid: int, time: in
     if bool(sample_type & SAMPLE_RAW) != bool(raw) or len(raw) % 8:
         raise WriteError("a RAW field of a multiple of 8 bytes is written where the sample "
                          "type has RAW, and only there")
+    if sample_type == _SAMPLE_WRITTEN:  # every field: the recorder's layout, one writer
+        addresses = list(chain)
+        return full_sample(misc, ip=ip, pid=pid, tid=tid, time=time, cpu=cpu, period=period,
+                           length=len(addresses),
+                           chain=struct.pack(f"<{len(addresses)}Q", *addresses), raw=raw)
     fields = []
     if sample_type & SAMPLE_IP:
         fields.append(struct.pack("<Q", ip))
