@@ -203,16 +203,67 @@ def test_made_functions_are_kept_and_verified(tmp_path: Path,
     _same_rows(whole, tampered, pcs)
 
 
+def _payload(starts: list[int], ends: list[int], made: dict[int, bytes],
+             form: int = 2) -> bytes:
+    """A cache payload as on_demand lays it out (written here from its description)."""
+    n, positions = len(starts), sorted(made)
+    return (struct.pack("<III", form, n, len(made))
+            + struct.pack(f"<{n}Q{n}Q{n}q", *starts, *ends, *range(n))
+            + struct.pack(f"<{len(made)}I{len(made)}I", *positions,
+                          *(len(made[k]) for k in positions))
+            + b"".join(made[k] for k in positions))
+
+
 def test_malformed_payloads_are_refused() -> None:
-    head = struct.Struct("<III")
-    entry = struct.Struct("<QQq")
-    good = head.pack(1, 2, 0) + entry.pack(0x1000, 0x1010, 0) + entry.pack(0x1010, 0x1020, 8)
-    assert _decoded(good) is not None
-    unsorted = head.pack(1, 2, 0) + entry.pack(0x1010, 0x1020, 0) + entry.pack(0x1000, 0x1010, 8)
-    overlapping = head.pack(1, 2, 0) + entry.pack(0x1000, 0x1018, 0) + entry.pack(0x1010, 0x1020, 8)
-    not_a_table = good[:8] + struct.pack("<I", 1) + good[12:] + struct.pack("<II", 0, 4) + b"junk"
-    for payload in (unsorted, overlapping, not_a_table, good[:-1], good + b"x"):
-        assert _decoded(payload) is None
+    good = _payload([0x1000, 0x1010], [0x1010, 0x1020], {1: b"tbl"})
+    found = _decoded(good)
+    assert found is not None
+    assert (found[0].starts, found[0].ends, found[0].refs) == ([0x1000, 0x1010],
+                                                              [0x1010, 0x1020], [0, 1])
+    assert found[1] == {1: b"tbl"}
+    assert _decoded(_payload([0x1000], [0x1010], {0: b""}))[1] == {0: None}  # type: ignore[index]
+    refused = [
+        _payload([0x1010, 0x1000], [0x1020, 0x1010], {}),  # unsorted
+        _payload([0x1000, 0x1010], [0x1018, 0x1020], {}),  # overlapping
+        _payload([0x1000, 0x1010], [0x1000, 0x1020], {}),  # empty range
+        _payload([0x1000, 0x1010], [0x1010, 1 << 62], {}),  # outside [0, 2**62)
+        _payload([0x1000, 0x1010], [0x1010, 0x1020], {2: b"x"}),  # no such function
+        _payload([0x1000, 0x1010], [0x1010, 0x1020], {1: b"tbl"}, form=1),  # older layout
+        good[:-1], good + b"x", good[:10],
+        good[:12 + 48] + struct.pack("<II", 1, 1) + struct.pack("<II", 3, 3) + b"tbltbl",
+    ]
+    for payload in refused:
+        assert _decoded(payload) is None, payload
+
+
+def test_a_cached_function_that_is_not_one_fde_in_its_range_is_made_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cached function's table is checked on its first use, not on loading: one that
+    is junk, or one FDE of another function, is made again, with the whole table's rows."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    image = ElfImage(str(SYSTEM[0]))
+    whole = _whole(image)
+    first = on_demand_table(image)
+    assert first is not None and first.index is None
+    index = first._prepare()
+    assert index is not None
+    pcs = _probes(whole, image)
+    inside = [pc for pc in pcs if index.position(pc) is not None]
+    junk, borrowed, kept = (index.position(pc) for pc in (inside[100], inside[5000],
+                                                             inside[9000]))
+    assert len({junk, borrowed, kept}) == 3
+    other = first.function(kept)  # a real table, of another function than the two below
+    assert other is not None
+    first._made = {junk: b"junk", borrowed: first._made[kept], kept: first._made[kept]}
+    first._dirty = True
+    first.save()
+    warm = on_demand_table(image)
+    assert warm is not None and warm._prepare() is not None
+    assert set(warm._made) == {junk, borrowed, kept} and warm.generation == 0
+    wanted = [pc for pc in pcs if index.position(pc) in (junk, borrowed, kept)]
+    _same_rows(whole, warm, wanted)
+    assert warm.generation == 2  # the two bad ones made again; the kept one used as is
+    assert warm._made[junk] != b"junk" and warm._made[borrowed] != first._made[kept]
 
 
 def test_generated_tables_give_on_demand_tables_only_where_they_may(tmp_path: Path) -> None:
