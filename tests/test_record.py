@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,63 @@ def _thread_of(block: str) -> str | None:
     may hold spaces)."""
     found = re.match(r".*?\s(\d+)\s+\[\d+\]\s+\d+\.\d+:", block)
     return found[1] if found else None
+
+
+#: Nearly all its time in reads of /dev/zero (16 MiB each).
+KERNEL_READS = r"""
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+static char buffer[1 << 24];
+__attribute__((noinline)) void reader(int fd, int n) {
+  for (int i = 0; i < n; i++) if (read(fd, buffer, sizeof buffer) < 0) exit(1); }
+int main(int argc, char **argv) {
+  reader(open("/dev/zero", O_RDONLY), argc > 1 ? atoi(argv[1]) : 300); return 0; }
+"""
+
+
+def _kernel_and_user(text: str) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Each sample's (kernel frames, user frames) as symbols without offsets, innermost
+    first, from perf script's text or ours (a frame line ends with its file in
+    parentheses)."""
+    found = []
+    for block in text.strip().split("\n\n"):
+        frames = [line.split() for line in block.splitlines()[1:] if line.strip()]
+        names = [(parts[1].split("+")[0], parts[-1] == "([kernel.kallsyms])")
+                 for parts in frames if len(parts) >= 3]
+        found.append((tuple(name for name, kernel in names if kernel),
+                      tuple(name for name, kernel in names if not kernel)))
+    return found
+
+
+def test_samples_in_the_kernel_have_the_kernel_chains_perf_records(tmp_path: Path) -> None:
+    """The sampling event asks the kernel for its own chain only, not for a user chain by
+    frame pointers (the walker makes that one): samples taken in reads of /dev/zero have
+    the kernel chains perf -g records of the same program (the most common the same, each
+    of ours in at least 5% of the samples one of perf's), their user frames after them
+    reaching _start."""
+    perf = need_perf()
+    (tmp_path / "reads.c").write_text(KERNEL_READS)
+    program = tmp_path / "reads"
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(program),
+                    str(tmp_path / "reads.c")], check=True)
+    ours = tmp_path / "ours.data"
+    run = sframe("record", "-o", str(ours), "--", str(program), tmp=tmp_path)
+    assert run.returncode == 0, run.stderr
+    text = sframe("script", str(ours), tmp=tmp_path)
+    assert text.returncode == 0, text.stderr
+    theirs = tmp_path / "perf.data"
+    subprocess.run([perf, "record", "-q", "-g", "-o", str(theirs), "--", str(program)],
+                   check=True, capture_output=True, timeout=120)
+    their_text = subprocess.run([perf, "script", "-i", str(theirs)], check=True,
+                                capture_output=True, text=True, timeout=120).stdout
+    reads = [(kernel, user) for kernel, user in _kernel_and_user(text.stdout)
+             if "read_zero" in kernel]
+    their_reads = [kernel for kernel, _ in _kernel_and_user(their_text) if "read_zero" in kernel]
+    assert len(reads) > 30 and len(their_reads) > 30, (len(reads), len(their_reads))
+    mine = Counter(kernel for kernel, _ in reads)
+    assert mine.most_common(1)[0][0] == Counter(their_reads).most_common(1)[0][0]
+    assert {chain for chain, count in mine.items()
+            if count >= 0.05 * len(reads)} <= set(their_reads), (mine, Counter(their_reads))
+    assert all(user[0].startswith(("read", "__libc_read", "__GI___libc_read"))
+               and "reader" in user and user[-1] == "_start" for _, user in reads), reads[:3]

@@ -13,7 +13,8 @@ import struct
 
 import pytest
 
-from pysframe.record.perf_file import FILE_SAMPLE_TYPE, sample_record
+from pysframe.record.perf_file import EVENTS, FILE_SAMPLE_TYPE, sample_record
+from pysframe.record.recorder import sampling_attr
 from pysframe.record.sampler import (
     COPY_HEADER,
     FLAG_IN_KERNEL,
@@ -114,3 +115,18 @@ def test_a_sample_too_large_for_perf_is_refused_as_the_writer_refuses_it() -> No
     with pytest.raises(WriteError) as general:
         _reference(raw, None, None, users)
     assert str(ours.value) == str(general.value)
+
+
+def test_the_sampling_event_asks_the_kernel_for_its_own_chain_only() -> None:
+    """Its samples have a callchain (bpf_get_stack reads the kernel part the kernel made
+    for the sample) without the user part, which the kernel would otherwise make by frame
+    pointers at every sample for nothing (the walker makes the user chain)."""
+    callchain, freq, exclude_kernel, exclude_user = 1 << 5, 1 << 10, 1 << 21, 1 << 22
+    for period in (None, 10_000):
+        attr = sampling_attr(EVENTS["cpu-clock"], 999, period, inherit=True, on_exec=False)
+        sample_type, flags = struct.unpack_from("<Q", attr, 24)[0], struct.unpack_from(
+            "<Q", attr, 40)[0]
+        assert sample_type & callchain
+        assert flags & exclude_user and not flags & exclude_kernel
+        assert bool(flags & freq) == (period is None)
+        assert struct.unpack_from("<Q", attr, 16)[0] == (period or 999)
