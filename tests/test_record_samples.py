@@ -13,8 +13,7 @@ import struct
 
 import pytest
 
-from pysframe.record.perf_file import EVENTS, FILE_SAMPLE_TYPE, sample_record
-from pysframe.record.recorder import sampling_attr
+from pysframe.record.perf_file import EVENTS, FILE_SAMPLE_TYPE, sample_record, sampling_attr
 from pysframe.record.sampler import (
     COPY_HEADER,
     FLAG_IN_KERNEL,

@@ -56,6 +56,8 @@ from .perf_file import (
     mmap2_record,
     request_record,
     sample_record,
+    sampling_attr,
+    sampling_flags,
 )
 from .perf_ring import PerfRing
 from .procfs import (
@@ -107,14 +109,6 @@ MMAP2, COMM, EXIT, FORK = 10, 3, 4, 7
 SIDE_BAND_FLAGS = ((1 << 1) | (1 << 8) | (1 << 9) | (1 << 13) | (1 << 18) | (1 << 23)
                    | (1 << 24) | (1 << 25))
 CLOCK_MONOTONIC = 1
-#: perf_event_attr's ``freq`` bit: sample_period holds a frequency.
-FREQ_FLAG = 1 << 10
-#: perf_event_attr's ``exclude_callchain_user`` bit. The walker calls bpf_get_stack for
-#: the kernel's frames, and the kernel then makes the sample's whole callchain before the
-#: program runs (bpf_prepare_sample): without this bit, the user part too, by frame
-#: pointers, up to 127 frames read at every sample and never used (a 300-deep recursion
-#: built with frame pointers, sampled at 10 kHz: ~3 points of the workload's CPU time).
-EXCLUDE_CALLCHAIN_USER = 1 << 22
 
 
 @dataclass(slots=True)
@@ -259,7 +253,7 @@ def record(target: Target, duration: float | None, report: Callable[[str], None]
             signal.signal(number, handler)
     event_type, config = EVENTS[event]
     attr = event_attr(target.period or target.frequency,
-                      _sampling_flags(ATTR_FLAGS, target.period)
+                      sampling_flags(ATTR_FLAGS, target.period)
                       | (DEFER_FLAGS if defer else 0), config=config, event_type=event_type)
     return RecordedFile(spool, attr, _build_ids(result.binaries), event), result
 
@@ -320,23 +314,6 @@ def _start(session: _Session, target: Target) -> int | None:
         session.stop_worker()
         raise
     return child
-
-
-def _sampling_flags(flags: int, period: int | None) -> int:
-    """``flags`` with perf's ``freq`` bit cleared when sampling every ``period`` events."""
-    return flags & ~FREQ_FLAG if period is not None else flags | FREQ_FLAG
-
-
-def sampling_attr(event: tuple[int, int], frequency: int, period: int | None, *,
-                  inherit: bool, on_exec: bool) -> bytes:
-    """The perf_event_attr of the sampling event (its program attached later): disabled
-    until enabled, or until the exec of a held command (``on_exec``: enable_on_exec);
-    ``inherit``: by the threads and processes the thread starts; no user callchain
-    (:data:`EXCLUDE_CALLCHAIN_USER`)."""
-    flags = _sampling_flags((1 << 0) | ((1 << 1) if inherit else 0)
-                            | ((1 << 12) if on_exec else 0) | EXCLUDE_CALLCHAIN_USER, period)
-    return event_attr(period or frequency, flags, config=event[1], sample_type=SAMPLE_TYPE,
-                      event_type=event[0])
 
 
 def _until_done(session: _Session, stop: dict[str, bool], duration: float | None,
