@@ -18,6 +18,7 @@ from pysframe.elf import ElfImage
 from pysframe.format.decode import SFrameReader
 from pysframe.format.lookup import FrameRow, SFrameLookup
 from pysframe.generate.cache import table_for
+from pysframe.generate.merged_index import merged_entries, own_number, own_ref
 from pysframe.generate.on_demand import KIND, OnDemandTable, _decoded, on_demand_table
 from pysframe.records import replace
 from pysframe.session.tables import GeneratedTables
@@ -79,7 +80,6 @@ def test_rows_made_per_function_are_the_whole_tables(path: Path) -> None:
 @needs_fixtures
 @pytest.mark.skipif(shutil.which("objcopy") is None, reason="no objcopy")
 def test_a_fixture_without_its_sframe_gets_the_whole_tables_rows(tmp_path: Path) -> None:
-    assert on_demand_table(ElfImage(str(FIXTURE)), use_cache=False) is None  # own .sframe
     image = _stripped(tmp_path, FIXTURE)
     lazy = on_demand_table(image, use_cache=False)
     assert lazy is not None
@@ -271,9 +271,72 @@ def test_generated_tables_give_on_demand_tables_only_where_they_may(tmp_path: Pa
     libc = SYSTEM[0]
     if libc.exists():
         assert tables.table(ElfImage(str(libc))).on_demand is not None
-    if FIXTURE.exists():
-        table = tables.table(ElfImage(str(FIXTURE)))  # its own .sframe, merged: whole
-        assert table.on_demand is None and table.data
+    if FIXTURE.exists():  # its own version 3 .sframe, merged per function
+        assert tables.table(ElfImage(str(FIXTURE))).on_demand is not None
+        older = FIXTURES / "2.44" / "x86_64" / "O2" / "prog"  # version 2: merged whole
+        table = tables.table(ElfImage(str(older)))
+        assert table.on_demand is None and table.data and table.damage is None
+        damaged = FIXTURES / "2.40" / "x86_64" / "O2" / "prog"  # made from its CFI, said
+        table = tables.table(ElfImage(str(damaged)))
+        assert table.on_demand is None and table.data and table.damage is not None
     recorder = GeneratedTables(use_cache=False, apart=True)  # the BPF map: whole tables
     if libc.exists():
         assert recorder.table(ElfImage(str(libc))).on_demand is None
+
+
+def _own_tables() -> list[Path]:
+    """Every linked fixture with its own version 3 .sframe, and the Lua program."""
+    found = [path for version in ("2.46", "2.47.50")
+             for path in sorted((FIXTURES / version).glob("*/*/*"))
+             if path.name in ("prog", "prog-nopie", "libt.so")]
+    return [*found, FIXTURES / "real" / "lua-2.46-x86_64" / "lua"]
+
+
+@needs_fixtures
+@pytest.mark.parametrize("path", _own_tables() if FIXTURES.exists() else [],
+                         ids=lambda path: "/".join(path.parts[-4:]))
+def test_own_tables_merged_per_function_are_the_whole_merges(path: Path) -> None:
+    """A file's own .sframe merged with its CFI per function gives the rows of the whole
+    merge (cache.table_for) at every row start and FDE bound of either table and of the
+    CFI; an own FDE the whole merge leaves out (AArch64's: a control word the validator
+    refuses) turns the table whole when its function is made."""
+    image = ElfImage(str(path))
+    lazy = on_demand_table(image, use_cache=False)
+    assert lazy is not None and not lazy.own_damaged() and lazy.index is not None
+    assert any(ref < -(1 << 32) for ref in lazy.index.refs)  # the own table's FDEs
+    whole = _whole(image)
+    pcs = set(_probes(whole, image))
+    own = image.sframe_sections()[0]
+    reader = SFrameReader(own.raw, own.address)
+    for number in range(reader.num_fdes):
+        entry = reader.fde(number)
+        pcs.update((entry.start - 1, entry.start, entry.start + entry.size))
+    _same_rows(whole, lazy, sorted(pc for pc in pcs if pc >= 0))
+    assert (lazy.whole is not None) == (image.machine == "EM_AARCH64")
+
+
+def test_a_function_the_merge_leaves_out_past_its_own_fdes_refuses_the_index() -> None:
+    """The whole merge adds a CFI function whose start no own FDE covers, leaves one out
+    where it overlaps a kept own FDE, and takes ld's stub rules over the own ones; one
+    left out that reaches past the own FDEs it overlaps would come back in a second round
+    where no lookup makes the own FDE, so no index is given."""
+    own = [(0x100, 0x200, 0), (0x200, 0x280, 1), (0x20, 0x30, 2)]  # the last: a stub
+    cfi = [(0x100, 0x200, 8), (0x180, 0x1F0, 16), (0x300, 0x340, 24)]
+    plt = [(0x10, 0x40, ~0)]
+    entries = merged_entries(own, cfi, plt, [(0x400, 0x410, ~1)], [(0x10, 0x40)], True)
+    assert entries == [(0x10, 0x40, ~0), (0x100, 0x200, own_ref(0)),
+                       (0x200, 0x280, own_ref(1)), (0x300, 0x340, 24),
+                       (0x400, 0x410, ~1)]
+    assert own_number(own_ref(1)) == 1 and own_number(~0) is None and own_number(24) is None
+    # ld's rules not placed: the own stub FDE is kept and ld's stub overlapping it is out
+    kept = merged_entries(own, cfi, plt, [], [(0x10, 0x40)], False)
+    assert kept is None  # ld's stub (0x10-0x40) reaches past the own one (0x20-0x30)
+    assert merged_entries(own, cfi, [(0x20, 0x30, ~0)], [], [(0x10, 0x40)], False) == [
+        (0x20, 0x30, own_ref(2)), (0x100, 0x200, own_ref(0)), (0x200, 0x280, own_ref(1)),
+        (0x300, 0x340, 24)]
+    # a CFI function from inside one own FDE to past the next: refused
+    assert merged_entries(own, [*cfi, (0x1F0, 0x290, 32)], plt, [], [(0x10, 0x40)],
+                          True) is None
+    # one that ends where the own FDEs end: inside them, left out
+    assert (0x1F0, 0x280, 32) not in (merged_entries(
+        own, [*cfi, (0x1F0, 0x280, 32)], plt, [], [(0x10, 0x40)], True) or [])

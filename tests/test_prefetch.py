@@ -12,8 +12,8 @@ from pysframe.generate.cache import cached_table, sframe_for
 from pysframe.session.tables import GeneratedTables
 from pysframe.unwind.modules import BinaryFinder
 
-BINARIES = [FIXTURES / "2.46" / "x86_64" / "O2" / "prog",
-            FIXTURES / "2.46" / "x86_64" / "O2" / "libt.so",
+BINARIES = [FIXTURES / "2.44" / "x86_64" / "O2" / "prog",  # version 2: whole merges
+            FIXTURES / "2.44" / "x86_64" / "O2" / "libt.so",
             FIXTURES / "2.44" / "x86_64" / "O0" / "prog"]
 
 

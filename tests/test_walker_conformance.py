@@ -224,7 +224,7 @@ class Conformance:
 
 
 def fixtures() -> Iterator[tuple[str, Binary]]:
-    finder = BinaryFinder(tables=GeneratedTables())
+    finder = BinaryFinder(tables=GeneratedTables(on_demand=False))  # whole, as the walker's
     for path in ELF_FIXTURES:
         binary = map_fixture(str(path), finder)
         if binary is not None:
@@ -497,7 +497,7 @@ def test_walker_equals_the_tracer_on_cores(tmp_path: Path, monkeypatch: pytest.M
             if program != lua:
                 os.close(child._pysframe_master)  # type: ignore[attr-defined]
         space = AddressSpace()
-        finder = BinaryFinder(tables=GeneratedTables())
+        finder = BinaryFinder(tables=GeneratedTables(on_demand=False))  # whole, as the walker's
         for mapped in core.mappings:
             module = finder.module(mapped.path, None, mapped.start, mapped.pgoff)
             if module is not None:

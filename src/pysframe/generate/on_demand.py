@@ -10,10 +10,14 @@ validator (its fast reading first: :func:`~pysframe.format.validation.encoded_er
 each function encoded as a section of its own with the whole table's header.
 That holds when no function's choice depends on another's: the index of functions
 (:class:`FunctionIndex`) must be sorted with no two ranges overlapping, addresses well
-inside the signed 64-bit range. A binary whose index is not like that (damaged or odd
-CFI), one with its own ``.sframe`` (merged with its CFI), a relocatable file or one
-without ``.eh_frame`` gets the whole table, as before; so does ``sframe generate``,
-``inject``, ``audit`` and ``record`` (its BPF map holds whole tables).
+inside the signed 64-bit range. A binary with its own ``.sframe`` (version 3, no fault
+anywhere: :func:`~.cache.own_fault`) is merged with its CFI the same way: its own FDEs
+join the index (:mod:`.merged_index`), each read and validated when first needed, and
+an own FDE the validator would leave out turns the table whole (the whole merge then
+makes that function from the CFI). A binary whose index is not like that (damaged or
+odd CFI), an older or damaged own table, a relocatable file or one without ``.eh_frame``
+gets the whole table, as before; so does ``sframe generate``, ``inject``, ``audit`` and
+``record`` (its BPF map holds whole tables).
 
 The index comes from one pass over ``.eh_frame`` (the same parser the whole generator
 uses, so the same FDEs, errors and all), not from ``.eh_frame_hdr``: the search table
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     from ..cfi.eh_frame import FDE as CFIFDE
     from ..cfi.eh_frame import _Parser
     from ..elf import ElfImage
+    from ..elf.sections import SFrameSectionData
     from ..format.constants import ABI
     from ..format.model import FDE, Section
 
@@ -96,9 +101,11 @@ class FunctionIndex:
 
 def on_demand_possible(image: ElfImage) -> bool:
     """Whether ``image`` may get an on-demand table (a linked file with ``.eh_frame`` and
-    no ``.sframe`` of its own): the index decides the rest."""
-    return (image.elf_type != "REL" and not image.sframe_sections()
-            and image.section_header(".eh_frame") is not None)
+    no ``.sframe`` of its own, or one whose preamble says version 3): the index decides
+    the rest."""
+    own = image.sframe_sections()
+    return (image.elf_type != "REL" and image.section_header(".eh_frame") is not None
+            and (not own or (len(own) == 1 and own[0].raw[2:3] == bytes([VERSION_3]))))
 
 
 class OnDemandTable:
@@ -133,6 +140,11 @@ class OnDemandTable:
         #: The whole table's lookup once this table had to be made whole (None: not).
         self.whole: SFrameLookup | None = None
         self._whole_none = False
+        #: The file's own table, merged with the CFI (None: none).
+        own = image.sframe_sections()
+        self.own: SFrameSectionData | None = own[0] if own else None
+        self._own_reader: SFrameReader | None = None
+        self._damaged = False
 
     def _prepare(self) -> FunctionIndex | None:
         """The index, from the cache or one pass over .eh_frame (made whole instead when
@@ -149,19 +161,73 @@ class OnDemandTable:
                 self.index, self._made = found
                 self._unchecked = set(self._made)
                 return self.index
-            whole = _cached(image, [], key, source, VERSION_3)
+            whole = _cached(image, [self.own] if self.own else [], key, source, VERSION_3)
+            if whole is not None and whole.damage is not None:
+                self._own_damaged()
+                return None
             if whole is not None:  # made before (e.g. by an older version): complete
                 self.whole = SFrameLookup(SFrameReader(whole.data, whole.address))
                 self.generation += 1
                 return None
-        scanned = _scan(image, self._plt_fdes(), list(image.section_ranges(*_STUBS).values()),
-                        self._crt_from)
+        if self.own is not None:
+            scanned = self._merged_scan(self.own)
+        else:
+            scanned = _scan(image, self._plt_fdes(),
+                            list(image.section_ranges(*_STUBS).values()), self._crt_from)
+        if self._damaged:
+            return None
         if scanned is None:
             self._turn_whole()
             return None
         self.index = scanned
         self._dirty = True  # the index is worth keeping, even with no function made
         return self.index
+
+    def own_damaged(self) -> bool:
+        """Whether the file's own table faults: its table is then the one generated from
+        its CFI, with the fault reported (:func:`~.cache.table_for`), not this one."""
+        self._prepare()
+        return self._damaged
+
+    def _own_damaged(self) -> None:
+        self._damaged = self._whole_none = True
+
+    def _merged_scan(self, own: SFrameSectionData) -> FunctionIndex | None:
+        """The index of the file's own table merged with its CFI (see
+        :mod:`.merged_index`), or None when it is not regular or the own table is not
+        one merged per function (not version 3, or a header other than the one the
+        functions are made with); :meth:`_own_damaged` when the own table faults."""
+        from .cache import own_fault
+        from .merged_index import merged_entries
+        from .section import _placeable
+
+        if own_fault(self.image, own) is not None:
+            self._own_damaged()
+            return None
+        reader = SFrameReader(own.raw, own.address)
+        header, made_with = reader.header, _header(self.abi)
+        if (header.version != VERSION_3 or reader.abi() != self.abi
+                or header.cfa_fixed_fp_offset != made_with.cfa_fixed_fp_offset
+                or header.cfa_fixed_ra_offset != made_with.cfa_fixed_ra_offset):
+            return None
+        self._own_reader = reader
+        stubs = list(self.image.section_ranges(*_STUBS).values())
+        cfi = _cfi_entries(self.image, stubs)
+        if cfi is None:
+            return None
+        plt = self._plt_fdes()
+        ld_rules = sorted(plt[:self._crt_from], key=lambda fde: fde.start)
+        entries = merged_entries(
+            [(entry.start, entry.start + entry.size, number)
+             for number, entry in enumerate(reader.fdes())],
+            cfi, [(fde.start, fde.end, ~k) for k, fde in enumerate(plt[:self._crt_from])],
+            [(fde.start, fde.end, ~k) for k, fde in enumerate(plt) if k >= self._crt_from],
+            stubs, bool(_placeable(ld_rules, 0, VERSION_3, self._text, [])))
+        if entries is None:
+            return None
+        index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
+                              [e[2] for e in entries])
+        return index if index.regular() else None
 
     # --- the lookup the unwinder uses --------------------------------------------------
 
@@ -232,10 +298,14 @@ class OnDemandTable:
     def _make(self, position: int) -> bytes | None:
         """The single-function table of the function at ``position``, validated as the
         whole table is; None when the whole table would leave the function out."""
+        from .merged_index import own_number
         from .section import Generated, _placeable, translate_entry
 
         assert self.index is not None
         ref = self.index.refs[position]
+        number = own_number(ref)
+        if number is not None:
+            return self._own_function(number, position)
         result = Generated(_header(self.abi))
         if ref < 0:
             plt = self._plt_fdes()
@@ -252,6 +322,23 @@ class OnDemandTable:
         if not _placeable([fde], 0, VERSION_3, self._text, result.skipped):
             return None
         return self._validated(fde)
+
+    def _own_function(self, number: int, position: int) -> bytes:
+        """The single-function table of the own table's FDE ``number``, validated as the
+        whole merge validates it; _Irregular if the merge would leave it out."""
+        assert self.index is not None and self.own is not None
+        if self._own_reader is None:  # the index came from the cache
+            self._own_reader = SFrameReader(self.own.raw, self.own.address)
+        try:
+            fde = self._own_reader.to_fde(self._own_reader.fde(number))
+        except SFrameError as error:
+            raise _Irregular(error.message) from None
+        if (fde.start, fde.end) != (self.index.starts[position], self.index.ends[position]):
+            raise _Irregular("the own FDE does not match the index")
+        data = self._validated(fde)
+        if data is None:  # the whole merge makes this function from the CFI instead
+            raise _Irregular("an own FDE the validator leaves out")
+        return data
 
     def _validated(self, fde: FDE) -> bytes | None:
         from ..format.encode import encode
@@ -379,6 +466,28 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
     """The index from one pass over .eh_frame (the FDEs the generator's parser gives) and
     the FDEs made from no CFI (``plt``; from ``crt_from`` on, crti/crtn's, left out where
     a CFI FDE overlaps them), or None when it is not regular."""
+    entries = _cfi_entries(image, stubs)
+    if entries is None:
+        return None
+    entries.sort()
+    starts, ends = [entry[0] for entry in entries], [entry[1] for entry in entries]
+    for k, fde in enumerate(plt):
+        at = bisect_right(starts, fde.start) - 1  # a CFI FDE overlapping crt's: left out
+        if k >= crt_from and ((at >= 0 and ends[at] > fde.start) or (
+                at + 1 < len(starts) and starts[at + 1] < fde.end)):
+            continue
+        entries.append((fde.start, fde.end, ~k))
+    entries.sort()
+    index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
+                          [e[2] for e in entries])
+    return index if index.regular() else None
+
+
+def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]]
+                 ) -> list[tuple[int, int, int]] | None:
+    """(start, end, .eh_frame offset) of the CFI FDEs that can be in the table: none in
+    the stub sections (their rows are ld's), sizes of 1 to 2**32-1 (translate_entry skips
+    others: they hold no pc); None without .eh_frame."""
     from ..cfi.eh_frame import fde_ranges
 
     found = image.section(".eh_frame", relocated=True)
@@ -392,22 +501,11 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
     for start, size, offset in fde_ranges(data, address, big_endian=image.big_endian,
                                           address_size=image.elf_class // 8):
         if low <= start < high and any(lo <= start < hi for lo, hi in stubs):
-            continue  # the PLT's rows are ld's, below
-        if not 0 < size <= 0xFFFFFFFF:
-            continue  # never in the table (translate_entry skips it): holds no pc
-        entries.append((start, start + size, offset))
-    entries.sort()
-    starts, ends = [entry[0] for entry in entries], [entry[1] for entry in entries]
-    for k, fde in enumerate(plt):
-        at = bisect_right(starts, fde.start) - 1  # a CFI FDE overlapping crt's: left out
-        if k >= crt_from and ((at >= 0 and ends[at] > fde.start) or (
-                at + 1 < len(starts) and starts[at + 1] < fde.end)):
             continue
-        entries.append((fde.start, fde.end, ~k))
-    entries.sort()
-    index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
-                          [e[2] for e in entries])
-    return index if index.regular() else None
+        if not 0 < size <= 0xFFFFFFFF:
+            continue
+        entries.append((start, start + size, offset))
+    return entries
 
 
 def _encoded(index: FunctionIndex, made: dict[int, bytes | None]) -> bytes:

@@ -1,11 +1,11 @@
 """The tables ``unwind`` is given: SFrame generated from CFI and kept in the private cache
 (:mod:`pysframe.generate.cache`), as a :class:`~pysframe.unwind.provider.TableProvider`.
 
-A binary without a table of its own gets an on-demand table
-(:mod:`pysframe.generate.on_demand`): the rows of each function are made when the unwinder
-first needs them and kept in the cache as they accumulate, so a first run pays for the
-functions its samples touch, not for every function of every binary. Other binaries (their
-own ``.sframe`` merged with their CFI, odd CFI) and the recorder's get whole tables: on a
+A binary gets an on-demand table (:mod:`pysframe.generate.on_demand`; its own version 3
+``.sframe`` merged with its CFI that way too): the rows of each function are made when the
+unwinder first needs them and kept in the cache as they accumulate, so a first run pays for
+the functions its samples touch, not for every function of every binary. Other binaries
+(an older or damaged own table, odd CFI) and the recorder's get whole tables: on a
 first run :meth:`GeneratedTables.prefetch` generates the missing ones in parallel (a process pool; generation is pure Python and
 CPU-bound, so threads would not help) before the samples are unwound. Progress is shown
 by whatever the command passes as ``progress_bar`` (``cli`` draws it; this stage draws
@@ -102,7 +102,9 @@ class GeneratedTables:
                 lazy = on_demand_table(image, use_cache=self.use_cache)
             except GenerateError as error:
                 raise NoTable(error.message, error.offset, path=error.path) from None
-            if lazy is not None:
+            # (a file whose own table faults gets the table made from its CFI, below,
+            # which says so)
+            if lazy is not None and not (lazy.own is not None and lazy.own_damaged()):
                 self._on_demand.append(lazy)
                 _GIVEN.append(lazy)
                 return Table(b"", 0, None, lazy)

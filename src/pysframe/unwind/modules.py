@@ -134,7 +134,8 @@ class BinaryFinder:
         try:
             data, address, damage, on_demand = self.tables.table(image)
             if on_demand is not None:
-                return on_demand, "generated", None, None
+                return on_demand, ".sframe" if image.sframe_sections() else "generated", \
+                    None, None
             reader = SFrameReader(data, address)
             own = image.sframe_sections()
         except NoTable as error:
