@@ -92,7 +92,7 @@ def own_sframe_recording(functions: int) -> Path:
     lines = ["#include <stdio.h>", "#include <string.h>", "volatile long sink;",
              *(f"long f{number}(long a, long b);" for number in range(functions)),
              *(_function(number, functions, chosen) for number in range(functions)),
-             "int main(void) { long t = 0; for (long r = 0; r < 400; r++)",
+             "int main(void) { long t = 0; for (long r = 0; r < 60000; r++)",
              f"  for (int i = 0; i < {functions}; i += 7) t += f{0}(r + i, i) + f{functions // 2}(i, r);",
              '  printf("%ld\\n", t); return 0; }']
     source = directory / f"own{functions}.c"
