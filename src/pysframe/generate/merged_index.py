@@ -53,31 +53,30 @@ def merged_entries(own: list[Entry], cfi: list[Entry], plt: list[Entry], crt: li
 
     from_cfi = sorted(entry for entry in cfi if not started(entry[0]))
     cfi_starts = [start for start, _, _ in from_cfi]
-
-    def overlaps_cfi(entry: Entry) -> bool:  # crt's left out where one of those overlaps
-        at = bisect_right(cfi_starts, entry[0]) - 1
-        return (at >= 0 and from_cfi[at][1] > entry[0]) or (
-            at + 1 < len(from_cfi) and from_cfi[at + 1][0] < entry[1])
-
-    added = from_cfi + plt + [entry for entry in crt if not overlaps_cfi(entry)]
+    # crt's are left out where one of those overlaps them
+    added = from_cfi + plt + [entry for entry in crt
+                              if not overlaps(entry, from_cfi, cfi_starts)]
 
     def in_stub(address: int) -> bool:
         return any(lo <= address < hi for lo, hi in stubs)
 
     kept = [entry for entry in own if not (stubs_described and in_stub(entry[0]))]
     kept_starts = [start for start, _, _ in kept]
-
-    def overlaps_kept(entry: Entry) -> bool:
-        at = bisect_right(kept_starts, entry[0]) - 1
-        return (at >= 0 and entry[0] < kept[at][1]) or (
-            at + 1 < len(kept) and kept[at + 1][0] < entry[1])
-
-    if any(overlaps_kept(entry) and not _inside(entry, kept) for entry in cfi + plt + crt):
+    if any(overlaps(entry, kept, kept_starts) and not _inside(entry, kept)
+           for entry in cfi + plt + crt):
         return None
     entries = [(start, end, own_ref(number)) for start, end, number in kept]
-    entries += [entry for entry in added if not overlaps_kept(entry)]
+    entries += [entry for entry in added if not overlaps(entry, kept, kept_starts)]
     entries.sort()
     return entries
+
+
+def overlaps(entry: Entry, ranges: list[Entry], starts: list[int]) -> bool:
+    """Whether ``entry``'s range overlaps one of ``ranges`` (sorted by start, apart from
+    each other; ``starts``: their starts)."""
+    at = bisect_right(starts, entry[0]) - 1
+    return (at >= 0 and entry[0] < ranges[at][1]) or (
+        at + 1 < len(ranges) and ranges[at + 1][0] < entry[1])
 
 
 def _inside(entry: Entry, ranges: list[Entry]) -> bool:

@@ -212,10 +212,13 @@ class OnDemandTable:
             return None
         self._own_reader = reader
         stubs = list(self.image.section_ranges(*_STUBS).values())
-        cfi = _cfi_entries(self.image, stubs)
+        try:
+            cfi = _cfi_entries(self.image, stubs)
+            plt = self._plt_fdes()
+        except PysframeError:  # the whole merge decides (and says why)
+            return None
         if cfi is None:
             return None
-        plt = self._plt_fdes()
         ld_rules = sorted(plt[:self._crt_from], key=lambda fde: fde.start)
         entries = merged_entries(
             [(entry.start, entry.start + entry.size, number)
@@ -466,17 +469,18 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
     """The index from one pass over .eh_frame (the FDEs the generator's parser gives) and
     the FDEs made from no CFI (``plt``; from ``crt_from`` on, crti/crtn's, left out where
     a CFI FDE overlaps them), or None when it is not regular."""
-    entries = _cfi_entries(image, stubs)
-    if entries is None:
+    from .merged_index import overlaps
+
+    found = _cfi_entries(image, stubs)
+    if found is None:
         return None
-    entries.sort()
-    starts, ends = [entry[0] for entry in entries], [entry[1] for entry in entries]
+    cfi = sorted(found)
+    starts = [entry[0] for entry in cfi]
+    entries = list(cfi)
     for k, fde in enumerate(plt):
-        at = bisect_right(starts, fde.start) - 1  # a CFI FDE overlapping crt's: left out
-        if k >= crt_from and ((at >= 0 and ends[at] > fde.start) or (
-                at + 1 < len(starts) and starts[at + 1] < fde.end)):
-            continue
-        entries.append((fde.start, fde.end, ~k))
+        entry = (fde.start, fde.end, ~k)
+        if k < crt_from or not overlaps(entry, cfi, starts):  # crt's: not under a CFI FDE
+            entries.append(entry)
     entries.sort()
     index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
                           [e[2] for e in entries])
