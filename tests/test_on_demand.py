@@ -340,3 +340,23 @@ def test_a_function_the_merge_leaves_out_past_its_own_fdes_refuses_the_index() -
     # one that ends where the own FDEs end: inside them, left out
     assert (0x1F0, 0x280, 32) not in (merged_entries(
         own, [*cfi, (0x1F0, 0x280, 32)], plt, [], [(0x10, 0x40)], True) or [])
+
+
+@needs_fixtures
+def test_an_own_table_whose_cfi_cannot_be_indexed_is_merged_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the merged index cannot be made (here: .eh_frame unreadable to the index),
+    the whole merge decides: the same rows, from a table made whole, no exception."""
+    import pysframe.generate.on_demand as on_demand
+    from pysframe.cfi.errors import CFIError
+
+    def unreadable(*_: object) -> None:
+        raise CFIError("unreadable .eh_frame", 0x40)
+
+    monkeypatch.setattr(on_demand, "_cfi_entries", unreadable)
+    image = ElfImage(str(FIXTURE))
+    lazy = on_demand_table(image, use_cache=False)
+    assert lazy is not None and not lazy.own_damaged()
+    assert lazy.index is None and lazy.whole is not None
+    whole = _whole(image)
+    _same_rows(whole, lazy, _probes(whole, image)[::7])
