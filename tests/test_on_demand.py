@@ -17,6 +17,7 @@ from pysframe.cfi.eh_frame import fde_ranges, parse_eh_frame
 from pysframe.elf import ElfImage
 from pysframe.format.decode import SFrameReader
 from pysframe.format.lookup import FrameRow, SFrameLookup
+from pysframe.generate import on_demand
 from pysframe.generate.cache import table_for
 from pysframe.generate.merged_index import merged_entries, own_number, own_ref
 from pysframe.generate.on_demand import KIND, OnDemandTable, _decoded, on_demand_table
@@ -347,7 +348,6 @@ def test_an_own_table_whose_cfi_cannot_be_indexed_is_merged_whole(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the merged index cannot be made (here: .eh_frame unreadable to the index),
     the whole merge decides: the same rows, from a table made whole, no exception."""
-    import pysframe.generate.on_demand as on_demand
     from pysframe.cfi.errors import CFIError
 
     def unreadable(*_: object) -> None:
@@ -360,3 +360,31 @@ def test_an_own_table_whose_cfi_cannot_be_indexed_is_merged_whole(
     assert lazy.index is None and lazy.whole is not None
     whole = _whole(image)
     _same_rows(whole, lazy, _probes(whole, image)[::7])
+
+
+@needs_fixtures
+def test_a_cached_index_naming_an_own_fde_the_table_lacks_turns_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache entry whose index names own FDE 10**6 (the table has a few dozen): the function is
+    not made from it; the table turns whole and gives the whole merge's rows."""
+    from pysframe.cachedir import store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    image = ElfImage(str(FIXTURE))
+    first = on_demand_table(image)
+    assert first is not None and first.index is None
+    index = first._prepare()
+    assert index is not None and first._key is not None and first._source is not None
+    at = next(k for k, ref in enumerate(index.refs) if own_number(ref) is not None)
+    refs = list(index.refs)
+    refs[at] = own_ref(10**6)
+    store(KIND, first._key, on_demand._encoded(
+        on_demand.FunctionIndex(index.starts, index.ends, refs), {}), first._source)
+    warm = on_demand_table(image)
+    assert warm is not None and warm._prepare() is not None and warm.index is not None
+    assert own_number(warm.index.refs[at]) == 10**6  # the entry was taken as it is
+    whole = _whole(image)
+    pcs = [pc for pc in _probes(whole, image) if warm.index.position(pc) == at]
+    assert pcs
+    _same_rows(whole, warm, pcs)
+    assert warm.whole is not None

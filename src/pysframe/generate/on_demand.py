@@ -336,6 +336,8 @@ class OnDemandTable:
             fde = self._own_reader.to_fde(self._own_reader.fde(number))
         except SFrameError as error:
             raise _Irregular(error.message) from None
+        except IndexError as error:  # a cache entry naming an FDE the table lacks
+            raise _Irregular(str(error)) from None
         if (fde.start, fde.end) != (self.index.starts[position], self.index.ends[position]):
             raise _Irregular("the own FDE does not match the index")
         data = self._validated(fde)
