@@ -328,21 +328,18 @@ class SFrameReader:
         start_size = _START_SIZE_OF_TYPE[fde.info & INFO_FRE_TYPE_MASK]
         end = h.fres_end
         if offset + start_size + 1 > end:
-            raise TruncatedError(f"FDE {fde.index}: FRE header runs past the FRE sub-section",
-                                 offset)
+            raise _header_past_end(fde, offset)
         start = _start_structs[(h.big_endian, start_size)].unpack_from(buf, offset)[0]
         info = buf[offset + start_size]
         count = (info >> 1) & 0xF
         size_code = (info >> 5) & 0x3
         if size_code == 3:
-            raise CorruptError(f"FDE {fde.index}: FRE with invalid data-word size code 3",
-                               offset + start_size)
+            raise _bad_size_code(fde, offset + start_size)
         word_size = WORD_SIZE_OF_CODE[size_code]
         words_at = offset + start_size + 1
         next_offset = words_at + count * word_size
         if next_offset > end:
-            raise TruncatedError(
-                f"FDE {fde.index}: FRE data words run past the FRE sub-section", words_at)
+            raise _words_past_end(fde, words_at)
         words: tuple[int, ...] = word_struct(h.big_endian, count, word_size).unpack_from(
             buf, words_at) if count else ()
         if fde.info2 & INFO2_FDE_TYPE_MASK == FDEType.FLEX and count:
@@ -355,6 +352,31 @@ class SFrameReader:
                 words = tuple(as_list)
         fre = FRE(start, words, _BASE_REGS[info & 1], bool(info & 0x80), word_size)
         return fre, next_offset
+
+    def fre_heads(self, fde: FDEEntry) -> Iterator[tuple[int, int, int]]:
+        """(section offset, start, data-word count) of each FRE of ``fde`` in stored order,
+        read and checked as :meth:`read_fre` reads them (the same errors), the words left
+        unread: a whole-table check reads every row and needs few of their words."""
+        h = self.header
+        buf = self._buf
+        start_size = _START_SIZE_OF_TYPE[fde.info & INFO_FRE_TYPE_MASK]
+        starts = _start_structs[(h.big_endian, start_size)]
+        end = h.fres_end
+        offset = fde.fres_offset
+        for _ in range(fde.num_fres):
+            if offset + start_size + 1 > end:
+                raise _header_past_end(fde, offset)
+            info = buf[offset + start_size]
+            count = (info >> 1) & 0xF
+            size_code = (info >> 5) & 0x3
+            if size_code == 3:
+                raise _bad_size_code(fde, offset + start_size)
+            words_at = offset + start_size + 1
+            following = words_at + count * WORD_SIZE_OF_CODE[size_code]
+            if following > end:
+                raise _words_past_end(fde, words_at)
+            yield offset, starts.unpack_from(buf, offset)[0], count
+            offset = following
 
     def fres(self, fde: FDEEntry) -> Iterator[FRE]:
         """The FREs of ``fde`` in stored order."""
@@ -417,6 +439,19 @@ class SFrameReader:
             address=self.address,
             tail=bytes(buf[max(h.fres_end, h.fdes_end):]),
         )
+
+
+def _header_past_end(fde: FDEEntry, offset: int) -> TruncatedError:
+    return TruncatedError(f"FDE {fde.index}: FRE header runs past the FRE sub-section", offset)
+
+
+def _bad_size_code(fde: FDEEntry, offset: int) -> CorruptError:
+    return CorruptError(f"FDE {fde.index}: FRE with invalid data-word size code 3", offset)
+
+
+def _words_past_end(fde: FDEEntry, offset: int) -> TruncatedError:
+    return TruncatedError(f"FDE {fde.index}: FRE data words run past the FRE sub-section",
+                          offset)
 
 
 def decode(data: bytes | bytearray | memoryview, address: int = 0) -> Section:

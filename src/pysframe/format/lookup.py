@@ -101,6 +101,16 @@ class FrameRow:
     flex: bool = False
 
 
+def _start_fault(entry: FDEEntry, start: int, previous: int, at: int) -> CorruptError:
+    """The error of a row whose start is not above the previous one's or, in a
+    PC-incrementing FDE, beyond the function."""
+    if start <= previous:
+        return CorruptError(f"FDE {entry.index}: FRE start {start:#x} not above the previous "
+                            f"one ({previous:#x})", at)
+    return CorruptError(f"FDE {entry.index}: FRE start {start:#x} beyond the function size "
+                        f"{entry.size:#x}", at)
+
+
 class SFrameLookup:
     """PC -> :class:`FrameRow` for one section (see the module docstring)."""
 
@@ -230,26 +240,44 @@ class SFrameLookup:
     def _read_function(self, index: int) -> tuple[FDEEntry, list[int], list[FRE]]:
         """FDE ``index`` and its rows' starts and FREs, with the checks every lookup makes
         (raises :class:`CorruptError` where they fail)."""
-        entry = self._reader.fde(index)
-        if entry.fde_type not in (FDEType.DEFAULT, FDEType.FLEX):
-            raise CorruptError(f"FDE {index}: unknown FDE type {entry.fde_type}", entry.offset)
-        if entry.pc_type == PCType.MASK and entry.rep_size == 0:
-            raise CorruptError(f"FDE {index}: PCMASK FDE with rep_size 0", entry.offset)
+        entry = self._checked_entry(index)
         starts: list[int] = []
         fres: list[FRE] = []
         previous = -1
         mask = entry.info & INFO_PC_TYPE_BIT
         for at, fre in self._reader.fres_with_offsets(entry):
-            if fre.start <= previous:
-                raise CorruptError(f"FDE {index}: FRE start {fre.start:#x} not above the previous "
-                                   f"one ({previous:#x})", at)
-            if not mask and fre.start > entry.size:
-                raise CorruptError(f"FDE {index}: FRE start {fre.start:#x} beyond the function "
-                                   f"size {entry.size:#x}", at)
+            if fre.start <= previous or (not mask and fre.start > entry.size):
+                raise _start_fault(entry, fre.start, previous, at)
             previous = fre.start
             starts.append(fre.start)
             fres.append(fre)
         return entry, starts, fres
+
+    def _checked_entry(self, index: int) -> FDEEntry:
+        """FDE ``index``, with the checks of its type every lookup makes."""
+        entry = self._reader.fde(index)
+        if entry.fde_type not in (FDEType.DEFAULT, FDEType.FLEX):
+            raise CorruptError(f"FDE {index}: unknown FDE type {entry.fde_type}", entry.offset)
+        if entry.pc_type == PCType.MASK and entry.rep_size == 0:
+            raise CorruptError(f"FDE {index}: PCMASK FDE with rep_size 0", entry.offset)
+        return entry
+
+    def _risky_rows(self, index: int, used: int) -> tuple[FDEEntry, list[tuple[int, int]]]:
+        """FDE ``index`` checked as :meth:`_read_function` checks it, from its rows' starts
+        and word counts only; and (row, offset) of the rows whose words could fail (all of
+        a flexible FDE's, a default one's with more than ``used`` words)."""
+        entry = self._checked_entry(index)
+        previous = -1
+        mask = entry.info & INFO_PC_TYPE_BIT
+        everyone = entry.fde_type == FDEType.FLEX
+        risky: list[tuple[int, int]] = []
+        for k, (at, start, count) in enumerate(self._reader.fre_heads(entry)):
+            if start <= previous or (not mask and start > entry.size):
+                raise _start_fault(entry, start, previous, at)
+            previous = start
+            if everyone or count > used:
+                risky.append((k, at))
+        return entry, risky
 
     def first_fault(self) -> SFrameError | None:
         """The error a lookup somewhere in the section would raise (the first in stored
@@ -263,15 +291,13 @@ class SFrameLookup:
         used = 1 + (not self._fixed_ra) + (not self._fixed_fp)
         try:
             for index in range(reader.num_fdes):
-                entry, _, fres = self._read_function(index)
-                decoded += len(fres)
+                entry, risky = self._risky_rows(index, used)
+                decoded += entry.num_fres
                 if decoded > reader.header.num_fres:
                     raise CorruptError(f"FDEs claim more than the {reader.header.num_fres} FREs "
                                        "the header counts", entry.offset)
-                flex = entry.fde_type == FDEType.FLEX
-                for k, fre in enumerate(fres):
-                    if flex or len(fre.words) > used:
-                        self.make_row(entry, k, fre)
+                for k, at in risky:
+                    self.make_row(entry, k, reader.read_fre(entry, at)[0])
         except SFrameError as error:
             return error
         return None
