@@ -353,10 +353,10 @@ class SFrameReader:
         fre = FRE(start, words, _BASE_REGS[info & 1], bool(info & 0x80), word_size)
         return fre, next_offset
 
-    def fre_heads(self, fde: FDEEntry) -> Iterator[tuple[int, int, int]]:
-        """(section offset, start, data-word count) of each FRE of ``fde`` in stored order,
-        read and checked as :meth:`read_fre` reads them (the same errors), the words left
-        unread: a whole-table check reads every row and needs few of their words."""
+    def fre_heads(self, fde: FDEEntry) -> Iterator[tuple[int, int, int, int]]:
+        """(section offset, start, data-word count, next offset) of each FRE of ``fde`` in
+        stored order, read and checked as :meth:`read_fre` reads them (the same errors),
+        the words left unread: whole-table checks read every row and need few words."""
         h = self.header
         buf = self._buf
         start_size = _START_SIZE_OF_TYPE[fde.info & INFO_FRE_TYPE_MASK]
@@ -375,7 +375,7 @@ class SFrameReader:
             following = words_at + count * WORD_SIZE_OF_CODE[size_code]
             if following > end:
                 raise _words_past_end(fde, words_at)
-            yield offset, starts.unpack_from(buf, offset)[0], count
+            yield offset, starts.unpack_from(buf, offset)[0], count, following
             offset = following
 
     def fres(self, fde: FDEEntry) -> Iterator[FRE]:
@@ -394,10 +394,10 @@ class SFrameReader:
 
     def fre_block_end(self, fde: FDEEntry) -> int:
         """Section offset just past the last FRE of ``fde``."""
-        offset = fde.fres_offset
-        for _ in range(fde.num_fres):
-            _, offset = self.read_fre(fde, offset)
-        return offset
+        end = fde.fres_offset
+        for _, _, _, following in self.fre_heads(fde):
+            end = following
+        return end
 
     # --- whole-section conversion ---------------------------------------------------
 

@@ -271,7 +271,7 @@ class SFrameLookup:
         mask = entry.info & INFO_PC_TYPE_BIT
         everyone = entry.fde_type == FDEType.FLEX
         risky: list[tuple[int, int]] = []
-        for k, (at, start, count) in enumerate(self._reader.fre_heads(entry)):
+        for k, (at, start, count, _) in enumerate(self._reader.fre_heads(entry)):
             if start <= previous or (not mask and start > entry.size):
                 raise _start_fault(entry, start, previous, at)
             previous = start
