@@ -45,68 +45,101 @@ def load_kallsyms(path: str = "/proc/kallsyms") -> SymbolTable | None:
     """Text symbols of the running kernel (``None`` if unreadable or addresses are hidden),
     chosen as perf chooses among aliases (:class:`SymbolTable`: kallsyms' symbols have no
     size, so of several at one address the last one in address order, file order among
-    equals, is kept, and each ends where the next address starts).
+    equals, is kept, and each ends where the next address starts). The table is read from
+    its cache entry's bytes (:func:`_table_from`), which :func:`_payload` gives back whole."""
+    payload = kallsyms_payload(path)
+    return _table_from(payload) if payload is not None else None
 
-    Lines in the kernel's own layout (``%px %c %s``, then a tab and ``[module]`` for a
-    module's symbol, left out like perf's vmlinux map) are read a column at a time (the
-    addresses hex-decoded at once: ~40 ms for 120,000 lines, against ~180 ms line by
-    line); text that is not in that layout is read line by line."""
+
+#: The most kallsyms is read of (a kernel's is 5-20 MB): more is not a kernel's.
+_KALLSYMS_LIMIT = 256 << 20
+#: The type column of a text symbol, between the spaces around it; the type alone.
+_TYPES = (b" T ", b" t ", b" W ", b" w ")
+_TEXT_KINDS = frozenset(kind.strip() for kind in _TYPES)
+#: Whitespace other than spaces, tabs and newlines: not in the kernel's layout.
+_OTHER_SPACES = (b"\r", b"\x0b", b"\x0c")
+
+
+def kallsyms_payload(path: str = "/proc/kallsyms") -> bytes | None:
+    """The cache entry's bytes (see :data:`_PREFIX`) of kallsyms' text symbols, as
+    :func:`load_kallsyms` chooses them; None if unreadable, hidden or not text.
+
+    The kernel's own layout (``%px %c %s``, then a tab and ``[module]`` for a module's
+    symbol, left out like perf's vmlinux map) is read a column at a time, as bytes, the
+    names never made strings (~70 ms for 120,000 lines against ~140 ms as columns of
+    text, ~180 ms line by line: it is what a first ``script`` of kernel frames waits
+    for); text in another layout is read line by line."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
-        text = data.decode()
+            data = handle.read(_KALLSYMS_LIMIT + 1)
+        if len(data) > _KALLSYMS_LIMIT:
+            return None
+        found = _columns(data) if data.isascii() else None
+        if found is None:
+            found = _line_by_line(data.decode())
     except (OSError, ValueError):
         return None
-    found = _columns(text)
     if found is None:
-        found = _line_by_line(text)
-        if found is None:
-            return None
+        return None
     starts, names = found
     if not starts or not any(starts):
         return None
-    return _perf_choice(starts, names)
+    return _perf_payload(starts, names)
 
 
-#: The type column of a text symbol, between the spaces around it.
-_TYPES = (" T ", " t ", " W ", " w ")
-
-
-def _columns(text: str) -> tuple[array[int], list[str]] | None:
+def _columns(data: bytes) -> tuple[array[int], list[bytes]] | None:
     """(addresses, names) of the text symbols of kallsyms in the kernel's layout (each
     address as wide as the first line's), in file order; lines of another layout are not
-    symbols. None when the symbols' addresses or names are not plain ones (no spaces, no
-    control characters), or ``text`` is not ASCII with bare newlines."""
-    width = text.find(" ")
-    if not text.isascii() or "\r" in text or width <= 0 or width % 2 or width > 16:
+    symbols. None when ``data`` is not in that layout: addresses or names that are not
+    plain ones (no spaces, no control characters), or lines ended otherwise than by a
+    bare newline. The lines before the first module's (the kernel's own, nearly all of
+    them) are split at once; those from it on, one at a time."""
+    width = data.find(b" ")
+    if any(space in data for space in _OTHER_SPACES) or width <= 0 or width % 2 or width > 16:
         return None
+    tab = data.find(b"\t")
+    cut = data.rfind(b"\n", 0, tab) + 1 if tab >= 0 else len(data)
+    core = data[:cut]
+    lines = core.count(b"\n") + (not core.endswith(b"\n") and bool(core))
+    fields = core.split()
+    addresses, kinds, names = fields[0::3], fields[1::3], fields[2::3]
+    if (len(fields) != 3 * lines or set(map(len, addresses)) - {width}
+            or set(map(len, kinds)) - {1}
+            or sum(map(len, names)) + (width + 4) * lines - len(core) not in (0, 1)):
+        return None  # not one plain address, type and name with single spaces a line
+    text = list(map(_TEXT_KINDS.__contains__, kinds))
+    addresses, names = list(compress(addresses, text)), list(compress(names, text))
     name_at = width + 3
-    kept = [line for line in text.split("\n")
-            if line[width:name_at] in _TYPES and "\t" not in line]
-    if not kept:
+    for line in data[cut:].split(b"\n"):  # the modules' lines, and any after them
+        if line[width:name_at] in _TYPES and b"\t" not in line:
+            name = line[name_at:]
+            if not name or len(name.split()) != 1 or len(name) != len(name.strip()):
+                return None
+            addresses.append(line[:width])
+            names.append(name)
+    if not names:
         return None
-    digits = "".join([line[:width] for line in kept])
-    names = [line[name_at:] for line in kept]
-    if len("".join(names).split()) != 1 or not min(map(len, names)):
-        return None  # whitespace in a name (or an empty one): not the kernel's layout
     try:
-        raw = bytes.fromhex(digits)
+        raw = bytes.fromhex(b"".join(addresses).decode())
     except ValueError:
         return None
-    if len(raw) * 2 != len(digits):  # fromhex skips whitespace: a space in an address
+    if len(raw) * 2 != width * len(addresses):  # fromhex skips whitespace
         return None
-    size = width // 2
+    return _addresses(raw, width // 2), names
+
+
+def _addresses(raw: bytes, size: int) -> array[int]:
+    """Big-endian ``size``-byte addresses as an array."""
     if size == 8:
         starts = array("Q", raw)
         if sys.byteorder == "little":
             starts.byteswap()
-    else:
-        starts = array("Q", [int.from_bytes(raw[k:k + size], "big")
-                             for k in range(0, len(raw), size)])
-    return starts, names
+        return starts
+    return array("Q", [int.from_bytes(raw[k:k + size], "big")
+                       for k in range(0, len(raw), size)])
 
 
-def _line_by_line(text: str) -> tuple[array[int], list[str]] | None:
+def _line_by_line(text: str) -> tuple[array[int], list[bytes]] | None:
     """The same from any text (fields split at whitespace, hex addresses)."""
     starts, names = array("Q"), []
     try:
@@ -115,25 +148,29 @@ def _line_by_line(text: str) -> tuple[array[int], list[str]] | None:
             if len(fields) != 3 or fields[1] not in _TEXT_TYPES:
                 continue  # module symbols ("[module]") are left out like perf's vmlinux map
             starts.append(int(fields[0], 16))
-            names.append(fields[2])
+            names.append(fields[2].encode())
     except (ValueError, OverflowError):
         return None
     return starts, names
 
 
-def _perf_choice(starts: array[int], names: list[str]) -> SymbolTable:
-    """The table :class:`SymbolTable` makes of size-less symbols (``starts``, ``names`` in
-    file order): sorted by address (stable), the last of each address kept, each ending
-    where the next starts and the last one page past its page (``_fix_ends``)."""
-    if any(map(operator.gt, starts, islice(starts, 1, None))):
+def _perf_payload(starts: array[int], names: list[bytes]) -> bytes:
+    """The entry of the table :class:`SymbolTable` makes of size-less symbols (``starts``,
+    ``names`` in file order): sorted by address (stable), the last of each address kept,
+    each ending where the next starts and the last one page past its page
+    (``_fix_ends``)."""
+    rising = list(map(operator.lt, starts, islice(starts, 1, None)))
+    if not all(rising) and any(map(operator.gt, starts, islice(starts, 1, None))):
         order = sorted(range(len(starts)), key=starts.__getitem__)
         starts = array("Q", map(starts.__getitem__, order))
         names = list(map(names.__getitem__, order))
-    last = [*map(operator.ne, starts, islice(starts, 1, None)), True]
-    kept = array("Q", compress(starts, last))
-    ends = kept[1:]
-    ends.append((kept[-1] + 0xFFF) // 0x1000 * 0x1000 + 0x1000)
-    return SymbolTable.from_arrays(kept, ends, list(compress(names, last)))
+        rising = list(map(operator.lt, starts, islice(starts, 1, None)))
+    if not all(rising):  # aliases: each address's last one kept
+        rising.append(True)
+        starts, names = array("Q", compress(starts, rising)), list(compress(names, rising))
+    ends = starts[1:]
+    ends.append((starts[-1] + 0xFFF) // 0x1000 * 0x1000 + 0x1000)
+    return _entry(starts, ends, names)
 
 
 #: Kernel symbol tables in the cache: one per kernel build id (and payload format).
@@ -303,18 +340,19 @@ def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> bytes | None:
 _PREFIX = struct.Struct("=I4xQ")
 
 
+def _entry(starts: array[int], ends: array[int], names: list[bytes]) -> bytes:
+    offsets = array("I", accumulate(map(len, names), initial=0))
+    body = b"".join([starts.tobytes(), ends.tobytes(), offsets.tobytes(), b"".join(names)])
+    count = struct.pack("=Q", len(starts))
+    return _PREFIX.pack(zlib.crc32(body, zlib.crc32(count)), len(starts)) + body
+
+
 def _payload(table: SymbolTable) -> bytes:
-    names = list(table.names)
-    blob = "".join(names).encode()
-    if len(blob) == sum(map(len, names)):  # ASCII: a name's bytes are its characters
-        offsets = array("I", [0, *accumulate(map(len, names))])
-    else:
-        encoded = [name.encode() for name in names]
-        offsets = array("I", [0, *accumulate(map(len, encoded))])
-    body = b"".join([array("Q", table.starts).tobytes(), array("Q", table.ends).tobytes(),
-                     offsets.tobytes(), blob])
-    count = struct.pack("=Q", len(table.starts))
-    return _PREFIX.pack(zlib.crc32(body, zlib.crc32(count)), len(table.starts)) + body
+    """The entry of ``table`` (the bytes it was read from, when it was)."""
+    if isinstance(table, _EntryTable):
+        return bytes(table.payload)
+    return _entry(array("Q", table.starts), array("Q", table.ends),
+                  [name.encode() for name in table.names])
 
 
 def _intact(payload: memoryview) -> bool:
@@ -358,4 +396,13 @@ def _table_from(payload: bytes | memoryview) -> SymbolTable | None:
     offsets = view[first + 16 * count:names_at].cast("I")
     if offsets[0] != 0 or offsets[-1] != len(view) - names_at:
         return None
-    return SymbolTable.from_arrays(starts, ends, _Names(offsets, view[names_at:]))
+    table = _EntryTable.from_arrays(starts, ends, _Names(offsets, view[names_at:]))
+    assert isinstance(table, _EntryTable)
+    table.payload = payload
+    return table
+
+
+class _EntryTable(SymbolTable):
+    """A table read from an entry's bytes (``payload``), its arrays views of them."""
+
+    payload: bytes | memoryview
