@@ -1,7 +1,7 @@
 """What a warm `sframe stack` imports: only what the walk uses (issue 29). Tables and
 symbols in the cache and no JIT code in the target, so no pyelftools, numpy, generator,
-CFI parser, click, rich, hashlib or dataclasses (each costs milliseconds of a command
-measured against eu-stack). Not a timing: the list of modules, so the diet cannot
+CFI parser, click, rich, hashlib, dataclasses, typing or re (each costs milliseconds of a
+command measured against eu-stack; typing imports re). Not a timing: the list of modules, so the diet cannot
 regress unnoticed."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 o
 ALLOWED = {"pysframe.generate", "pysframe.generate.cache", "pysframe.generate.errors",
            "pysframe.generate.on_demand", "pysframe.generate.abi", "pysframe.cfi",
            "pysframe.cfi.errors"}
-UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "dataclasses")
+UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "dataclasses",
+                "typing", "re")
 
 #: entry.main() ends the process with os._exit after running the exit functions: the
 #: probe registers one that prints the unwanted modules then loaded.

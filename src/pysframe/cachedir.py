@@ -37,10 +37,13 @@ import stat
 import struct
 import sys
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from .errors import PysframeError
 from .inputs import InputError, open_regular
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, TypeVar
 
 
 def _interpreters_blake2b() -> Any:
@@ -487,7 +490,8 @@ def load_mapped(kind: str, build_id: bytes, source: Source,
     return payload if check(payload) else None
 
 
-_T = TypeVar("_T", bytes, "mmap")
+if TYPE_CHECKING:
+    _T = TypeVar("_T", bytes, "mmap")
 
 
 def _open_entry(kind: str, build_id: bytes, read: Callable[[int, str], _T | None]

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def lazy_exports(package: str, homes: dict[str, str]) -> Callable[[str], Any]:

@@ -10,6 +10,13 @@ same kind of class (``__slots__``, an ``__init__`` with the fields in order and 
 defaults, ``__repr__``, ``__eq__``, and for ``frozen`` immutability and ``__hash__``) with
 one ``exec``. Type checkers see it as a dataclass (:func:`typing.dataclass_transform`).
 
+:class:`NamedTuple` is ``typing.NamedTuple`` to type checkers and, at run time, the same
+class built by ``collections.namedtuple`` without importing ``typing``: ``typing`` imports
+``re`` (with ``enum``, ~5 ms together), a sixth of a whole ``sframe stack``. Modules on the
+start-up paths import nothing from ``typing`` at run time for the same reason: their
+``TYPE_CHECKING = False`` is the constant type checkers read as true, and their typing
+names (``Any``, ``Protocol`` classes) exist for the checkers alone.
+
 Supported, as the project uses them: annotated fields with plain defaults or
 ``field(default_factory=...)``, ``frozen``, properties and methods. Not supported:
 inheritance between records, ``InitVar``, ``__post_init__``, keyword-only fields.
@@ -18,9 +25,44 @@ inheritance between records, ``InitVar``, ``__post_init__``, keyword-only fields
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, dataclass_transform
 
-_T = TypeVar("_T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar, dataclass_transform
+    from typing import NamedTuple as NamedTuple
+    from typing import Protocol as Protocol
+
+    _T = TypeVar("_T")
+else:
+    def dataclass_transform(**_: object) -> Callable[[object], object]:
+        return lambda function: function
+
+    class _NamedTupleType(type):
+        """What ``class X(NamedTuple)`` makes: ``collections.namedtuple`` of the class's
+        annotated fields (and their defaults), with its other attributes (methods,
+        properties, the docstring) set on it, as ``typing.NamedTuple`` does."""
+
+        def __new__(cls, name, bases, namespace):
+            if not bases:
+                return super().__new__(cls, name, bases, namespace)
+            from collections import namedtuple
+
+            fields = list(namespace.get("__annotations__", {}))
+            given = [field for field in fields if field in namespace]
+            if given != fields[len(fields) - len(given):]:
+                raise TypeError(f"{name}: a field without a default follows one with one")
+            made = namedtuple(name, fields, defaults=[namespace[field] for field in given],
+                              module=namespace["__module__"])
+            made.__annotations__ = namespace.get("__annotations__", {})
+            for key, value in namespace.items():
+                if key not in fields and key not in ("__module__", "__annotations__"):
+                    setattr(made, key, value)
+            return made
+
+    class NamedTuple(metaclass=_NamedTupleType):
+        pass
+
+    Protocol = object  # what a protocol class is at run time: a plain class
 
 
 class _Missing:

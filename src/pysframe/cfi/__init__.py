@@ -12,9 +12,10 @@ giving :class:`Instruction` tuples) and the LEB128 readers. The ``DW_CFA_*`` opc
 numbers and their ``NAMES`` are constants of :mod:`.instructions`.
 """
 
-from typing import TYPE_CHECKING
 
 from ..exports import lazy_exports
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .eh_frame import (

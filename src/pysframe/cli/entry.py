@@ -15,16 +15,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any
 
 from .errors import guarded, report
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: ``script --max-stack``: perf's default (kernel.perf_event_max_stack), and the most.
 SCRIPT_MAX_STACK, MOST_STACK = 127, 4096
 #: The recording read when none is named (as main.DEFAULT_RECORDING, without click).
 DEFAULT_RECORDING = "perf.data"
 #: A command to run: its name (``script`` or ``stack``) and the keyword arguments.
-Call = tuple[str, dict[str, Any]]
+if TYPE_CHECKING:
+    Call = tuple[str, dict[str, Any]]
 
 #: Options that take a value, and flags, per command: option -> argument name.
 _SCRIPT_VALUES = {"--binaries": "binaries", "-o": "output", "--output": "output",

@@ -23,7 +23,6 @@ import stat
 import sys
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
 from ..errors import Problems, PysframeError
 from .errors import (
@@ -36,6 +35,10 @@ from .errors import (
     report,
 )
 from .stack_common import WalkedThread, add_jit_objects, shown
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from ..sources.core import CoreMemory

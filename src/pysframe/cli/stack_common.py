@@ -3,10 +3,12 @@ the code a JIT registered."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from ..errors import Problems, PysframeError
 from ..records import record_class
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from ..unwind.unwinder import Unwind

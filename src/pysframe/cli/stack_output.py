@@ -4,8 +4,8 @@ tail-call frames included), as text or JSON, and the legend of modules."""
 from __future__ import annotations
 
 import sys
-from typing import Any, NamedTuple
 
+from ..records import NamedTuple
 from ..symbolize.frames import FrameNamer
 from ..symbolize.symbolizer import SymbolHit
 from ..unwind.address_space import Mapping
@@ -13,6 +13,10 @@ from ..unwind.jit_modules import JIT_FILENAME
 from ..unwind.modules import ORIGIN_REPLACED
 from ..unwind.unwinder import EXACT_PC, Unwind
 from .errors import EXIT_INVALID, EXIT_OK
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 TAILCALL = "tailcall"
 

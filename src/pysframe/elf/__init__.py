@@ -7,9 +7,10 @@ so the start-up-bound paths that need only the headers (:mod:`.headers`, :mod:`.
 do not import pyelftools with :class:`ElfImage`.
 """
 
-from typing import TYPE_CHECKING
 
 from ..exports import lazy_exports
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .debuginfo import DebugFiles, build_id_path, debug_file

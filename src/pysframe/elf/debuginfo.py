@@ -27,9 +27,12 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Literal
 
 from ..errors import PysframeError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
 
 if TYPE_CHECKING:
     from .debuginfod import Debuginfod
@@ -38,7 +41,8 @@ if TYPE_CHECKING:
 DEBUG_ROOT = "/usr/lib/debug"
 #: gdb's ``debug-file-directory``: where separate debug files are installed.
 DIRECTORY_VARIABLE = "PYSFRAME_DEBUG_FILE_DIRECTORY"
-Want = Literal["symbols", "dwarf"]
+if TYPE_CHECKING:
+    Want = Literal["symbols", "dwarf"]
 #: Files read for their build id while indexing the ``--binaries`` directories, at most.
 MAX_INDEXED = 100_000
 _DWARF_SECTIONS = (".debug_info", ".zdebug_info")

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import PysframeError
+from ..records import NamedTuple
+
+TYPE_CHECKING = False
 
 SHN_XINDEX = 0xFFFF
 PN_XNUM = 0xFFFF

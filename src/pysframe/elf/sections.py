@@ -25,7 +25,6 @@ import io
 import mmap
 import struct
 from collections.abc import Callable
-from typing import IO, Any, TypeVar, cast
 
 from ..format.decode import sframe_extent
 from ..format.errors import BadMagicError, SFrameError, UnsupportedVersionError
@@ -55,7 +54,11 @@ from .headers import (
     target_name,
 )
 
-_T = TypeVar("_T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T")
 
 #: What pyelftools (or the reading done by hand) raises on a malformed file, besides
 #: pyelftools' own error class (see :func:`_malformed`).
@@ -144,6 +147,8 @@ class ElfImage:
     def elf(self) -> Any:
         """The pyelftools ``ELFFile`` (imported and built on first use)."""
         if self._elf is None:
+            from typing import IO, cast  # with pyelftools, which imports typing anyway
+
             from elftools.elf.elffile import ELFFile
 
             data = self.data

@@ -19,9 +19,15 @@ Apart from ``decode`` and ``encode``, the names are loaded on first use
 (PEP 562), so importing this package imports neither numpy nor pyelftools.
 """
 
-from typing import TYPE_CHECKING
 
 from ..exports import lazy_exports
+
+# ``decode`` and ``encode`` are also submodule names: importing the submodule would bind
+# the module to the package attribute, so these two functions are bound eagerly.
+from .decode import decode
+from .encode import encode
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .constants import ABI, BaseReg, FDEType, FREType, PCType
@@ -42,10 +48,6 @@ if TYPE_CHECKING:
     from .model import FDE, FRE, Section, default_section
     from .validation import CHECKS, ERROR, WARNING, Finding, validate
 
-# ``decode`` and ``encode`` are also submodule names: importing the submodule would bind
-# the module to the package attribute, so these two functions are bound eagerly.
-from .decode import decode
-from .encode import encode
 
 _HOMES = {
     **dict.fromkeys(("ABI", "BaseReg", "FDEType", "FREType", "PCType"), ".constants"),

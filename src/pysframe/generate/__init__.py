@@ -8,9 +8,10 @@ cached by build id), :func:`inject` (a copy of a file with the section added),
 function's CFI as gas translates it) and :class:`GenerateError`.
 """
 
-from typing import TYPE_CHECKING
 
 from ..exports import lazy_exports
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .cache import sframe_for

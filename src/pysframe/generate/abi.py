@@ -3,10 +3,10 @@ on every run, the generator only on a cache miss)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..format.constants import ABI
 from .errors import GenerateError
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from ..elf import ElfImage

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
 
 from ..cachedir import Source, describe, entry_path, load, read_stamped, stamped, store
 from ..format.decode import SFrameReader, decode
 from ..format.errors import SFrameError
-from ..records import replace
+from ..records import NamedTuple, replace
 from .errors import GenerateError
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from mmap import mmap

@@ -41,7 +41,6 @@ import operator
 import struct
 from bisect import bisect_right
 from itertools import accumulate
-from typing import TYPE_CHECKING
 
 from ..cachedir import Source, load, store
 from ..errors import PysframeError
@@ -51,6 +50,8 @@ from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, SFrameLookup
 from .cache import _STUBS, GENERATOR_VERSION, _cached, cache_key, table_for, table_source
 from .errors import GenerateError
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from ..cfi.eh_frame import FDE as CFIFDE

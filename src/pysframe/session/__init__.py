@@ -9,9 +9,10 @@ script`` order, through the recording's process model) and :class:`UnwoundSample
 batch engine's sessions are :mod:`.batch` and :mod:`.vector`.
 """
 
-from typing import TYPE_CHECKING
 
 from ..exports import lazy_exports
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .perf import PerfUnwinder, UnwoundSample, recorded_files, sample_registers

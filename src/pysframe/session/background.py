@@ -18,8 +18,8 @@ import itertools
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # imported where a generation starts (~4 ms of every start otherwise:
     import subprocess  # every command makes a GeneratedTables, few generate in background)
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import atexit
 import os
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from ..elf import ElfImage
 from ..errors import PysframeError
 from ..generate.cache import cached, table_for
 from ..generate.errors import GenerateError
 from ..generate.on_demand import OnDemandTable, on_demand_possible, on_demand_table
+from ..records import Protocol
 from ..unwind.provider import NoTable, Table
 from .background import BackgroundTables
 

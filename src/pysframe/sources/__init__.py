@@ -3,9 +3,10 @@
 The API is the names below, imported from here (loaded on first use).
 """
 
-from typing import TYPE_CHECKING
 
 from ..exports import lazy_exports
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .core import CoreError, CoreFile, CoreMapping, CoreMemory, CoreThread

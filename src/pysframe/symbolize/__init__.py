@@ -9,9 +9,10 @@ demangler functions :func:`demangle` and :func:`cplus_function_name` (gdb's DWAR
 :func:`perf_name` and :func:`gdb_name` (an ELF symbol as perf and gdb print it).
 """
 
-from typing import TYPE_CHECKING
 
 from ..exports import lazy_exports
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from .cplus import cplus_function_name, demangle

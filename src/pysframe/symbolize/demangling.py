@@ -27,9 +27,12 @@ Demangling is done once per name (cached), only for the symbols frames land in.
 from __future__ import annotations
 
 import ctypes
-import re
 from functools import cache
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from typing import Any
 
 #: libiberty's option bits (include/demangle.h).
 DMGL_PARAMS = 1
@@ -41,8 +44,17 @@ GDB_OPTIONS = DMGL_PARAMS | DMGL_ANSI | DMGL_VERBOSE
 #: Where binutils installs its shared libbfd (Debian, Fedora, Arch layouts).
 LIBBFD_PATTERNS = ("/usr/lib/*-linux-gnu*/libbfd*.so*", "/usr/lib64/libbfd*.so*",
                    "/usr/lib/libbfd*.so*", "/lib/*-linux-gnu*/libbfd*.so*")
-_RUST_LEGACY = re.compile(r"_ZN.*17h[0-9a-f]{16}E\Z", re.DOTALL)
-_RUST_HASH = re.compile(r"::h[0-9a-f]{16}\Z")
+_RUST_LEGACY = r"(?s)_ZN.*17h[0-9a-f]{16}E\Z"
+_RUST_HASH = r"::h[0-9a-f]{16}\Z"
+
+
+@cache
+def _pattern(text: str) -> re.Pattern[str]:
+    """``text`` compiled, at its first use: ``re`` is not imported for a C program's names
+    (~2 ms of a ``sframe stack``)."""
+    import re
+
+    return re.compile(text)
 
 
 @cache
@@ -84,7 +96,7 @@ def _libiberty_demangle(name: str, options: int) -> str | None:
 
 def _rust_fallback(name: str, verbose: bool) -> str | None:
     """A Rust name by the ``rust-demangler`` package (None: not Rust, or not installed)."""
-    if not (name.startswith("_R") or _RUST_LEGACY.match(name)):
+    if not (name.startswith("_R") or _pattern(_RUST_LEGACY).match(name)):
         return None
     try:
         import importlib
@@ -92,7 +104,7 @@ def _rust_fallback(name: str, verbose: bool) -> str | None:
         text = str(importlib.import_module("rust_demangler").demangle(name))
     except Exception:  # it raises its own error types for names it rejects
         return None
-    return text if verbose else _RUST_HASH.sub("", text)
+    return text if verbose else _pattern(_RUST_HASH).sub("", text)
 
 
 def _fallback(name: str, perf: bool) -> str | None:
@@ -107,7 +119,7 @@ def _fallback(name: str, perf: bool) -> str | None:
     return without_parameters(text) if perf else expand_substitutions(text)
 
 
-_OCAML_PART = re.compile(r"__|\$[0-9A-Fa-f]{2}")
+_OCAML_PART = r"__|\$[0-9A-Fa-f]{2}"
 
 
 def ocaml_name(name: str) -> str | None:
@@ -117,7 +129,7 @@ def ocaml_name(name: str) -> str | None:
     library does this; it is a few lines, written here."""
     if not (name.startswith("caml") and name[4:5].isascii() and name[4:5].isupper()):
         return None
-    return _OCAML_PART.sub(
+    return _pattern(_OCAML_PART).sub(
         lambda match: "." if match[0] == "__" else chr(int(match[0][1:], 16)), name[4:])
 
 
@@ -156,7 +168,7 @@ def gdb_name(name: str) -> str:
     """``name`` as gdb 13 prints a minimal symbol (a frame without DWARF) in ``bt``."""
     if name.endswith("@plt"):
         return gdb_name(name[:-4]) + "@plt"
-    if name.endswith(".cold") and _C_COLD.match(name) and not any(
+    if name.endswith(".cold") and _pattern(_C_COLD).match(name) and not any(
             part.isdigit() for part in name.split(".")):
         return f"{name[:-5]}[cold]"
     return _demangle(name, GDB_OPTIONS)
@@ -168,4 +180,4 @@ def gdb_name(name: str) -> str:
 #: ``main.cold``, ``f_x.cold``, ``x.y.cold`` become ``[cold]``; names with a capital, a
 #: leading ``_``, a ``__`` or a numbered part such as ``f.part.0.cold``, which gdb
 #: rewrites further, are left as they are here).
-_C_COLD = re.compile(r"^[a-z](?:[a-z0-9.]|_(?!_))*(?<![._])\.cold$")
+_C_COLD = r"^[a-z](?:[a-z0-9.]|_(?!_))*(?<![._])\.cold$"

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import marshal
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from ..cachedir import Source, combine, entry_path, load, store
 from ..elf.debuginfo import DebugFiles
 from ..errors import PysframeError
 from .symbols import cache_entry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from ..elf import ElfImage

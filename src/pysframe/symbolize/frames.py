@@ -9,13 +9,17 @@ a :class:`FrameNames` per module (normally the memoized
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
 
 from ..elf.debuginfo import DebugFiles
 from ..errors import Problems
+from ..records import Protocol
 from ..unwind.address_space import AddressSpace, Mapping, Module
 from .symbolizer import SymbolHit, Symbolizer
 from .symbols import function_addresses
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from ..elf import ElfImage

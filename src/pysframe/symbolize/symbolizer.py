@@ -6,12 +6,16 @@ demangled as perf prints them (``perf script``, every ``report`` format) or, for
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, NamedTuple
 
 from ..elf.debuginfo import DebugFiles
 from ..errors import Problems, PysframeError
+from ..records import NamedTuple
 from ..unwind.address_space import Mapping
 from .symbols import SymbolTable, load_symbols
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
 
 UNKNOWN = "[unknown]"
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 from itertools import count, pairwise
-from typing import TYPE_CHECKING
 
 from ..errors import Problems, PysframeError
 from ..format.errors import SFrameError
 from ..records import field, record_class, replace
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:  # types only: the model neither opens files nor decodes tables
     from ..elf import ElfImage

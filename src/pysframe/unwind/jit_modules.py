@@ -8,7 +8,6 @@ frames only (reported). (A jitdump's code loads are mapped by the recording's se
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 from ..elf import ElfError, ElfImage
 from ..elf.headers import SHT_DYNSYM, SHT_NOBITS, SHT_SYMTAB, SectionHeader
@@ -16,6 +15,7 @@ from ..errors import summarized
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
+from ..records import Protocol
 from .address_space import AddressSpace, Mapping, Module
 
 JIT_FILENAME = "[jit]"

@@ -11,7 +11,8 @@ which walks them, checks that statically).
 from __future__ import annotations
 
 import struct
-from typing import Protocol
+
+from ..records import Protocol
 
 _U64 = struct.Struct("<Q")
 _U64_BE = struct.Struct(">Q")

@@ -11,8 +11,7 @@ a named tuple a tenth of that, and instances are as cheap to read.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from ..records import NamedTuple
 from .address_space import AddressSpace, Mapping
 from .step import Rule
 

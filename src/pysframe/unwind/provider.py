@@ -11,9 +11,11 @@ framehop's unwinder takes its sections through ``ModuleSectionInfo`` and never p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import PysframeError
+from ..records import NamedTuple, Protocol
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from ..elf import ElfImage

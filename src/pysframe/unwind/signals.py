@@ -22,9 +22,8 @@ interrupted registers are read from it:
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from ..format.constants import ABI
+from ..records import NamedTuple
 from .memory import StackReader
 
 #: x86-64 rt_sigreturn trampoline (glibc's __restore_rt): mov $15,%rax; syscall.

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, RuleKind
 from ..format.lookup import Rule as ValueRule
-from ..records import record_class, replace
+from ..records import NamedTuple, Protocol, record_class, replace
+
+TYPE_CHECKING = False
 
 _WORD_MASK = (1 << 64) - 1
 _CFA, _RETAIN = RuleKind.CFA, RuleKind.RETAIN

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, NamedTuple
 
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import RuleKind
+from ..records import NamedTuple
 from .address_space import AddressSpace, Mapping
 from .memory import StackMemory, StackReader
 from .plans import (
@@ -34,6 +34,10 @@ from .plans import (
 )
 from .signals import TRAMPOLINES, X86_64_SIGRETURN, interrupted
 from .step import FP_RULE, Policy, Regs, Rule, Stop, rule_of_row, step
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["EXACT_PC", "USER_LIMIT", "X86_64_SIGRETURN", "Frame", "FrameMethod", "Registers",
            "StackReads", "Stop", "Unwind", "Unwinder", "sigreturn_offsets", "unreadable"]
