@@ -210,3 +210,53 @@ def test_the_child_keeps_no_standard_output_open(fake_kernel: list[int],
         kernel._child_ended()
     os.close(gate_read)
     os.close(gate_write)
+
+
+def _kernel_sample(time: int, kernel_pcs: tuple[int, ...]) -> object:
+    from pysframe.report.perf_script import PERF_CONTEXT_KERNEL
+    from pysframe.session.perf import UnwoundSample
+    from pysframe.sources.perf_records import EventAttr, Sample
+    from pysframe.unwind.unwinder import FrameMethod, Stop, Unwind
+
+    attr = EventAttr(1, 0, 0x1 | 0x2 | 0x4 | 0x20 | 0x100, 0, 0, 0, 0, name="cpu-clock")
+    chain = (PERF_CONTEXT_KERNEL, *kernel_pcs) if kernel_pcs else ()
+    sample = Sample(0, 2, ip=0x401000, pid=5, tid=5, time=time, period=10, callchain=chain,
+                    attr=attr)
+    unwind = Unwind(stop=Stop.RECORDED)
+    unwind.add(0x401000, FrameMethod.IP)
+    unwind.mappings.append(None)
+    return UnwoundSample(sample, "work", unwind, unwind.mappings)
+
+
+def test_samples_wait_for_the_kernels_names_held_not_blocking() -> None:
+    """A first run reads kallsyms in a child: the text of samples with kernel frames is held
+    (the samples after them made meanwhile) until the child is done, then named as if the
+    names had been there from the start, in the samples' order."""
+    from pysframe.report.perf_script import perf_script_text
+
+    table = SymbolTable([Symbol(0xFFFFFFFF81000000, 0xFFFFFFFF81000100, "schedule",
+                                "STB_GLOBAL", 0x100),
+                         Symbol(0xFFFFFFFF81000200, 0xFFFFFFFF81000300, "do_syscall_64",
+                                "STB_GLOBAL", 0x100)])
+    samples = [_kernel_sample(t, (0xFFFFFFFF81000010, 0xFFFFFFFF81000210) if t % 3 == 2 else ())
+               for t in range(1, 60)]
+    looks = [0]
+
+    def done() -> bool:
+        looks[0] += 1
+        return looks[0] > 3
+
+    made: list[int] = []
+
+    def load() -> SymbolTable:
+        made.append(1)
+        return table
+
+    lazy = kernel._LazySymbols(load, done)
+    texts = perf_script_text(iter(samples), lazy)  # type: ignore[arg-type]
+    first = next(texts)  # a sample without kernel frames: given at once
+    assert "work" in first and "kallsyms" not in first and not made
+    held = [first, *texts]
+    expected = list(perf_script_text(iter(samples), table))  # type: ignore[arg-type]
+    assert "".join(held) == "".join(expected) and made == [1]
+    assert "schedule+0x10 ([kernel.kallsyms])" in "".join(held) and looks[0] == 4

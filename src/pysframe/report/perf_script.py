@@ -50,9 +50,43 @@ def header(unwound: UnwoundSample, single_line: bool) -> str:
 
 
 def kernel_line(address: int, kernel: SymbolTable | None) -> str:
-    found = kernel.lookup(address) if kernel is not None else None
-    name = f"{found[0]}+{found[1]:#x}" if found else "[unknown]"
+    if kernel is HELD_NAMES:
+        name = f"{_HELD}{address:x}{_HELD}"
+    else:
+        name = _kernel_name(address, kernel)
     return f"{address:16x} {name} ([kernel.kallsyms])"
+
+
+def _kernel_name(address: int, kernel: SymbolTable | None) -> str:
+    found = kernel.lookup(address) if kernel is not None else None
+    return f"{found[0]}+{found[1]:#x}" if found else "[unknown]"
+
+
+#: Where a kernel frame's name goes once the kernel's names are ready (a first run reads
+#: kallsyms in a child process: :func:`~pysframe.symbolize.kernel.prefetch`); the text of
+#: samples waits for them, held, while the samples after them are made. NUL is in no name,
+#: comm or file name that perf records.
+_HELD = "\0"
+HELD_NAMES = SymbolTable([])
+#: Samples made between two looks at whether the kernel's names are ready.
+_LOOK_EVERY = 16
+
+
+def _waiting(kernel: SymbolTable | None) -> bool:
+    """Whether the kernel's names would make the caller wait (see :data:`_HELD`)."""
+    ready = getattr(kernel, "ready", None)
+    return ready is not None and not ready()
+
+
+def _named(held: list[str], kernel: SymbolTable | None,
+           lines_cache: dict[int, dict[int, str]]) -> Iterator[str]:
+    """The texts ``held``, their kernel frames named; the lines kept with a place for a
+    name are dropped."""
+    lines_cache.pop(KERNEL_LINES, None)
+    for text in held:
+        parts = text.split(_HELD)
+        parts[1::2] = [_kernel_name(int(address, 16), kernel) for address in parts[1::2]]
+        yield "".join(parts)
 
 
 #: The key of the kernel's lines in a ``lines_cache`` (layouts are numbered from 1).
@@ -160,5 +194,18 @@ def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | Non
         symbolizer = Symbolizer(problems)
     # Frames repeat across samples: one formatted line per (layout, address).
     lines: dict[int, dict[int, str]] = {}
-    for unwound in samples:
-        yield format_sample(unwound, symbolizer, lines, kernel, max_stack)
+    held: list[str] | None = [] if _waiting(kernel) else None
+    for count, unwound in enumerate(samples):
+        if held is None:
+            yield format_sample(unwound, symbolizer, lines, kernel, max_stack)
+            continue
+        text = format_sample(unwound, symbolizer, lines, HELD_NAMES, max_stack)
+        if held or _HELD in text:
+            held.append(text)
+        else:
+            yield text
+        if count % _LOOK_EVERY == 0 and not _waiting(kernel):
+            yield from _named(held, kernel, lines)
+            held = None
+    if held:
+        yield from _named(held, kernel, lines)

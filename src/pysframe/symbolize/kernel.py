@@ -189,11 +189,19 @@ def kernel_symbols_for(recorded_build_id: bytes | None) -> SymbolTable | None:
 
 
 class _LazySymbols(SymbolTable):
-    """A table made (by ``load``) at the first lookup."""
+    """A table made (by ``load``) at the first lookup; ``done`` (if given) says whether
+    that lookup would not wait (for the child of :func:`prefetch`)."""
 
-    def __init__(self, load: Callable[[], SymbolTable | None]) -> None:
+    def __init__(self, load: Callable[[], SymbolTable | None],
+                 done: Callable[[], bool] | None = None) -> None:
         self._load: Callable[[], SymbolTable | None] | None = load
+        self._done = done
         self._table: SymbolTable | None = None
+
+    def ready(self) -> bool:
+        """Whether a lookup now would not wait for another process: a caller with work of
+        its own (the text of the samples that follow) does it first."""
+        return self._load is None or self._done is None or self._done()
 
     def lookup(self, address: int) -> tuple[str, int] | None:
         if self._load is not None:
@@ -222,7 +230,7 @@ def _kallsyms(build_id: bytes) -> SymbolTable | None:
     if boot is None:
         return load_kallsyms()
     if _making is not None and _making[0] == build_id:
-        return _LazySymbols(lambda: _after_child(build_id, boot))
+        return _LazySymbols(lambda: _after_child(build_id, boot), _child_done)
     return _kallsyms_of_boot(build_id, boot)
 
 
@@ -304,6 +312,17 @@ def _detach_standard_streams() -> None:
         os.dup2(null, fd)
     if null > 2:
         os.close(null)
+
+
+def _child_done() -> bool:
+    """Whether the child of :func:`prefetch` has ended (its pipe reads at its end)."""
+    if _making is None:
+        return True
+    import select
+
+    poller = select.poll()
+    poller.register(_making[2], select.POLLIN)
+    return bool(poller.poll(0))  # POLLHUP once the child (the only writer) has ended
 
 
 def _child_ended() -> None:
