@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
-from ..records import replace
+from ..records import record_class, replace
 from .constants import (
     ABI,
     F_FDE_FUNC_START_PCREL,
@@ -66,7 +65,7 @@ WARNING = "warning"
 ERROR = "error"
 
 
-@dataclass(slots=True, frozen=True)
+@record_class(frozen=True)
 class Finding:
     """One problem: which check, where (FDE/FRE index, section byte offset) and what."""
 

@@ -23,7 +23,6 @@ in order; an advance closes the current row only if an instruction changed it
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..cfi.instructions import (
     NAMES,
@@ -56,6 +55,7 @@ from ..errors import PysframeError
 from ..format.constants import ABI, DWARF_REGS, BaseReg, FDEType
 from ..format.model import FDE, FRE
 from ..format.validation import MAX_DWARF_REGNUM
+from ..records import field, record_class
 
 DW_OP_breg0 = 0x70
 DW_OP_deref = 0x06
@@ -69,7 +69,7 @@ class Skip(PysframeError):
         self.reason = reason
 
 
-@dataclass(slots=True)
+@record_class
 class Saved:
     """Where FP or RA is: on the stack at CFA+offset, in a register, or *(reg+offset)."""
 
@@ -78,7 +78,7 @@ class Saved:
     reg: int = 0
 
 
-@dataclass(slots=True)
+@record_class
 class Row:
     cfa_reg: int = -1
     cfa_offset: int = 0
@@ -95,7 +95,7 @@ class Row:
                    self.ra_undefined, self.mangled)
 
 
-@dataclass(slots=True)
+@record_class
 class _Context:
     abi: ABI
     v3: bool

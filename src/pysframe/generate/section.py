@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..cfi.eh_frame import FDE as CFIFDE
 from ..cfi.eh_frame import (
@@ -18,6 +17,7 @@ from ..elf import ElfImage
 from ..errors import Problems
 from ..format.constants import ABI, F_FDE_FUNC_START_PCREL, VERSION_2, VERSION_3
 from ..format.model import FDE, Section
+from ..records import field, record_class
 from .abi import abi_of
 from .crt import crt_fdes
 from .errors import GenerateError
@@ -28,7 +28,7 @@ PLT_SECTIONS = (".plt", ".plt.got", ".plt.sec")
 __all__ = ["PLT_SECTIONS", "GenerateError", "Generated", "abi_of", "generate"]
 
 
-@dataclass(slots=True)
+@record_class
 class Generated:
     section: Section
     #: (start, size, gas's reason) of every function gas would have skipped, and of every
