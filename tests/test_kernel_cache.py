@@ -260,3 +260,17 @@ def test_samples_wait_for_the_kernels_names_held_not_blocking() -> None:
     expected = list(perf_script_text(iter(samples), table))  # type: ignore[arg-type]
     assert "".join(held) == "".join(expected) and made == [1]
     assert "schedule+0x10 ([kernel.kallsyms])" in "".join(held) and looks[0] == 4
+
+
+def test_only_kernel_lines_are_named_again() -> None:
+    """A NUL elsewhere in held text (no recorded string has one: each is cut at its NUL)
+    is left as it is, and never read as an address."""
+    from pysframe.report.perf_script import HELD_NAMES, _named, kernel_line
+
+    table = SymbolTable([Symbol(0x1000, 0x1100, "schedule", "STB_GLOBAL", 0x100)])
+    held = ["\t" + kernel_line(0x1010, HELD_NAMES), "\t1234 a\0zz\0 ([kernel.kallsyms])",
+            "\t1234 b\0 ([kernel.kallsyms])", "\t1234 \0c ([x])"]
+    (text,) = _named(["\n".join(held)], table, {})
+    named = text.split("\n")
+    assert named[0] == "\t" + kernel_line(0x1010, table)
+    assert named[0].endswith(" schedule+0x10 ([kernel.kallsyms])") and named[1:] == held[1:]

@@ -54,7 +54,7 @@ def kernel_line(address: int, kernel: SymbolTable | None) -> str:
         name = f"{_HELD}{address:x}{_HELD}"
     else:
         name = _kernel_name(address, kernel)
-    return f"{address:16x} {name} ([kernel.kallsyms])"
+    return f"{address:16x} {name}{_KERNEL_FILE}"
 
 
 def _kernel_name(address: int, kernel: SymbolTable | None) -> str:
@@ -64,10 +64,13 @@ def _kernel_name(address: int, kernel: SymbolTable | None) -> str:
 
 #: Where a kernel frame's name goes once the kernel's names are ready (a first run reads
 #: kallsyms in a child process: :func:`~pysframe.symbolize.kernel.prefetch`); the text of
-#: samples waits for them, held, while the samples after them are made. NUL is in no name,
-#: comm or file name that perf records.
+#: samples waits for them, held, while the samples after them are made. Only a kernel
+#: frame's line (its name, then :data:`_KERNEL_FILE`) is named again.
 _HELD = "\0"
 HELD_NAMES = SymbolTable([])
+_KERNEL_FILE = " ([kernel.kallsyms])"
+_HELD_END = _HELD + _KERNEL_FILE
+_HEX_DIGITS = "0123456789abcdef"
 #: Samples made between two looks at whether the kernel's names are ready.
 _LOOK_EVERY = 16
 
@@ -84,9 +87,18 @@ def _named(held: list[str], kernel: SymbolTable | None,
     name are dropped."""
     lines_cache.pop(KERNEL_LINES, None)
     for text in held:
-        parts = text.split(_HELD)
-        parts[1::2] = [_kernel_name(int(address, 16), kernel) for address in parts[1::2]]
-        yield "".join(parts)
+        if _HELD_END not in text:
+            yield text
+            continue
+        lines = text.split("\n")
+        for index, line in enumerate(lines):
+            if line.endswith(_HELD_END):
+                begin = line.rfind(" " + _HELD, 0, len(line) - len(_HELD_END))
+                digits = line[begin + 2:len(line) - len(_HELD_END)]
+                if begin >= 0 and digits and not digits.strip(_HEX_DIGITS):
+                    name = _kernel_name(int(digits, 16), kernel)
+                    lines[index] = f"{line[:begin + 1]}{name}{_KERNEL_FILE}"
+        yield "\n".join(lines)
 
 
 #: The key of the kernel's lines in a ``lines_cache`` (layouts are numbered from 1).
@@ -200,7 +212,7 @@ def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | Non
             yield format_sample(unwound, symbolizer, lines, kernel, max_stack)
             continue
         text = format_sample(unwound, symbolizer, lines, HELD_NAMES, max_stack)
-        if held or _HELD in text:
+        if held or _HELD_END in text:
             held.append(text)
         else:
             yield text
