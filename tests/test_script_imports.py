@@ -1,0 +1,46 @@
+"""What a first `sframe script` imports: the tables it makes per function and the symbols it
+reads use the project's record classes, not ``dataclasses`` (with ``inspect``, ``ast``,
+``dis`` and ``tokenize``: ~9 ms of a run measured against perf). Not a timing: the list of
+modules, so that a first run's imports cannot grow unnoticed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+LUA = FIXTURES / "real" / "lua-2.46-x86_64"
+UNWANTED = ("dataclasses", "inspect", "ast", "elftools")
+
+#: entry.main() ends the process with os._exit after running the exit functions: the
+#: probe registers one that prints the unwanted modules then loaded.
+PROBE = f"""
+import atexit, sys
+def unwanted():
+    found = sorted(m for m in sys.modules if m.split('.')[0] in {UNWANTED!r})
+    sys.stderr.write('unwanted: ' + ' '.join(found) + '\\n')
+atexit.register(unwanted)
+sys.argv = ['sframe', 'script', *sys.argv[1:]]
+from pysframe.cli.entry import main
+main()
+"""
+
+
+@pytest.mark.skipif(not (LUA / "perf.data").exists(), reason="no Lua fixture")
+def test_a_first_script_makes_its_tables_without_dataclasses(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "DEBUGINFOD_URLS"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)  # empty: every table and symbol made here
+    args = [str(LUA / "perf.data"), "--binaries", str(LUA)]
+    first = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True,
+                           text=True, timeout=300, env=env, check=False)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.splitlines()[-1] == "unwanted: ", first.stderr
+    assert any((tmp_path / "pysframe" / "sframe").rglob("*")), "no table was made"
+    again = subprocess.run([sys.executable, "-m", "pysframe", "script", *args],
+                           capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert again.returncode == 0 and again.stdout == first.stdout
