@@ -89,7 +89,7 @@ class Row:
     mangled: bool = False
 
     def copy(self) -> Row:
-        # The constructor, not dataclasses.replace (~5x slower): a row is copied at every
+        # The constructor, not records.replace (~5x slower): a row is copied at every
         # advance of every function a first run makes.
         return Row(self.cfa_reg, self.cfa_offset, self.cfa_deref, self.fp, self.ra,
                    self.ra_undefined, self.mangled)
