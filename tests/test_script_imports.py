@@ -18,11 +18,13 @@ LUA = FIXTURES / "real" / "lua-2.46-x86_64"
 UNWANTED = ("dataclasses", "inspect", "ast", "elftools")
 
 #: entry.main() ends the process with os._exit after running the exit functions: the
-#: probe registers one that prints the unwanted modules then loaded.
+#: probe registers one that prints the unwanted modules then loaded (not those a
+#: site-packages .pth file imported before it).
 PROBE = f"""
 import atexit, sys
+before = set(sys.modules)
 def unwanted():
-    found = sorted(m for m in sys.modules if m.split('.')[0] in {UNWANTED!r})
+    found = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {UNWANTED!r})
     sys.stderr.write('unwanted: ' + ' '.join(found) + '\\n')
 atexit.register(unwanted)
 sys.argv = ['sframe', 'script', *sys.argv[1:]]

@@ -26,11 +26,14 @@ UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "da
                 "typing", "re")
 
 #: entry.main() ends the process with os._exit after running the exit functions: the
-#: probe registers one that prints the unwanted modules then loaded.
+#: probe registers one that prints the unwanted modules then loaded. Those the interpreter
+#: had imported before (a site-packages .pth file's: a sandbox's certificate set-up imports
+#: typing and re) are not the command's.
 PROBE = f"""
 import atexit, sys
+before = set(sys.modules)
 def unwanted():
-    found = sorted(m for m in sys.modules
+    found = sorted(m for m in set(sys.modules) - before
                    if m.split('.')[0] in {UNWANTED_TOP!r}
                    or (m.startswith(('pysframe.generate', 'pysframe.cfi'))
                        and m not in {sorted(ALLOWED)!r}))
