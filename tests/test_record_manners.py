@@ -250,3 +250,32 @@ def test_the_recorder_raises_its_priority_and_the_command_keeps_its_own(tmp_path
                            env={**os.environ, BASE_NICE: str(started + 3)}, capture_output=True,
                            text=True, timeout=60)
     assert int(child.stdout) == started + 3
+
+
+@needs_bpf
+@pytest.mark.parametrize("given", [None, "3"])
+def test_the_command_gets_the_users_environment(tmp_path: Path, given: str | None) -> None:
+    """The recorder keeps numpy's OpenBLAS to one thread for itself (pysframe.blas); the
+    command it starts sees the environment the user gave, with or without the variable."""
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    done = subprocess.run([*SFRAME, "record", "-q", "-o", str(tmp_path / "env.data"), "--",
+                           "env"], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines()
+             if line.startswith("OPENBLAS_NUM_THREADS=")]
+    assert lines == ([] if given is None else [f"OPENBLAS_NUM_THREADS={given}"])
+
+
+def test_numpy_starts_no_blas_thread_in_the_command() -> None:
+    """After the command's set-up, importing numpy leaves the process with one thread."""
+    probe = ("import os; os.environ.pop('OPENBLAS_NUM_THREADS', None); "
+             "from pysframe.blas import one_blas_thread, user_environment; one_blas_thread(); "
+             "import numpy; print(len(os.listdir('/proc/self/task')), "
+             "'OPENBLAS_NUM_THREADS' in user_environment())")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert done.stdout.split() == ["1", "False"]

@@ -177,6 +177,9 @@ def _run_call(call: Call) -> int:
 
 def main() -> None:
     """Entry point of the ``sframe`` script."""
+    from ..blas import one_blas_thread
+
+    one_blas_thread()
     call = lean_call(sys.argv[1:])
     if call is None:
         from .main import main as click_main

@@ -13,6 +13,7 @@ import signal
 import time
 from collections.abc import Callable
 
+from ..blas import user_environment
 from ..errors import PysframeError
 from .procfs import libc_function
 
@@ -26,6 +27,7 @@ def held_child(command: list[str]) -> tuple[int, Callable[[], None]]:
     the command unless told to: the end of the pipe (the recorder died or gave up) ends
     it, and so does the recorder's death (``PR_SET_PDEATHSIG``) while it waits."""
     prctl = _prctl()  # looked up before the fork: the child only calls it
+    environment = user_environment()  # the user's, without the recorder's own settings
     read_end, write_end = os.pipe()
     status_read, status_write = os.pipe2(os.O_CLOEXEC)  # closed by a successful exec
     pid = os.fork()
@@ -39,7 +41,7 @@ def held_child(command: list[str]) -> tuple[int, Callable[[], None]]:
                 os._exit(code)
             os.close(read_end)
             prctl(PR_SET_PDEATHSIG, 0)  # released: its life is its own from here, as under perf
-            os.execvp(command[0], command)
+            os.execvpe(command[0], command, environment)
         except OSError as error:
             os.write(status_write, (error.errno or 0).to_bytes(4, "little"))
             code = 126 if error.errno not in (errno.ENOENT, errno.ENOTDIR) else 127
