@@ -274,3 +274,29 @@ def test_only_kernel_lines_are_named_again() -> None:
     named = text.split("\n")
     assert named[0] == "\t" + kernel_line(0x1010, table)
     assert named[0].endswith(" schedule+0x10 ([kernel.kallsyms])") and named[1:] == held[1:]
+
+
+def test_profiles_name_kernel_frames_at_the_end_when_the_names_come_late() -> None:
+    """`sframe report` on a first run: kernel locations made while kallsyms is being read
+    are named when the profile is finished, the same names as with the table at once."""
+    from pysframe.report.profiles import collect
+
+    table = SymbolTable([Symbol(0xFFFFFFFF81000000, 0xFFFFFFFF81000100, "schedule",
+                                "STB_GLOBAL", 0x100)])
+    samples = [_kernel_sample(t, (0xFFFFFFFF81000010, 0xFFFFFFFF81000500) if t % 2 else ())
+               for t in range(1, 12)]
+    looks: list[int] = []
+    loads: list[int] = []
+
+    def load() -> SymbolTable:
+        loads.append(len(looks))
+        return table
+
+    lazy = kernel._LazySymbols(load, lambda: bool(looks.append(1)) or False)
+    late = collect(iter(samples), kernel=lazy)  # type: ignore[arg-type]
+    at_once = collect(iter(samples), kernel=table)  # type: ignore[arg-type]
+    assert late.locations == at_once.locations and late.name_counts() == at_once.name_counts()
+    assert loads == [len(looks)] and len(looks) == 2  # one look per new kernel address
+    assert late.name_counts() == {
+        ("work", "[unknown]", "[kernel.kallsyms]_[k]", "schedule_[k]"): 6,
+        ("work", "[unknown]"): 5}

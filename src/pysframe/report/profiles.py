@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -150,6 +150,11 @@ class _Collector:
         self.location_ids: dict[tuple[int, int], int] = {}
         self.mappings: dict[int, ProfileMapping] = {}
         self.event_ids: dict[str, int] = {}
+        #: Kernel locations made before the kernel's names were ready (a first run reads
+        #: kallsyms in a child process): named by :meth:`finish`, so no sample waits.
+        self.unnamed_kernel: list[int] = []
+        ready = getattr(kernel, "ready", None)
+        self._kernel_ready: Callable[[], bool] | None = ready
 
     def location(self, mapping: Mapping | None, pc: int) -> int:
         key = (id(mapping), pc)
@@ -181,7 +186,11 @@ class _Collector:
 
     def finish(self) -> Profile:
         """The profile, with its main mapping: the program of the busiest process whose
-        program is known."""
+        program is known, and every kernel location named."""
+        locations = self.profile.locations
+        for index in self.unnamed_kernel:
+            locations[index] = self._kernel_named(locations[index].address)
+        self.unnamed_kernel = []
         executables = self.recorded.executables
         by_process: Counter[int] = Counter()
         for (pid, _), count in self.profile.thread_samples().items():
@@ -197,12 +206,21 @@ class _Collector:
         key = (0, address)  # id() of a live object is never 0
         found = self.location_ids.get(key)
         if found is None:
-            hit = self.kernel.lookup(address) if self.kernel is not None else None
-            name = hit[0] if hit else KERNEL_FILE
             found = self.location_ids[key] = len(self.profile.locations)
-            self.profile.locations.append(Location(name, address, None, kernel=True,
-                                                   symbolized=bool(hit)))
+            ready = self._kernel_ready
+            if ready is not None and not ready():
+                self.unnamed_kernel.append(found)
+                self.profile.locations.append(Location(KERNEL_FILE, address, None,
+                                                       kernel=True, symbolized=False))
+            else:
+                self._kernel_ready = None  # ready once: no more looks
+                self.profile.locations.append(self._kernel_named(address))
         return found
+
+    def _kernel_named(self, address: int) -> Location:
+        hit = self.kernel.lookup(address) if self.kernel is not None else None
+        return Location(hit[0] if hit else KERNEL_FILE, address, None, kernel=True,
+                        symbolized=bool(hit))
 
     def add(self, unwound: UnwoundSample) -> None:
         sample = unwound.sample
