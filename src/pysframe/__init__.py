@@ -1,8 +1,8 @@
 """pysframe: the SFrame ("Simple Frame") stack-trace format of GNU binutils, in Python.
 
 One sub-package per stage of the data flow, earliest first (a module imports only
-from its own stage and earlier ones): ``errors``, ``exports`` and ``cachedir`` (shared bottom),
-``format`` (the .sframe bytes), ``elf`` (finding sections in ELF files), ``cfi``
+from its own stage and earlier ones): ``errors``, ``blas``, ``exports`` and ``cachedir``
+(shared bottom), ``format`` (the .sframe bytes), ``elf`` (finding sections in ELF files), ``cfi``
 (DWARF call-frame information), ``generate`` (SFrame from CFI, as GNU as and ld
 make it), ``sources`` (perf.data, live processes, core dumps), ``unwind`` (the stack
 tracer, given its tables and samples), ``session`` (what feeds it: generated tables, a
