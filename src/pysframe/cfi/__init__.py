@@ -12,11 +12,9 @@ giving :class:`Instruction` tuples) and the LEB128 readers. The ``DW_CFA_*`` opc
 numbers and their ``NAMES`` are constants of :mod:`.instructions`.
 """
 
-
 from ..exports import lazy_exports
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from .eh_frame import (
         CIE,

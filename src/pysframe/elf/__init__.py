@@ -7,11 +7,9 @@ so the start-up-bound paths that need only the headers (:mod:`.headers`, :mod:`.
 do not import pyelftools with :class:`ElfImage`.
 """
 
-
 from ..exports import lazy_exports
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from .debuginfo import DebugFiles, build_id_path, debug_file
     from .debuginfod import Debuginfod

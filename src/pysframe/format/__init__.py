@@ -19,7 +19,6 @@ Apart from ``decode`` and ``encode``, the names are loaded on first use
 (PEP 562), so importing this package imports neither numpy nor pyelftools.
 """
 
-
 from ..exports import lazy_exports
 
 # ``decode`` and ``encode`` are also submodule names: importing the submodule would bind
@@ -28,7 +27,6 @@ from .decode import decode
 from .encode import encode
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from .constants import ABI, BaseReg, FDEType, FREType, PCType
     from .decode import FDEEntry, Header, SFrameReader, read_header, sframe_extent

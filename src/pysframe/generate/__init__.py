@@ -8,11 +8,9 @@ cached by build id), :func:`inject` (a copy of a file with the section added),
 function's CFI as gas translates it) and :class:`GenerateError`.
 """
 
-
 from ..exports import lazy_exports
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from .cache import sframe_for
     from .compare import compare_with_cfi, section_for_comparison

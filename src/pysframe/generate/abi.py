@@ -7,7 +7,6 @@ from ..format.constants import ABI
 from .errors import GenerateError
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from ..elf import ElfImage
 

@@ -28,7 +28,6 @@ from ..records import NamedTuple, replace
 from .errors import GenerateError
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from mmap import mmap
     from pathlib import Path

@@ -52,7 +52,6 @@ from .cache import _STUBS, GENERATOR_VERSION, _cached, cache_key, table_for, tab
 from .errors import GenerateError
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from ..cfi.eh_frame import FDE as CFIFDE
     from ..cfi.eh_frame import _Parser
@@ -220,18 +219,14 @@ class OnDemandTable:
             return None
         if cfi is None:
             return None
-        ld_rules = sorted(plt[:self._crt_from], key=lambda fde: fde.start)
+        crt_from = self._crt_from
+        ld_rules = sorted(plt[:crt_from], key=lambda fde: fde.start)
         entries = merged_entries(
             [(entry.start, entry.start + entry.size, number)
              for number, entry in enumerate(reader.fdes())],
-            cfi, [(fde.start, fde.end, ~k) for k, fde in enumerate(plt[:self._crt_from])],
-            [(fde.start, fde.end, ~k) for k, fde in enumerate(plt) if k >= self._crt_from],
+            cfi, _refs(plt[:crt_from], 0), _refs(plt[crt_from:], crt_from),
             stubs, bool(_placeable(ld_rules, 0, VERSION_3, self._text, [])))
-        if entries is None:
-            return None
-        index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
-                              [e[2] for e in entries])
-        return index if index.regular() else None
+        return _regular_index(entries) if entries is not None else None
 
     # --- the lookup the unwinder uses --------------------------------------------------
 
@@ -471,20 +466,26 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
           ) -> FunctionIndex | None:
     """The index from one pass over .eh_frame (the FDEs the generator's parser gives) and
     the FDEs made from no CFI (``plt``; from ``crt_from`` on, crti/crtn's, left out where
-    a CFI FDE overlaps them), or None when it is not regular."""
-    from .merged_index import overlaps
+    a CFI FDE overlaps them), or None when it is not regular: the merge of
+    :mod:`.merged_index` with no own FDE."""
+    from .merged_index import merged_entries
 
-    found = _cfi_entries(image, stubs)
-    if found is None:
+    cfi = _cfi_entries(image, stubs)
+    if cfi is None:
         return None
-    cfi = sorted(found)
-    starts = [entry[0] for entry in cfi]
-    entries = list(cfi)
-    for k, fde in enumerate(plt):
-        entry = (fde.start, fde.end, ~k)
-        if k < crt_from or not overlaps(entry, cfi, starts):  # crt's: not under a CFI FDE
-            entries.append(entry)
-    entries.sort()
+    entries = merged_entries([], cfi, _refs(plt[:crt_from], 0), _refs(plt[crt_from:], crt_from),
+                             stubs, False)
+    return _regular_index(entries) if entries is not None else None
+
+
+def _refs(fdes: list[FDE], first: int) -> list[tuple[int, int, int]]:
+    """(start, end, ref) of the FDEs made from no CFI, the k-th of :meth:`_plt_fdes`'s
+    list (from ``first`` on) with ref ``~k``."""
+    return [(fde.start, fde.end, ~k) for k, fde in enumerate(fdes, first)]
+
+
+def _regular_index(entries: list[tuple[int, int, int]]) -> FunctionIndex | None:
+    """The index of (start, end, ref) entries sorted by start, or None if not regular."""
     index = FunctionIndex([e[0] for e in entries], [e[1] for e in entries],
                           [e[2] for e in entries])
     return index if index.regular() else None

@@ -9,11 +9,9 @@ script`` order, through the recording's process model) and :class:`UnwoundSample
 batch engine's sessions are :mod:`.batch` and :mod:`.vector`.
 """
 
-
 from ..exports import lazy_exports
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from .perf import PerfUnwinder, UnwoundSample, recorded_files, sample_registers
     from .tables import GeneratedTables

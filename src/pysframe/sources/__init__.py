@@ -3,11 +3,9 @@
 The API is the names below, imported from here (loaded on first use).
 """
 
-
 from ..exports import lazy_exports
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from .core import CoreError, CoreFile, CoreMapping, CoreMemory, CoreThread
     from .live import (

@@ -9,11 +9,9 @@ demangler functions :func:`demangle` and :func:`cplus_function_name` (gdb's DWAR
 :func:`perf_name` and :func:`gdb_name` (an ELF symbol as perf and gdb print it).
 """
 
-
 from ..exports import lazy_exports
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from .cplus import cplus_function_name, demangle
     from .demangling import gdb_name, perf_name

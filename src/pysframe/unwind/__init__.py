@@ -12,11 +12,9 @@ This stage reads tables and stacks and makes neither: it imports nothing from
 samples are fed to it by ``pysframe.session``; ``tests/test_layers.py`` holds it to that).
 """
 
-
 from ..exports import lazy_exports
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from .address_space import AddressSpace, Mapping, Module
     from .memory import StackMemory, StackReader

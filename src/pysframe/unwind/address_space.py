@@ -15,7 +15,6 @@ from ..format.errors import SFrameError
 from ..records import field, record_class, replace
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:  # types only: the model neither opens files nor decodes tables
     from ..elf import ElfImage
     from ..format.lookup import FrameRow, SFrameLookup

@@ -16,7 +16,6 @@ from ..errors import PysframeError
 from ..records import NamedTuple, Protocol
 
 TYPE_CHECKING = False
-
 if TYPE_CHECKING:
     from ..elf import ElfImage
     from ..format.lookup import FrameRow, SFrameLookup
