@@ -54,6 +54,7 @@ callers differ by one byte: return address against return address - 1).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -205,8 +206,34 @@ def _overhead_text(overhead: Overhead | None, variant: str = "") -> str:
 
 
 def _spread(values: list[float]) -> str:
-    return (f"median {statistics.median(values):+.1f} points [{min(values):+.1f} to "
+    text = (f"median {statistics.median(values):+.1f} points [{min(values):+.1f} to "
             f"{max(values):+.1f}] over {len(values)} rounds")
+    interval = median_interval(values)
+    if interval is None:
+        return text + " (too few rounds for a 95% interval)"
+    low, high = interval
+    verdict = ("goal met" if high <= 1.0 else "goal NOT met" if low > 1.0
+               else "the rounds cannot tell whether the goal is met")
+    return text + f"; 95% interval of the median {low:+.1f} to {high:+.1f} points: {verdict}"
+
+
+def median_interval(values: list[float], confidence: float = 0.95
+                    ) -> tuple[float, float] | None:
+    """A distribution-free interval holding the median with ``confidence``: the k-th
+    smallest and k-th largest rounds, k the largest with P(Binomial(n, 1/2) < k) at most
+    (1 - confidence) / 2 (the sign test's interval: no assumption on the noise's shape,
+    which here has a long tail of rounds a neighbour disturbed). None under 6 rounds."""
+    ordered = sorted(values)
+    count = len(ordered)
+    tail, k = 0.0, 0
+    while True:
+        below = tail + math.comb(count, k) / 2 ** count  # P(X <= k)
+        if below > (1 - confidence) / 2:
+            break
+        tail, k = below, k + 1
+    if k == 0:
+        return None
+    return ordered[k - 1], ordered[count - k]
 
 
 def timed_cpu(argv: list[str], env: dict[str, str]) -> float:
