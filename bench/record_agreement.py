@@ -22,8 +22,10 @@ folded`, and compare:
   floor any sampler pays), against a bare run of the same repeat, median of --repeats
   runs in alternating order (issue 26's goal: within 1 point of perf's floor), and the
   median of the rounds' differences (ours less the floor: the runs of a round share the
-  machine's state); --overhead-only measures this alone, for every workload chosen, and
-  --variant=OPTIONS adds a run of sframe record with those options to each round.
+  machine's state) with its 95% interval (the sign test's: the goal is called met only
+  when the whole interval is within it); --overhead-only measures this alone, for every
+  workload chosen, --variant=OPTIONS adds a run of sframe record with those options to
+  each round, and --rounds-log FILE keeps the rounds, so that later runs add to them.
 A chain reaches the outermost frame at `_start` or `clone3`, at `_dl_start_user` (the
 return address in ld.so's entry, which has no CFI: samples taken while the dynamic loader
 runs), or at the caller of `__libc_start_main` (a stripped binary's `_start`, unnamed).
@@ -49,11 +51,13 @@ callers differ by one byte: return address against return address - 1).
 
     python3 bench/record_agreement.py [--rounds N] [--system-wide S] [--only=NAME]
                                       [--repeats N] [--idle N] [--overhead-only [--variant=OPTIONS]]
+                                      [--rounds-log FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -267,15 +271,24 @@ class Overhead(NamedTuple):
 
 
 def overheads(command: list[str], system_wide: bool, sframe: list[str], perf: str,
-              env: dict[str, str], repeats: int, variant: list[str] | None = None
-              ) -> Overhead:
+              env: dict[str, str], repeats: int, variant: list[str] | None = None,
+              log: Path | None = None, name: str = "") -> Overhead:
     """Medians over ``repeats`` rounds, each bare, ours, perf's (and ours with ``variant``'s
     options) in turn. The rounds' differences are the steadier figure: a round's runs share
-    the machine's state (here ±3-5 points from run to run, ±10 on a busy day)."""
+    the machine's state (here ±3-5 points from run to run, ±10 on a busy day). With
+    ``log``, each round's CPU seconds are appended to it as a JSON line, and the rounds
+    it already holds for workload ``name`` (with the same variant) are counted too: a
+    long measurement can be made in several sittings."""
     wrapped = cpu_timed(command)
     where = ["-a"] if system_wide else []
     scratch = OUT / "agreement.overhead.data"
     rows: dict[str, list[float]] = {"bare": [], "ours": [], "floor": [], "variant": []}
+    label = " ".join(variant) if variant is not None else None
+    for earlier in logged_rounds(log, name, label):
+        rows["bare"].append(earlier["bare"])
+        for key in ("ours", "floor", "variant"):
+            if key in earlier:
+                rows[key].append(100 * (earlier[key] - earlier["bare"]) / earlier["bare"])
     for _ in range(repeats):
         bare = timed_cpu(wrapped, env)
         ours = timed_cpu([*sframe, "record", "-q", *where, "-o", str(scratch), "--", *wrapped],
@@ -289,6 +302,13 @@ def overheads(command: list[str], system_wide: bool, sframe: list[str], perf: st
             other = timed_cpu([*sframe, "record", "-q", *variant, *where, "-o", str(scratch),
                                "--", *wrapped], env)
             rows["variant"].append(100 * (other - bare) / bare)
+        if log is not None:
+            seconds = {"bare": bare, "ours": ours, "floor": floor}
+            if variant is not None:
+                seconds["variant"] = other
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"workload": name, "variant": label, **seconds,
+                                         "at": time.time()}) + "\n")
 
     def less_floor(name: str) -> list[float]:
         return [value - floor for value, floor in zip(rows[name], rows["floor"], strict=True)]
@@ -297,6 +317,18 @@ def overheads(command: list[str], system_wide: bool, sframe: list[str], perf: st
                     statistics.median(rows["floor"]), less_floor("ours"),
                     statistics.median(rows["variant"]) if variant is not None else None,
                     less_floor("variant") if variant is not None else None)
+
+
+def logged_rounds(log: Path | None, name: str, variant: str | None) -> list[dict[str, float]]:
+    """The rounds ``log`` holds for workload ``name`` measured with ``variant``."""
+    if log is None or not log.exists():
+        return []
+    found = []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        if entry.get("workload") == name and entry.get("variant") == variant:
+            found.append(entry)
+    return found
 
 
 def our_summary(stderr: str, recording: Path) -> str:
@@ -382,6 +414,9 @@ def main() -> int:
                         help="rounds of bare / sframe record / perf record for the overhead")
     parser.add_argument("--overhead-only", action="store_true",
                         help="only the overhead (no recordings compared)")
+    parser.add_argument("--rounds-log", type=Path, default=None, metavar="FILE",
+                        help="append each overhead round to FILE (JSON lines) and count the "
+                             "rounds it already holds: a long measurement in sittings")
     parser.add_argument("--variant", default=None, metavar="OPTIONS",
                         help="with --overhead-only: also sframe record with these options, in "
                              "the same rounds (e.g. --variant='--max-stack 2')")
@@ -435,7 +470,8 @@ def main() -> int:
             # (-a: one round, each run being the whole --system-wide time)
             if args.overhead_only:
                 overhead = overheads(command, system_wide, sframe, perf, env, args.repeats,
-                                     args.variant.split() if args.variant else None)
+                                     args.variant.split() if args.variant else None,
+                                     args.rounds_log, name)
                 print(f"{name}:{_overhead_text(overhead, args.variant or '')}", flush=True)
                 continue
             overhead = overheads(command, system_wide, sframe, perf, env,
