@@ -50,6 +50,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         return None
     try:
         from ..report.event_names import event_name
+        from ..report.perf_script import name_width
         from ..report.perf_script_chunks import LineIndexes, chunk_text
         from ..session.vector import BATCH_FROM, VectorSession
         from ..sources.perf_arrays import sample_arrays
@@ -59,8 +60,9 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     arrays = sample_arrays(data)
     if arrays is None:
         return None
-    attr = data.attrs[0]
+    attr = arrays.attr
     event, with_cpu = event_name(attr), bool(attr.sample_type & SAMPLE_CPU)
+    width = name_width(data.attrs)
     lines: dict[int, dict[int, str]] = {}
     indexes: LineIndexes = {}  # the lines as sorted arrays, kept across chunks
     session = VectorSession(unwinder, arrays, 1 if chosen == "vector" else BATCH_FROM)
@@ -73,7 +75,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
                 _chunk_stops(chunk, session)
             begin = time.perf_counter()
             text = chunk_text(chunk, arrays, symbolizer, kernel, lines, event, with_cpu,
-                              unwinder.unwinder.max_depth, indexes)
+                              unwinder.unwinder.max_depth, indexes, width)
             if phases is not None:
                 phases.seconds["format"] += time.perf_counter() - begin
             yield text
@@ -144,7 +146,7 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
     import os
     import time
 
-    from ..report.perf_script import perf_script_text
+    from ..report.perf_script import name_width, perf_script_text
     from ..symbolize.kernel import kernel_symbols_for, prefetch
     from ..symbolize.symbolizer import Symbolizer
     from .files import refuse_inputs, write_output
@@ -182,7 +184,7 @@ def run_script(path: str, *, binaries: list[str], output: str | None, show_stops
             if show_stops:
                 samples = _with_stops(samples)
             chunks = perf_script_text(samples, kernel, problems, symbolizer=symbolizer,
-                                      max_stack=max_stack)
+                                      max_stack=max_stack, name_width=name_width(data.attrs))
         if output is None:
             write = sys.stdout.write
             for chunk in chunks:

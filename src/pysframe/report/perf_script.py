@@ -13,7 +13,7 @@ from ..session.perf import (
     valid_callchain,
 )
 from ..sources.perf_deferred import deferred_cookie
-from ..sources.perf_records import SAMPLE_CPU
+from ..sources.perf_records import SAMPLE_CPU, EventAttr
 from ..symbolize.symbolizer import Symbolizer, symbol_text
 from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
@@ -36,17 +36,24 @@ def deferred_header(unwound: UnwoundSample) -> str:
             f"DEFERRED CALLCHAIN [cookie: {sample.deferred_record:x}]")
 
 
-def header(unwound: UnwoundSample, single_line: bool) -> str:
+def header(unwound: UnwoundSample, single_line: bool, name_width: int = 0) -> str:
     """perf script's default fields for the sample type: comm (right-aligned to 16 when the
     frames follow on the same line), tid, [cpu] when the recording has PERF_SAMPLE_CPU,
-    time, period, event."""
+    time, period, event (right-aligned to ``name_width``: perf aligns every event's name
+    to the longest of the recording's, :func:`name_width`)."""
     sample = unwound.sample
     seconds, nanoseconds = divmod(sample.time, 10**9)
     comm = f"{unwound.comm:>16}" if single_line else unwound.comm
     cpu = (f" [{sample.cpu:03d}]" if sample.attr is not None
            and sample.attr.sample_type & SAMPLE_CPU else "")
     return (f"{comm} {sample.tid:5d}{cpu} {seconds:5d}.{nanoseconds // 1000:06d}: "
-            f"{sample.period:10d} {event_name(sample.attr)}: ")
+            f"{sample.period:10d} {event_name(sample.attr):>{name_width}}: ")
+
+
+def name_width(attrs: Iterable[EventAttr]) -> int:
+    """The width perf script prints event names in: the longest of the recording's events'
+    names (its dummy event's too; one event: no padding)."""
+    return max((len(event_name(attr)) for attr in attrs), default=0)
 
 
 def kernel_line(address: int, kernel: SymbolTable | None) -> str:
@@ -127,7 +134,8 @@ def kernel_lines(callchain: tuple[int, ...], kernel: SymbolTable | None,
 
 def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
                   lines_cache: dict[int, dict[int, str]] | None = None,
-                  kernel: SymbolTable | None = None, max_stack: int | None = None) -> str:
+                  kernel: SymbolTable | None = None, max_stack: int | None = None,
+                  name_width: int = 0) -> str:
     """The text of one sample. ``lines_cache``: frame lines by layout and printed pc,
     kept across samples (a sample of layout 0, unknown, does without)."""
     sample = unwound.sample
@@ -141,11 +149,11 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
             where = (f"{sample.ip:16x} {symbol_text(symbolizer.symbol(mapping, sample.ip))} "
                      f"({mapping.filename})" if mapping is not None
                      else f"{sample.ip:16x} [unknown] ([unknown])")
-        return f"{header(unwound, True)} {where}\n"
+        return f"{header(unwound, True, name_width)} {where}\n"
     if sample.deferred_record is not None:
         return "\n".join([deferred_header(unwound), *user_lines(unwound, symbolizer, None)]
                          ) + "\n\n"
-    lines = [header(unwound, False)]
+    lines = [header(unwound, False, name_width)]
     if unwind.stop is Stop.RECORDED and not valid_callchain(sample.callchain):
         return lines[0] + "\n\n"  # perf drops a recorded chain with an unknown context
     if sample.callchain:
@@ -199,9 +207,10 @@ def frame_line(symbolizer: Symbolizer, mapping: Mapping | None, pc: int) -> str:
 
 def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | None = None,
                      problems: Problems | None = None, *, symbolizer: Symbolizer | None = None,
-                     max_stack: int | None = None) -> Iterator[str]:
+                     max_stack: int | None = None, name_width: int = 0) -> Iterator[str]:
     """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available;
-    ``max_stack``: the most kernel frames (the user frames were cut when unwound)."""
+    ``max_stack``: the most kernel frames (the user frames were cut when unwound);
+    ``name_width``: see :func:`header`."""
     if symbolizer is None:
         symbolizer = Symbolizer(problems)
     # Frames repeat across samples: one formatted line per (layout, address).
@@ -209,9 +218,9 @@ def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | Non
     held: list[str] | None = [] if _waiting(kernel) else None
     for count, unwound in enumerate(samples):
         if held is None:
-            yield format_sample(unwound, symbolizer, lines, kernel, max_stack)
+            yield format_sample(unwound, symbolizer, lines, kernel, max_stack, name_width)
             continue
-        text = format_sample(unwound, symbolizer, lines, HELD_NAMES, max_stack)
+        text = format_sample(unwound, symbolizer, lines, HELD_NAMES, max_stack, name_width)
         if held or _HELD_END in text:
             held.append(text)
         else:

@@ -31,11 +31,12 @@ LineIndexes = dict[int, tuple[dict[int, str], "SortedLines"]]
 def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
                kernel: SymbolTable | None, lines_cache: dict[int, dict[int, str]],
                event: str, with_cpu: bool, max_stack: int | None = None,
-               indexes: LineIndexes | None = None) -> str:
+               indexes: LineIndexes | None = None, name_width: int = 0) -> str:
     """The text of the chunk's samples, in order (at most ``max_stack`` kernel frames
     each; the user frames were cut when unwound). ``indexes``: the layouts' lines as
     sorted arrays, kept across the chunks of ``lines_cache`` (made for this chunk when
-    not given)."""
+    not given). ``event``: its name, right-aligned to ``name_width`` (as
+    :func:`~.perf_script.header` aligns it)."""
     if indexes is None:
         indexes = {}
     n = chunk.end - chunk.start
@@ -63,13 +64,14 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
     items[starts + sizes - 1] = ""
     for index, unwound in chunk.scalar.items():
         items[starts[index]] = format_sample(unwound, symbolizer, lines_cache, kernel,
-                                             max_stack)[:-1]
+                                             max_stack, name_width)[:-1]
     for group, keep, counts, truncated, extra in placed:
         _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache,
                indexes)
     batch_rows = [index for group in chunk.groups for index in group.rows.tolist()
                   if index not in chunk.scalar]
-    items[starts[batch_rows]] = _headers(arrays, chunk, batch_rows, event, with_cpu)
+    items[starts[batch_rows]] = _headers(arrays, chunk, batch_rows, event, with_cpu,
+                                         name_width)
     for index, lines in kernel_of.items():
         items[starts[index] + 1:starts[index] + 1 + len(lines)] = lines
     return "\n".join(items.tolist()) + "\n"
@@ -83,7 +85,7 @@ def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None,
 
 
 def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
-             with_cpu: bool) -> list[str]:
+             with_cpu: bool, name_width: int) -> list[str]:
     """The header lines of samples ``rows`` of the chunk (as perf_script.header makes them;
     the fields taken from the arrays as lists at once, not element by element)."""
     at = np.array(rows, np.int64) + chunk.start
@@ -93,7 +95,7 @@ def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
             else [""] * len(rows))
     # %-formatting over zipped columns (the seconds and microseconds divided by numpy):
     # ~25% less than an f-string per sample.
-    line = "%s %5d%s %5d.%06d: %10d " + event.replace("%", "%%") + ": "
+    line = "%s %5d%s %5d.%06d: %10d " + f"{event:>{name_width}}".replace("%", "%%") + ": "
     return list(map(line.__mod__, zip(map(comms.__getitem__, rows), arrays.tid[at].tolist(),
                                       cpus, (times // 1_000_000_000).tolist(),
                                       (times % 1_000_000_000 // 1000).tolist(),

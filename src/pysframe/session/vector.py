@@ -72,7 +72,7 @@ class VectorSession:
         self.batch_from = batch_from
         self.batch = BatchUnwinder(session.unwinder)
         self._file = np.frombuffer(session.data.buffer, np.uint8)
-        attr = session.data.attrs[0]
+        attr = arrays.attr
         ip, sp, fp, _, _ = _positions(session.arch, attr.sample_regs_user)
         self._register_positions = (ip, sp, fp) if min(ip, sp, fp) >= 0 else None
         self._next_event = 0

@@ -4,10 +4,17 @@ For the batch pipeline: one pass over the record headers (the samples are not pa
 one by one: their fields are gathered with numpy from the mapped file, every position
 checked against its record's bounds), the few other records parsed as usual, and
 perf's round-based time order (see :mod:`.perf_order`) computed on arrays. Only the
-common shape is taken: one event, uncompressed records 8-byte aligned, samples with
-ip, tid, time, callchain, user registers and stack (cpu, period, ids optional); for
+common shape is taken: one sampling event, uncompressed records 8-byte aligned, samples
+with ip, tid, time, callchain, user registers and stack (cpu, period, ids optional); for
 anything else :func:`sample_arrays` returns None and the record-by-record path reads
 the file, with its reports of malformed records.
+
+One sampling event, not one event: ``perf record -a --call-graph dwarf`` adds a dummy
+event beside the sampled one (its side band), so a system-wide recording has two. Such a
+recording is taken when every event's records carry the same trailer and every sample
+the same id field (IDENTIFIER, or ID after the same fields), and every sample's id is
+the sampling event's; the dummy's side-band records are parsed as the record path
+parses them.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from .perf_records import (
     SAMPLE_TID,
     SAMPLE_TIME,
     SAMPLE_WEIGHT,
+    EventAttr,
     Record,
 )
 
@@ -80,6 +88,8 @@ class SampleArrays:
     stack_len: I64
     events: list[tuple[int, Record]]
     words: U64
+    #: The event every sample is of (:func:`sampling_attr`).
+    attr: EventAttr
 
     def registers(self, positions: tuple[int, ...], start: int, end: int) -> tuple[U64, ...]:
         """The user registers at ``positions`` (indices in the sampled set) of samples
@@ -92,17 +102,70 @@ class SampleArrays:
 
 def sample_arrays(data: PerfData) -> SampleArrays | None:
     """The recording's samples as arrays, or None when it is not of the common shape."""
-    if len(data.attrs) != 1:
+    if not data.attrs or data.data_offset % 8 or not any(_takes(a) for a in data.attrs):
         return None
-    attr = data.attrs[0]
-    sample_type = attr.sample_type
-    if sample_type & REQUIRED != REQUIRED or sample_type & ~ALLOWED or data.data_offset % 8:
+    id_word = _id_word(data.attrs)
+    if id_word is None:
         return None
     scanned = _scan(data)
     if scanned is None:
         return None
     offsets, boundaries, others = scanned
-    return _gathered(data, offsets, boundaries, others, attr.sample_regs_user.bit_count())
+    attr = sampling_attr(data, offsets, id_word)
+    if attr is None or not _takes(attr):
+        return None
+    return _gathered(data, attr, offsets, boundaries, others)
+
+
+def _takes(attr: EventAttr) -> bool:
+    sample_type = attr.sample_type
+    return sample_type & REQUIRED == REQUIRED and not sample_type & ~ALLOWED
+
+
+#: The sample_type bits that lay out a non-sample record's sample_id_all trailer, and the
+#: fields of a sample before its ID.
+_TRAILER_BITS = (SAMPLE_TID | SAMPLE_TIME | SAMPLE_ID | SAMPLE_STREAM_ID | SAMPLE_CPU
+                 | SAMPLE_IDENTIFIER)
+_BEFORE_ID = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR
+
+
+def _id_word(attrs: list[EventAttr]) -> int | None:
+    """The word of each sample that names its event (0: one event, nothing to name), when
+    the events lay out their trailers alike and every sample has the id at one place:
+    the first word (IDENTIFIER) or, as perf requires of several events, ID after the same
+    fields. None: the record path tells the events apart."""
+    if len(attrs) == 1:
+        return 0
+    first = attrs[0].sample_type
+    if any((attr.sample_type & _TRAILER_BITS, attr.sample_id_all)
+           != (first & _TRAILER_BITS, attrs[0].sample_id_all)
+           or attr.sample_type & _BEFORE_ID != first & _BEFORE_ID for attr in attrs):
+        return None
+    if first & SAMPLE_IDENTIFIER:
+        return 1
+    if first & SAMPLE_ID:
+        return 1 + (first & _BEFORE_ID).bit_count()
+    return None
+
+
+def sampling_attr(data: PerfData, offsets: I64, id_word: int) -> EventAttr | None:
+    """The event every sample at ``offsets`` is of: the only one, or the one their ids
+    (word ``id_word`` of each) all name. None when they name several (the record path
+    tells their samples apart) or an unknown one."""
+    if len(data.attrs) == 1:
+        return data.attrs[0]
+    if not len(offsets):
+        return None
+    words: U64 = np.frombuffer(data.buffer, "<u8", len(data.buffer) // 8)
+    at = offsets // 8
+    if np.any((words[at] >> np.uint64(32)) < 8 * (id_word + 1)):
+        return None
+    identifiers = words[at + id_word]
+    first = int(identifiers[0])
+    attr = next((attr for attr in data.attrs if first in attr.ids), None)
+    if attr is None or not np.all(np.isin(identifiers, np.array(attr.ids, np.uint64))):
+        return None
+    return attr
 
 
 def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | None:
@@ -154,10 +217,9 @@ _FIELDS = ("misc", "size", "pid_tid", "time", "cpu", "period", "ip", "count", "c
            "regs_pos", "stack_pos", "stack_len")
 
 
-def _gathered(data: PerfData, offsets: I64, boundaries: I64,
-              others: list[tuple[int, int, Record]], register_count: int
-              ) -> SampleArrays | None:
-    sample_type = data.attrs[0].sample_type
+def _gathered(data: PerfData, attr: EventAttr, offsets: I64, boundaries: I64,
+              others: list[tuple[int, int, Record]]) -> SampleArrays | None:
+    sample_type, register_count = attr.sample_type, attr.sample_regs_user.bit_count()
     words: U64 = np.frombuffer(data.buffer, "<u8", len(data.buffer) // 8)
     slot = {bit: 1 + index for index, bit in enumerate(b for b in _PREFIX if sample_type & b)}
     parts: dict[str, list[Any]] = {name: [] for name in _FIELDS}
@@ -184,7 +246,7 @@ def _gathered(data: PerfData, offsets: I64, boundaries: I64,
         pick(fields["time"]).astype(np.uint64), pick(fields["cpu"]).astype(np.uint32),
         pick(fields["period"]).astype(np.uint64), pick(fields["ip"]).astype(np.uint64),
         pick(fields["count"]), pick(fields["chain_pos"]), pick(fields["regs_pos"]),
-        pick(fields["stack_pos"]), pick(fields["stack_len"]), events, words)
+        pick(fields["stack_pos"]), pick(fields["stack_len"]), events, words, attr)
 
 
 def _block(words: U64, offsets: I64, slot: dict[int, int], register_count: int

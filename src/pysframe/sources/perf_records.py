@@ -225,17 +225,24 @@ class RecordParser:
             for identifier in attr.ids:
                 self.by_id[identifier] = attr
 
-    def _attr_for(self, buffer: memoryview, offset: int, size: int, kind: int) -> EventAttr:
+    def _attr_for(self, buffer: memoryview, offset: int, size: int) -> EventAttr:
+        """The event of the sample at ``offset``: the one its IDENTIFIER names (the first
+        word), else its ID (after IP, TID, TIME and ADDR, where every event of a recording
+        has it: perf refuses events whose ids lie elsewhere), else the first event."""
         if len(self.attrs) == 1:
             return self.attrs[0]
         attr = self.attrs[0]
-        if attr.sample_type & SAMPLE_IDENTIFIER:
-            if kind == RECORD_SAMPLE:
-                identifier = _U64.unpack_from(buffer, offset + 8)[0]
-            else:
-                identifier = _U64.unpack_from(buffer, offset + size - 8)[0]
-            return self.by_id.get(identifier, attr)
-        return attr
+        sample_type = attr.sample_type
+        if sample_type & SAMPLE_IDENTIFIER:
+            at = offset + 8
+        elif sample_type & SAMPLE_ID:
+            before = sample_type & (SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR)
+            at = offset + 8 + 8 * before.bit_count()
+        else:
+            return attr
+        if at + 8 > offset + size:
+            return attr  # (the sample's own parse reports it)
+        return self.by_id.get(_U64.unpack_from(buffer, at)[0], attr)
 
     def parse(self, buffer: memoryview, kind: int, misc: int, offset: int, size: int,
               base: int) -> Record | None:
@@ -340,7 +347,7 @@ class RecordParser:
 
     def _sample(self, buffer: memoryview, misc: int, offset: int, size: int,
                 base: int) -> Sample:
-        attr = self._attr_for(buffer, offset, size, RECORD_SAMPLE)
+        attr = self._attr_for(buffer, offset, size)
         sample_type = attr.sample_type
         end = offset + size
         sample = Sample(base + offset, misc, attr=attr)

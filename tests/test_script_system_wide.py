@@ -1,0 +1,134 @@
+"""A system-wide ``--call-graph dwarf`` recording (``perf record -a``) has two events: the
+sampled one and the dummy event perf adds for the side band. The batch pipeline takes it
+(before, any second event sent the whole recording sample by sample: a warm ``script`` of
+one took 3.4 s where perf took 1.5 s), and gives what the sample-by-sample path gives,
+byte for byte, with perf's own sample lines. A recording with two sampled events, or
+with a sample naming no event, is left to the sample-by-sample path, which names each
+sample's event as perf does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.support.oracles import need_perf, unavailable
+
+np = pytest.importorskip("numpy")
+
+from pysframe.sources.perf_arrays import sample_arrays  # noqa: E402
+from pysframe.sources.perf_data import Sample, open_perf_data  # noqa: E402
+from pysframe.sources.perf_order import time_ordered  # noqa: E402
+from pysframe.sources.perf_records import (  # noqa: E402
+    SAMPLE_ADDR,
+    SAMPLE_IDENTIFIER,
+    SAMPLE_IP,
+    SAMPLE_TID,
+    SAMPLE_TIME,
+)
+
+SFRAME = [sys.executable, "-m", "pysframe"]
+#: Busy for ~0.3 s in a few processes (a shell loop, then date and ls) while perf samples
+#: every CPU.
+WORKLOAD = ["sh", "-c", "i=0; while [ $i -lt 60000 ]; do i=$((i+1)); done; date; ls /"]
+
+
+def _record(directory: Path, *events: str) -> Path:
+    perf = need_perf()
+    data = directory / "system.data"
+    chosen = [word for event in events for word in ("-e", event)]
+    made = subprocess.run([perf, "record", "-q", "-a", "-F", "999", *chosen, "--call-graph",
+                           "dwarf,4096", "-o", str(data), "--", *WORKLOAD],
+                          capture_output=True, text=True, timeout=300)
+    if made.returncode != 0:
+        unavailable(f"perf cannot record system-wide here: {made.stderr.strip()[-200:]}")
+    return data
+
+
+def _script(data: Path, cache: Path, engine: str | None) -> str:
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    if engine is not None:
+        env["PYSFRAME_ENGINE"] = engine
+    done = subprocess.run([*SFRAME, "script", "-i", str(data)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-500:]
+    return done.stdout
+
+
+def _headers(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line and not line[0].isspace()]
+
+
+@pytest.fixture(scope="module")
+def system_wide(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _record(tmp_path_factory.mktemp("system"), "cpu-clock")
+
+
+def test_the_arrays_take_a_recording_with_perfs_dummy_event(system_wide: Path) -> None:
+    with open_perf_data(str(system_wide)) as data:
+        assert len(data.attrs) >= 2, "perf -a added no second event: nothing is tested"
+        arrays = sample_arrays(data)
+        assert arrays is not None
+        samples = [r for r in time_ordered(data) if isinstance(r, Sample)]
+    assert arrays.attr is data.attrs[0]
+    assert arrays.offset.tolist() == [s.offset for s in samples]
+    assert arrays.tid.tolist() == [s.tid for s in samples]
+    assert arrays.time.tolist() == [s.time for s in samples]
+    assert arrays.period.tolist() == [s.period for s in samples]
+    assert arrays.cpu.tolist() == [s.cpu for s in samples]
+
+
+def test_batch_and_sample_by_sample_agree_with_perfs_samples(system_wide: Path,
+                                                             tmp_path: Path) -> None:
+    batch = _script(system_wide, tmp_path / "cache", "vector")
+    default = _script(system_wide, tmp_path / "cache", None)
+    scalar = _script(system_wide, tmp_path / "cache", "scalar")
+    assert batch == scalar
+    assert default == scalar
+    assert _headers(scalar) == _headers(_perf_script(system_wide))  # every sample, as perf
+
+
+def test_a_sample_naming_no_event_is_left_to_the_record_path(system_wide: Path,
+                                                             tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged.data"
+    raw = bytearray(system_wide.read_bytes())
+    with open_perf_data(str(system_wide)) as data:
+        arrays = sample_arrays(data)
+        assert arrays is not None and len(arrays.offset) > 1
+        known = {identifier for attr in data.attrs for identifier in attr.ids}
+        # The id: IDENTIFIER (the first word), or ID after IP, TID, TIME (perf 6.1 -a).
+        sample_type = data.attrs[0].sample_type
+        word = 1 if sample_type & SAMPLE_IDENTIFIER else 1 + (
+            sample_type & (SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR)).bit_count()
+        at = int(arrays.offset[len(arrays.offset) // 2]) + 8 * word
+    unknown = max(known) + 1000
+    assert int.from_bytes(raw[at:at + 8], "little") in known
+    raw[at:at + 8] = unknown.to_bytes(8, "little")
+    damaged.write_bytes(bytes(raw))
+    with open_perf_data(str(damaged)) as data:
+        assert sample_arrays(data) is None
+    assert _script(damaged, tmp_path / "cache", None) == _script(damaged, tmp_path / "cache",
+                                                                 "scalar")
+
+
+def _perf_script(data: Path) -> str:
+    done = subprocess.run([need_perf(), "script", "--no-inline", "-i", str(data)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-500:]
+    return done.stdout
+
+
+def test_two_sampled_events_are_told_apart_as_perf_does(tmp_path: Path) -> None:
+    # Their samples carry ID, not IDENTIFIER: each sample's event is the one its ID names
+    # (before, every sample was named after the first event), and perf aligns the names
+    # to the longest ("  cpu-clock:" beside "task-clock:").
+    data_path = _record(tmp_path, "cpu-clock", "task-clock")
+    with open_perf_data(str(data_path)) as data:
+        assert len({attr.config for attr in data.attrs if attr.ids}) >= 2
+        assert sample_arrays(data) is None
+    text = _script(data_path, tmp_path / "cache", None)
+    names = {line.split(":")[-2].split()[-1] for line in _headers(text)}
+    assert {"cpu-clock", "task-clock"} <= names
+    assert _headers(text) == _headers(_perf_script(data_path))
