@@ -20,7 +20,8 @@ from pysframe.format.lookup import SFrameLookup
 from pysframe.session.batch import CollectingSession, Snapshot
 from pysframe.sources.perf_data import open_perf_data
 from pysframe.unwind.batch import BatchSample, BatchUnwinder
-from pysframe.unwind.flat import FP_BASED, KIND_DEFAULT, flatten, flatten_on_demand
+from pysframe.unwind.flat import FP_BASED, KIND_DEFAULT, flatten
+from pysframe.unwind.flat_on_demand import flatten_on_demand
 from pysframe.unwind.memory import StackMemory
 from pysframe.unwind.unwinder import FrameMethod, Registers, Unwind, Unwinder
 

@@ -128,6 +128,8 @@ class OnDemandTable:
         #: Functions from the cache whose table has not been checked yet (on first use).
         self._unchecked: set[int] = set()
         self._lookups: dict[int, SFrameLookup | None] = {}
+        #: The positions of :attr:`_lookups` in the order they were made.
+        self._order: list[int] = []
         self._plt: list[FDE] | None = None
         #: Where the crti/crtn FDEs start in :meth:`_plt_fdes`'s list.
         self._crt_from = 0
@@ -182,6 +184,12 @@ class OnDemandTable:
         self.index = scanned
         self._dirty = True  # the index is worth keeping, even with no function made
         return self.index
+
+    @property
+    def cache_id(self) -> bytes | None:
+        """The binary's key in the private cache (None without the cache, or before the
+        index was asked for)."""
+        return self._key
 
     def own_damaged(self) -> bool:
         """Whether the file's own table faults: its table is then the one generated from
@@ -275,22 +283,26 @@ class OnDemandTable:
             self.generation += 1
         lookup = SFrameLookup(SFrameReader(data, 0)) if data is not None else None
         self._lookups[position] = lookup
+        self._order.append(position)
         return lookup
 
-    def made(self) -> list[tuple[int, int, SFrameLookup | None, bool]]:
-        """Every function of the index in address order: (start, end, its lookup, whether
-        it is made); the flat copies of the batch engine are built from this. Empty when
+    def index_ranges(self) -> tuple[list[int], list[int]] | None:
+        """(starts, ends) of every function of the index, in address order; None when
         the table is whole (:attr:`whole`: known only once this or a lookup was asked)."""
         index = self._prepare()
-        if index is None:
+        return (index.starts, index.ends) if index is not None else None
+
+    def made_after(self, count: int) -> list[tuple[int, SFrameLookup | None]]:
+        """The functions made after the first ``count``, in the order they were made, each
+        once: (index position, its lookup; None: no rows). The batch engine's flat copy
+        takes in only these. The functions the cache kept are made at the first call."""
+        if self._prepare() is None:
             return []
-        lookups = self._lookups
-        result = []
-        for position, (start, end) in enumerate(zip(index.starts, index.ends, strict=True)):
-            if position in self._made and position not in lookups:
-                self.function(position)
-            result.append((start, end, lookups.get(position), position in lookups))
-        return result
+        if count == 0:
+            for position in sorted(self._made):
+                if position not in self._lookups:
+                    self.function(position)
+        return [(position, self._lookups[position]) for position in self._order[count:]]
 
     # --- making one function -----------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from collections.abc import Callable, Sequence
 
 from ..elf import ElfImage
@@ -40,9 +41,13 @@ _GIVEN: list[OnDemandTable] = []
 
 def save_made() -> None:
     """Keep in the cache the functions every on-demand table made (done at exit; a forked
-    worker that ends with ``os._exit`` calls it itself)."""
+    worker that ends with ``os._exit`` calls it itself), and the flat rows the batch
+    engine made of them."""
     for table in _GIVEN:
         table.save()
+    flat_cache = sys.modules.get("pysframe.unwind.flat_cache")
+    if flat_cache is not None:  # (imported with numpy, by the batch engine alone)
+        flat_cache.save_function_rows()
 
 
 atexit.register(save_made)

@@ -39,10 +39,10 @@ from .flat import (
     PENDING,
     FlatTable,
     MaskFunction,
-    flatten_on_demand,
     unpack_offsets,
 )
-from .flat_cache import cached_flat
+from .flat_cache import cached_flat, function_rows
+from .flat_on_demand import OnDemandFlat
 from .memory import StackMemory
 from .provider import OnDemand
 from .step import PAC_MASK
@@ -242,8 +242,8 @@ class BatchUnwinder:
         self.abi = unwinder.abi
         #: Flat tables by SFrame lookup, built on first use (lookups kept, so ids stay unique).
         self._tables: dict[int, tuple[SFrameLookup, FlatTable]] = {}
-        #: Flat tables of on-demand tables, by table: (table, its generation, flat table).
-        self._on_demand: dict[int, tuple[OnDemand, int, FlatTable]] = {}
+        #: Flat copies of on-demand tables, by table (kept up to date as it makes functions).
+        self._on_demand: dict[int, tuple[OnDemand, OnDemandFlat]] = {}
         #: The flat rows of each function an on-demand table made, by its lookup.
         self._functions: dict[int, tuple[SFrameLookup, FlatTable]] = {}
         #: Snapshot arrays by address-space layout.
@@ -260,11 +260,12 @@ class BatchUnwinder:
         lookup = module.lookup
         if not isinstance(lookup, SFrameLookup):
             made = self._on_demand.get(id(lookup))
-            if made is None or made[1] != lookup.generation:
+            if made is None:
+                lookup.index_ranges()  # (its cache key is known after this)
+                rows = function_rows(lookup.cache_id, self.abi)
                 made = self._on_demand[id(lookup)] = (
-                    lookup, lookup.generation,
-                    flatten_on_demand(lookup, self.abi, self._functions))
-            return made[2]
+                    lookup, OnDemandFlat(lookup, self.abi, self._functions, rows.flat))
+            return made[1].update()  # (only the functions made since the last call)
         found = self._tables.get(id(lookup))
         if found is None:
             found = self._tables[id(lookup)] = (

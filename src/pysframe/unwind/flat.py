@@ -18,7 +18,6 @@ them, so both tracers follow the same rules.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -27,9 +26,6 @@ from ..format.constants import ABI, DWARF_REGS, FDEType, PCType
 from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, RuleKind, SFrameLookup
 from ..records import record_class
-
-if TYPE_CHECKING:
-    from .provider import OnDemand
 
 #: Row kinds (the low two bits of a rule word).
 KIND_NONE = 0  #: no SFrame rule here: the frame-pointer fallback
@@ -200,42 +196,6 @@ def flatten(lookup: SFrameLookup, abi: ABI) -> FlatTable:
                      masks)
 
 
-def flatten_on_demand(table: OnDemand, abi: ABI, memo: dict[int, tuple[SFrameLookup, FlatTable]]
-                      ) -> FlatTable:
-    """The flat table of an on-demand table as made so far: each made function's rows
-    (flattened once, kept in ``memo`` by its lookup), a :data:`PENDING` row over each
-    function not made yet."""
-    functions = table.made()  # first: the table may turn out to be whole
-    if table.whole is not None:
-        return flatten(table.whole, abi)
-    starts: list[int] = []
-    words: list[int] = []
-    masks: list[MaskFunction] = []
-    for start, end, lookup, made in functions:
-        if lookup is None:
-            starts += (start, end)
-            words += (KIND_NONE if made else PENDING, KIND_NONE)
-            continue
-        found = memo.get(id(lookup))
-        if found is None:
-            found = memo[id(lookup)] = (lookup, flatten(lookup, abi))
-        flat = found[1]
-        if flat.rare_all:
-            starts += (start, end)
-            words += (KIND_RARE, KIND_NONE)
-            continue
-        function_words = flat.words
-        if flat.masks:
-            masked = (function_words & np.uint64(3)) == KIND_MASK
-            function_words = function_words + np.where(
-                masked, np.uint64(len(masks) << CFA_SHIFT), np.uint64(0))
-            masks += flat.masks
-        starts += flat.starts.tolist()
-        words += function_words.tolist()
-    return FlatTable(np.array(starts, dtype=np.uint64), np.array(words, dtype=np.uint64),
-                     masks)
-
-
 __all__ = ["KIND_DEFAULT", "KIND_MASK", "KIND_NONE", "KIND_RARE", "OUTERMOST", "PENDING",
-           "FlatTable", "MaskFunction", "flatten", "flatten_on_demand", "pack_row",
+           "FlatTable", "MaskFunction", "flatten", "pack_row",
            "unpack_offsets"]

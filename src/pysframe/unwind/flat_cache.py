@@ -7,6 +7,13 @@ use by :mod:`pysframe.cachedir`, which also verifies the payload's own digest), 
 changed table, a table generated differently or a tampered entry is flattened again,
 never trusted. The payload is checked for shape before use (sorted starts, sizes that
 add up, mask indices in range); anything else is rebuilt.
+
+An on-demand table's functions (:class:`FunctionRows`) are kept apart, one entry per
+binary holding each made function's flat rows under the digest of that function's own
+table bytes: rows are a function of those bytes and the ABI alone, so a function made
+differently (another generator, another build) is simply not found and is flattened
+again. Without it a warm ``script`` of a system-wide recording flattened the ~3,000
+functions its recordings had made again at every run (~0.5 s).
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from .flat import CFA_SHIFT, KIND_MASK, FlatTable, MaskFunction, flatten
 PAYLOAD_FORMAT = 1
 #: Beside the generated tables, one entry per build id and payload format.
 KIND = f"sframe/flat.p{PAYLOAD_FORMAT}"
+#: The flat rows of on-demand tables' functions, one entry per binary.
+FUNCTIONS_KIND = f"sframe/flat-functions.p{PAYLOAD_FORMAT}"
 _HEAD = struct.Struct("<IIQQ")  # format, rare_all, rows, masks
 _MASK = struct.Struct("<QQQQ")  # start, end, rep_size, rows
 
@@ -96,3 +105,97 @@ def _decoded(payload: bytes) -> FlatTable | None:
     if masked.size and int(masked.max()) >= len(masks):
         return None
     return FlatTable(starts, words, masks, bool(rare_all))
+
+
+_FUNCTIONS_HEAD = struct.Struct("<II")  # format, functions
+_FUNCTION = struct.Struct("<16sI")  # digest of the function's table, rows
+#: Every :class:`FunctionRows` made, saved by :func:`save_function_rows`.
+_OPENED: list[FunctionRows] = []
+
+
+def _function_digest(lookup: SFrameLookup) -> bytes:
+    return hashlib.blake2b(lookup.reader.data, digest_size=16).digest()
+
+
+class FunctionRows:
+    """The flat rows of one binary's single-function tables (an on-demand table's made
+    functions), from its cache entry when there, flattened and remembered otherwise
+    (:meth:`save` keeps the new ones). ``entry_id``: the binary's (None: nothing kept)."""
+
+    def __init__(self, entry_id: bytes | None, abi: ABI) -> None:
+        self.entry_id, self.abi = entry_id, abi
+        self._source = describe(0, [abi.name.encode(), bytes([PAYLOAD_FORMAT])])
+        self.rows: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._new = False
+        if entry_id is not None:
+            payload = load(FUNCTIONS_KIND, entry_id, self._source)
+            self.rows = _functions_decoded(payload) if payload is not None else {}
+
+    def flat(self, lookup: SFrameLookup) -> FlatTable:
+        """The flat table of a single-function ``lookup``."""
+        digest = _function_digest(lookup)
+        found = self.rows.get(digest)
+        if found is not None:
+            return FlatTable(found[0], found[1], [])
+        table = flatten(lookup, self.abi)
+        if not table.masks and not table.rare_all:  # (PLT blocks and odd tables: few)
+            self.rows[digest] = (table.starts, table.words)
+            self._new = True
+        return table
+
+    def save(self) -> None:
+        """Keep the rows flattened in this run (with the ones another run kept meanwhile)."""
+        if not self._new or self.entry_id is None:
+            return
+        self._new = False
+        payload = load(FUNCTIONS_KIND, self.entry_id, self._source)
+        rows = _functions_decoded(payload) if payload is not None else {}
+        rows.update(self.rows)
+        store(FUNCTIONS_KIND, self.entry_id, _functions_encoded(rows), self._source)
+
+
+def function_rows(entry_id: bytes | None, abi: ABI) -> FunctionRows:
+    """A :class:`FunctionRows`, saved with the others by :func:`save_function_rows`."""
+    made = FunctionRows(entry_id, abi)
+    _OPENED.append(made)
+    return made
+
+
+def save_function_rows() -> None:
+    """Keep every binary's new function rows (at exit; forked workers call it themselves)."""
+    for made in _OPENED:
+        made.save()
+
+
+def _functions_encoded(rows: dict[bytes, tuple[np.ndarray, np.ndarray]]) -> bytes:
+    parts = [_FUNCTIONS_HEAD.pack(PAYLOAD_FORMAT, len(rows))]
+    for digest, (starts, words) in rows.items():
+        parts += [_FUNCTION.pack(digest, len(starts)), starts.astype("<u8").tobytes(),
+                  words.astype("<u8").tobytes()]
+    return b"".join(parts)
+
+
+def _functions_decoded(payload: bytes) -> dict[bytes, tuple[np.ndarray, np.ndarray]]:
+    """The rows in ``payload`` ({} when it is not well formed: each function's starts
+    rising, no PCMASK word, the sizes adding up)."""
+    rows: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    try:
+        form, count = _FUNCTIONS_HEAD.unpack_from(payload)
+        if form != PAYLOAD_FORMAT:
+            return {}
+        position = _FUNCTIONS_HEAD.size
+        for _ in range(count):
+            digest, size = _FUNCTION.unpack_from(payload, position)
+            position += _FUNCTION.size
+            if position + 16 * size > len(payload):
+                return {}
+            starts = np.frombuffer(payload, "<u8", size, position).astype(np.uint64)
+            words = np.frombuffer(payload, "<u8", size, position + 8 * size).astype(np.uint64)
+            position += 16 * size
+            if bool(np.any(starts[1:] < starts[:-1])) or bool(
+                    np.any((words & np.uint64(3)) == KIND_MASK)):
+                return {}
+            rows[digest] = (starts, words)
+    except (struct.error, ValueError):
+        return {}
+    return rows if position == len(payload) else {}

@@ -49,6 +49,12 @@ class OnDemand(Protocol):
     #: The whole table's lookup, once the table had to be made whole (None before).
     whole: SFrameLookup | None
 
+    @property
+    def cache_id(self) -> bytes | None:
+        """The binary's name in the private cache (None: nothing of it is kept there),
+        known once :meth:`index_ranges` or a lookup was asked."""
+        ...
+
     def find_fre(self, pc: int) -> FrameRow | None:
         """The row for the link-time ``pc`` (its function made if it is not yet)."""
         ...
@@ -57,9 +63,13 @@ class OnDemand(Protocol):
         """Make the function covering the link-time ``pc``, if not made yet."""
         ...
 
-    def made(self) -> list[tuple[int, int, SFrameLookup | None, bool]]:
-        """Every function in address order: (start, end, its single-function lookup or
-        None for no rows, whether it is made)."""
+    def index_ranges(self) -> tuple[list[int], list[int]] | None:
+        """(starts, ends) of every function in address order (None once whole)."""
+        ...
+
+    def made_after(self, count: int) -> list[tuple[int, SFrameLookup | None]]:
+        """The functions made after the first ``count``, each once: (position in
+        :meth:`index_ranges`, its single-function lookup or None for no rows)."""
         ...
 
 

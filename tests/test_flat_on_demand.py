@@ -1,0 +1,142 @@
+"""The batch engine's flat copy of an on-demand table, brought up to date function by
+function (:mod:`pysframe.unwind.flat_on_demand`), is the copy made afresh from the same
+functions, and gives the whole generated table's rules in every made function; the flat
+rows of made functions kept in the cache (:class:`~pysframe.unwind.flat_cache.FunctionRows`)
+come back the same and are not used when the entry was tampered with."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from pysframe.elf import ElfImage  # noqa: E402
+from pysframe.format.decode import SFrameReader  # noqa: E402
+from pysframe.format.lookup import SFrameLookup  # noqa: E402
+from pysframe.generate.cache import table_for  # noqa: E402
+from pysframe.generate.on_demand import OnDemandTable, on_demand_table  # noqa: E402
+from pysframe.unwind import flat_cache  # noqa: E402
+from pysframe.unwind.flat import KIND_MASK, PENDING, FlatTable, flatten  # noqa: E402
+from pysframe.unwind.flat_cache import FUNCTIONS_KIND, FunctionRows  # noqa: E402
+from pysframe.unwind.flat_on_demand import OnDemandFlat  # noqa: E402
+
+LIBC = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
+#: A PIE with .plt and .plt.got: PLT functions (PCMASK) among the made ones.
+LS = Path("/bin/ls")
+
+
+def _table(path: Path) -> OnDemandTable:
+    if not path.exists():
+        pytest.fail(f"{path} is missing: the tests' system binaries are Debian's")
+    table = on_demand_table(ElfImage(str(path)), use_cache=False)
+    assert table is not None and table.index_ranges() is not None
+    return table
+
+
+def _same(one: FlatTable, other: FlatTable) -> None:
+    assert np.array_equal(one.starts, other.starts)
+    assert np.array_equal(one.words, other.words)
+    assert [(m.start, m.end, m.rep_size, m.row_starts, m.words) for m in one.masks] == [
+        (m.start, m.end, m.rep_size, m.row_starts, m.words) for m in other.masks]
+
+
+@pytest.mark.parametrize("path", [LIBC, LS], ids=lambda p: p.name)
+def test_updates_splice_what_a_fresh_copy_holds(path: Path) -> None:
+    table = _table(path)
+    assert table.index is not None
+    starts, ends = table.index.starts, table.index.ends
+    kept = OnDemandFlat(table, table.abi)
+    pending = kept.update()
+    assert len(pending.starts) == 2 * len(starts)
+    assert int(np.count_nonzero(pending.words == PENDING)) == len(starts)
+    rng = random.Random(29)
+    plt = [p for p, ref in enumerate(table.index.refs) if ref < 0]
+    rounds = [plt, *(rng.sample(range(len(starts)), min(40, len(starts))) for _ in range(5))]
+    made: set[int] = set()
+    for positions in rounds:
+        for position in positions:
+            table.ensure(starts[position])
+        made.update(positions)
+        spliced = kept.update()
+        _same(spliced, OnDemandFlat(table, table.abi).update())
+        # Nothing else moved: the functions not made yet are still pending.
+        pending_starts = set(spliced.starts[spliced.words == PENDING].tolist())
+        assert pending_starts == {starts[p] for p in range(len(starts)) if p not in made}
+    if path == LS:
+        assert any((spliced.words & np.uint64(3)) == KIND_MASK)  # PLT blocks spliced in
+    # In every made function, the rules are the whole table's.
+    whole_table = table_for(ElfImage(str(path)), use_cache=False)
+    whole = flatten(SFrameLookup(SFrameReader(whole_table.data, whole_table.address)),
+                    table.abi)
+    pcs = np.array(sorted({pc for p in made for pc in range(starts[p], ends[p],
+                                                            max(1, (ends[p] - starts[p]) // 7))}),
+                   np.uint64)
+    assert np.array_equal(spliced.lookup(pcs), whole.lookup(pcs))
+
+
+def test_a_table_turned_whole_gives_the_whole_rows() -> None:
+    table = _table(LIBC)
+    kept = OnDemandFlat(table, table.abi)
+    kept.update()
+    table._turn_whole()
+    assert table.whole is not None
+    _same(kept.update(), flatten(table.whole, table.abi))
+
+
+def _made_lookups(table: OnDemandTable, count: int) -> list[SFrameLookup]:
+    assert table.index is not None
+    for start in table.index.starts[:count]:
+        table.ensure(start)
+    return [lookup for _, lookup in table.made_after(0) if lookup is not None]
+
+
+def test_function_rows_come_back_from_the_cache(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    table = _table(LIBC)
+    lookups = _made_lookups(table, 60)
+    assert len(lookups) > 20
+    first = FunctionRows(b"libc-test-id", table.abi)
+    flattened = [first.flat(lookup) for lookup in lookups]
+    first.save()
+    # PLT blocks (masks) are flattened at every run: only the others are kept.
+    kept = [(lookup, made) for lookup, made in zip(lookups, flattened, strict=True)
+            if not made.masks and not made.rare_all]
+    assert len(kept) > 20
+
+    def refused(_lookup: SFrameLookup, _abi: object) -> FlatTable:
+        raise AssertionError("flattened again: the cache entry was not used")
+
+    monkeypatch.setattr(flat_cache, "flatten", refused)
+    warm = FunctionRows(b"libc-test-id", table.abi)
+    for lookup, made in kept:
+        _same(warm.flat(lookup), made)
+    # A function whose table bytes differ is not found (flattened anew).
+    other = SFrameLookup(SFrameReader(bytes(lookups[0].reader.data) + b"\0", 0))
+    with pytest.raises(AssertionError, match="flattened again"):
+        warm.flat(other)
+    # A tampered entry is not used at all.
+    entry = flat_cache.entry_path(FUNCTIONS_KIND, b"libc-test-id")
+    assert entry is not None
+    data = bytearray(Path(entry).read_bytes())
+    data[len(data) // 2] ^= 0x40
+    Path(entry).write_bytes(bytes(data))
+    assert FunctionRows(b"libc-test-id", table.abi).rows == {}
+
+
+def test_malformed_function_rows_are_refused() -> None:
+    good = flat_cache._functions_encoded({
+        b"d" * 16: (np.array([16, 20, 40], np.uint64), np.array([0, 1, 0], np.uint64))})
+    assert len(flat_cache._functions_decoded(good)) == 1
+    assert flat_cache._functions_decoded(good[:-8]) == {}  # short
+    assert flat_cache._functions_decoded(good + b"\0" * 8) == {}  # trailing bytes
+    unsorted = flat_cache._functions_encoded({
+        b"d" * 16: (np.array([40, 20], np.uint64), np.array([0, 0], np.uint64))})
+    assert flat_cache._functions_decoded(unsorted) == {}
+    masked = flat_cache._functions_encoded({
+        b"d" * 16: (np.array([16], np.uint64), np.array([KIND_MASK], np.uint64))})
+    assert flat_cache._functions_decoded(masked) == {}
+    assert flat_cache._functions_decoded(b"\x07\0\0\0\0\0\0\0") == {}  # another format
