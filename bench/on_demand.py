@@ -1,7 +1,9 @@
 """Tables on demand (issue 29, item 1): ``sframe script`` on recordings of binaries without
 ``.sframe``, first run (empty private XDG_CACHE_HOME: each function's rows made when a
-sample first needs them) against warm (the same cache after that run), and ``perf script``
-(which reads ``.eh_frame`` lazily) on the same recording in the same repeat. Prints median
+sample first needs them) against warm (the same cache after that run), and ``perf script
+--no-inline`` (which reads ``.eh_frame`` lazily; without --no-inline perf 6.1 runs addr2line
+per address for inline frames, minutes on a recording holding cc1) on the same recording in
+the same repeat. Prints median
 [min-max] of ``--runs`` (>= 5) wall times and the first/warm ratio (goal: <= 1.5).
 
 Recordings are given as paths; for instance a system-wide one on a busy machine and a
@@ -128,8 +130,9 @@ def main() -> None:
             for name in alternating(["sframe", "perf"], repeat):
                 if name == "perf":
                     if perf is not None:
-                        figures["perf script"].append(
-                            _time([perf, "script", "-i", str(recording)], bench_environment()))
+                        figures["perf script"].append(_time(
+                            [perf, "script", "--no-inline", "-i", str(recording)],
+                            bench_environment()))
                     continue
                 with private_cache() as cache:
                     env = with_cache(bench_environment(), cache)
