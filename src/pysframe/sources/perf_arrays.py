@@ -49,6 +49,7 @@ from .perf_records import (
     SAMPLE_WEIGHT,
     EventAttr,
     Record,
+    id_word,
 )
 
 I64 = npt.NDArray[np.int64]
@@ -141,11 +142,7 @@ def _id_word(attrs: list[EventAttr]) -> int | None:
            != (first & _TRAILER_BITS, attrs[0].sample_id_all)
            or attr.sample_type & _BEFORE_ID != first & _BEFORE_ID for attr in attrs):
         return None
-    if first & SAMPLE_IDENTIFIER:
-        return 1
-    if first & SAMPLE_ID:
-        return 1 + (first & _BEFORE_ID).bit_count()
-    return None
+    return id_word(first)
 
 
 def sampling_attr(data: PerfData, offsets: I64, id_word: int) -> EventAttr | None:

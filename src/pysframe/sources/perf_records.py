@@ -213,6 +213,17 @@ def _prefix_layout(sample_type: int) -> tuple[struct.Struct, tuple[str, ...]]:
     return found
 
 
+def id_word(sample_type: int) -> int | None:
+    """The word of a sample (its header is word 0) that names its event: IDENTIFIER, the
+    first, else ID, after IP, TID, TIME and ADDR; None without either."""
+    if sample_type & SAMPLE_IDENTIFIER:
+        return 1
+    if sample_type & SAMPLE_ID:
+        return 1 + (sample_type & (SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR)
+                    ).bit_count()
+    return None
+
+
 class RecordParser:
     """Parses single records with the recording's event attributes."""
 
@@ -232,14 +243,10 @@ class RecordParser:
         if len(self.attrs) == 1:
             return self.attrs[0]
         attr = self.attrs[0]
-        sample_type = attr.sample_type
-        if sample_type & SAMPLE_IDENTIFIER:
-            at = offset + 8
-        elif sample_type & SAMPLE_ID:
-            before = sample_type & (SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR)
-            at = offset + 8 + 8 * before.bit_count()
-        else:
+        word = id_word(attr.sample_type)
+        if word is None:
             return attr
+        at = offset + 8 * word
         if at + 8 > offset + size:
             return attr  # (the sample's own parse reports it)
         return self.by_id.get(_U64.unpack_from(buffer, at)[0], attr)
