@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
+from tests.support.oracles import need_perf, unavailable
 
 from conftest import FIXTURES
 from pysframe.format import ABI
@@ -201,21 +204,34 @@ def test_s390x_rules_on_a_synthetic_stack() -> None:
     assert [f.pc for f in result.frames][:3] == [0x1008, 0x2010, 0x3000]
 
 
-@needs_recording
-def test_kernel_frames_named_when_the_recorded_kernel_runs() -> None:
-    """With the recording's kernel running, kallsyms names the kernel frames like perf."""
+def test_kernel_frames_named_as_perf_names_them(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the recording's kernel running, kallsyms names the kernel frames as perf names
+    them. The recording is made here, on the running kernel (the fixture recordings'
+    kernel is the machine's that made them: a test on them skipped on every other one)."""
     from pysframe.symbolize.kernel import kernel_symbols_for
 
-    with open_perf_data(str(LUA / "perf.data")) as data:
-        kernel_id = next(e.build_id for e in data.build_ids() if e.filename == "[kernel.kallsyms]")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    perf = need_perf()
+    data = tmp_path / "kernel.data"
+    made = subprocess.run([perf, "record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-o",
+                           str(data), "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=4096",
+                           "count=300000"], capture_output=True, text=True, timeout=120)
+    if made.returncode != 0:
+        unavailable(f"perf cannot record here: {made.stderr.strip()[-200:]}")
+    with open_perf_data(str(data)) as recording:
+        kernel_id = next(e.build_id for e in recording.build_ids()
+                         if e.filename == "[kernel.kallsyms]")
     table = kernel_symbols_for(kernel_id)
-    if table is None:
-        pytest.skip("the recorded kernel is not the running one (or kallsyms is hidden)")
+    assert table is not None, "the running kernel's symbols were not read"
+    script = subprocess.run([perf, "script", "--no-inline", "-i", str(data)],
+                            capture_output=True, text=True, timeout=120)
+    assert script.returncode == 0, script.stderr[-300:]
     checked = 0
-    for line in (LUA / "perf-script.no-inline.txt").read_text().splitlines():
-        if "[kernel.kallsyms]" in line:
+    for line in script.stdout.splitlines():
+        if line.endswith(" ([kernel.kallsyms])"):
             address, expected = line.split()[:2]
             found = table.lookup(int(address, 16))
-            assert found is not None and f"{found[0]}+{found[1]:#x}" == expected
-            checked += 1
-    assert checked == 162
+            assert (f"{found[0]}+{found[1]:#x}" if found else "[unknown]") == expected, line
+            checked += expected != "[unknown]"
+    assert checked >= 50  # dd's time is mostly the kernel's
