@@ -105,8 +105,9 @@ __attribute__((noinline)) long spin(long n) { volatile long s = NUMBER; for (lon
 __attribute__((noinline)) long middle(long n) { return spin(n) + 1; }
 int main(void) { long t = 0; for (int r = 0; r < 60; r++) t += middle(1000000); return t == 42; }
 """
-#: The recording tools' own threads, left out of both profiles (with -a each samples itself).
-RECORDERS = ("sframe", "perf", "sframe-tables")
+#: The recording tools' own threads and processes (sframe-gen: the helpers generating tables
+#: in the background), left out of both profiles (with -a each samples itself).
+RECORDERS = ("sframe", "perf", "sframe-tables", "sframe-gen")
 #: A frame one tool names by its return address, the other by the byte before it.
 SAME_FRAME = {"_dl_start_user": "_start"}
 OUTERMOST = ("_start", "clone3", "clone", "__clone", "_dl_start_user")

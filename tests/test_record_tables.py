@@ -267,6 +267,18 @@ def test_the_recorder_generates_and_flattens_in_a_helper_process(
     assert first >= 0 and count > 0
 
 
+def test_the_generation_helper_names_itself_apart_from_the_workload() -> None:
+    """The helper a recorder starts to generate tables is named ``sframe-gen`` (not
+    ``python``), so a system-wide profile tells it from the workload's Python processes."""
+    from pysframe.session.background import _HELPER, HELPER_NAME
+
+    naming = _HELPER.split("from pysframe")[0]  # the helper's first lines, then its name
+    shown = subprocess.run([sys.executable, "-c",
+                            naming + "print(open('/proc/self/comm').read().strip())"],
+                           capture_output=True, text=True, check=True, timeout=60)
+    assert shown.stdout.strip() == HELPER_NAME == "sframe-gen"
+
+
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_idle_processes_lend_their_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rows map is full and a busy machine starts a compiler whose table fits nowhere:

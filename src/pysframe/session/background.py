@@ -26,8 +26,17 @@ if TYPE_CHECKING:  # imported where a generation starts (~4 ms of every start ot
 #: Generations running at once while the recording runs (one CPU at most taken from the
 #: workload); at the end, when the recording waits for them, one per CPU.
 JOBS = 1
+#: The command name a helper gives itself (as ``ps``, ``top`` and perf show it), so that it
+#: is told from the workload: a profile of the machine leaves the recorder's processes out.
+HELPER_NAME = "sframe-gen"
 #: What a helper runs: the table and the flat rows of one file, into the cache.
-_HELPER = ("import sys; from pysframe.session.tables import _make_table; "
+_HELPER = ("import sys\n"
+           "try:\n"
+           "    with open('/proc/self/comm', 'w') as comm:\n"
+           f"        comm.write('{HELPER_NAME}')\n"
+           "except OSError:\n"
+           "    pass\n"
+           "from pysframe.session.tables import _make_table\n"
            "_make_table(sys.argv[1], sys.argv[2] or None)")
 
 
