@@ -105,14 +105,14 @@ def sample_arrays(data: PerfData) -> SampleArrays | None:
     """The recording's samples as arrays, or None when it is not of the common shape."""
     if not data.attrs or data.data_offset % 8 or not any(_takes(a) for a in data.attrs):
         return None
-    id_word = _id_word(data.attrs)
-    if id_word is None:
+    word = _id_word(data.attrs)
+    if word is None:
         return None
     scanned = _scan(data)
     if scanned is None:
         return None
     offsets, boundaries, others = scanned
-    attr = sampling_attr(data, offsets, id_word)
+    attr = sampling_attr(data, offsets, word)
     if attr is None or not _takes(attr):
         return None
     return _gathered(data, attr, offsets, boundaries, others)
@@ -145,9 +145,9 @@ def _id_word(attrs: list[EventAttr]) -> int | None:
     return id_word(first)
 
 
-def sampling_attr(data: PerfData, offsets: I64, id_word: int) -> EventAttr | None:
+def sampling_attr(data: PerfData, offsets: I64, word: int) -> EventAttr | None:
     """The event every sample at ``offsets`` is of: the only one, or the one their ids
-    (word ``id_word`` of each) all name. None when they name several (the record path
+    (word ``word`` of each) all name. None when they name several (the record path
     tells their samples apart) or an unknown one."""
     if len(data.attrs) == 1:
         return data.attrs[0]
@@ -155,9 +155,9 @@ def sampling_attr(data: PerfData, offsets: I64, id_word: int) -> EventAttr | Non
         return None
     words: U64 = np.frombuffer(data.buffer, "<u8", len(data.buffer) // 8)
     at = offsets // 8
-    if np.any((words[at] >> np.uint64(32)) < 8 * (id_word + 1)):
+    if np.any((words[at] >> np.uint64(32)) < 8 * (word + 1)):
         return None
-    identifiers = words[at + id_word]
+    identifiers = words[at + word]
     first = int(identifiers[0])
     attr = next((attr for attr in data.attrs if first in attr.ids), None)
     if attr is None or not np.all(np.isin(identifiers, np.array(attr.ids, np.uint64))):

@@ -107,10 +107,13 @@ def _decoded(payload: bytes) -> FlatTable | None:
     return FlatTable(starts, words, masks, bool(rare_all))
 
 
+#: The payload of function rows: its own format (8-byte aligned throughout, so the rows
+#: are read as views of one array), then per function its digest, rows, starts and words.
+FUNCTIONS_FORMAT = 2
 _FUNCTIONS_HEAD = struct.Struct("<II")  # format, functions
-_FUNCTION = struct.Struct("<16sI")  # digest of the function's table, rows
-#: Every :class:`FunctionRows` made, saved by :func:`save_function_rows`.
-_OPENED: list[FunctionRows] = []
+_FUNCTION = struct.Struct("<16sI4x")  # digest of the function's table, rows
+#: Every :class:`FunctionRows` made with a cache entry, by (entry, ABI): one per binary.
+_OPENED: dict[tuple[bytes, ABI], FunctionRows] = {}
 
 
 def _function_digest(lookup: SFrameLookup) -> bytes:
@@ -124,7 +127,7 @@ class FunctionRows:
 
     def __init__(self, entry_id: bytes | None, abi: ABI) -> None:
         self.entry_id, self.abi = entry_id, abi
-        self._source = describe(0, [abi.name.encode(), bytes([PAYLOAD_FORMAT])])
+        self._source = describe(0, [abi.name.encode(), bytes([FUNCTIONS_FORMAT])])
         self.rows: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._new = False
         if entry_id is not None:
@@ -155,20 +158,24 @@ class FunctionRows:
 
 
 def function_rows(entry_id: bytes | None, abi: ABI) -> FunctionRows:
-    """A :class:`FunctionRows`, saved with the others by :func:`save_function_rows`."""
-    made = FunctionRows(entry_id, abi)
-    _OPENED.append(made)
-    return made
+    """The :class:`FunctionRows` of a binary (one per entry: its cache entry read once),
+    saved with the others by :func:`save_function_rows`."""
+    if entry_id is None:
+        return FunctionRows(None, abi)
+    found = _OPENED.get((entry_id, abi))
+    if found is None:
+        found = _OPENED[(entry_id, abi)] = FunctionRows(entry_id, abi)
+    return found
 
 
 def save_function_rows() -> None:
     """Keep every binary's new function rows (at exit; forked workers call it themselves)."""
-    for made in _OPENED:
+    for made in _OPENED.values():
         made.save()
 
 
 def _functions_encoded(rows: dict[bytes, tuple[np.ndarray, np.ndarray]]) -> bytes:
-    parts = [_FUNCTIONS_HEAD.pack(PAYLOAD_FORMAT, len(rows))]
+    parts = [_FUNCTIONS_HEAD.pack(FUNCTIONS_FORMAT, len(rows))]
     for digest, (starts, words) in rows.items():
         parts += [_FUNCTION.pack(digest, len(starts)), starts.astype("<u8").tobytes(),
                   words.astype("<u8").tobytes()]
@@ -177,25 +184,34 @@ def _functions_encoded(rows: dict[bytes, tuple[np.ndarray, np.ndarray]]) -> byte
 
 def _functions_decoded(payload: bytes) -> dict[bytes, tuple[np.ndarray, np.ndarray]]:
     """The rows in ``payload`` ({} when it is not well formed: each function's starts
-    rising, no PCMASK word, the sizes adding up)."""
-    rows: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    rising, no PCMASK word, the sizes adding up). The headers are read one by one, the
+    rows checked all at once and given as views of the payload."""
     try:
         form, count = _FUNCTIONS_HEAD.unpack_from(payload)
-        if form != PAYLOAD_FORMAT:
+        if form != FUNCTIONS_FORMAT or len(payload) % 8:
             return {}
+        digests, firsts, sizes = [], [], []
         position = _FUNCTIONS_HEAD.size
         for _ in range(count):
             digest, size = _FUNCTION.unpack_from(payload, position)
             position += _FUNCTION.size
-            if position + 16 * size > len(payload):
-                return {}
-            starts = np.frombuffer(payload, "<u8", size, position).astype(np.uint64)
-            words = np.frombuffer(payload, "<u8", size, position + 8 * size).astype(np.uint64)
+            digests.append(digest)
+            firsts.append(position // 8)
+            sizes.append(size)
             position += 16 * size
-            if bool(np.any(starts[1:] < starts[:-1])) or bool(
-                    np.any((words & np.uint64(3)) == KIND_MASK)):
-                return {}
-            rows[digest] = (starts, words)
-    except (struct.error, ValueError):
+    except struct.error:
         return {}
-    return rows if position == len(payload) else {}
+    if position != len(payload):
+        return {}
+    words_of = np.frombuffer(payload, "<u8")
+    first, size = np.array(firsts, np.int64), np.array(sizes, np.int64)
+    offset = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+    starts = words_of[np.repeat(first, size) + offset]
+    rising = starts[1:] >= starts[:-1]
+    ends = np.cumsum(size)[:-1]  # where each next function's rows begin
+    rising[ends[(ends > 0) & (ends < len(starts))] - 1] = True  # (no order between them)
+    if not rising.all() or np.any((words_of[np.repeat(first + size, size) + offset]
+                                   & np.uint64(3)) == KIND_MASK):
+        return {}
+    return {digest: (words_of[at:at + rows], words_of[at + rows:at + 2 * rows])
+            for digest, at, rows in zip(digests, firsts, sizes, strict=True)}
