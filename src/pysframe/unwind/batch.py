@@ -272,20 +272,49 @@ class BatchUnwinder:
                 lookup, cached_flat(lookup, self.abi, module.build_id))
         return found[1]
 
-    def made(self, space: _Space, mappings: npt.NDArray[np.int64], pcs: U64) -> _Space:
-        """Make the functions of on-demand tables that ``pcs`` (in the mappings of
-        ``space`` at the indices ``mappings``) fall in; the snapshot with their rows."""
-        for index, pc in zip(mappings.tolist(), pcs.tolist(), strict=True):
-            module = space.mappings[index].module if index >= 0 else None
-            if module is not None and module.lookup is not None and not isinstance(
-                    module.lookup, SFrameLookup) and module.guard.fault is None:
-                module.lookup.ensure(pc - module.bias)
-        if not space.stale():
-            return space
-        fresh = _Space(self, space.mappings, space.sigreturn_list, space.version)
-        if self._spaces.get(space.version) is space:
-            self._spaces[space.version] = fresh
-        return fresh
+    def made(self, space: _Space, mappings: npt.NDArray[np.int64], pcs: U64) -> U64:
+        """The rule words of ``pcs`` (in the mappings of ``space`` at the indices
+        ``mappings``; each a PENDING word in ``space``), the functions of on-demand tables
+        they fall in made first. Read from the tables' flat copies, not from a fresh
+        snapshot: ``space`` is only remade at the next batch (:meth:`_space`), since
+        remaking it at each step that met a function not made yet (a first run's
+        hundreds of steps) copied every mapping's rows each time."""
+        words = self._words_now(space, mappings, pcs)
+        missing = np.flatnonzero(words == PENDING)
+        if missing.size:
+            for index, pc in set(zip(mappings[missing].tolist(), pcs[missing].tolist(),
+                                     strict=True)):
+                module = space.mappings[index].module
+                if module is not None and module.lookup is not None and not isinstance(
+                        module.lookup, SFrameLookup) and module.guard.fault is None:
+                    module.lookup.ensure(pc - module.bias)
+            words[missing] = self._words_now(space, mappings[missing], pcs[missing])
+        return words
+
+    def _words_now(self, space: _Space, mappings: npt.NDArray[np.int64], pcs: U64) -> U64:
+        """The rule words of ``pcs`` as a snapshot made now would give them (MASK words
+        resolved), from each mapping's table as it is now."""
+        words = np.full(len(pcs), KIND_NONE, np.uint64)
+        for index in np.unique(mappings).tolist():
+            at = np.flatnonzero(mappings == index)
+            mapping = space.mappings[index]
+            module = mapping.module
+            table = self.table(module)
+            if table is None or module is None:
+                continue
+            bias = module.bias
+            if table.rare_all or mapping.start - bias < 0 or mapping.end - bias > 1 << 63:
+                words[at] = KIND_RARE  # (as _Space._rows gives the whole mapping)
+                continue
+            # Link-time pcs; each is in the mapping, so at or after the row that covers
+            # its start (the row a snapshot extends down to it), and before its end.
+            link = pcs[at] - np.uint64(bias % (1 << 64))
+            row = np.searchsorted(table.starts, link, side="right").astype(np.int64) - 1
+            found = np.where(row >= 0, table.words[np.maximum(row, 0)], np.uint64(KIND_NONE))
+            for i in np.flatnonzero((found & np.uint64(3)) == KIND_MASK).tolist():
+                found[i] = table.masks[int(found[i]) >> CFA_SHIFT].word(int(link[i]))
+            words[at] = found
+        return words
 
     def _trampolines(self, mapping: Mapping) -> list[int]:
         """Addresses in ``mapping`` whose code is the x86-64 sigreturn trampoline."""
@@ -422,10 +451,7 @@ class _Batch:
         mapping, words = space.find(lookup)
         pending = np.flatnonzero(words == PENDING)
         if pending.size:  # functions of on-demand tables not made yet: made now
-            fresh = self.owner.made(space, mapping[pending], lookup[pending])
-            if fresh is not space:
-                self.space = space = fresh
-                mapping, words = space.find(lookup)
+            words[pending] = self.owner.made(space, mapping[pending], lookup[pending])
         result.mappings[rows, d] = mapping
         if d + 1 >= self.depth:
             result.stops[rows] = _CODE[Stop.DEPTH]
