@@ -5,6 +5,7 @@ real recordings)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -239,4 +240,20 @@ def test_the_running_kernels_vdso_is_read_for_its_symbols_and_cfi() -> None:
     unwinder = PerfUnwinder(cast(Any, _Data(DWARF_TYPE)))
     path = unwinder._vdso_file(b"\x01" * 20)
     assert ElfImage(path).section(".eh_frame") is not None
-    assert unwinder._vdso_file(None) == "[vdso]"  # no build id recorded: not guessed
+    assert unwinder._vdso_file(None) == "[vdso]"  # no build id, no kernel named: not guessed
+
+
+def test_without_build_ids_the_vdso_is_ours_only_on_the_recorded_kernel() -> None:
+    """A recording without build ids (perf record -B) gets this process's vDSO when it
+    names the running kernel's release, and none when another kernel made it (perf takes
+    its own either way, and names the other kernel's frames after this one's code)."""
+    import os
+
+    here = _Data(DWARF_TYPE)
+    here.os_release = os.uname().release  # type: ignore[attr-defined]
+    unwinder = PerfUnwinder(cast(Any, here))  # (its vDSO file goes with it)
+    path = unwinder._vdso_file(None)
+    assert path != "[vdso]" and Path(path).read_bytes()[:4] == b"\x7fELF"
+    elsewhere = _Data(DWARF_TYPE)
+    elsewhere.os_release = os.uname().release + "-another"  # type: ignore[attr-defined]
+    assert PerfUnwinder(cast(Any, elsewhere))._vdso_file(None) == "[vdso]"

@@ -176,9 +176,13 @@ class PerfUnwinder:
         self.side_band_observers: list[Callable[[Record], None]] = []
 
     def _vdso_file(self, build_id: bytes | None) -> str:
-        """A file holding this process's vDSO when it is the recorded one (same build id:
-        the same kernel), for its CFI and symbols; ``[vdso]`` (found nowhere) otherwise."""
-        if build_id is None:
+        """A file holding this process's vDSO when it is the recorded one, for its CFI and
+        symbols; ``[vdso]`` (found nowhere) otherwise. It is the recorded one when the
+        build ids are the same (the finder checks them) or, in a recording without build
+        ids (``perf record -B``), when the recording names the running kernel's release:
+        perf then takes its own vDSO whatever kernel made the recording, and names
+        another kernel's frames after this one's code; we leave those unknown."""
+        if build_id is None and not self._recorded_on_this_kernel():
             return VDSO
         if self._vdso is None:
             self._vdso = VDSO
@@ -195,6 +199,11 @@ class PerfUnwinder:
                     file.write(image)
                 self._vdso = path
         return self._vdso
+
+    def _recorded_on_this_kernel(self) -> bool:
+        """Whether the recording names the running kernel's release (``uname -r``)."""
+        release = getattr(self.data, "os_release", None)
+        return bool(release) and release == os.uname().release
 
     def _space(self, pid: int) -> AddressSpace:
         space = self.spaces.get(pid)
