@@ -134,10 +134,23 @@ class FlatTable:
 RARE_TABLE = FlatTable(np.zeros(0, np.uint64), np.zeros(0, np.uint64), [], rare_all=True)
 
 
+#: Rule words by what a row's rules are made of: the table's ABI, version and fixed
+#: offsets, the function's kind, and the row's base register, RA mangling and data words
+#: (nothing else goes into them). A binary's rows take a few dozen shapes, and a first
+#: run flattens thousands of single-function tables, each a new lookup: each shape is
+#: made into rules once. Rows whose rules do not decode are not kept (they raise again).
+_WORDS: dict[tuple[object, ...], int] = {}
+_WORDS_KEPT = 1 << 14
+
+
 def flatten(lookup: SFrameLookup, abi: ABI) -> FlatTable:
     """The flat table of one SFrame section (see the module docstring)."""
     regs = DWARF_REGS[abi]
     reader = lookup.reader
+    header = reader.header
+    shape = (abi, reader.abi(), header.version, header.cfa_fixed_fp_offset,
+             header.cfa_fixed_ra_offset)
+    known = _WORDS
     try:
         entries = sorted(reader.fdes(), key=lambda entry: entry.start)
     except SFrameError:
@@ -174,9 +187,14 @@ def flatten(lookup: SFrameLookup, abi: ABI) -> FlatTable:
                     return RARE_TABLE  # corrupt: the scalar tracer reports it
                 if fre.start >= limit:
                     continue  # never the row of any pc (the stepwise lookup returns None)
-                row = lookup.make_row(entry, k, fre)
+                key = (shape, entry.fde_type, fre.base_reg, fre.mangled_ra, fre.words)
+                word = known.get(key)
+                if word is None:
+                    word = pack_row(lookup.make_row(entry, k, fre), regs.sp, regs.fp)
+                    if len(known) < _WORDS_KEPT:
+                        known[key] = word
                 row_starts.append(fre.start)
-                row_words.append(pack_row(row, regs.sp, regs.fp))
+                row_words.append(word)
             starts.append(entry.start)
             words.append(KIND_NONE)
             if entry.pc_type == PCType.MASK:
