@@ -76,10 +76,29 @@ def _control_positions(fde: FDE, fre: FRE) -> tuple[int, ...]:
     return ()
 
 
+#: The bytes after an FRE's start (info byte, data words) by what makes them: a table's
+#: rows take a few dozen shapes, and generating encodes each row of thousands of
+#: functions (kept only when they encode: an error is raised again, with its place).
+_BODIES: dict[tuple[object, ...], bytes] = {}
+_BODIES_KEPT = 1 << 14
+
+
 def encode_fre(fde: FDE, fre: FRE, start_size: int, big_endian: bool, where: str) -> bytes:
     """Bytes of one FRE: start offset, info byte, data words."""
     if not 0 <= fre.start < 1 << (8 * start_size):
         raise EncodeError(f"{where}: FRE start {fre.start:#x} does not fit in {start_size} bytes")
+    key = (fde.fde_type == FDEType.FLEX, fre.words, fre.word_size, fre.mangled_ra,
+           int(fre.base_reg), big_endian)
+    body = _BODIES.get(key)
+    if body is None:
+        body = _fre_body(fde, fre, big_endian, where)
+        if len(_BODIES) < _BODIES_KEPT:
+            _BODIES[key] = body
+    return _start_struct(big_endian, start_size).pack(fre.start) + body
+
+
+def _fre_body(fde: FDE, fre: FRE, big_endian: bool, where: str) -> bytes:
+    """An FRE's info byte and data words."""
     words = fre.words
     count = len(words)
     if count > 15:
@@ -95,10 +114,10 @@ def encode_fre(fde: FDE, fre: FRE, start_size: int, big_endian: bool, where: str
     mask = (1 << (8 * size)) - 1
     info = (int(fre.mangled_ra) << 7) | (CODE_OF_WORD_SIZE[size] << 5) | (count << 1) | int(
         fre.base_reg)
-    head = _start_struct(big_endian, start_size).pack(fre.start) + bytes((info,))
     if not count:
-        return head
-    return head + _words_struct(big_endian, size, count).pack(*(word & mask for word in words))
+        return bytes((info,))
+    return bytes((info,)) + _words_struct(big_endian, size, count).pack(
+        *(word & mask for word in words))
 
 
 def _check_words(words: tuple[int, ...], size: int, controls: tuple[int, ...],
