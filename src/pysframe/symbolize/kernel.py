@@ -158,7 +158,7 @@ def _perf_payload(starts: array[int], names: list[bytes]) -> bytes:
     """The entry of the table :class:`SymbolTable` makes of size-less symbols (``starts``,
     ``names`` in file order): sorted by address (stable), the last of each address kept,
     each ending where the next starts and the last one page past its page
-    (``_fix_ends``)."""
+    (``_fixed_ends``)."""
     rising = list(map(operator.lt, starts, islice(starts, 1, None)))
     if not all(rising) and any(map(operator.gt, starts, islice(starts, 1, None))):
         order = sorted(range(len(starts)), key=starts.__getitem__)
