@@ -303,17 +303,12 @@ class BatchUnwinder:
             if table is None or module is None:
                 continue
             bias = module.bias
-            if table.rare_all or mapping.start - bias < 0 or mapping.end - bias > 1 << 63:
+            if mapping.start - bias < 0 or mapping.end - bias > 1 << 63:
                 words[at] = KIND_RARE  # (as _Space._rows gives the whole mapping)
                 continue
-            # Link-time pcs; each is in the mapping, so at or after the row that covers
-            # its start (the row a snapshot extends down to it), and before its end.
-            link = pcs[at] - np.uint64(bias % (1 << 64))
-            row = np.searchsorted(table.starts, link, side="right").astype(np.int64) - 1
-            found = np.where(row >= 0, table.words[np.maximum(row, 0)], np.uint64(KIND_NONE))
-            for i in np.flatnonzero((found & np.uint64(3)) == KIND_MASK).tolist():
-                found[i] = table.masks[int(found[i]) >> CFA_SHIFT].word(int(link[i]))
-            words[at] = found
+            # Link-time pcs: each is in the mapping, so at or after the row covering its
+            # start (which a snapshot extends down to it), and before its end.
+            words[at] = table.lookup(pcs[at] - np.uint64(bias % (1 << 64)))
         return words
 
     def _trampolines(self, mapping: Mapping) -> list[int]:
