@@ -14,6 +14,12 @@ pipeline of openssl, gzip and xz:
         'openssl speed -seconds 1 sha256; head -c 20000000 /dev/urandom | gzip -1 | xz -0 >/dev/null'
     env -u PYTHONDONTWRITEBYTECODE python3 bench/on_demand.py system.data pipeline.data
 
+``--baseline SRC`` times another checkout's pysframe too (its ``src``, put first on
+PYTHONPATH of the same console script), interleaved with ours in every repeat:
+
+    git worktree add /tmp/before <commit>
+    env -u PYTHONDONTWRITEBYTECODE python3 bench/on_demand.py system.data --baseline /tmp/before/src
+
 ``--own-sframe N`` also makes (in bench/out/own-sframe/) and times a recording of a program
 of N functions (default 3,000) assembled by the fixtures' gas 2.46 with ``--gsframe`` and
 linked by its ld: a binary with its own version 3 ``.sframe``, which the first run merges
@@ -114,6 +120,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=MIN_REPEATS)
     parser.add_argument("--own-sframe", type=int, nargs="?", const=3000, default=None,
                         metavar="N")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="SRC",
+                        help="also time the pysframe of another checkout's src directory "
+                             "(e.g. a git worktree of an older commit) the same way, in the "
+                             "same repeats: before/after in one sitting")
     arguments = parser.parse_args()
     runs = max(MIN_REPEATS, arguments.runs)
     sframe = venv_sframe()
@@ -125,24 +135,30 @@ def main() -> None:
         parser.error("no recording (give paths, or --own-sframe)")
     for recording in recordings:
         ours = [*sframe, "script", "-i", str(recording)]
-        figures: dict[str, list[float]] = {"first": [], "warm": [], "perf script": []}
+        sides = {"": bench_environment()}
+        if arguments.baseline is not None:  # (its modules come before the installed ones)
+            sides["baseline "] = {**bench_environment(),
+                                  "PYTHONPATH": str(arguments.baseline.resolve())}
+        figures: dict[str, list[float]] = {}
         for repeat in range(runs):
-            for name in alternating(["sframe", "perf"], repeat):
+            for name in alternating([*sides, "perf"], repeat):
                 if name == "perf":
                     if perf is not None:
-                        figures["perf script"].append(_time(
+                        figures.setdefault("perf script", []).append(_time(
                             [perf, "script", "--no-inline", "-i", str(recording)],
                             bench_environment()))
                     continue
                 with private_cache() as cache:
-                    env = with_cache(bench_environment(), cache)
-                    figures["first"].append(_time(ours, env))
-                    figures["warm"].append(_time(ours, env))
-        ratio = [first / warm for first, warm in zip(figures["first"], figures["warm"],
-                                                     strict=True)]
+                    env = with_cache(sides[name], cache)
+                    figures.setdefault(f"{name}first", []).append(_time(ours, env))
+                    figures.setdefault(f"{name}warm", []).append(_time(ours, env))
         print(f"{recording}: " + ", ".join(
-            f"{name} {spread(times, '.2f')} s" for name, times in figures.items() if times)
-            + f"; first/warm {statistics.median(ratio):.2f}x [{min(ratio):.2f}-{max(ratio):.2f}]")
+            f"{name} {spread(times, '.2f')} s" for name, times in figures.items()))
+        for name in sides:
+            ratio = [first / warm for first, warm in zip(
+                figures[f"{name}first"], figures[f"{name}warm"], strict=True)]
+            print(f"  {name}first/warm {statistics.median(ratio):.2f}x "
+                  f"[{min(ratio):.2f}-{max(ratio):.2f}] (goal <= 1.5)")
 
 
 if __name__ == "__main__":
