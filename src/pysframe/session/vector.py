@@ -101,10 +101,10 @@ class VectorSession:
 
     def ranges(self, count: int) -> list[tuple[int, int]]:
         """The samples split into at most ``count`` ranges of whole chunks, in order; the
-        chunks that do not divide evenly go to the first ranges. (The first is made by the
-        process that prints everything and streams its own text; each other one is made by
-        a child that writes it to a file, read back: a quarter more time a sample, ~450
-        against ~580 ms for the two equal halves of a 66k-sample recording.)"""
+        chunks that do not divide evenly go to the first ranges: the first is made by the
+        process that prints everything, streaming its text, and a forked child took a
+        quarter more time a sample (~450 against ~580 ms for the two equal halves of a
+        66k-sample recording; writing its text to a file is not what costs it)."""
         total = len(self.arrays.offset)
         chunks = max(1, -(-total // CHUNK))
         count = max(1, min(count, chunks))
