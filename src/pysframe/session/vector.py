@@ -100,16 +100,11 @@ class VectorSession:
             self._apply_events(total + 1)
 
     def ranges(self, count: int) -> list[tuple[int, int]]:
-        """The samples split into at most ``count`` ranges of whole chunks, in order; the
-        chunks that do not divide evenly go to the first ranges: the first is made by the
-        process that prints everything, streaming its text, and a forked child took a
-        quarter more time a sample (~450 against ~580 ms for the two equal halves of a
-        66k-sample recording; writing its text to a file is not what costs it)."""
+        """The samples split into at most ``count`` ranges of whole chunks, in order."""
         total = len(self.arrays.offset)
         chunks = max(1, -(-total // CHUNK))
         count = max(1, min(count, chunks))
-        bounds = [min(total, (chunks - chunks * (count - k) // count) * CHUNK)
-                  for k in range(count + 1)]
+        bounds = [min(total, (chunks * k // count) * CHUNK) for k in range(count + 1)]
         return [(a, b) for a, b in pairwise(bounds) if b > a] or [(0, 0)]
 
     def _apply_events(self, before: int) -> None:
