@@ -36,16 +36,15 @@ def run_defer(path: str, *, output: str, binaries: list[str], assume_sframe: boo
     # The recording written keeps the kernel's semantics: a damaged table is dropped.
     unwinder.finder.damage_outcome = DAMAGE_OUTCOME
     with data:
-        if not data.attrs or any(attr.sample_type & _DWARF != _DWARF for attr in data.attrs):
-            raise CommandError(f"{path}: not a --call-graph dwarf recording (samples need a "
-                               "callchain, user registers and a user stack copy)", EXIT_INVALID)
-        if len({(attr.sample_type, attr.sample_regs_user) for attr in data.attrs}) > 1:
-            raise CommandError(f"{path}: events with different sample layouts are not "
-                               "rewritten", EXIT_INVALID)
+        if not any(_dwarf(attr) for attr in data.attrs):
+            raise _not_dwarf(path)
         what_if = WhatIf(unwinder, assume_sframe=assume_sframe)
-        for _ in progress_bar(what_if.run(), data, "what the kernel would unwind"):
-            pass
-        attr = data.attrs[0]
+        sampled: dict[int, Any] = {}  # the events the samples are of, by id()
+        for unwound in progress_bar(what_if.run(), data, "what the kernel would unwind"):
+            attr = unwound.sample.attr
+            if attr is not None:
+                sampled.setdefault(id(attr), attr)
+        attr = _sampled_layout(path, data.attrs, list(sampled.values()))
         after = _deferred_records(what_if, attr.sample_type)
         cookies = {offset: outcome.cookie or None for offset, outcome in what_if.outcomes.items()}
         try:
@@ -68,6 +67,27 @@ def run_defer(path: str, *, output: str, binaries: list[str], assume_sframe: boo
     return EXIT_INVALID if data.skipped or problems else EXIT_OK
 
 
+def _dwarf(attr: Any) -> bool:
+    return bool(attr.sample_type & _DWARF == _DWARF)
+
+
+def _not_dwarf(path: str) -> CommandError:
+    return CommandError(f"{path}: not a --call-graph dwarf recording (samples need a "
+                        "callchain, user registers and a user stack copy)", EXIT_INVALID)
+
+
+def _sampled_layout(path: str, attrs: list[Any], sampled: list[Any]) -> Any:
+    """The event whose layout every sample has: the samples' events must all be dwarf
+    ones of one layout. Events without samples may differ (``perf record -a`` adds a
+    dummy event for the side band, without PERIOD)."""
+    if any(not _dwarf(attr) for attr in sampled):
+        raise _not_dwarf(path)
+    if len({(attr.sample_type, attr.sample_regs_user) for attr in sampled}) > 1:
+        raise CommandError(f"{path}: samples of events with different layouts are not "
+                           "rewritten", EXIT_INVALID)
+    return sampled[0] if sampled else next(attr for attr in attrs if _dwarf(attr))
+
+
 def _deferred_records(what_if: Any, sample_type: int) -> dict[int, bytes]:
     """The CALLCHAIN_DEFERRED record of each entry, by the file offset of its last sample."""
     from ..report.perf_data_out import callchain_deferred, sample_id_trailer
@@ -77,7 +97,7 @@ def _deferred_records(what_if: Any, sample_type: int) -> dict[int, bytes]:
         if entry.trace is None:
             continue
         trailer = sample_id_trailer(sample_type, entry.pid, entry.tid, entry.last_time + 1,
-                                    entry.cpu)
+                                    entry.cpu, entry.sample_id)
         after[entry.last_offset] = after.get(entry.last_offset, b"") + callchain_deferred(
             entry.cookie, entry.trace.entries, trailer)
     return after

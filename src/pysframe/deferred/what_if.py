@@ -78,6 +78,8 @@ class Entry:
     #: File offset of its last sample in file order (the record is written after it).
     last_offset: int
     trace: UserTrace | None = None
+    #: The event id of its last sample (its record's sample_id_all trailer names it).
+    sample_id: int = 0
 
 
 @record_class
@@ -138,7 +140,8 @@ class WhatIf:
         if found is not None and in_kernel and found[1] == key:
             entry, _, members = found
             entry.last_time = sample.time
-            entry.last_offset = max(entry.last_offset, sample.offset)
+            if sample.offset > entry.last_offset:
+                entry.last_offset, entry.sample_id = sample.offset, sample.id
             members.append((unwound, mm))
             return
         self._close(sample.tid)
@@ -149,7 +152,8 @@ class WhatIf:
         ip, sp, fp, lr = registers
         self.kernel.enter_kernel(task, EntryRegisters(ip, sp, fp, lr=lr), sample.cpu)
         _, cookie = self.kernel.request(self.work, task)
-        entry = Entry(cookie, sample.pid, sample.tid, sample.cpu, sample.time, sample.offset)
+        entry = Entry(cookie, sample.pid, sample.tid, sample.cpu, sample.time, sample.offset,
+                      sample_id=sample.id)
         self.entries.append(entry)
         self._open[sample.tid] = (entry, key, [(unwound, mm)])
 
