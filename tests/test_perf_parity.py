@@ -131,19 +131,23 @@ int main(void) { struct timespec t; long s = 0;
 """
 
 
+def vdso_parity(workdir: Path, name: str, *options: str) -> str:
+    """The clock_gettime() loop recorded by perf (with ``options``) and checked against
+    perf's text; our text of it."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    source = workdir / f"{name}.c"
+    source.write_text(VDSO_LOOP)
+    program = workdir / name
+    subprocess.run(["gcc", "-O2", "-o", str(program), str(source)], check=True, timeout=120)
+    check(run_parity(workdir, name, [str(program)], *DWARF, *options))
+    return sframe_script(workdir / f"{name}.data", workdir / "cache").stdout
+
+
 def test_vdso_frames_are_named_as_perf_names_them(workdir: Path) -> None:
     """A program spending its time in clock_gettime(): the vDSO frames are named (from this
     process's vDSO, the recorded kernel's) and unwound into the caller, as perf does."""
-    if shutil.which("gcc") is None:
-        pytest.skip("needs gcc")
-    source = workdir / "vdso.c"
-    source.write_text(VDSO_LOOP)
-    program = workdir / "vdso"
-    subprocess.run(["gcc", "-O2", "-o", str(program), str(source)], check=True, timeout=120)
-    parity = run_parity(workdir, "vdso", [str(program)], *DWARF)
-    check(parity)
-    recording = workdir / "vdso.data"
-    assert "__vdso_clock_gettime" in sframe_script(recording, workdir / "cache").stdout
+    assert "__vdso_clock_gettime" in vdso_parity(workdir, "vdso")
 
 
 def test_vdso_frames_of_a_recording_without_build_ids_are_named_as_perf_names_them(
@@ -151,15 +155,7 @@ def test_vdso_frames_of_a_recording_without_build_ids_are_named_as_perf_names_th
     """``perf record -B`` writes no build ids: perf takes its own vDSO for the recorded one.
     So do we when the recording names this kernel's release (it was made here), and the
     vDSO frames and the callers found through its CFI are perf's."""
-    if shutil.which("gcc") is None:
-        pytest.skip("needs gcc")
-    source = workdir / "vdso-b.c"
-    source.write_text(VDSO_LOOP)
-    program = workdir / "vdso-b"
-    subprocess.run(["gcc", "-O2", "-o", str(program), str(source)], check=True, timeout=120)
-    parity = run_parity(workdir, "vdso-b", [str(program)], *DWARF, "-B")
-    check(parity)
-    ours = sframe_script(workdir / "vdso-b.data", workdir / "cache").stdout
+    ours = vdso_parity(workdir, "vdso-b", "-B")
     assert ours.count("__vdso_clock_gettime") >= 10
     assert "[unknown] ([vdso])" not in ours
 

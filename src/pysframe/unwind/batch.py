@@ -40,6 +40,7 @@ from .flat import (
     FlatTable,
     MaskFunction,
     unpack_offsets,
+    with_masks_from,
 )
 from .flat_cache import cached_flat, function_rows
 from .flat_on_demand import OnDemandFlat
@@ -154,14 +155,12 @@ class _Space:
         if module is not None and module.lookup is not None and not isinstance(
                 module.lookup, SFrameLookup):
             self.on_demand.append((module.lookup, module.lookup.generation))
-        if table is None or module is None:
-            return start, np.full(1, KIND_NONE, np.uint64)
-        if table.rare_all:
-            return start, np.full(1, KIND_RARE, np.uint64)
+        whole = _whole_mapping(table, mapping)
+        if whole is not None:
+            return start, np.full(1, whole, np.uint64)
+        assert table is not None and module is not None
         bias = module.bias
         low, high = mapping.start - bias, mapping.end - bias
-        if low < 0 or high > 1 << 63:
-            return start, np.full(1, KIND_RARE, np.uint64)
         first = int(np.searchsorted(table.starts, np.uint64(low), "right")) - 1
         last = int(np.searchsorted(table.starts, np.uint64(high), "left"))
         rows = table.starts[max(first, 0):last].astype(np.uint64, copy=True)
@@ -170,11 +169,9 @@ class _Space:
             rows = np.concatenate([np.array([low], np.uint64), rows])
             row_words = np.concatenate([np.full(1, KIND_NONE, np.uint64), row_words])
         rows[0] = low
-        masked = (row_words & np.uint64(3)) == KIND_MASK
-        if masked.any():
-            base = len(self.masks)
+        if table.masks:
+            row_words = with_masks_from(row_words, len(self.masks))
             self.masks += [(mask, bias) for mask in table.masks]
-            row_words[masked] += np.uint64(base << CFA_SHIFT)
         return rows + np.uint64(bias % (1 << 64)), row_words  # wraps like the addresses
 
     def stale(self) -> bool:
@@ -194,6 +191,19 @@ class _Space:
     def mapped(self, pcs: U64) -> npt.NDArray[np.bool_]:
         """Whether each pc is in a mapping."""
         return self.owner[np.searchsorted(self.starts, pcs, side="right") - 1] >= 0
+
+
+def _whole_mapping(table: FlatTable | None, mapping: Mapping) -> int | None:
+    """The one rule word of every pc of ``mapping`` when its rows do not tell them apart:
+    no table (the frame-pointer fallback), a table that could not be flattened, or
+    link-time addresses outside what flat tables hold; None: its rows do."""
+    module = mapping.module
+    if table is None or module is None:
+        return KIND_NONE
+    if (table.rare_all or mapping.start - module.bias < 0
+            or mapping.end - module.bias > 1 << 63):
+        return KIND_RARE
+    return None
 
 
 def _shared_buffer(samples: Sequence[BatchSample]
@@ -300,15 +310,14 @@ class BatchUnwinder:
             mapping = space.mappings[index]
             module = mapping.module
             table = self.table(module)
-            if table is None or module is None:
+            whole = _whole_mapping(table, mapping)
+            if whole is not None:
+                words[at] = whole
                 continue
-            bias = module.bias
-            if mapping.start - bias < 0 or mapping.end - bias > 1 << 63:
-                words[at] = KIND_RARE  # (as _Space._rows gives the whole mapping)
-                continue
+            assert table is not None and module is not None
             # Link-time pcs: each is in the mapping, so at or after the row covering its
             # start (which a snapshot extends down to it), and before its end.
-            words[at] = table.lookup(pcs[at] - np.uint64(bias % (1 << 64)))
+            words[at] = table.lookup(pcs[at] - np.uint64(module.bias % (1 << 64)))
         return words
 
     def _trampolines(self, mapping: Mapping) -> list[int]:

@@ -131,6 +131,15 @@ class FlatTable:
         return words
 
 
+def with_masks_from(words: U64, first: int) -> U64:
+    """``words`` with their MASK words' indices moved up by ``first`` (a copy when any
+    moves): a table's PCMASK functions appended after ``first`` others."""
+    masked = (words & np.uint64(3)) == KIND_MASK
+    if not first or not masked.any():
+        return words
+    return words + np.where(masked, np.uint64(first << CFA_SHIFT), np.uint64(0))
+
+
 RARE_TABLE = FlatTable(np.zeros(0, np.uint64), np.zeros(0, np.uint64), [], rare_all=True)
 
 
@@ -216,4 +225,4 @@ def flatten(lookup: SFrameLookup, abi: ABI) -> FlatTable:
 
 __all__ = ["KIND_DEFAULT", "KIND_MASK", "KIND_NONE", "KIND_RARE", "OUTERMOST", "PENDING",
            "FlatTable", "MaskFunction", "flatten", "pack_row",
-           "unpack_offsets"]
+           "unpack_offsets", "with_masks_from"]

@@ -19,14 +19,13 @@ import numpy.typing as npt
 from ..format.constants import ABI
 from ..format.lookup import SFrameLookup
 from .flat import (
-    CFA_SHIFT,
-    KIND_MASK,
     KIND_NONE,
     KIND_RARE,
     PENDING,
     FlatTable,
     MaskFunction,
     flatten,
+    with_masks_from,
 )
 from .provider import OnDemand
 
@@ -93,11 +92,8 @@ class OnDemandFlat:
         flat = found[1]
         if flat.rare_all:
             return pending, np.array([KIND_RARE, KIND_NONE], np.uint64)
-        words = flat.words
-        if flat.masks:
-            masked = (words & np.uint64(3)) == KIND_MASK
-            words = words + np.where(masked, np.uint64(len(masks) << CFA_SHIFT), np.uint64(0))
-            masks += flat.masks
+        words = with_masks_from(flat.words, len(masks))
+        masks += flat.masks
         return flat.starts, words
 
     def _splice(self, made: list[tuple[int, SFrameLookup | None]]) -> None:
