@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from tests.support.oracles import need_perf7
+from tests.support.perf_rewrite import data_extent, records, with_data
 
 from pysframe.cli.script import open_recording
 from pysframe.deferred.what_if import WhatIf
@@ -216,3 +218,40 @@ def test_perf_7_reads_what_defer_writes(tmp_path: Path, options: list[str]) -> N
     mine, perfs = user_frames(ours.stdout), user_frames(theirs)
     assert mine.keys() == perfs.keys()
     assert [key for key in mine if named(mine[key]) != named(perfs[key])] == []
+
+
+@pytest.mark.skipif(not RECORDINGS, reason="fixtures not present")
+def test_a_repeated_sample_shares_its_entry(tmp_path: Path) -> None:
+    """A system-wide 6.18 recording held one sample twice, byte for byte. Given a cookie of
+    its own, the copy's sample came before the first one's deferred record and perf 7 printed
+    the copy's cookie as its only user frame; as one entry, both copies get the chain."""
+    command = need_perf7()
+    recording = next(path for path in RECORDINGS if "2.46" in path.name)
+    raw = (recording / "perf.data").read_bytes()
+    start, size = data_extent(raw)
+    user_samples = [(offset, length) for offset, kind, length in records(raw)
+                    if kind == 9 and struct.unpack_from("<H", raw, offset + 4)[0] & 7 == 2]
+    offset, length = user_samples[len(user_samples) // 2]
+    data = raw[start:offset + length] + raw[offset:offset + length] + raw[offset + length:
+                                                                          start + size]
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "perf.data").write_bytes(with_data(raw, data))
+    out = tmp_path / "defer.perf.data"
+    made = sframe("defer", str(source / "perf.data"), "-o", str(out), "--binaries",
+                  str(recording), tmp=tmp_path)
+    assert made.returncode == 0, made.stderr
+    theirs = perf_7_script(command, recording, out, tmp_path / "home")
+    ours = sframe("script", str(out), "--binaries", str(recording), tmp=tmp_path).stdout
+    blocks = [block for block in theirs.split("\n\n") if block.strip()]
+    mine = [block for block in ours.split("\n\n") if block.strip()]
+    assert len(blocks) == len(mine) == 1 + sum(1 for _, kind, _ in records(raw) if kind == 9)
+    heads = [re.sub(" +", " ", block.splitlines()[0]) for block in blocks]
+    twice = [index for index in range(1, len(heads)) if heads[index] == heads[index - 1]]
+    assert len(twice) == 1
+    first, copy = blocks[twice[0] - 1].splitlines()[1:], blocks[twice[0]].splitlines()[1:]
+    assert len(first) >= 3 and copy == first
+    # Our reader gives the copy the same frames as perf 7 does.
+    ours_first = mine[twice[0] - 1].splitlines()[1:]
+    assert mine[twice[0]].splitlines()[1:] == ours_first
+    assert [line.split()[1:] for line in ours_first] == [line.split()[1:] for line in first]

@@ -5,7 +5,7 @@ The samples are read in ``perf script`` order with the recording's process model
 dwarf unwinder's session, whose chains are the yardstick). Consecutive samples of one
 thread taken in the kernel with unchanged user registers belong to one entry (a
 syscall or fault in progress); every sample taken in user mode is an entry of its own
-(the interrupt returns at once). Each entry is driven through the model
+(the interrupt returns at once), unless it repeats the one before it (same time). Each entry is driven through the model
 (:class:`~.infrastructure.DeferredUnwinder`: enter, request, return to user space) over
 the process's memory (:class:`~.mm.Mm`: its ELF files mapped with their ``PT_GNU_SFRAME``
 sections registered as the kernel would, and the sample's stack copy, beyond which the
@@ -137,7 +137,12 @@ class WhatIf:
         in_kernel = sample.cpumode == 1
         key = tuple(sample.regs)
         found = self._open.get(sample.tid)
-        if found is not None and in_kernel and found[1] == key:
+        # A repeated sample (same thread, time and registers: a 6.18 system-wide recording
+        # held one twice, byte for byte) is the same entry too, wherever it was taken: two
+        # entries at one time would put the second's sample before the first's deferred
+        # record, and perf 7 takes a thread's pending samples as one entry's.
+        if found is not None and found[1] == key and (
+                in_kernel or sample.time == found[0].last_time):
             entry, _, members = found
             entry.last_time = sample.time
             if sample.offset > entry.last_offset:
