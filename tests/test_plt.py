@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.oracles import missing, need_perf
+from tests.support.oracles import missing, need_binutils, need_perf, need_perf7
 
 from conftest import FIXTURES, needs_fixtures
 from pysframe.elf import ElfImage
@@ -182,3 +182,68 @@ def test_a_sample_in_plt_got_gets_perfs_caller(plt_got_recording: Path) -> None:
     for mine, other in in_stub:
         assert mine[0] == other[0]
         assert mine[1:len(other)] == other[1:], (mine, other)  # the caller (main) and on
+
+
+#: A PIE whose one .plt.got stub (__cxa_finalize) is 8 bytes, or 16 with IBT (endbr64).
+PLT_GOT_C = """\
+#include <stdio.h>
+int main(void) { puts("x"); return 0; }
+"""
+
+
+@pytest.mark.parametrize("flags", [["-fcf-protection=none"],
+                                   ["-fcf-protection=full", "-Wl,-z,ibtplt"]],
+                         ids=["8-byte", "ibt-16-byte"])
+def test_plt_got_stubs_are_named_as_objdump_names_them(tmp_path: Path, flags: list[str]) -> None:
+    """Each ``.plt.got`` stub is ``name@plt`` after the ``.rela.dyn`` symbol of the GOT slot
+    it jumps through (perf 6.3 and later name them so; 6.1 left them unnamed): the same
+    addresses and names as objdump's synthetic labels, on a PIE of either stub size, the
+    fixture, and the system's ls and libc."""
+    from pysframe.symbolize.symbols import _plt_got_symbols, load_symbols
+
+    objdump = need_binutils("objdump", "2.47.50")
+    gcc = shutil.which("gcc") or missing("gcc", "apt-get install gcc")
+    (tmp_path / "t.c").write_text(PLT_GOT_C)
+    built = tmp_path / "t"
+    subprocess.run([gcc, "-O2", *flags, "-o", str(built), str(tmp_path / "t.c")], check=True,
+                   timeout=120)
+    binaries = [built, PROG, Path("/bin/ls"), Path("/lib/x86_64-linux-gnu/libc.so.6")]
+    for binary in binaries:
+        listing = subprocess.run([objdump, "-d", "-j", ".plt.got", str(binary)],
+                                 capture_output=True, text=True, check=True, timeout=120)
+        theirs = [(int(address, 16), name) for address, name in
+                  re.findall(r"^([0-9a-f]+) <(\S+@plt)>:$", listing.stdout, re.MULTILINE)]
+        image = ElfImage(str(binary))
+        ours = [(symbol.start, symbol.name) for symbol in _plt_got_symbols(image)]
+        assert ours == theirs and theirs, binary
+        stubs = image.section_header(".plt.got")
+        assert stubs is not None
+        assert {symbol.end - symbol.start for symbol in _plt_got_symbols(image)} == \
+            {stubs.entsize}
+        # and `script` finds them: the table perf's naming reads from holds them.
+        table = load_symbols(image, use_cache=False)
+        assert [table.lookup(address) for address, _ in ours] == \
+            [(name, 0) for _, name in ours], binary
+
+
+def test_plt_names_are_those_perf_7_lists(tmp_path: Path) -> None:
+    """The names made for PLT code (``.plt`` for the lazy-binding header, ``name@plt`` for
+    the stubs of .plt, .plt.sec and .plt.got) are those perf 7 makes: ``perf probe -F`` lists
+    them with the file's own symbols."""
+    from pysframe.symbolize.symbols import _plt_got_symbols, _plt_symbols
+
+    command = need_perf7()
+    gcc = shutil.which("gcc") or missing("gcc", "apt-get install gcc")
+    (tmp_path / "t.c").write_text(PLT_GOT_C)
+    for flags in (["-fcf-protection=none"], ["-fcf-protection=full", "-Wl,-z,ibtplt"]):
+        built = tmp_path / "t"
+        subprocess.run([gcc, "-O2", *flags, "-o", str(built), str(tmp_path / "t.c")],
+                       check=True, timeout=120)
+        for binary in (built, PROG, Path("/bin/ls")):
+            listed = subprocess.run([*command, "probe", "-x", str(binary), "-F", "--filter=*"],
+                                    capture_output=True, text=True, timeout=120)
+            assert listed.returncode == 0, listed.stderr[-300:]
+            theirs = {name for name in listed.stdout.split() if "plt" in name}
+            image = ElfImage(str(binary))
+            ours = {symbol.name for symbol in _plt_symbols(image) + _plt_got_symbols(image)}
+            assert ".plt" in ours and ours == theirs, (binary, sorted(ours ^ theirs))
