@@ -26,7 +26,8 @@ from tests.support.oracles import need_gdb, need_perf, unavailable
 
 from pysframe.elf import ElfImage
 from pysframe.symbolize.demangling import gdb_name, libiberty, perf_name
-from pysframe.symbolize.symbols import _plt_got_symbols, load_symbols
+from pysframe.symbolize.plt import plt_got_symbols
+from pysframe.symbolize.symbols import load_symbols
 
 CPLUS_SOURCE = r"""
 #include <algorithm>
@@ -198,7 +199,7 @@ def test_every_symbol_of_a_cplus_program_is_named_as_perf_names_it(cplus: Path) 
         unavailable("perf probe -F does not work here")
     # perf 6.1 does not name .plt.got stubs and the PLT header (6.3 and later do, as we do;
     # test_plt checks those names against objdump's and perf 7's).
-    stubs = {".plt"} | {symbol.name for symbol in _plt_got_symbols(ElfImage(str(cplus)))}
+    stubs = {".plt"} | {name for _, _, name in plt_got_symbols(ElfImage(str(cplus)))}
     assert stubs and names - stubs <= theirs, sorted(names - stubs - theirs)
 
 

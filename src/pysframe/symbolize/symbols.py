@@ -33,10 +33,10 @@ from ..elf.headers import (
     SectionHeader,
     read_file_header,
     read_section_headers,
-    relocation_symbol,
 )
 from ..errors import Problems, PysframeError
 from ..records import record_class
+from .plt import plt_got_symbols, plt_symbols
 
 
 @record_class
@@ -279,114 +279,6 @@ def function_addresses(image: ElfImage, debug: DebugFiles | None = None
     return global_names, local_names
 
 
-def _plt_symbols(image: ElfImage) -> list[Symbol]:
-    """``name@plt`` for every lazy-binding PLT entry (x86-64 layout: 16-byte entries after
-    a 16-byte PLT0, or the .plt.sec entries when there is a second PLT), and ``.plt`` for
-    PLT0. Read from
-    ``.rela.plt`` and its symbol table by hand, every index and offset checked: a bad
-    table raises :class:`ElfError` naming the entry's file offset."""
-    relocations = image.section_header(".rela.plt")
-    plt = image.section_header(".plt.sec") or image.section_header(".plt")
-    if relocations is None or plt is None or image.machine != "EM_X86_64":
-        return []
-    named = _RelocatedNames(image, relocations)
-    first = plt.address + (0 if plt.name == ".plt.sec" else 16)
-    header = image.section_header(".plt")
-    # The lazy-binding header (PLT0), named after its section as perf 6.3 and later name
-    # it (6.1: after a zero-sized symbol before it, if any, else unnamed).
-    out = [] if header is None else [Symbol(header.address, header.address + 16, ".plt",
-                                            "STB_LOCAL", 16)]
-    for index in range(named.count):
-        _, name = named.entry(index)
-        start = first + index * 16
-        out.append(Symbol(start, start + 16, f"{name}@plt", "STB_GLOBAL", 16))
-    return out
-
-
-#: How a .plt.got entry jumps through its GOT slot: ``jmp *disp32(%rip)``, after
-#: ``endbr64`` and a ``bnd`` prefix in the 16-byte entries of IBT-enabled links.
-_JMP_GOT = b"\xff\x25"
-_JMP_GOT_AT = (0, 4, 5)
-
-
-def _plt_got_symbols(image: ElfImage) -> list[Symbol]:
-    """``name@plt`` for every ``.plt.got`` entry (x86-64: a function called through a PLT
-    stub whose GOT slot ld merged with the slot of its address, bound at load time), named
-    after the symbol of the ``.rela.dyn`` relocation of the slot it jumps through, as perf
-    6.3 and later name them (6.1 leaves them unnamed). An entry whose jump or slot is not
-    found stays unnamed; a bad relocation table raises :class:`ElfError`."""
-    stubs = image.section_header(".plt.got")
-    relocations = image.section_header(".rela.dyn")
-    if stubs is None or relocations is None or image.machine != "EM_X86_64":
-        return []
-    size = stubs.entsize if stubs.entsize in (8, 16) else 8
-    named = _RelocatedNames(image, relocations)
-    slots: dict[int, str] = {}
-    for index in range(named.count):
-        slot, name = named.entry(index)
-        if name:
-            slots.setdefault(slot, name)
-    code = image.section_bytes(stubs)
-    out = []
-    for start in range(0, len(code) - size + 1, size):
-        at = next((at for at in _JMP_GOT_AT if code[start + at:start + at + 2] == _JMP_GOT),
-                  None)
-        if at is None or at + 6 > size:
-            continue
-        displacement = int.from_bytes(code[start + at + 2:start + at + 6], "little", signed=True)
-        address = stubs.address + start
-        target = slots.get(address + at + 6 + displacement)
-        if target:
-            out.append(Symbol(address, address + size, f"{target}@plt", "STB_GLOBAL", size))
-    return out
-
-
-class _RelocatedNames:
-    """A RELA section's entries as (place, symbol name), read by hand from its linked
-    symbol table, every index checked (a bad one raises :class:`ElfError` at its offset)."""
-
-    def __init__(self, image: ElfImage, relocations: SectionHeader) -> None:
-        sections = image.section_headers()
-        if not relocations.link < len(sections):
-            raise ElfError(image.path, f"{relocations.name} links to section "
-                           f"{relocations.link} of {len(sections)}", relocations.offset)
-        symtab = sections[relocations.link]
-        self._image, self._relocations = image, relocations
-        self._names = _string_table(image, symtab, sections)
-        layout = image.header.layout
-        self._wide = layout.wide
-        self._entry, self._symbol = layout.rela, layout.symbol
-        self._table = image.section_bytes(relocations)
-        self._symbols = image.section_bytes(symtab)
-        self.count = len(self._table) // self._entry.size
-
-    def entry(self, index: int) -> tuple[int, str]:
-        place, info, _ = self._entry.unpack_from(self._table, index * self._entry.size)
-        number = relocation_symbol(info, self._wide)
-        if not number:
-            return place, ""
-        count = len(self._symbols) // self._symbol.size
-        if number >= count:
-            raise ElfError(self._image.path, f"{self._relocations.name} entry {index} names "
-                           f"symbol {number} of {count}",
-                           self._relocations.offset + index * self._entry.size)
-        name_offset = self._symbol.unpack_from(self._symbols, number * self._symbol.size)[0]
-        return place, _name_at(self._names, name_offset)
-
-
-def _string_table(image: ElfImage, symtab: SectionHeader,
-                  sections: list[SectionHeader]) -> bytes:
-    if not symtab.link < len(sections):
-        raise ElfError(image.path, f"symbol table {symtab.name} links to section {symtab.link} "
-                       f"of {len(sections)}", symtab.offset)
-    return bytes(image.section_bytes(sections[symtab.link]))
-
-
-def _name_at(names: bytes, offset: int) -> str:
-    end = names.find(b"\0", offset)
-    return names[offset:end if end >= 0 else None].decode("utf-8", "replace")
-
-
 def load_symbols(image: ElfImage, *, use_cache: bool = True,
                  problems: Problems | None = None, debug: DebugFiles | None = None
                  ) -> SymbolTable:
@@ -414,9 +306,16 @@ def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | No
     from .demangling import perf_name
 
     symbols = _best_function_symbols(image, separate, perf=True)
+
+    def resolvers(addresses: set[int]) -> dict[int, str]:
+        chosen = SymbolTable([symbol for symbol in symbols if symbol.start in addresses],
+                             perf_name)
+        return dict(zip(chosen.starts, chosen.names, strict=True))
+
     try:
-        symbols += _plt_symbols(image)
-        symbols += _plt_got_symbols(image)
+        stubs = plt_symbols(image, resolvers) + plt_got_symbols(image)
+        symbols += [Symbol(start, end, name, "STB_LOCAL" if name == ".plt" else "STB_GLOBAL",
+                           end - start) for start, end, name in stubs]
     except ElfError as error:
         if problems is not None:
             problems.add(error)
@@ -425,7 +324,7 @@ def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | No
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.
-_CACHE_FORMAT = 7
+_CACHE_FORMAT = 8
 #: The sections a symbol table is made from (with the ELF headers and linked strings).
 _SYMBOL_SECTIONS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".rela.plt", ".plt", ".plt.sec",
                     ".rela.dyn", ".plt.got")
