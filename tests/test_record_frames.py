@@ -169,6 +169,10 @@ INSN = re.compile(r"^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} ?)+)\s*(?:\t(.*))?$")
 #: A PLT slot of an IFUNC (``*ABS*+0xRESOLVER@plt``): its target is chosen at run time.
 IFUNC_PLT = re.compile(r"^\*ABS\*\+0x[0-9a-f]+@plt$")
 IFUNC = -1
+#: ``jmp *%reg`` (or through memory, not a PLT slot): a tail call to a target known only at
+#: run time (ld.so's _dl_call_libc_early_init ends ``jmp *%rdx`` into libc).
+INDIRECT = -2
+INDIRECT_JUMP = re.compile(r"^(?:(?:bnd|notrack) )?jmp\s+\*")
 PREFIXES = {"notrack", "bnd", "data16", "addr32", "cs", "ds", "rex", "rex.W"}
 LABEL = re.compile(r"^([0-9a-f]{16}) <(.+)>:$")
 DIRECT = re.compile(r"^(?:\w+ )*?(call|j\w+)\s+([0-9a-f]+) <([^>]+)>")
@@ -205,6 +209,8 @@ class Binary:
             if found and found.group(1).startswith("j"):
                 targets.add(IFUNC if IFUNC_PLT.match(found.group(3))
                             else int(found.group(2), 16))
+            elif INDIRECT_JUMP.match(self.text[address]):
+                targets.add(INDIRECT)
         return targets
 
 
@@ -345,11 +351,16 @@ class Checker:
             if any(start in callee.jumps_from(entry) for entry in entries):
                 return "tail"
             return f"FAIL: {call[1]!r} at {call[0]:#x}, but the inner frame is {inner}"
+        jumps = binary.jumps_from(target)
         if inner.dso != frame.dso:
+            # Only another file's code can be reached so (an indirect jump within the same
+            # file is not taken as a tail call: in a stripped file the scan for jumps may
+            # run past the callee's end).
+            if INDIRECT in jumps:
+                return "tail-indirect"
             return f"FAIL: {call[1]!r} at {call[0]:#x} stays in {frame.dso}, inner is {inner}"
         if start == target:
             return "direct"
-        jumps = binary.jumps_from(target)
         if start in jumps:
             return "tail"
         if IFUNC in jumps:  # msort_with_tmp's last memcpy: jmp *ABS*+0x9be70@plt
