@@ -36,7 +36,6 @@ from ..elf.headers import (
 )
 from ..errors import Problems, PysframeError
 from ..records import record_class
-from .plt import plt_got_symbols, plt_symbols
 
 
 @record_class
@@ -304,6 +303,7 @@ def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | No
                   ) -> tuple[SymbolTable, bool]:
     """The table, and whether every part of it could be read."""
     from .demangling import perf_name
+    from .plt import plt_got_symbols, plt_symbols  # not on the warm path (cached tables)
 
     symbols = _best_function_symbols(image, separate, perf=True)
 
