@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.oracles import need_perf, unavailable
-from tests.support.parity import perf_can_record
+from tests.support.parity import perf_can_record, plt_unnamed
 
 from pysframe.session.filters import (
     NO_END,
@@ -131,7 +131,8 @@ def sframe(*arguments: str, cwd: Path | None = None) -> subprocess.CompletedProc
 
 
 def headers(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line and not line.startswith("\t")]
+    """The sample lines, PLT stubs unnamed (perf 6.1 misnames libc's)."""
+    return [plt_unnamed(line) for line in text.splitlines() if line and not line.startswith("\t")]
 
 
 def threads(path: Path) -> Counter[tuple[str, int, int]]:

@@ -11,6 +11,7 @@ both print is counted.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,15 @@ from typing import Any
 
 MARKER = "ffffffffffffffff [unknown] ([unknown])"
 KERNEL = "([kernel.kallsyms])"
+#: A PLT stub's name in a frame line. perf 6.1 names libc's stubs by relocation index, which
+#: is not their order (its IRELATIVE slots): `@plt` or another function's; perf 7 and we
+#: name each after the slot it jumps through (an IRELATIVE one after its resolver).
+_PLT_STUB = re.compile(r"\S*@plt\+")
+
+
+def plt_unnamed(line: str) -> str:
+    """``line`` with PLT stub names left out (``@plt+0x..``), for comparing with perf 6.1."""
+    return _PLT_STUB.sub("@plt+", line)
 
 
 def perf_can_record(directory: Path) -> str | None:
