@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.oracles import need_perf7, unavailable
-from tests.support.parity import recording_directory
+from tests.support.parity import plt_unnamed, recording_directory
 from tests.test_defer_exec import WORK_C
 
 from pysframe.sources.perf_data import open_perf_data
@@ -35,8 +35,8 @@ LOST = ("[unknown]", "([unknown])")
 
 def chains(text: str) -> dict[tuple[str, str, str], list[list[tuple[str, str]]]]:
     """Per (tid, cpu, time), the user frames (symbol, file) of each sample taken then
-    (a recording can hold one sample twice). PLT slots unnamed: perf 7 names an IRELATIVE
-    slot after its resolver, 6.1 and we do not."""
+    (a recording can hold one sample twice). PLT stubs unnamed: for an IRELATIVE slot perf 7
+    takes whichever alias of its resolver it finds (`__GI___rawmemchr`, `offset_0x...`)."""
     found: dict[tuple[str, str, str], list[list[tuple[str, str]]]] = {}
     for block in text.split("\n\n"):
         lines = block.splitlines()
@@ -49,7 +49,7 @@ def chains(text: str) -> dict[tuple[str, str, str], list[list[tuple[str, str]]]]
             fields = line.split()
             if line.strip() == TRUNCATED or fields[-1] == "([kernel.kallsyms])":
                 continue
-            frames.append((re.sub(r"^\S*@plt\+", "@plt+", " ".join(fields[1:-1])), fields[-1]))
+            frames.append((plt_unnamed(" ".join(fields[1:-1])), fields[-1]))
         found.setdefault((head[2], head[3], head[4]), []).append(frames)
     return found
 
