@@ -25,6 +25,7 @@ REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 RECORDINGS = sorted(path.parent for path in REAL.glob("*/perf.data")) if REAL.exists() else []
 SFRAME = [sys.executable, "-m", "pysframe"]
 TRUNCATED = "ffffffffffffffff [unknown] ([unknown])"
+SAMPLE = 9  # PERF_RECORD_SAMPLE
 
 
 def sframe(*arguments: str, tmp: Path) -> subprocess.CompletedProcess[str]:
@@ -232,7 +233,7 @@ def test_a_repeated_sample_shares_its_entry(tmp_path: Path) -> None:
     raw = (recording / "perf.data").read_bytes()
     start, size = data_extent(raw)
     user_samples = [(offset, length) for offset, kind, length in records(raw)
-                    if kind == 9 and struct.unpack_from("<H", raw, offset + 4)[0] & 7 == 2]
+                    if kind == SAMPLE and struct.unpack_from("<H", raw, offset + 4)[0] & 7 == 2]
     offset, length = user_samples[len(user_samples) // 2]
     data = raw[start:offset + length] + raw[offset:offset + length] + raw[offset + length:
                                                                           start + size]
@@ -247,7 +248,7 @@ def test_a_repeated_sample_shares_its_entry(tmp_path: Path) -> None:
     ours = sframe("script", str(out), "--binaries", str(recording), tmp=tmp_path).stdout
     blocks = [block for block in theirs.split("\n\n") if block.strip()]
     mine = [block for block in ours.split("\n\n") if block.strip()]
-    assert len(blocks) == len(mine) == 1 + sum(1 for _, kind, _ in records(raw) if kind == 9)
+    assert len(blocks) == len(mine) == 1 + sum(1 for _, kind, _ in records(raw) if kind == SAMPLE)
     heads = [re.sub(" +", " ", block.splitlines()[0]) for block in blocks]
     twice = [index for index in range(1, len(heads)) if heads[index] == heads[index - 1]]
     assert len(twice) == 1

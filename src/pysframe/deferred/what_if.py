@@ -5,8 +5,9 @@ The samples are read in ``perf script`` order with the recording's process model
 dwarf unwinder's session, whose chains are the yardstick). Consecutive samples of one
 thread taken in the kernel with unchanged user registers belong to one entry (a
 syscall or fault in progress); every sample taken in user mode is an entry of its own
-(the interrupt returns at once), unless it repeats the one before it (same time). Each entry is driven through the model
-(:class:`~.infrastructure.DeferredUnwinder`: enter, request, return to user space) over
+(the interrupt returns at once), unless it repeats the one before it (same time). Each
+entry is driven through the model (:class:`~.infrastructure.DeferredUnwinder`: enter,
+request, return to user space) over
 the process's memory (:class:`~.mm.Mm`: its ELF files mapped with their ``PT_GNU_SFRAME``
 sections registered as the kernel would, and the sample's stack copy, beyond which the
 stack reads as unmapped). With ``assume_sframe`` every binary the kernel has no section

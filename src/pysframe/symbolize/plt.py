@@ -42,17 +42,17 @@ def plt_symbols(image: ElfImage,
     plt = image.section_header(".plt.sec") or header
     if relocations is None or plt is None or image.machine != "EM_X86_64":
         return []
-    table = RelocatedNames(image, relocations)
+    table = _RelocatedNames(image, relocations)
     slots = table.by_slot()
-    resolvers = [slot[1] for slot in slots.values() if slot[0] is None]
-    names = resolver_names(set(resolvers)) if resolver_names is not None and resolvers else {}
+    resolvers = {addend for name, addend in slots.values() if name is None}
+    names = resolver_names(resolvers) if resolver_names is not None and resolvers else {}
     first = plt.address + (0 if plt.name == ".plt.sec" else 16)
     code = image.section_bytes(plt)
     # PLT0, named after its section (perf 6.1: after a zero-sized symbol before it, if any).
     out = [] if header is None else [(header.address, header.address + 16, ".plt")]
     for index in range(table.count):
         start = first + index * 16
-        slot = stub_slot(code, start - plt.address, 16, start)
+        slot = _stub_slot(code, start - plt.address, 16, start)
         name, addend = slots.get(slot, (None, 0)) if slot is not None else table.entry(index)
         if name is None:  # IRELATIVE: its resolver's function, without a symbol version
             name = names.get(addend, "").split("@", 1)[0] or f"offset_{start:#x}"
@@ -70,11 +70,11 @@ def plt_got_symbols(image: ElfImage) -> list[PltSymbol]:
         return []
     size = stubs.entsize if stubs.entsize in (8, 16) else 8
     code = image.section_bytes(stubs)
-    jumps = [(stubs.address + offset, stub_slot(code, offset, size, stubs.address + offset))
+    jumps = [(stubs.address + offset, _stub_slot(code, offset, size, stubs.address + offset))
              for offset in range(0, len(code) - size + 1, size)]
     # Only the stubs' slots are looked up: .rela.dyn holds every relocation of the file
     # (libpython's 36k took 28 ms to read whole).
-    slots = RelocatedNames(image, relocations).at_places(
+    slots = _RelocatedNames(image, relocations).at_places(
         {slot for _, slot in jumps if slot is not None})
     out = []
     for address, slot in jumps:
@@ -84,7 +84,7 @@ def plt_got_symbols(image: ElfImage) -> list[PltSymbol]:
     return out
 
 
-def stub_slot(code: bytes, offset: int, size: int, address: int) -> int | None:
+def _stub_slot(code: bytes, offset: int, size: int, address: int) -> int | None:
     """The GOT slot the stub at ``offset`` of ``code`` (at ``address``) jumps through, or
     None when it holds no ``jmp *disp32(%rip)`` where one is expected."""
     for at in _JMP_GOT_AT:
@@ -97,7 +97,7 @@ def stub_slot(code: bytes, offset: int, size: int, address: int) -> int | None:
     return None
 
 
-class RelocatedNames:
+class _RelocatedNames:
     """A RELA section's entries as (place, symbol name or None, addend), read by hand from
     its linked symbol table, every index checked."""
 
@@ -108,7 +108,7 @@ class RelocatedNames:
                            f"{relocations.link} of {len(sections)}", relocations.offset)
         symtab = sections[relocations.link]
         self._image, self._relocations = image, relocations
-        self._names = string_table(image, symtab, sections)
+        self._names = _string_table(image, symtab, sections)
         layout = image.header.layout
         self._wide = layout.wide
         self._entry, self._symbol = layout.rela, layout.symbol
@@ -155,10 +155,10 @@ class RelocatedNames:
                            f"symbol {number} of {count}",
                            self._relocations.offset + index * self._entry.size)
         name_offset = self._symbol.unpack_from(self._symbols, number * self._symbol.size)[0]
-        return place, name_at(self._names, name_offset), addend
+        return place, _name_at(self._names, name_offset), addend
 
 
-def string_table(image: ElfImage, symtab: SectionHeader,
+def _string_table(image: ElfImage, symtab: SectionHeader,
                  sections: list[SectionHeader]) -> bytes:
     """The string table ``symtab`` links to."""
     if not symtab.link < len(sections):
@@ -167,7 +167,7 @@ def string_table(image: ElfImage, symtab: SectionHeader,
     return bytes(image.section_bytes(sections[symtab.link]))
 
 
-def name_at(names: bytes, offset: int) -> str:
+def _name_at(names: bytes, offset: int) -> str:
     """The NUL-terminated name at ``offset`` of a string table."""
     end = names.find(b"\0", offset)
     return names[offset:end if end >= 0 else None].decode("utf-8", "replace")

@@ -292,8 +292,8 @@ class BatchUnwinder:
         words = self._words_now(space, mappings, pcs)
         missing = np.flatnonzero(words == PENDING)
         if missing.size:
-            for index, pc in set(zip(mappings[missing].tolist(), pcs[missing].tolist(),
-                                     strict=True)):
+            for index, pc in dict.fromkeys(zip(mappings[missing].tolist(),
+                                               pcs[missing].tolist(), strict=True)):
                 module = space.mappings[index].module
                 if module is not None and module.lookup is not None and not isinstance(
                         module.lookup, SFrameLookup) and module.guard.fault is None:
