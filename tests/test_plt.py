@@ -307,3 +307,18 @@ def test_plt_names_are_those_perf_7_lists(tmp_path: Path) -> None:
         image = ElfImage(str(binary))
         ours = {name for _, _, name in plt_symbols(image) + plt_got_symbols(image)}
         assert ".plt" in ours and ours == theirs, (binary, sorted(ours ^ theirs))
+
+
+def test_perf61_comparison_forgives_plt_names_alone() -> None:
+    """The helper that compares with perf 6.1 lets a PLT name stand for perf's ``[unknown]``
+    or its by-index stub name, and nothing else."""
+    from tests.support.parity import as_perf61
+
+    theirs = ["dd 1 1.0: 1 cpu-clock: 55e9180f8026 [unknown] (/usr/bin/dd)",
+              "\t7f35889612ad memcpy@plt+0x4 (/usr/lib/x86_64-linux-gnu/libc.so.6)"]
+    plt = ["dd 1 1.0: 1 cpu-clock: 55e9180f8026 .plt+0x6 (/usr/bin/dd)",
+           "\t7f35889612ad strlen@plt+0x4 (/usr/lib/x86_64-linux-gnu/libc.so.6)"]
+    assert as_perf61(plt, theirs) == theirs
+    other = ["dd 1 1.0: 1 cpu-clock: 55e9180f8026 main+0x6 (/usr/bin/dd)",
+             "\t7f35889612ad strlen+0x4 (/usr/lib/x86_64-linux-gnu/libc.so.6)"]
+    assert as_perf61(other, theirs) == other
