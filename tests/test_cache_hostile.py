@@ -13,8 +13,10 @@ from __future__ import annotations
 import marshal
 import os
 import shutil
+import struct
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from pysframe import cachedir
 from pysframe.elf import ElfImage
 from pysframe.generate.cache import cache_path, sframe_for
 from pysframe.symbolize import symbols as symbols_module
+from pysframe.symbolize import table_bytes
 from pysframe.symbolize.dwarf_cache import CachedDwarfNames
 from pysframe.symbolize.symbols import load_symbols
 
@@ -237,7 +240,7 @@ def test_a_table_from_a_corrupt_copy_does_not_break_the_good_binary(cache: Path,
 
 
 def _symbols(table: symbols_module.SymbolTable) -> tuple[list[int], list[int], list[str]]:
-    return table.starts, table.ends, table.names
+    return list(table.starts), list(table.ends), list(table.names)
 
 
 def test_another_binarys_symbols_are_ignored(cache: Path) -> None:
@@ -258,6 +261,11 @@ def test_symbols_of_a_corrupt_copy_do_not_rename_the_good_binarys(cache: Path,
     assert _symbols(load_symbols(lua)) == _symbols(load_symbols(lua, use_cache=False))
 
 
+def _table_entry(starts: list[int], ends: list[int], names: list[str]) -> bytes:
+    return table_bytes.entry(array("Q", starts), array("Q", ends),
+                             [name.encode() for name in names])
+
+
 def test_planted_renamed_or_unsorted_symbols_are_ignored(cache: Path) -> None:
     lua = ElfImage(str(LUA))
     expected = _symbols(load_symbols(lua, use_cache=False))
@@ -266,7 +274,7 @@ def test_planted_renamed_or_unsorted_symbols_are_ignored(cache: Path) -> None:
     entry.parent.mkdir(parents=True, exist_ok=True)
     for planted in ((starts, ends, ["evil"] * len(names)),
                     (starts[::-1], ends[::-1], names[::-1])):
-        entry.write_bytes(marshal.dumps(planted))
+        entry.write_bytes(_table_entry(*planted))  # without the cache's header
         assert _symbols(load_symbols(lua)) == expected
 
 
@@ -278,12 +286,15 @@ def test_symbols_of_the_wrong_shape_are_ignored(cache: Path) -> None:
     starts, ends, names = expected
     separate = symbols_module.symbols_file(lua, None)
     kind, source = symbols_module._cache_kind(separate), symbols_module._cache_source(lua, separate)
-    for planted in ((starts[::-1], ends[::-1], names[::-1]), (starts, starts[:-1], names),
-                    (starts, [s - 1 for s in starts], names), (starts, ends, [1] * len(names)),
-                    [starts, ends, names], (starts, ends)):
-        cachedir.store(kind, _build_id(LUA), marshal.dumps(planted), source)
+    whole = _table_entry(starts, ends, names)
+    for planted in (_table_entry(starts[::-1], ends[::-1], names[::-1]),
+                    _table_entry(starts, [s - 1 for s in starts], names),
+                    _table_entry(starts[:1] * 2 + starts[2:], ends, names),  # a start twice
+                    whole[:-1], whole + b"x", whole[:10], b"",
+                    whole[:8] + struct.pack("=Q", len(starts) + 1) + whole[16:]):  # the count
+        cachedir.store(kind, _build_id(LUA), planted, source)
         assert _symbols(load_symbols(lua)) == expected
-    cachedir.store(kind, _build_id(LUA), b"\xff not marshal", source)
+    cachedir.store(kind, _build_id(LUA), whole, source)
     assert _symbols(load_symbols(lua)) == expected
 
 

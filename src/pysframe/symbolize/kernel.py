@@ -8,26 +8,24 @@ frames stay ``[unknown]``, as perf prints them without symbols.
 Reading kallsyms takes ~0.3 s (about 200,000 lines), at every run; the table is kept
 in the private cache by kernel build id, valid for one boot (the addresses move with
 KASLR at each boot: ``/proc/sys/kernel/random/boot_id`` is part of the entry's source),
-and mapped when read back, checked by its CRC and its shape (:func:`_table_from`).
+and mapped when read back, checked by its CRC and its shape (:func:`~.table_bytes.table_from`).
 """
 
 from __future__ import annotations
 
 import operator
 import os
-import struct
 import sys
-import zlib
 from array import array
-from collections.abc import Callable, Sequence
-from itertools import accumulate, compress, islice
-from typing import Any
+from collections.abc import Callable
+from itertools import compress, islice
 
 from ..cachedir import Source, describe, load_mapped, open_directory, store
 from ..elf.headers import find_build_id
 from ..errors import PysframeError
 from ..inputs import read_text
 from .symbols import SymbolTable
+from .table_bytes import entry, intact, payload_of, table_from
 
 _TEXT_TYPES = {"T": "STB_GLOBAL", "t": "STB_LOCAL", "W": "STB_WEAK", "w": "STB_WEAK"}
 
@@ -46,9 +44,9 @@ def load_kallsyms(path: str = "/proc/kallsyms") -> SymbolTable | None:
     chosen as perf chooses among aliases (:class:`SymbolTable`: kallsyms' symbols have no
     size, so of several at one address the last one in address order, file order among
     equals, is kept, and each ends where the next address starts). The table is read from
-    its cache entry's bytes (:func:`_table_from`), which :func:`_payload` gives back whole."""
+    its cache entry's bytes (:func:`~.table_bytes.table_from`), which :func:`~.table_bytes.payload_of` gives back whole."""
     payload = kallsyms_payload(path)
-    return _table_from(payload) if payload is not None else None
+    return table_from(payload) if payload is not None else None
 
 
 #: The most kallsyms is read of (a kernel's is 5-20 MB): more is not a kernel's.
@@ -170,7 +168,7 @@ def _perf_payload(starts: array[int], names: list[bytes]) -> bytes:
         starts, names = array("Q", compress(starts, rising)), list(compress(names, rising))
     ends = starts[1:]
     ends.append((starts[-1] + 0xFFF) // 0x1000 * 0x1000 + 0x1000)
-    return _entry(starts, ends, names)
+    return entry(starts, ends, names)
 
 
 #: Kernel symbol tables in the cache: one per kernel build id (and payload format).
@@ -242,14 +240,14 @@ def _after_child(build_id: bytes, boot: bytes) -> SymbolTable | None:
 
 def _kallsyms_of_boot(build_id: bytes, boot: bytes) -> SymbolTable | None:
     source = _source(boot)
-    payload = load_mapped(KALLSYMS_KIND, build_id, source, _intact)
+    payload = load_mapped(KALLSYMS_KIND, build_id, source, intact)
     if payload is not None:
-        cached = _table_from(payload)
+        cached = table_from(payload)
         if cached is not None:
             return cached
     table = load_kallsyms()
     if table is not None:
-        store(KALLSYMS_KIND, build_id, _payload(table), source)
+        store(KALLSYMS_KIND, build_id, payload_of(table), source)
     return table
 
 
@@ -296,7 +294,7 @@ def prefetch() -> None:
             _detach_standard_streams()
             table = load_kallsyms()
             if table is not None:
-                store(KALLSYMS_KIND, build_id, _payload(table), _source(boot))
+                store(KALLSYMS_KIND, build_id, payload_of(table), _source(boot))
                 status = 0
         finally:
             os._exit(status)
@@ -347,81 +345,3 @@ def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> bytes | None:
     except PysframeError:
         return None
     return text.encode() if len(text) == 36 else None
-
-
-#: The entry: the CRC-32 of what follows its first 16 bytes (uint32, then 4 zero bytes),
-#: the number of symbols (uint64), their starts and ends (uint64 each), where each name
-#: starts in the names (uint32, one more than the symbols), then the names' UTF-8 bytes;
-#: in this machine's byte order (the cache is the machine's own). Read at every run with
-#: kernel frames, mapped: the CRC (~1 ms for 5 MB) stands for the cache's SHA-256 of the
-#: payload (~3 ms and OpenSSL's import), and the arrays are views of the mapping, a name
-#: decoded when it is printed.
-_PREFIX = struct.Struct("=I4xQ")
-
-
-def _entry(starts: array[int], ends: array[int], names: list[bytes]) -> bytes:
-    offsets = array("I", accumulate(map(len, names), initial=0))
-    body = b"".join([starts.tobytes(), ends.tobytes(), offsets.tobytes(), b"".join(names)])
-    count = struct.pack("=Q", len(starts))
-    return _PREFIX.pack(zlib.crc32(body, zlib.crc32(count)), len(starts)) + body
-
-
-def _payload(table: SymbolTable) -> bytes:
-    """The entry of ``table`` (the bytes it was read from, when it was)."""
-    if isinstance(table, _EntryTable):
-        return bytes(table.payload)
-    return _entry(array("Q", table.starts), array("Q", table.ends),
-                  [name.encode() for name in table.names])
-
-
-def _intact(payload: memoryview) -> bool:
-    """Whether ``payload`` is whole and undamaged (its CRC)."""
-    return (len(payload) >= _PREFIX.size
-            and zlib.crc32(payload[8:]) == _PREFIX.unpack_from(payload)[0])
-
-
-class _Names(Sequence[str]):
-    """Names decoded on demand from the entry's bytes (a table is printed from a few)."""
-
-    def __init__(self, offsets: Sequence[int], blob: bytes | memoryview) -> None:
-        self._offsets, self._blob = offsets, blob
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        offsets = self._offsets
-        return str(self._blob[offsets[index]:offsets[index + 1]], "utf-8", "replace")
-
-
-def _table_from(payload: bytes | memoryview) -> SymbolTable | None:
-    """The table an intact entry (:func:`_intact`) holds, its arrays views of ``payload``,
-    or None if it is not shaped as one. The order of the starts is not checked (a pass
-    over them costs what the CRC saved): the CRC vouches for an entry of our writing, and
-    of a hand-made one with starts out of order a lookup gives a wrong name, not an error
-    (bisection reads within the arrays; a name's slice is clamped to the names' bytes)."""
-    view = memoryview(payload)
-    if len(view) < _PREFIX.size:
-        return None
-    count = _PREFIX.unpack_from(view)[1]
-    first = _PREFIX.size
-    names_at = first + 20 * count + 4
-    if count == 0 or names_at > len(view):
-        return None
-    starts = view[first:first + 8 * count].cast("Q")
-    ends = view[first + 8 * count:first + 16 * count].cast("Q")
-    offsets = view[first + 16 * count:names_at].cast("I")
-    if offsets[0] != 0 or offsets[-1] != len(view) - names_at:
-        return None
-    table = _EntryTable.from_arrays(starts, ends, _Names(offsets, view[names_at:]))
-    assert isinstance(table, _EntryTable)
-    table.payload = payload
-    return table
-
-
-class _EntryTable(SymbolTable):
-    """A table read from an entry's bytes (``payload``), its arrays views of them."""
-
-    payload: bytes | memoryview

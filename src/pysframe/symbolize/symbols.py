@@ -16,11 +16,10 @@ mangled here; the
 
 from __future__ import annotations
 
-import itertools
-import marshal
 import operator
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from itertools import islice
 
 from ..cachedir import Source, combine, entry_path, load, store
 from ..elf import ElfError, ElfImage
@@ -324,7 +323,7 @@ def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | No
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.
-_CACHE_FORMAT = 8
+_CACHE_FORMAT = 9
 #: The sections a symbol table is made from (with the ELF headers and linked strings).
 _SYMBOL_SECTIONS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".rela.plt", ".plt", ".plt.sec",
                     ".rela.dyn", ".plt.got")
@@ -366,30 +365,27 @@ def _cache_source(image: ElfImage, separate: str | None) -> Source | None:
 
 
 def _read_cached(build_id: bytes, source: Source, separate: str | None) -> SymbolTable | None:
-    """The cached table, if its entry verifies and holds what a table holds: three lists
-    of equal length, integer starts strictly ascending, integer ends not below them,
-    string names (anything else is treated as absent)."""
+    """The cached table, its arrays views of the entry's bytes (see :mod:`.table_bytes`),
+    if its entry verifies and holds a table: starts strictly ascending, ends not below
+    them (anything else is treated as absent)."""
+    from .table_bytes import table_from
+
     payload = load(_cache_kind(separate), build_id, source)
-    if payload is None:
+    table = table_from(payload, empty_ok=True) if payload is not None else None
+    if table is None:
         return None
-    try:
-        starts, ends, names = marshal.loads(payload)
-    except (EOFError, ValueError, TypeError):
+    starts = table.starts
+    if not (all(map(operator.lt, starts, islice(starts, 1, None)))
+            and all(map(operator.le, starts, table.ends))):
         return None
-    if not (type(starts) is list and type(ends) is list and type(names) is list
-            and len(starts) == len(ends) == len(names)
-            and set(map(type, starts)) | set(map(type, ends)) <= {int}
-            and set(map(type, names)) <= {str}
-            and all(map(operator.lt, starts, itertools.islice(starts, 1, None)))
-            and all(map(operator.le, starts, ends))):
-        return None
-    return SymbolTable.from_arrays(starts, ends, names)
+    return table
 
 
 def _write_cached(build_id: bytes, source: Source, table: SymbolTable,
                   separate: str | None) -> None:
-    store(_cache_kind(separate), build_id,
-          marshal.dumps((list(table.starts), list(table.ends), list(table.names))), source)
+    from .table_bytes import payload_of
+
+    store(_cache_kind(separate), build_id, payload_of(table), source)
 
 
 # ----------------------------------------------------------------------------- by name
