@@ -7,9 +7,8 @@ advances by the code alignment factor, so consumers work in bytes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
-from ..records import record_class
+from ..records import NamedTuple, record_class
 from .leb128 import DecodeError, read_encoded, read_sleb128, read_uleb128
 
 DW_CFA_advance_loc = 0x40

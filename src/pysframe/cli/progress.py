@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class TableBar:

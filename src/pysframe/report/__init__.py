@@ -4,9 +4,9 @@ speedscope JSON, SVG flame graphs and pprof profiles.
 The API is the names below, imported from here (loaded on first use).
 """
 
-from typing import TYPE_CHECKING
-
 from ..exports import lazy_exports
+
+TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
 
 if TYPE_CHECKING:
     from .flamegraph import flame_graph_svg

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import cast
 
 from ..errors import Problems
 from ..session.perf import (
@@ -194,7 +193,7 @@ def user_lines(unwound: UnwoundSample, symbolizer: Symbolizer,
             if line is None:
                 pc = printed[index]
                 lines[index] = known[pc] = frame_line(symbolizer, mappings[index], pc)
-    return cast(list[str], lines)
+    return lines  # type: ignore[return-value]  # every None was filled above
 
 
 def frame_line(symbolizer: Symbolizer, mapping: Mapping | None, pc: int) -> str:

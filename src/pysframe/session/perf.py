@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
-from typing import TYPE_CHECKING
 
 from ..elf.debuginfo import DebugFiles
 from ..errors import Problems, PysframeError
@@ -44,6 +43,7 @@ from ..unwind.provider import TableProvider
 from ..unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
 from .tables import GeneratedTables
 
+TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
 if TYPE_CHECKING:
     from .filters import SampleFilter
 

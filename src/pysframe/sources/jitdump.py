@@ -9,7 +9,6 @@ with a problem (one line naming the file and offset), and what came before it is
 
 from __future__ import annotations
 
-import re
 import struct
 
 from ..errors import PysframeError
@@ -24,8 +23,6 @@ _HEADER = struct.Struct("<IIIIIIQQ")
 _RECORD = struct.Struct("<IIQ")
 _LOAD = struct.Struct("<IIQQQQ")
 _UNWIND = struct.Struct("<QQQ")
-#: The file name perf's runtimes give the dump (the marker mapping names it).
-DUMP_NAME = re.compile(r"(^|/)jit-(\d+)\.dump$")
 
 
 @record_class
@@ -51,7 +48,11 @@ class JitDumpError(PysframeError):
 
 
 def is_jitdump(path: str) -> bool:
-    return DUMP_NAME.search(path) is not None
+    """Whether ``path`` has the name perf's runtimes give the dump, ``jit-<pid>.dump``
+    (the marker mapping names it). Not a regular expression: ``re`` costs ~2.5 ms of a
+    small recording's start-up."""
+    name = path.rpartition("/")[2]
+    return name.startswith("jit-") and name.endswith(".dump") and name[4:-5].isdecimal()
 
 
 def read_jitdump(path: str) -> tuple[list[CodeLoad], list[str]]:

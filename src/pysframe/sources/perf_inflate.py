@@ -36,9 +36,12 @@ import struct
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import IO, Any
 
 from .perf_records import RECORD_COMPRESSED2
+
+TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 #: Output allowed per compressed record when the recording does not state its buffer size.
 DEFAULT_MMAP_LEN = 4 * 2**20

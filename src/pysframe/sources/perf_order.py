@@ -30,10 +30,13 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections.abc import Iterator
-from typing import Any
 
 from .perf_data import FinishedRound, PerfData, Record, Sample
 from .perf_inflate import Spill
+
+TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Streaming gives up past this many bytes of user stacks held (their pages stay mapped)...
 PENDING_BYTES = 32 * 2**20
