@@ -12,6 +12,13 @@ Also one `stack` inside a process that has imported pysframe (warm private cache
 the phases of two warm runs (PYSFRAME_PHASE_TIMES=1; the first of three fills the cache).
 
     env -u PYTHONDONTWRITEBYTECODE python3 bench/stack.py [--threads N] [--runs N]
+
+``--baseline SRC`` also times another checkout's pysframe (its ``src`` first on PYTHONPATH),
+interleaved with ours in every repeat, run as a console script of pip's entry-point form
+(which imports ``re``): how the checkouts before the ``sframe`` script file installed it.
+
+    git worktree add /tmp/before <commit>
+    env -u PYTHONDONTWRITEBYTECODE python3 bench/stack.py --threads 4 --baseline /tmp/before/src
 """
 
 from __future__ import annotations
@@ -102,10 +109,34 @@ def phase_times(sframe: list[str], pid: int, env: dict[str, str]) -> str:
                 "phases: (none printed)")
 
 
+#: pip's wrapper of a ``[project.scripts]`` entry point (distlib's template).
+ENTRY_POINT_WRAPPER = """#!{python}
+import re
+import sys
+from pysframe.cli.entry import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+
+def baseline_runner(python: str, source: Path, pid: str) -> Callable[[dict[str, str]], float]:
+    """``stack`` of the checkout whose ``src`` is ``source``, through an entry-point wrapper."""
+    subprocess.run([python, "-m", "compileall", "-q", str(source)], check=True,
+                   stdout=subprocess.DEVNULL, env=bench_environment())
+    wrapper = OUT / "baseline-sframe"
+    wrapper.write_text(ENTRY_POINT_WRAPPER.format(python=python))
+    wrapper.chmod(0o755)
+    run = timed([str(wrapper), "stack", pid])
+    return lambda env: run({**env, "PYTHONPATH": str(source.resolve())})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--runs", type=int, default=MIN_REPEATS)
+    parser.add_argument("--baseline", type=Path, default=None, metavar="SRC",
+                        help="another checkout's src, timed too (see above)")
     args = parser.parse_args()
     if shutil.which("eu-stack") is None:
         subprocess.run(["apt-get", "install", "-y", "-qq", "elfutils"], check=False,
@@ -123,6 +154,9 @@ def main() -> int:
         pid = str(child.pid)
         tools = {"sframe stack": timed([*sframe, "stack", pid]),
                  "sframe stack --no-debuginfo": timed([*sframe, "stack", "--no-debuginfo", pid])}
+        if args.baseline is not None:
+            tools["baseline sframe stack"] = baseline_runner(
+                str(Path(sframe[0]).with_name("python")), args.baseline, pid)
         if shutil.which("eu-stack"):
             tools["eu-stack"] = timed(["eu-stack", "-p", pid])
         if shutil.which("gdb"):
@@ -148,6 +182,9 @@ def main() -> int:
                 print(f"  {state} cache: sframe/eu-stack {spread(versus, '.2f')}x, --no-debuginfo "
                       f"{spread(ratios(columns['sframe stack --no-debuginfo'], columns['eu-stack']), '.2f')}x"
                       f" (goal <= 5x: {'met' if statistics.median(versus) <= 5 else 'NOT met'})")
+            if "baseline sframe stack" in columns:
+                print(f"  {state} cache: baseline/sframe "
+                      f"{spread(ratios(columns['baseline sframe stack'], ours), '.3f')}x")
             if "gdb" in columns:
                 versus = ratios(columns["gdb"], ours)
                 print(f"  {state} cache: gdb/sframe {spread(versus, '.1f')}x, --no-debuginfo "
