@@ -1,7 +1,8 @@
 """What a warm `sframe stack` imports: only what the walk uses (issue 29). Tables and
 symbols in the cache and no JIT code in the target, so no pyelftools, numpy, generator,
 CFI parser, click, rich, hashlib, dataclasses, typing or re (each costs milliseconds of a
-command measured against eu-stack; typing imports re). Not a timing: the list of modules, so the diet cannot
+command measured against eu-stack; typing imports re), nor contextlib, importlib (with
+warnings) or zlib (~1.2 ms together). Not a timing: the list of modules, so the diet cannot
 regress unnoticed."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ALLOWED = {"pysframe.generate", "pysframe.generate.cache", "pysframe.generate.er
            "pysframe.generate.on_demand", "pysframe.generate.abi", "pysframe.cfi",
            "pysframe.cfi.errors"}
 UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "dataclasses",
-                "typing", "re")
+                "typing", "re", "contextlib", "importlib", "warnings", "zlib")
 
 #: entry.main() ends the process with os._exit after running the exit functions: the
 #: probe registers one that prints the unwanted modules then loaded. Those the interpreter

@@ -25,7 +25,6 @@ and 6 for their own build id).
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 
 from ..errors import PysframeError
@@ -277,6 +276,8 @@ def _debuglink(image: ElfImage) -> tuple[str, int] | None:
 
 def _crc32(image: ElfImage) -> int:
     """The CRC32 of the whole file (``gnu_debuglink_crc32``: zlib's)."""
+    import zlib  # here: only a debug link found by name is checked by CRC
+
     data = image.data
     value = 0
     for start in range(0, len(data), 1 << 24):

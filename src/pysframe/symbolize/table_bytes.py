@@ -15,7 +15,6 @@ The kernel's table (:mod:`.kernel`) is mapped and checked by the CRC; an ELF fil
 from __future__ import annotations
 
 import struct
-import zlib
 from array import array
 from collections.abc import Sequence
 from itertools import accumulate
@@ -31,6 +30,8 @@ PREFIX = struct.Struct("=I4xQ")
 
 def entry(starts: array[int], ends: array[int], names: list[bytes]) -> bytes:
     """The entry of a table's parallel arrays (``names`` encoded)."""
+    import zlib  # here: a warm run reads entries, and only the kernel's check their CRC
+
     offsets = array("I", accumulate(map(len, names), initial=0))
     body = b"".join([starts.tobytes(), ends.tobytes(), offsets.tobytes(), b"".join(names)])
     count = struct.pack("=Q", len(starts))
@@ -47,6 +48,8 @@ def payload_of(table: SymbolTable) -> bytes:
 
 def intact(payload: memoryview) -> bool:
     """Whether ``payload`` is whole and undamaged (its CRC)."""
+    import zlib
+
     return (len(payload) >= PREFIX.size
             and zlib.crc32(payload[8:]) == PREFIX.unpack_from(payload)[0])
 
