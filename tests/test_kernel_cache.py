@@ -14,7 +14,6 @@ import pytest
 from pysframe import cachedir
 from pysframe.symbolize import kernel
 from pysframe.symbolize.symbols import Symbol, SymbolTable
-from pysframe.symbolize.table_bytes import payload_of, table_from
 
 BUILD_ID = bytes(range(20))
 BOOT = b"01234567-89ab-cdef-0123-456789abcdef"
@@ -133,7 +132,7 @@ def test_kallsyms_are_read_as_perf_chooses(tmp_path: Path, text: str, in_columns
     if text.startswith(KALLSYMS[:30]):
         assert "__helper" in names and not {"helper", "mod_fn"} & set(names)
     # Unsorted, aliased, module and data lines: the payload reads back as the same table.
-    back = table_from(payload_of(table))
+    back = SymbolTable.from_entry(table.entry())
     assert back is not None and list(back.names) == names and list(back.ends) == ends
 
 

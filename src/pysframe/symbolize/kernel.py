@@ -8,7 +8,8 @@ frames stay ``[unknown]``, as perf prints them without symbols.
 Reading kallsyms takes ~0.3 s (about 200,000 lines), at every run; the table is kept
 in the private cache by kernel build id, valid for one boot (the addresses move with
 KASLR at each boot: ``/proc/sys/kernel/random/boot_id`` is part of the entry's source),
-and mapped when read back, checked by its CRC and its shape (:func:`~.table_bytes.table_from`).
+and mapped when read back, checked by its CRC and its shape
+(:meth:`~.symbols.SymbolTable.from_entry`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..elf.headers import find_build_id
 from ..errors import PysframeError
 from ..inputs import read_text
 from .symbols import SymbolTable
-from .table_bytes import entry, intact, payload_of, table_from
+from .table_bytes import entry, intact
 
 _TEXT_TYPES = {"T": "STB_GLOBAL", "t": "STB_LOCAL", "W": "STB_WEAK", "w": "STB_WEAK"}
 
@@ -44,9 +45,10 @@ def load_kallsyms(path: str = "/proc/kallsyms") -> SymbolTable | None:
     chosen as perf chooses among aliases (:class:`SymbolTable`: kallsyms' symbols have no
     size, so of several at one address the last one in address order, file order among
     equals, is kept, and each ends where the next address starts). The table is read from
-    its cache entry's bytes (:func:`~.table_bytes.table_from`), which :func:`~.table_bytes.payload_of` gives back whole."""
+    its cache entry's bytes (:meth:`~.symbols.SymbolTable.from_entry`), which
+    :meth:`~.symbols.SymbolTable.entry` gives back whole."""
     payload = kallsyms_payload(path)
-    return table_from(payload) if payload is not None else None
+    return SymbolTable.from_entry(payload) if payload is not None else None
 
 
 #: The most kallsyms is read of (a kernel's is 5-20 MB): more is not a kernel's.
@@ -242,12 +244,12 @@ def _kallsyms_of_boot(build_id: bytes, boot: bytes) -> SymbolTable | None:
     source = _source(boot)
     payload = load_mapped(KALLSYMS_KIND, build_id, source, intact)
     if payload is not None:
-        cached = table_from(payload)
+        cached = SymbolTable.from_entry(payload)
         if cached is not None:
             return cached
     table = load_kallsyms()
     if table is not None:
-        store(KALLSYMS_KIND, build_id, payload_of(table), source)
+        store(KALLSYMS_KIND, build_id, table.entry(), source)
     return table
 
 
@@ -294,7 +296,7 @@ def prefetch() -> None:
             _detach_standard_streams()
             table = load_kallsyms()
             if table is not None:
-                store(KALLSYMS_KIND, build_id, payload_of(table), _source(boot))
+                store(KALLSYMS_KIND, build_id, table.entry(), _source(boot))
                 status = 0
         finally:
             os._exit(status)

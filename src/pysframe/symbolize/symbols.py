@@ -125,6 +125,34 @@ class SymbolTable:
         symbol = ordered[i]
         return ends[i] > symbol.start, symbol.binding, symbol.name
 
+    #: The cache entry's bytes the table was read from (see :mod:`.table_bytes`), or None.
+    payload: bytes | memoryview | None = None
+
+    @classmethod
+    def from_entry(cls, payload: bytes | memoryview, *, empty_ok: bool = False
+                   ) -> SymbolTable | None:
+        """The table a cache entry holds, its arrays views of ``payload``, or None when it
+        is not shaped as one (see :func:`.table_bytes.arrays_from`)."""
+        from .table_bytes import arrays_from
+
+        arrays = arrays_from(payload, empty_ok=empty_ok)
+        if arrays is None:
+            return None
+        table = cls.from_arrays(*arrays)
+        table.payload = payload
+        return table
+
+    def entry(self) -> bytes:
+        """The cache entry's bytes of this table (those it was read from, when it was)."""
+        if self.payload is not None:
+            return bytes(self.payload)
+        from array import array
+
+        from .table_bytes import entry
+
+        return entry(array("Q", self.starts), array("Q", self.ends),
+                     [name.encode() for name in self.names])
+
     @classmethod
     def from_arrays(cls, starts: Sequence[int], ends: Sequence[int], names: Sequence[str]
                     ) -> SymbolTable:
@@ -368,10 +396,8 @@ def _read_cached(build_id: bytes, source: Source, separate: str | None) -> Symbo
     """The cached table, its arrays views of the entry's bytes (see :mod:`.table_bytes`),
     if its entry verifies and holds a table: starts strictly ascending, ends not below
     them (anything else is treated as absent)."""
-    from .table_bytes import table_from
-
     payload = load(_cache_kind(separate), build_id, source)
-    table = table_from(payload, empty_ok=True) if payload is not None else None
+    table = SymbolTable.from_entry(payload, empty_ok=True) if payload is not None else None
     if table is None:
         return None
     starts = table.starts
@@ -383,9 +409,7 @@ def _read_cached(build_id: bytes, source: Source, separate: str | None) -> Symbo
 
 def _write_cached(build_id: bytes, source: Source, table: SymbolTable,
                   separate: str | None) -> None:
-    from .table_bytes import payload_of
-
-    store(_cache_kind(separate), build_id, payload_of(table), source)
+    store(_cache_kind(separate), build_id, table.entry(), source)
 
 
 # ----------------------------------------------------------------------------- by name

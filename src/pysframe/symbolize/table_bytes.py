@@ -10,6 +10,8 @@ at every run (``sframe stack`` is measured against gdb).
 
 The kernel's table (:mod:`.kernel`) is mapped and checked by the CRC; an ELF file's
 (:mod:`.symbols`) is read through the cache's digest, which vouches for it the same way.
+:meth:`.symbols.SymbolTable.from_entry` and :meth:`~.symbols.SymbolTable.entry` read and
+write a table so.
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ import struct
 from array import array
 from collections.abc import Sequence
 from itertools import accumulate
-
-from .symbols import SymbolTable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,14 +36,6 @@ def entry(starts: array[int], ends: array[int], names: list[bytes]) -> bytes:
     body = b"".join([starts.tobytes(), ends.tobytes(), offsets.tobytes(), b"".join(names)])
     count = struct.pack("=Q", len(starts))
     return PREFIX.pack(zlib.crc32(body, zlib.crc32(count)), len(starts)) + body
-
-
-def payload_of(table: SymbolTable) -> bytes:
-    """The entry of ``table`` (the bytes it was read from, when it was)."""
-    if isinstance(table, EntryTable):
-        return bytes(table.payload)
-    return entry(array("Q", table.starts), array("Q", table.ends),
-                 [name.encode() for name in table.names])
 
 
 def intact(payload: memoryview) -> bool:
@@ -70,13 +62,14 @@ class EntryNames(Sequence[str]):
         return str(self._blob[offsets[index]:offsets[index + 1]], "utf-8", "replace")
 
 
-def table_from(payload: bytes | memoryview, *, empty_ok: bool = False) -> SymbolTable | None:
-    """The table an intact entry holds, its arrays views of ``payload``, or None if it is
-    not shaped as one (or holds no symbol, unless ``empty_ok``). The order of the starts is not checked (a pass over them costs
-    what reading in place saved): the CRC or the cache's digest vouches for an entry of
-    our writing, and of a hand-made one with starts out of order a lookup gives a wrong
-    name, not an error (bisection reads within the arrays; a name's slice is clamped to
-    the names' bytes)."""
+def arrays_from(payload: bytes | memoryview, *, empty_ok: bool = False
+                ) -> tuple[Sequence[int], Sequence[int], EntryNames] | None:
+    """The starts, ends and names of an intact entry, views of ``payload``, or None if it
+    is not shaped as one (or holds no symbol, unless ``empty_ok``). The order of the
+    starts is not checked here (a pass over them costs what reading in place saved): the
+    CRC or the cache's digest vouches for an entry of our writing, and of a hand-made one
+    with starts out of order a lookup gives a wrong name, not an error (bisection reads
+    within the arrays; a name's slice is clamped to the names' bytes)."""
     view = memoryview(payload)
     if len(view) < PREFIX.size:
         return None
@@ -90,13 +83,4 @@ def table_from(payload: bytes | memoryview, *, empty_ok: bool = False) -> Symbol
     offsets = view[first + 16 * count:names_at].cast("I")
     if offsets[0] != 0 or offsets[-1] != len(view) - names_at:
         return None
-    table = EntryTable.from_arrays(starts, ends, EntryNames(offsets, view[names_at:]))
-    assert isinstance(table, EntryTable)
-    table.payload = payload
-    return table
-
-
-class EntryTable(SymbolTable):
-    """A table read from an entry's bytes (``payload``), its arrays views of them."""
-
-    payload: bytes | memoryview
+    return starts, ends, EntryNames(offsets, view[names_at:])
