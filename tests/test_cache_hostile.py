@@ -508,3 +508,33 @@ def test_damaged_cfi_gives_no_invalid_fde() -> None:
     with pytest.raises(Skip, match="32 bits"):
         translate([*cie, Instruction(DW_CFA_advance_loc, 1),
                    Instruction(DW_CFA_offset, 6, -(1 << 40))], 0x1000, 16, amd64)
+
+
+def test_a_binary_unchanged_since_its_entry_is_not_hashed_again(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry records the identity of the file it was made from (device, inode, size,
+    times): the same file unchanged is trusted without hashing its sections (a warm
+    `stack` hashed ~750 KB of libc's at every run); the file rewritten is hashed, and its
+    entry kept only if the bytes are the same; another build under the same build id gets
+    its own table."""
+    from pysframe.generate import cache as generate_cache
+
+    monkeypatch.setattr(cachedir, "_RACY_NS", 0)  # a file made just now is trusted by stamp
+    binary = tmp_path / "lua"
+    shutil.copyfile(LUA, binary)
+    expected = _symbols(load_symbols(ElfImage(str(binary)), use_cache=False))
+    hashed: list[int] = []
+    parts = generate_cache.image_parts
+    monkeypatch.setattr(generate_cache, "image_parts",
+                        lambda *args, **kwargs: hashed.append(1) or parts(*args, **kwargs))
+    assert _symbols(load_symbols(ElfImage(str(binary)))) == expected  # made and stored
+    made = len(hashed)
+    assert made >= 1
+    assert _symbols(load_symbols(ElfImage(str(binary)))) == expected
+    assert len(hashed) == made, "an unchanged binary's sections were hashed again"
+    shutil.copyfile(LUA, binary)  # the same bytes written again: another stamp
+    assert _symbols(load_symbols(ElfImage(str(binary)))) == expected
+    assert len(hashed) > made
+    renamed = _patched(LUA, tmp_path / "renamed", ".strtab", replace=(b"lua", b"LUA"))
+    os.replace(renamed, binary)
+    assert any(name.startswith("LUA") for name in load_symbols(ElfImage(str(binary))).names)

@@ -18,9 +18,10 @@ any input is:
   the bytes it was derived from (:class:`Source`), the payload's length and digest (a
   32-byte digest, :func:`digest_of`). All of
   it is checked before the payload is handed out; an entry for another file with the same
-  build id (another build, a corrupt copy) is treated as absent and regenerated. Large
-  files that only the cache reads (debug files) are hashed only when their identity
-  (device, inode, size, times) differs from the one the entry recorded. A large entry
+  build id (another build, a corrupt copy) is treated as absent and regenerated. The
+  files an entry is derived from (a binary, its debug file) are hashed only when their
+  identity (device, inode, size, times, read from the descriptor their bytes came from)
+  differs from the one the entry recorded: another file, or this one changed. A large entry
   read at every run (the kernel's symbols) is mapped instead and its payload checked by
   a CRC of its own (:func:`load_mapped`), not hashed whole.
 * Entries are written to a temporary file created with ``O_EXCL`` in their own directory,
@@ -118,11 +119,11 @@ class Source:
     """What an entry was derived from.
 
     ``size``: the file's size; ``digest``: of the bytes at hand the entry depends on,
-    compared on every use. Files this process opened itself through :func:`read_stamped`
-    (large debug files) add ``stamp``, their identity (device, inode, size, modification
-    and change times, as read from the descriptor their bytes came from), and the digest
-    of their relevant bytes, computed only when the stamp differs from the entry's: the
-    same file unchanged since the entry was made needs no hashing.
+    compared on every use. Files this process read itself (binaries and their debug
+    files, see :func:`stamped`) add ``stamp``, their identity (device, inode, size,
+    modification and change times, as read from the descriptor their bytes came from), and
+    the digest of their relevant bytes, computed only when the stamp differs from the
+    entry's: the same file unchanged since the entry was made needs no hashing.
     """
 
     __slots__ = ("_late", "_late_digest", "digest", "size", "stamp")
@@ -156,9 +157,10 @@ def describe(size: int, parts: Iterable[bytes | memoryview | mmap]) -> Source:
 
 def stamped(size: int, stamp: bytes, parts: Callable[[], Iterable[bytes | memoryview | mmap]]
             ) -> Source:
-    """The source of a file read with :func:`read_stamped` (``stamp``: what it gave, b""
-    when the file is too fresh to be trusted by stamp) whose derived data depends on
-    ``parts()`` (called only when the digest is needed)."""
+    """The source of a file read from a descriptor it was stamped from (:func:`read_stamped`,
+    or :func:`stamp_of` its status; ``stamp``: b"" when the file is too fresh to be trusted
+    by stamp) whose derived data depends on ``parts()`` (called only when the digest is
+    needed)."""
     return Source(size, _hash([]), stamp, lambda: _hash(parts()))
 
 
@@ -179,7 +181,6 @@ def read_stamped(path: str) -> tuple[bytes | mmap, bytes]:
     the descriptor they were mapped from. The stamp is b"" for a file changed in the last
     two seconds. Raises :class:`~pysframe.inputs.InputError`."""
     import mmap as mmap_module
-    import time
 
     fd, status = open_regular(path)
     try:
@@ -189,11 +190,20 @@ def read_stamped(path: str) -> tuple[bytes | mmap, bytes]:
         raise InputError(path, f"cannot map: {error}") from None
     finally:
         os.close(fd)
+    return data, stamp_of(status)
+
+
+def stamp_of(status: os.stat_result) -> bytes:
+    """The stamp of a file whose bytes were read from a descriptor of ``status``: its
+    identity (device, inode, size, modification and change times), b"" for a file changed
+    in the last two seconds (see :data:`_RACY_NS`)."""
+    import time
+
     if status.st_ctime_ns > time.time_ns() - _RACY_NS:
-        return data, b""
-    return data, digest_of(struct.pack(
+        return b""
+    return bytes(digest_of(struct.pack(
         "<QQQqq", status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
-        status.st_ctime_ns)).digest()
+        status.st_ctime_ns)).digest())
 
 
 # --- where ---------------------------------------------------------------------------------

@@ -64,9 +64,18 @@ def open_regular(path: str, *, follow_symlinks: bool = True) -> tuple[int, os.st
 
 def load(path: str, *, max_size: int | None = None, min_size: int = 1,
          follow_symlinks: bool = True, private: bool = False) -> bytes | mmap.mmap:
-    """The contents of the regular file ``path``: read whole when small, else mapped
-    read-only. Refused: sizes below ``min_size`` (by default an empty file, which is also
-    what procfs files report) or above ``max_size``.
+    """See :func:`load_with_status` (the contents alone)."""
+    return load_with_status(path, max_size=max_size, min_size=min_size,
+                            follow_symlinks=follow_symlinks, private=private)[0]
+
+
+def load_with_status(path: str, *, max_size: int | None = None, min_size: int = 1,
+                     follow_symlinks: bool = True, private: bool = False
+                     ) -> tuple[bytes | mmap.mmap, os.stat_result]:
+    """The contents of the regular file ``path`` (read whole when small, else mapped
+    read-only) and the status of the descriptor they came from. Refused: sizes below
+    ``min_size`` (by default an empty file, which is also what procfs files report) or
+    above ``max_size``.
 
     ``private``: always a copy in this process's memory, never a mapping of the file: a
     mapped file that shrinks (a log rotated with copytruncate, a package being upgraded)
@@ -81,11 +90,11 @@ def load(path: str, *, max_size: int | None = None, min_size: int = 1,
         if max_size is not None and size > max_size:
             raise InputError(path, f"too large ({size} bytes, at most {max_size})")
         if private:
-            return _copy(path, fd, size)
+            return _copy(path, fd, size), status
         if size <= READ_WHOLE_LIMIT:
-            return _read_exactly(path, fd, size)
+            return _read_exactly(path, fd, size), status
         try:
-            return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            return mmap.mmap(fd, size, access=mmap.ACCESS_READ), status
         except (OSError, ValueError) as error:
             raise InputError(path, f"cannot map: {error}") from None
     finally:

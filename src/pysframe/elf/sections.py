@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import io
 import mmap
+import os
 import struct
 from collections.abc import Callable
 
 from ..format.decode import sframe_extent
 from ..format.errors import BadMagicError, SFrameError, UnsupportedVersionError
-from ..inputs import InputError, load
+from ..inputs import InputError, load_with_status
 from ..records import record_class
 from .headers import (
     ET_REL,
@@ -124,9 +125,12 @@ class ElfImage:
 
     def __init__(self, path: str, data: bytes | mmap.mmap | None = None) -> None:
         self.path = path
+        #: The status of the descriptor ``data`` was read from (None: bytes given): the
+        #: cache trusts an entry made from this very file, unchanged, without hashing.
+        self.status: os.stat_result | None = None
         if data is None:
-            try:
-                data = load(path)  # a regular file only; large ones mapped, not read
+            try:  # a regular file only; large ones mapped, not read
+                data, self.status = load_with_status(path)
             except InputError as error:
                 raise ElfError(path, error.message, unreadable=True) from None
         self.data: bytes | mmap.mmap = data

@@ -21,7 +21,16 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable
 
-from ..cachedir import Source, describe, entry_path, load, read_stamped, stamped, store
+from ..cachedir import (
+    Source,
+    describe,
+    entry_path,
+    load,
+    read_stamped,
+    stamp_of,
+    stamped,
+    store,
+)
 from ..format.decode import SFrameReader, decode
 from ..format.errors import SFrameError
 from ..records import NamedTuple, replace
@@ -68,8 +77,14 @@ def cache_path(build_id: bytes, version: int = 3, kind: str = "generated") -> Pa
 
 def image_source(image: ElfImage, names: tuple[str, ...], *, linked: bool = False) -> Source:
     """What is derived from the sections ``names`` of ``image`` depends on (see
-    :func:`image_parts`), hashed now."""
-    return describe(len(image.data), image_parts(image, names, linked=linked))
+    :func:`image_parts`). An image read from a file is stamped (see
+    :class:`~pysframe.cachedir.Source`): hashed only when the entry was made from another
+    file or from this one before it changed (a warm ``stack`` hashed ~750 KB of libc's
+    sections at every run); bytes given otherwise are hashed now."""
+    if image.status is None:
+        return describe(len(image.data), image_parts(image, names, linked=linked))
+    return stamped(len(image.data), stamp_of(image.status),
+                   lambda: image_parts(image, names, linked=linked))
 
 
 def file_source(path: str, names: Callable[[ElfImage], tuple[str, ...]], *,
@@ -229,7 +244,8 @@ def cache_key(image: ElfImage, source: Source) -> bytes:
     """The cache entry's name: the file's build id, else the digest of the bytes its
     table is made from (a file without build id is cached too: the entry is checked
     against those bytes either way)."""
-    return image.build_id() or b"sha:" + source.digest[:16]
+    digest = source.late_digest() if source.stamped else source.digest
+    return image.build_id() or b"sha:" + digest[:16]
 
 
 def cached_table(image: ElfImage, *, version: int = 3) -> bytes | None:
