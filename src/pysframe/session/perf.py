@@ -449,10 +449,19 @@ def own_vdso() -> bytes | None:
         return None
     for line in maps.splitlines():
         if line.endswith(VDSO):
-            import ctypes
-
             start, end = (int(value, 16) for value in line.split()[0].split("-"))
-            return ctypes.string_at(start, end - start)
+            # Read through /proc/self/mem, not ctypes (~1.3 ms to import for this alone).
+            try:
+                descriptor = os.open("/proc/self/mem", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+            try:
+                image = os.pread(descriptor, end - start, start)
+            except OSError:
+                return None
+            finally:
+                os.close(descriptor)
+            return image if len(image) == end - start else None
     return None
 
 
