@@ -300,3 +300,15 @@ def test_profiles_name_kernel_frames_at_the_end_when_the_names_come_late() -> No
     assert late.name_counts() == {
         ("work", "[unknown]", "[kernel.kallsyms]_[k]", "schedule_[k]"): 6,
         ("work", "[unknown]"): 5}
+
+
+def test_a_table_read_in_place_is_a_sequence_of_its_names() -> None:
+    """Names read from an entry's bytes index as a list does (negative indexes too)."""
+    table = SymbolTable.from_arrays([1, 5, 9], [5, 9, 12], ["a", "bb", "ccc"])
+    back = SymbolTable.from_entry(table.entry())
+    assert back is not None and back.payload is not None
+    assert list(back.names) == ["a", "bb", "ccc"] and back.names[-1] == "ccc"
+    assert back.names[1:] == ["bb", "ccc"] and back.lookup(10) == ("ccc", 1)
+    with pytest.raises(IndexError):
+        back.names[3]
+    assert back.entry() == table.entry()

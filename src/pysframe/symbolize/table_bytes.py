@@ -58,6 +58,11 @@ class EntryNames(Sequence[str]):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError(f"symbol {index} of {count}")
         offsets = self._offsets
         return str(self._blob[offsets[index]:offsets[index + 1]], "utf-8", "replace")
 
