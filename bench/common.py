@@ -221,3 +221,29 @@ def compile_bytecode() -> None:
 
     compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "src" / "pysframe"),
                            quiet=1)
+
+
+#: pip's wrapper of a ``[project.scripts]`` entry point (distlib's template): how the
+#: checkouts before ``scripts/sframe`` installed the command.
+ENTRY_POINT_WRAPPER = """#!{python}
+import re
+import sys
+from pysframe.cli.entry import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+
+def baseline_sframe(sframe: list[str], source: Path) -> tuple[list[str], dict[str, str]]:
+    """(command, environment additions) that run the ``sframe`` of the checkout whose
+    ``src`` is ``source`` (first on PYTHONPATH, bytecode compiled) through an entry-point
+    wrapper of the interpreter beside ``sframe`` (our installed command)."""
+    python = str(Path(sframe[0]).with_name("python"))
+    subprocess.run([python, "-m", "compileall", "-q", str(source)], check=True,
+                   stdout=subprocess.DEVNULL, env=bench_environment())
+    OUT.mkdir(parents=True, exist_ok=True)
+    wrapper = OUT / "baseline-sframe"
+    wrapper.write_text(ENTRY_POINT_WRAPPER.format(python=python))
+    wrapper.chmod(0o755)
+    return [str(wrapper)], {"PYTHONPATH": str(source.resolve())}

@@ -21,7 +21,11 @@ in both. A last warm run of ours with PYSFRAME_PHASE_TIMES=1 prints where its ti
 (setup, scan, unwind, symbolize, output).
 
     env -u PYTHONDONTWRITEBYTECODE python3 bench/perf_script.py [--recording DIR] [--runs N]
-        [--samples N] [--keep] [--reuse] [--small-only]
+        [--samples N] [--keep] [--reuse] [--small-only] [--baseline SRC]
+
+``--baseline SRC`` also times another checkout's pysframe (its ``src`` first on PYTHONPATH,
+run through pip's entry-point wrapper as those checkouts installed it) in the same repeats,
+with its run-by-run time ratio to ours and whether its output is the same.
 """
 
 from __future__ import annotations
@@ -42,10 +46,12 @@ from common import (
     FIXTURES,
     MIN_REPEATS,
     OUT,
+    baseline_sframe,
     bench_environment,
     cold_and_warm,
     print_table,
     private_cache,
+    ratios,
     spread,
     venv_sframe,
     with_cache,
@@ -116,10 +122,12 @@ def deep_recording(perf: str, samples: int, reuse: bool = False) -> Path:
 
 
 def compare(name: str, data: Path, ours_argv: list[str], perf_argv: list[str], runs: int,
-            goal: float) -> None:
+            goal: float, baseline: tuple[list[str], dict[str, str]] | None = None) -> None:
     """Both commands, cold and warm (bench/common.py: alternating order, ``runs`` repeats),
-    with the speed ratio (frames printed per second) run by run."""
+    with the speed ratio (frames printed per second) run by run; with ``baseline``
+    (command and environment additions, see common.baseline_sframe) that one too."""
     ours_out, theirs_out = OUT / "sframe-script.txt", OUT / "perf-script.txt"
+    baseline_out = OUT / "baseline-script.txt"
     rss: list[int] = []
 
     def ours(env: dict[str, str]) -> float:
@@ -130,7 +138,13 @@ def compare(name: str, data: Path, ours_argv: list[str], perf_argv: list[str], r
     def theirs(env: dict[str, str]) -> float:
         return timed(perf_argv, theirs_out, env)[0]
 
-    figures = cold_and_warm({"sframe script": ours, "perf script --no-inline": theirs}, runs)
+    runners = {"sframe script": ours, "perf script --no-inline": theirs}
+    if baseline is not None:
+        command, extra = baseline
+        baseline_argv = [*command, *ours_argv[1:]]
+        runners["baseline sframe script"] = lambda env: timed(baseline_argv, baseline_out,
+                                                              {**env, **extra})[0]
+    figures = cold_and_warm(runners, runs)
     our_frames, their_frames = frames(ours_out), frames(theirs_out)
     samples = sum(1 for line in ours_out.open("rb") if line and line[:1] not in b"\t\n")
     same = ours_out.read_bytes() == theirs_out.read_bytes()
@@ -144,6 +158,12 @@ def compare(name: str, data: Path, ours_argv: list[str], perf_argv: list[str], r
         print(f"  {state} cache: speed ratio sframe/perf (frames per second, run by run) "
               f"{spread(speed, '.2f')} (goal >= {goal:g}: "
               f"{'met' if statistics.median(speed) >= goal else 'NOT met'} by the median)")
+    if baseline is not None:
+        same_as_baseline = baseline_out.read_bytes() == ours_out.read_bytes()
+        for state, columns in figures.items():
+            versus = ratios(columns["baseline sframe script"], columns["sframe script"])
+            print(f"  {state} cache: baseline/sframe time {spread(versus, '.3f')}x (outputs "
+                  f"{'identical' if same_as_baseline else 'differ'})")
     print(f"  peak RSS of sframe script {spread([kib / 1024 for kib in rss])} MiB")
     with private_cache() as cache:
         env = with_cache(bench_environment(), cache)
@@ -162,24 +182,27 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="use the large recording a run with --keep left")
     parser.add_argument("--small-only", action="store_true")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="SRC",
+                        help="another checkout's src, timed too (see above)")
     args = parser.parse_args()
     perf = shutil.which("perf")
     if perf is None:
         sys.exit("bench: perf not found (apt-get install linux-perf)")
     OUT.mkdir(parents=True, exist_ok=True)
     sframe = venv_sframe()
+    baseline = baseline_sframe(sframe, args.baseline) if args.baseline is not None else None
     recording = Path(args.recording)
     data = recording / "perf.data"
     subprocess.run([perf, "buildid-cache", "--add", str(recording / "lua")], check=False,
                    stderr=subprocess.DEVNULL)
     compare("small", data, [*sframe, "script", str(data), "--binaries", str(recording)],
-            [perf, "script", "--no-inline", "-i", str(data)], args.runs, 1.0)
+            [perf, "script", "--no-inline", "-i", str(data)], args.runs, 1.0, baseline)
     if args.small_only:
         return 0
     large = deep_recording(perf, args.samples, args.reuse)
     try:
         compare("large", large, [*sframe, "script", str(large)],
-                [perf, "script", "--no-inline", "-i", str(large)], args.runs, 4.0)
+                [perf, "script", "--no-inline", "-i", str(large)], args.runs, 4.0, baseline)
     finally:
         if not args.keep and not args.reuse:
             large.unlink(missing_ok=True)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     MIN_REPEATS,
     OUT,
+    baseline_sframe,
     bench_environment,
     cold_and_warm,
     compile_bytecode,
@@ -109,28 +110,6 @@ def phase_times(sframe: list[str], pid: int, env: dict[str, str]) -> str:
                 "phases: (none printed)")
 
 
-#: pip's wrapper of a ``[project.scripts]`` entry point (distlib's template).
-ENTRY_POINT_WRAPPER = """#!{python}
-import re
-import sys
-from pysframe.cli.entry import main
-if __name__ == '__main__':
-    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
-    sys.exit(main())
-"""
-
-
-def baseline_runner(python: str, source: Path, pid: str) -> Callable[[dict[str, str]], float]:
-    """``stack`` of the checkout whose ``src`` is ``source``, through an entry-point wrapper."""
-    subprocess.run([python, "-m", "compileall", "-q", str(source)], check=True,
-                   stdout=subprocess.DEVNULL, env=bench_environment())
-    wrapper = OUT / "baseline-sframe"
-    wrapper.write_text(ENTRY_POINT_WRAPPER.format(python=python))
-    wrapper.chmod(0o755)
-    run = timed([str(wrapper), "stack", pid])
-    return lambda env: run({**env, "PYTHONPATH": str(source.resolve())})
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=8)
@@ -155,8 +134,9 @@ def main() -> int:
         tools = {"sframe stack": timed([*sframe, "stack", pid]),
                  "sframe stack --no-debuginfo": timed([*sframe, "stack", "--no-debuginfo", pid])}
         if args.baseline is not None:
-            tools["baseline sframe stack"] = baseline_runner(
-                str(Path(sframe[0]).with_name("python")), args.baseline, pid)
+            command, extra = baseline_sframe(sframe, args.baseline)
+            baseline = timed([*command, "stack", pid])
+            tools["baseline sframe stack"] = lambda env: baseline({**env, **extra})
         if shutil.which("eu-stack"):
             tools["eu-stack"] = timed(["eu-stack", "-p", pid])
         if shutil.which("gdb"):
