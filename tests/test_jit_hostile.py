@@ -79,3 +79,10 @@ def test_a_hundred_thousand_bogus_entries_are_one_line() -> None:
     mappings, more = jit_mappings(objects)
     assert mappings == [] and len(more) == 1
     assert more[0].startswith(f"JIT objects: {count:,} problems, the first: JIT object at 0x5000")
+
+
+def test_the_stack_command_looks_for_the_descriptor_the_reader_reads() -> None:
+    from pysframe.cli.stack_common import JIT_DESCRIPTOR
+    from pysframe.sources.jit_interface import DESCRIPTOR_SYMBOL
+
+    assert JIT_DESCRIPTOR == DESCRIPTOR_SYMBOL == "__jit_debug_descriptor"

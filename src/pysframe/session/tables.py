@@ -26,7 +26,10 @@ from ..generate.errors import GenerateError
 from ..generate.on_demand import OnDemandTable, on_demand_possible, on_demand_table
 from ..records import Protocol
 from ..unwind.provider import NoTable, Table
-from .background import BackgroundTables
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .background import BackgroundTables
 
 
 class TablePending(NoTable):
@@ -90,9 +93,19 @@ class GeneratedTables:
         #: recorder while it samples: one library's minutes of generation must not hold
         #: up the tables of every process started meanwhile).
         self.background = False
-        self.later = BackgroundTables(flat_abi)
+        self._later: BackgroundTables | None = None
         #: Tables made ready by :meth:`prefetch`, by ``id`` of their image (used once).
         self._ready: dict[int, tuple[ElfImage, Table]] = {}
+
+    @property
+    def later(self) -> BackgroundTables:
+        """The helper process's queue (made on first use: ``stack`` and ``script``, which
+        generate no table apart, do not import it)."""
+        if self._later is None:
+            from .background import BackgroundTables
+
+            self._later = BackgroundTables(self.flat_abi)
+        return self._later
 
     def table(self, image: ElfImage) -> Table:
         ready = self._ready.pop(id(image), None)
@@ -156,7 +169,8 @@ class GeneratedTables:
         """Keep what the on-demand tables made; kill the helper processes still generating
         in the background."""
         self.save()
-        self.later.close()
+        if self._later is not None:
+            self._later.close()
 
     def prefetch(self, images: Sequence[ElfImage], *, progress: bool = False,
                  workers: int | None = None) -> int:
