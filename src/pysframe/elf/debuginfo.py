@@ -81,6 +81,10 @@ def has_wanted(image: ElfImage, want: Want) -> bool:
                for section in image.section_headers())
 
 
+#: How many opened files a search keeps (see DebugFiles._image).
+_IMAGES_KEPT = 16
+
+
 class DebugFiles:
     """The search above, with the ``--binaries`` ``directories``, the debug directories
     ``roots``, perf's cache under ``home`` and a debuginfod client (None: none asked).
@@ -94,6 +98,9 @@ class DebugFiles:
         self.debuginfod = debuginfod
         self._by_id: dict[bytes, list[str]] | None = None
         self._found: dict[tuple[str, bytes | None, str], str | None] = {}
+        #: The files opened by the search, once each (its symbols and its DWARF are looked
+        #: for separately: libc's debug file was opened and checked twice per ``stack``).
+        self._images: dict[str, ElfImage | None] = {}
 
     @classmethod
     def from_environment(cls, directories: Iterable[str] = (), *, network: bool = True
@@ -111,6 +118,8 @@ class DebugFiles:
         """The file to read ``want`` of the binary ``path`` from (``path`` itself when it
         has it; ``image``: the binary, when already open), or None."""
         key = (path, build_id, want)
+        if image is not None and path not in self._images:
+            self._images[path] = image  # the binary's other lookups need not open it again
         if key not in self._found:
             self._found[key] = self._find(path, build_id, want, image)
         return self._found[key]
@@ -121,12 +130,12 @@ class DebugFiles:
         if key not in self._found:
             candidates = self._by_build_id(build_id, want)
             self._found[key] = next((c for c in candidates
-                                     if _verified(c, build_id, want)), None)
+                                     if self._verified(c, build_id, want)), None)
         return self._found[key]
 
     def _find(self, path: str, build_id: bytes | None, want: Want,
               image: ElfImage | None) -> str | None:
-        own = image if image is not None else _open(path)
+        own = image if image is not None else self._image(path)
         try:
             if own is not None and has_wanted(own, want):
                 return path
@@ -135,16 +144,30 @@ class DebugFiles:
         except (PysframeError, ValueError):
             link = None  # a damaged file: its build id (when given) may still find one
         for candidate in self._local(path, build_id, want):
-            if _verified(candidate, build_id, want):
+            if self._verified(candidate, build_id, want):
                 return candidate
         if link is not None:
             for candidate in self._linked(path, link[0]):
-                if _verified(candidate, build_id, want, crc=link[1]):
+                if self._verified(candidate, build_id, want, crc=link[1]):
                     return candidate
         for candidate in self._remote(build_id, want):
-            if _verified(candidate, build_id, want):
+            if self._verified(candidate, build_id, want):
                 return candidate
         return None
+
+    def _image(self, path: str) -> ElfImage | None:
+        """``path`` opened (None: not an ELF file), the last few kept: a long search (an
+        audit's thousands of binaries) must not hold every file it read."""
+        if path not in self._images:
+            if len(self._images) >= _IMAGES_KEPT:
+                del self._images[next(iter(self._images))]
+            self._images[path] = _open(path)
+        return self._images[path]
+
+    def _verified(self, path: str, build_id: bytes | None, want: Want,
+                  crc: int | None = None) -> bool:
+        """Whether the file ``path`` is a candidate that fits (:func:`_verified`)."""
+        return os.path.isfile(path) and _verified(self._image(path), build_id, want, crc)
 
     def _local(self, path: str, build_id: bytes | None, want: Want) -> Iterator[str]:
         """Steps 2 to 4 (without build id: ``<dir><path>.debug`` only)."""
@@ -239,13 +262,11 @@ def _open(path: str) -> ElfImage | None:
         return None
 
 
-def _verified(path: str, build_id: bytes | None, want: Want, crc: int | None = None) -> bool:
-    """Whether ``path`` is an ELF file with ``want`` and the binary's build id (when it
-    has one; a candidate without one only with a matching ``crc``) and, for a debug
-    link, the CRC32 it names."""
-    if not os.path.isfile(path):
-        return False
-    image = _open(path)
+def _verified(image: ElfImage | None, build_id: bytes | None, want: Want,
+              crc: int | None = None) -> bool:
+    """Whether ``image`` (a candidate file, None when it could not be opened as ELF) has
+    ``want`` and the binary's build id (when it has one; a candidate without one only with
+    a matching ``crc``) and, for a debug link, the CRC32 it names."""
     if image is None:
         return False
     try:
