@@ -40,7 +40,6 @@ import sys
 from collections.abc import Callable, Iterable
 
 from .errors import PysframeError
-from .inputs import InputError, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -157,8 +156,8 @@ def describe(size: int, parts: Iterable[bytes | memoryview | mmap]) -> Source:
 
 def stamped(size: int, stamp: bytes, parts: Callable[[], Iterable[bytes | memoryview | mmap]]
             ) -> Source:
-    """The source of a file read from a descriptor it was stamped from (:func:`read_stamped`,
-    or :func:`stamp_of` its status; ``stamp``: b"" when the file is too fresh to be trusted
+    """The source of a file whose bytes were read from a descriptor it was stamped from
+    (:func:`stamp_of` its status; ``stamp``: b"" when the file is too fresh to be trusted
     by stamp) whose derived data depends on ``parts()`` (called only when the digest is
     needed)."""
     return Source(size, _hash([]), stamp, lambda: _hash(parts()))
@@ -174,23 +173,6 @@ def combine(first: Source, *others: Source) -> Source:
     stamp = _hash([source.stamp for source in late]) if all(s.stamp for s in late) else b""
     return Source(first.size, digest, stamp,
                   lambda: _hash([source.late_digest() for source in late]))
-
-
-def read_stamped(path: str) -> tuple[bytes | mmap, bytes]:
-    """(the contents, the stamp) of the regular file ``path``: mapped, and stamped from
-    the descriptor they were mapped from. The stamp is b"" for a file changed in the last
-    two seconds. Raises :class:`~pysframe.inputs.InputError`."""
-    import mmap as mmap_module
-
-    fd, status = open_regular(path)
-    try:
-        data: bytes | mmap = mmap_module.mmap(fd, 0, access=mmap_module.ACCESS_READ) \
-            if status.st_size else b""
-    except (OSError, ValueError) as error:
-        raise InputError(path, f"cannot map: {error}") from None
-    finally:
-        os.close(fd)
-    return data, stamp_of(status)
 
 
 def stamp_of(status: os.stat_result) -> bytes:

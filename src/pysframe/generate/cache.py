@@ -26,7 +26,6 @@ from ..cachedir import (
     describe,
     entry_path,
     load,
-    read_stamped,
     stamp_of,
     stamped,
     store,
@@ -90,14 +89,12 @@ def image_source(image: ElfImage, names: tuple[str, ...], *, linked: bool = Fals
 def file_source(path: str, names: Callable[[ElfImage], tuple[str, ...]], *,
                 linked: bool = False) -> Source:
     """The same for the ELF file ``path``, which the caller does not otherwise read (a
-    debug file): opened here, checked by stamp, hashed only when that differs (see
-    :func:`pysframe.cachedir.read_stamped`). Raises :class:`~pysframe.errors.PysframeError`
-    for a file that cannot be read."""
+    debug file): opened here (:func:`image_source`). Raises
+    :class:`~pysframe.errors.PysframeError` for a file that cannot be read."""
     from ..elf import ElfImage
 
-    data, stamp = read_stamped(path)
-    image = ElfImage(path, data)
-    return stamped(len(data), stamp, lambda: image_parts(image, names(image), linked=linked))
+    image = ElfImage(path)
+    return image_source(image, names(image), linked=linked)
 
 
 def image_parts(image: ElfImage, names: tuple[str, ...], *, linked: bool = False
