@@ -532,6 +532,10 @@ def test_a_binary_unchanged_since_its_entry_is_not_hashed_again(
     assert made >= 1
     assert _symbols(load_symbols(ElfImage(str(binary)))) == expected
     assert len(hashed) == made, "an unchanged binary's sections were hashed again"
+    image = ElfImage(str(binary))  # a table's entry is named by the build id, unhashed
+    assert generate_cache.cache_key(image, generate_cache.table_source(image)) == \
+        image.build_id()
+    assert len(hashed) == made, "the binary was hashed to name its table's entry"
     shutil.copyfile(LUA, binary)  # the same bytes written again: another stamp
     assert _symbols(load_symbols(ElfImage(str(binary)))) == expected
     assert len(hashed) > made

@@ -241,8 +241,10 @@ def cache_key(image: ElfImage, source: Source) -> bytes:
     """The cache entry's name: the file's build id, else the digest of the bytes its
     table is made from (a file without build id is cached too: the entry is checked
     against those bytes either way)."""
-    digest = source.late_digest() if source.stamped else source.digest
-    return image.build_id() or b"sha:" + digest[:16]
+    build_id = image.build_id()
+    if build_id:
+        return build_id
+    return b"sha:" + (source.late_digest() if source.stamped else source.digest)[:16]
 
 
 def cached_table(image: ElfImage, *, version: int = 3) -> bytes | None:
