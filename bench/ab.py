@@ -1,0 +1,87 @@
+"""Bench: one ``sframe`` command line, this checkout's against another's, warm, run by run.
+
+Ours is the installed console script (bytecode caching on); the other checkout's ``src``
+runs first on PYTHONPATH through pip's entry-point wrapper, as the checkouts before
+``scripts/sframe`` installed the command (bench/common.py). Each side has a private cache
+filled by two untimed runs; the sides alternate, --runs repeats (>= 5). Prints wall and
+CPU time (user + system of the command and its children, from ``getrusage``: steadier
+than wall time on a noisy machine) as median [min-max], the run-by-run ratios, and
+whether the two outputs are the same.
+
+    env -u PYTHONDONTWRITEBYTECODE python3 bench/ab.py --baseline /tmp/before/src \\
+        [--runs N] -- script bench/out/system.data
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    MIN_REPEATS,
+    baseline_sframe,
+    bench_environment,
+    private_cache,
+    spread,
+    venv_sframe,
+    with_cache,
+)
+
+
+def run(argv: list[str], env: dict[str, str]) -> tuple[float, float, bytes]:
+    """(wall seconds, CPU seconds, standard output) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 1):
+        sys.exit(f"bench: {' '.join(argv)} failed ({done.returncode}): "
+                 f"{done.stderr.decode(errors='replace').strip()[-300:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu, done.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", type=Path, required=True, metavar="SRC")
+    parser.add_argument("--runs", type=int, default=MIN_REPEATS)
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the sframe arguments, after --")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no sframe command given (after --)")
+    ours = venv_sframe()
+    theirs, extra = baseline_sframe(ours, args.baseline)
+    with private_cache() as our_cache, private_cache() as their_cache:
+        sides = {"sframe": ([*ours, *command], with_cache(bench_environment(), our_cache)),
+                 "baseline": ([*theirs, *command],
+                              {**with_cache(bench_environment(), their_cache), **extra})}
+        outputs = {name: [run(argv, env)[2] for _ in range(2)][-1]
+                   for name, (argv, env) in sides.items()}
+        wall: dict[str, list[float]] = {name: [] for name in sides}
+        cpu: dict[str, list[float]] = {name: [] for name in sides}
+        for repeat in range(max(args.runs, MIN_REPEATS)):
+            for name in (list(sides) if repeat % 2 == 0 else list(reversed(sides))):
+                took, used, _ = run(*sides[name])
+                wall[name].append(took)
+                cpu[name].append(used)
+    print(f"sframe {' '.join(command)} (warm; outputs "
+          f"{'identical' if outputs['sframe'] == outputs['baseline'] else 'differ'})")
+    for name in sides:
+        print(f"  {name:9} wall {spread(wall[name], '.3f')} s, cpu {spread(cpu[name], '.3f')} s")
+    for label, figures in (("wall", wall), ("cpu", cpu)):
+        versus = [a / b for a, b in zip(figures["baseline"], figures["sframe"], strict=True)]
+        print(f"  baseline/sframe {label} time, run by run: {spread(versus, '.3f')}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
