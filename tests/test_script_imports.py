@@ -23,35 +23,31 @@ UNWANTED = ("dataclasses", "inspect", "ast", "elftools")
 #: Not imported by a warm run either (a first one writes its cache entries with tempfile).
 UNWANTED_WARM = (*UNWANTED, "typing", "re", "tempfile", "shutil", "ctypes")
 
-#: entry.main() ends the process with os._exit after running the exit functions: the
-#: probe registers one that prints the unwanted modules then loaded (not those a
-#: site-packages .pth file imported before it).
-PROBE = f"""
+def _probe(unwanted: tuple[str, ...], run: str) -> str:
+    """A program that runs ``run`` and, at exit, prints the ``unwanted`` modules then
+    loaded. entry.main() ends the process with os._exit after running the exit functions;
+    modules a site-packages .pth file imported before the probe are not counted."""
+    return f"""
 import atexit, sys
 before = set(sys.modules)
 def unwanted():
-    found = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {UNWANTED!r})
+    found = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {unwanted!r})
     sys.stderr.write('unwanted: ' + ' '.join(found) + '\\n')
 atexit.register(unwanted)
-sys.argv = ['sframe', 'script', *sys.argv[1:]]
+{run}"""
+
+
+PROBE = _probe(UNWANTED, """sys.argv = ['sframe', 'script', *sys.argv[1:]]
 from pysframe.cli.entry import main
 main()
-"""
+""")
 #: The same through the installed command (sys.argv[1]): its own imports are counted.
-SCRIPT_PROBE = f"""
-import atexit, sys
-before = set(sys.modules)
-def unwanted():
-    found = sorted(m for m in set(sys.modules) - before
-                   if m.split('.')[0] in {UNWANTED_WARM!r})
-    sys.stderr.write('unwanted: ' + ' '.join(found) + '\\n')
-atexit.register(unwanted)
-command = sys.argv[1]
+SCRIPT_PROBE = _probe(UNWANTED_WARM, """command = sys.argv[1]
 sys.argv = [command, 'script', *sys.argv[2:]]
 with open(command) as text:
     code = compile(text.read(), command, 'exec')
-exec(code, {{'__name__': '__main__', '__file__': command}})
-"""
+exec(code, {'__name__': '__main__', '__file__': command})
+""")
 
 
 @pytest.mark.skipif(not (LUA / "perf.data").exists(), reason="no Lua fixture")
