@@ -100,6 +100,16 @@ def labels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory / "lab"
 
 
+@pytest.fixture(params=["one by one", "columns"])
+def reading(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way of reading a symbol table (see ``symbols._load_symbols``): one by one, and
+    as columns (numpy, when a batch run has it loaded)."""
+    from pysframe.symbolize import symbols
+
+    monkeypatch.setattr(symbols, "_as_columns", lambda: request.param == "columns")
+    return str(request.param)
+
+
 def _names_at(path: Path, addresses: dict[str, int]) -> dict[str, str | None]:
     table = load_symbols(ElfImage(str(path)), use_cache=False)
     out: dict[str, str | None] = {}
@@ -119,6 +129,7 @@ EXPECTED = {"label_spin": "label_spin+0x5", "local_spin": "local_spin+0x5",
             "hidden_spin": "hidden_spin+0x5", "other_spin": "hidden_spin+0x12"}
 
 
+@pytest.mark.usefixtures("reading")
 def test_notype_labels_as_perf_takes_them(labels: Path) -> None:
     spots = _spots(labels)
     assert _names_at(labels, spots) == EXPECTED
@@ -127,6 +138,7 @@ def test_notype_labels_as_perf_takes_them(labels: Path) -> None:
     assert not {"__bss_start", "_end", "other_spin"} & names   # .bss, .mycode
 
 
+@pytest.mark.usefixtures("reading")
 def test_hidden_label_is_not_a_symbol(labels: Path, tmp_path: Path) -> None:
     """ld makes a hidden label local and default; perf 6.1 ignores a NOTYPE label marked
     hidden (seen by patching st_other in the file perf read)."""
@@ -149,6 +161,7 @@ def test_hidden_label_is_not_a_symbol(labels: Path, tmp_path: Path) -> None:
     assert _names_at(patched, _spots(labels))["label_spin"] is None
 
 
+@pytest.mark.usefixtures("reading")
 def test_labels_from_the_debug_file(labels: Path, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A stripped file whose labels are only in its debug file (as ld.so's ``_start``
@@ -268,6 +281,7 @@ _Z4foo2v:
 """
 
 
+@pytest.mark.usefixtures("reading")
 def test_aliases_are_chosen_by_their_demangled_names(tmp_path: Path) -> None:
     """Two symbols at one address (as g++'s identical-code folding makes): perf keeps the
     longer name as it prints it, ``foo2`` (``_Z4foo2v``), not the longer mangled one
@@ -292,6 +306,7 @@ y_lab:
 """
 
 
+@pytest.mark.usefixtures("reading")
 def test_of_empty_symbols_at_one_address_the_last_wins(tmp_path: Path) -> None:
     """perf sizes empty symbols before it removes duplicates, so of two labels at one
     address the last in the symbol table gets a size and is kept (perf script printed

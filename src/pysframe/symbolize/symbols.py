@@ -36,6 +36,10 @@ from ..elf.headers import (
 from ..errors import Problems, PysframeError
 from ..records import record_class
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .perf_symbols import PerfSymbols
+
 
 @record_class
 class Symbol:
@@ -169,6 +173,7 @@ class SymbolTable:
         return self.names[index], address - self.starts[index]
 
 
+_LAST_ADDRESS = (1 << 64) - 1
 _BINDINGS = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK"}
 _STT_NOTYPE = 0
 _STT_OBJECT = 1
@@ -247,8 +252,9 @@ def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
         if mapping_symbols and name[:1] == "$" and name[1:2] in ("a", "d", "t", "x") \
                 and name[2:3] in ("", "."):
             continue
-        out.append(Symbol(value, value + length, name, _BINDINGS.get(info >> 4, "STB_LOCAL"),
-                          length))
+        # An end past 2**64 (a hostile size) is the last address: a table keeps uint64s.
+        out.append(Symbol(value, min(value + length, _LAST_ADDRESS), name,
+                          _BINDINGS.get(info >> 4, "STB_LOCAL"), length))
     return out
 
 
@@ -328,10 +334,15 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True,
 
 def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | None
                   ) -> tuple[SymbolTable, bool]:
-    """The table, and whether every part of it could be read."""
+    """The table, and whether every part of it could be read. With numpy loaded already
+    (a batch run), the symbols are read and chosen as columns (:mod:`.perf_symbols`: cc1's
+    table in 31 ms rather than 113); otherwise one by one here (importing numpy takes
+    longer than most tables: ~80 ms)."""
     from .demangling import perf_name
     from .plt import plt_got_symbols, plt_symbols  # not on the warm path (cached tables)
 
+    if _as_columns():
+        return _load_columns(image, separate, problems)
     symbols = _best_function_symbols(image, separate, perf=True)
 
     def resolvers(addresses: set[int]) -> dict[int, str]:
@@ -348,6 +359,57 @@ def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | No
             problems.add(error)
         return SymbolTable(symbols, perf_name), False
     return SymbolTable(symbols, perf_name), True
+
+
+def _as_columns() -> bool:
+    """Whether symbols are read as columns (numpy is loaded already)."""
+    import sys
+
+    return "numpy" in sys.modules
+
+
+def _load_columns(image: ElfImage, separate: str | None, problems: Problems | None
+                  ) -> tuple[SymbolTable, bool]:
+    """:func:`_load_symbols` as columns: the same symbols, the same choices."""
+    from .demangling import perf_name
+    from .perf_symbols import chosen_entry, chosen_names
+    from .plt import plt_got_symbols, plt_symbols
+
+    symbols = _perf_columns(image, separate)
+
+    def resolvers(addresses: set[int]) -> dict[int, str]:
+        import numpy as np
+
+        wanted = np.fromiter(addresses, np.uint64, len(addresses))
+        return chosen_names(symbols.only(np.isin(symbols.starts, wanted)), perf_name)
+
+    complete = True
+    try:
+        stubs = plt_symbols(image, resolvers) + plt_got_symbols(image)
+        symbols = symbols.plus((start, end, name, 0 if name == ".plt" else 1)
+                               for start, end, name in stubs)
+    except ElfError as error:
+        if problems is not None:
+            problems.add(error)
+        complete = False
+    table = SymbolTable.from_entry(chosen_entry(symbols, perf_name), empty_ok=True)
+    assert table is not None  # an entry of our making is shaped as one
+    return table, complete
+
+
+def _perf_columns(image: ElfImage, separate: str | None) -> PerfSymbols:
+    """:func:`_best_function_symbols` with ``perf``, as columns."""
+    from .perf_symbols import perf_symbols
+
+    if separate is not None:
+        try:
+            found = perf_symbols(ElfImage(separate), ".symtab")
+            if len(found):
+                return found
+        except ElfError:
+            pass
+    found = perf_symbols(image, ".symtab")
+    return found if len(found) else perf_symbols(image, ".dynsym")
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.

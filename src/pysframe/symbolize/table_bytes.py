@@ -30,12 +30,18 @@ PREFIX = struct.Struct("=I4xQ")
 
 def entry(starts: array[int], ends: array[int], names: list[bytes]) -> bytes:
     """The entry of a table's parallel arrays (``names`` encoded)."""
+    offsets = array("I", accumulate(map(len, names), initial=0))
+    return entry_of(starts.tobytes(), ends.tobytes(), offsets.tobytes(), b"".join(names))
+
+
+def entry_of(starts: bytes, ends: bytes, offsets: bytes, names: bytes) -> bytes:
+    """The entry of a table's arrays as bytes in this machine's order (uint64 starts and
+    ends, uint32 offsets of the names, one more than the symbols) and its names' bytes."""
     import zlib  # here: a warm run reads entries, and only the kernel's check their CRC
 
-    offsets = array("I", accumulate(map(len, names), initial=0))
-    body = b"".join([starts.tobytes(), ends.tobytes(), offsets.tobytes(), b"".join(names)])
-    count = struct.pack("=Q", len(starts))
-    return PREFIX.pack(zlib.crc32(body, zlib.crc32(count)), len(starts)) + body
+    body = b"".join([starts, ends, offsets, names])
+    count = struct.pack("=Q", len(starts) // 8)
+    return PREFIX.pack(zlib.crc32(body, zlib.crc32(count)), len(starts) // 8) + body
 
 
 def intact(payload: memoryview) -> bool:

@@ -1,0 +1,159 @@
+"""The two readings of a symbol table (``symbols._load_symbols``: one by one, and as
+columns when a batch run has numpy loaded) give the same table: on every ELF file of the
+fixtures (x86-64, AArch64 with its mapping symbols, s390x big-endian; objects, libraries
+and programs), on the larger binaries of this machine, and on hostile tables (names not
+UTF-8 or past the strings, sizes past 2**64, several symbols at one address).
+
+Internal consistency: the one-by-one reading is the one held to perf by
+tests/test_symbols_perf.py (where both readings run) and the live comparisons."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from pysframe.elf import ElfError, ElfImage
+from pysframe.symbolize import symbols
+from pysframe.symbolize.symbols import SymbolTable
+
+ELF_MAGIC = b"\x7fELF"
+#: Larger binaries, when this machine has them (the fixtures are small).
+SYSTEM = ("/usr/lib/gcc/x86_64-linux-gnu/12/cc1", "/lib/x86_64-linux-gnu/libc.so.6",
+          "/usr/bin/perf", "/usr/bin/gdb", "/usr/bin/python3")
+
+
+def _table(path: Path, monkeypatch: pytest.MonkeyPatch, columns: bool
+           ) -> tuple[list[int], list[int], list[str]]:
+    monkeypatch.setattr(symbols, "_as_columns", lambda: columns)
+    table, _ = symbols._load_symbols(ElfImage(str(path)), None, None)
+    return list(table.starts), list(table.ends), list(table.names)
+
+
+def _elf_files() -> list[Path]:
+    found = []
+    for path in sorted(FIXTURES.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            with path.open("rb") as handle:
+                if handle.read(4) == ELF_MAGIC:
+                    found.append(path)
+    return found
+
+
+def test_both_readings_agree_on_every_fixture_binary(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _elf_files()
+    assert len(files) > 300, "the fixtures' ELF files are missing"
+    machines, compared, symbols_seen = set(), 0, 0
+    for path in files:
+        try:
+            image = ElfImage(str(path))
+            image.section_headers()
+        except ElfError:
+            continue
+        one = _table(path, monkeypatch, False)
+        assert _table(path, monkeypatch, True) == one, path
+        machines.add(image.machine)
+        compared += 1
+        symbols_seen += len(one[0])
+    assert {"EM_X86_64", "EM_AARCH64", "EM_S390"} <= machines
+    assert compared > 300 and symbols_seen > 3000
+
+
+def test_both_readings_agree_on_large_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    present = [Path(path) for path in SYSTEM if Path(path).is_file()]
+    assert present, "none of the system's binaries is here"
+    for path in present:
+        one = _table(path, monkeypatch, False)
+        assert _table(path, monkeypatch, True) == one, path
+
+
+#: A linked x86-64 program with a .symtab.
+PROGRAM = FIXTURES / "real" / "lua-2.46-x86_64" / "lua"
+
+
+def _rewrite_symbols(path: Path, edit: dict[bytes, tuple[int | None, int | None, bytes | None]]
+                     ) -> None:
+    """Rewrites, in ``path``, the symbols named as the keys: (new size, new st_name, new
+    bytes written over the name in the string table), None to keep each."""
+    data = bytearray(path.read_bytes())
+    image = ElfImage(str(path))
+    table = image.section_header(".symtab")
+    assert table is not None
+    strings = image.section_headers()[table.link]
+    for at in range(table.offset, table.offset + table.size, 24):
+        name, _info, _other, _shndx, _value, _size = struct.unpack_from("<IBBHQQ", data, at)
+        text = bytes(data[strings.offset + name:data.index(0, strings.offset + name)])
+        if text in edit:
+            size, new_name, new_text = edit[text]
+            if size is not None:
+                struct.pack_into("<Q", data, at + 16, size)
+            if new_name is not None:
+                struct.pack_into("<I", data, at, new_name)
+            if new_text is not None:
+                assert len(new_text) <= len(text)
+                data[strings.offset + name:strings.offset + name + len(new_text)] = new_text
+    path.write_bytes(bytes(data))
+
+
+def test_both_readings_agree_on_hostile_symbols(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that is not UTF-8, one that is (not ASCII), a size past 2**64 and a name
+    offset past the strings: the same table either way, and one a warm run can keep."""
+    program = tmp_path / "hostile"
+    shutil.copy(PROGRAM, program)
+    before = _table(program, monkeypatch, False)
+    functions = [name.encode() for name in before[2]
+                 if name.isidentifier() and len(name) >= 5][:4]
+    assert len(functions) == 4, before[2]
+    _rewrite_symbols(program, {
+        functions[0]: (None, None, b"\xff\xfe"),
+        functions[1]: (None, None, "é".encode()),
+        functions[2]: ((1 << 64) - 16, None, None),
+        functions[3]: (None, 0xFFFF_FFF0, None),
+    })
+    one = _table(program, monkeypatch, False)
+    assert _table(program, monkeypatch, True) == one
+    assert any(name.startswith("\ufffd\ufffd") for name in one[2])
+    assert any(name.startswith("é") for name in one[2])
+    assert max(one[1]) == (1 << 64) - 1  # the end past 2**64 is the last address
+    for columns in (False, True):  # kept and read back as a warm run does
+        monkeypatch.setattr(symbols, "_as_columns", lambda columns=columns: columns)
+        table, complete = symbols._load_symbols(ElfImage(str(program)), None, None)
+        assert complete
+        again = SymbolTable.from_entry(table.entry(), empty_ok=True)
+        assert again is not None
+        assert (list(again.starts), list(again.ends), list(again.names)) == one
+
+
+def test_several_symbols_at_one_address_either_way(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Aliases of every kind perf chooses among (sized or not, weak, global, local, leading
+    underscores, lengths), assembled at one address each."""
+    import subprocess
+
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is needed to assemble the aliases")
+    lines = ["    .text"]
+    kinds = [("globl", "func"), ("weak", "func"), ("local", "func"), ("globl", "notype"),
+             ("weak", "notype")]
+    for group in range(12):
+        lines.append("    .p2align 4")
+        for number, (binding, kind) in enumerate(kinds[group % 5:] + kinds[:group % 5]):
+            name = "_" * (number % 3) + f"g{group}_" + "x" * ((group * 7 + number) % 5)
+            lines += [f"    .{binding} {name}" if binding != "local" else "",
+                      f"    .type {name},@{'function' if kind == 'func' else 'notype'}",
+                      f"{name}:"]
+            if (group + number) % 2:
+                lines.append(f"    .size {name}, 4")
+        lines += ["    nop", "    nop", "    nop", "    ret"]
+    lines.append('    .section .note.GNU-stack,"",@progbits')
+    (tmp_path / "aliases.s").write_text("\n".join(lines) + "\n")
+    library = tmp_path / "libaliases.so"
+    subprocess.run(["gcc", "-shared", "-nostdlib", "-o", str(library),
+                    str(tmp_path / "aliases.s")], check=True, timeout=120)
+    one = _table(library, monkeypatch, False)
+    assert _table(library, monkeypatch, True) == one
+    assert sum(name.lstrip("_").startswith("g") for name in one[2]) == 12  # one per address
