@@ -47,6 +47,34 @@ def test_named_tuples_are_typing_named_tuples() -> None:
     assert ours.__qualname__ == theirs.__qualname__
 
 
+def test_named_tuples_are_made_and_refused_as_typing_makes_them() -> None:
+    """Ours compiles its ``__new__`` at the first tuple made (typing's namedtuple, at the
+    class): the calls before and after, by position and keyword, right and wrong, agree."""
+    import copy
+
+    for base in (records.NamedTuple, typing.NamedTuple):
+        made = _point(base)
+
+        class Sub(made):  # type: ignore[misc, valid-type]  # made first through a subclass
+            __slots__ = ()
+
+        assert Sub(7) == (7, 2, "p") and type(Sub(7)) is Sub
+        assert made(x=1, label="z") == (1, 2, "z") and made(1, 2, "q") == (1, 2, "q")
+        for wrong in ((), (1, 2, 3, 4)):
+            with pytest.raises(TypeError):
+                made(*wrong)
+        with pytest.raises(TypeError):
+            made(1, x=2)
+        with pytest.raises(TypeError):
+            made._make([1])
+        with pytest.raises(ValueError, match="unexpected field names"):
+            made(1)._replace(z=3)
+        point = made(5, 6, "r")
+        assert copy.copy(point) == copy.deepcopy(point) == point
+        assert made.__new__.__defaults__ == (2, "p")
+        assert point.__getnewargs__() == (5, 6, "r")
+
+
 def test_a_field_without_default_after_one_with_is_refused() -> None:
     for base in (records.NamedTuple, typing.NamedTuple):
         with pytest.raises(TypeError):
