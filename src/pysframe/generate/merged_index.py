@@ -44,6 +44,11 @@ def merged_entries(own: list[Entry], cfi: list[Entry], plt: list[Entry], crt: li
     1 to 2**32-1, none starting in a stub section); ``plt``, ``crt``: ld's stub FDEs and
     crti/crtn's; ``stubs_described``: whether ld's rules give the whole table an FDE in
     a stub section (then the own ones there are dropped)."""
+    if not own:  # (a binary without .sframe: nothing to merge with, no overlap to find)
+        ordered = sorted(cfi)
+        starts = [start for start, _, _ in ordered]
+        return sorted(ordered + plt + [entry for entry in crt
+                                       if not overlaps(entry, ordered, starts)])
     own = sorted(own)
     own_starts = [start for start, _, _ in own]
 
