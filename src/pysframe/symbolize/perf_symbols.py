@@ -20,6 +20,7 @@ import numpy as np
 
 from ..elf import ElfImage
 from ..elf.headers import SHT_DYNSYM, SHT_SYMTAB
+from .choice import better
 from .table_bytes import entry_of
 
 _STT_NOTYPE, _STT_OBJECT, _STT_FUNC, _STT_GNU_IFUNC = 0, 1, 2, 10
@@ -147,8 +148,7 @@ def chosen(symbols: PerfSymbols, shown: Callable[[str], str] | None
     order. Empty symbols end where the next one starts (perf's ``symbols__fixup_end``,
     before duplicates go: of several empty symbols at one address only the last one gets
     a size); of several symbols at one address one is kept (``symbols__fixup_duplicate``,
-    :func:`.symbols._better`)."""
-    from .symbols import _better
+    :func:`.choice.better`)."""
 
     order = np.argsort(symbols.starts, kind="stable")  # file order kept among equals
     starts, ends = symbols.starts[order], symbols.ends[order]
@@ -166,7 +166,7 @@ def chosen(symbols: PerfSymbols, shown: Callable[[str], str] | None
     for group in np.flatnonzero(np.diff(bounds) > 1):
         best = int(bounds[group])
         for i in range(best + 1, int(bounds[group + 1])):
-            if not _better(_facts(symbols, order, starts, ends, best),
+            if not better(_facts(symbols, order, starts, ends, best),
                            _facts(symbols, order, starts, ends, i), shown):
                 best = i
         kept[group] = best

@@ -38,6 +38,7 @@ from ..records import record_class
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from .choice import Facts
     from .perf_symbols import PerfSymbols
 
 
@@ -48,34 +49,6 @@ class Symbol:
     name: str
     binding: str
     size: int
-
-
-def _leading_underscores(name: str) -> int:
-    return len(name) - len(name.lstrip("_"))
-
-
-#: What perf's choice between two symbols at one address looks at: whether the symbol
-#: has a size (after :func:`_fixed_ends`), its binding and its name.
-_Facts = tuple[bool, str, str]
-
-
-def _better(a: _Facts, b: _Facts, shown: Callable[[str], str] | None = None) -> bool:
-    """Whether perf keeps ``a`` rather than ``b`` for the same start address (its
-    ``choose_best_symbol``). perf compares the names it prints: ``shown`` (its
-    demangler) gives them."""
-    a_sized, a_binding, a_name = a
-    b_sized, b_binding, b_name = b
-    if a_sized != b_sized:
-        return a_sized
-    if (a_binding == "STB_WEAK") != (b_binding == "STB_WEAK"):
-        return b_binding == "STB_WEAK"
-    if (a_binding == "STB_GLOBAL") != (b_binding == "STB_GLOBAL"):
-        return a_binding == "STB_GLOBAL"
-    if shown is not None:
-        a_name, b_name = shown(a_name), shown(b_name)
-    if _leading_underscores(a_name) != _leading_underscores(b_name):
-        return _leading_underscores(a_name) < _leading_underscores(b_name)
-    return len(a_name) >= len(b_name)  # a full tie keeps the earlier symbol, as perf does
 
 
 def _fixed_ends(starts: list[int], ends: list[int]) -> list[int]:
@@ -100,6 +73,8 @@ class SymbolTable:
 
     def __init__(self, symbols: list[Symbol],
                  shown: Callable[[str], str] | None = None) -> None:
+        from .choice import better  # (a warm run reads tables made before)
+
         # Parallel lists, each symbol's fields read once: cc1's 29k symbols took 70 ms
         # when the symbols themselves were sorted, fixed and compared.
         ordered = sorted(symbols, key=_BY_START)  # stable: file order kept
@@ -111,7 +86,7 @@ class SymbolTable:
         kept = -1  # the symbol kept for the last start (perf's symbols__fixup_duplicate)
         for i, start in enumerate(starts):
             if kept >= 0 and starts[kept] == start:
-                if not _better(self._facts(ordered, ends, kept),
+                if not better(self._facts(ordered, ends, kept),
                                self._facts(ordered, ends, i), shown):
                     kept = i
                     kept_ends[-1], kept_names[-1] = ends[i], ordered[i].name
@@ -125,7 +100,7 @@ class SymbolTable:
         self.names: Sequence[str] = kept_names
 
     @staticmethod
-    def _facts(ordered: list[Symbol], ends: list[int], i: int) -> _Facts:
+    def _facts(ordered: list[Symbol], ends: list[int], i: int) -> Facts:
         symbol = ordered[i]
         return ends[i] > symbol.start, symbol.binding, symbol.name
 

@@ -1,0 +1,34 @@
+"""perf's choice between two symbols that start at one address (its ``choose_best_symbol``),
+for both readings of a symbol table (:mod:`.symbols`, :mod:`.perf_symbols`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def _leading_underscores(name: str) -> int:
+    return len(name) - len(name.lstrip("_"))
+
+
+#: What perf's choice between two symbols at one address looks at: whether the symbol
+#: has a size (after :func:`.symbols._fixed_ends`), its binding and its name.
+Facts = tuple[bool, str, str]
+
+
+def better(a: Facts, b: Facts, shown: Callable[[str], str] | None = None) -> bool:
+    """Whether perf keeps ``a`` rather than ``b`` for the same start address (its
+    ``choose_best_symbol``). perf compares the names it prints: ``shown`` (its
+    demangler) gives them."""
+    a_sized, a_binding, a_name = a
+    b_sized, b_binding, b_name = b
+    if a_sized != b_sized:
+        return a_sized
+    if (a_binding == "STB_WEAK") != (b_binding == "STB_WEAK"):
+        return b_binding == "STB_WEAK"
+    if (a_binding == "STB_GLOBAL") != (b_binding == "STB_GLOBAL"):
+        return a_binding == "STB_GLOBAL"
+    if shown is not None:
+        a_name, b_name = shown(a_name), shown(b_name)
+    if _leading_underscores(a_name) != _leading_underscores(b_name):
+        return _leading_underscores(a_name) < _leading_underscores(b_name)
+    return len(a_name) >= len(b_name)  # a full tie keeps the earlier symbol, as perf does
