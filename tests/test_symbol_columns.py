@@ -128,14 +128,9 @@ def test_both_readings_agree_on_hostile_symbols(tmp_path: Path,
         assert (list(again.starts), list(again.ends), list(again.names)) == one
 
 
-def test_several_symbols_at_one_address_either_way(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def _aliases_source() -> str:
     """Aliases of every kind perf chooses among (sized or not, weak, global, local, leading
-    underscores, lengths), assembled at one address each."""
-    import subprocess
-
-    if shutil.which("gcc") is None:
-        pytest.fail("gcc is needed to assemble the aliases")
+    underscores, lengths), at one address each."""
     lines = ["    .text"]
     kinds = [("globl", "func"), ("weak", "func"), ("local", "func"), ("globl", "notype"),
              ("weak", "notype")]
@@ -150,10 +145,28 @@ def test_several_symbols_at_one_address_either_way(tmp_path: Path,
                 lines.append(f"    .size {name}, 4")
         lines += ["    nop", "    nop", "    nop", "    ret"]
     lines.append('    .section .note.GNU-stack,"",@progbits')
-    (tmp_path / "aliases.s").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("kind", ["x86-64", "i386", "x32"])
+def test_several_symbols_at_one_address_either_way(kind: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The aliases in a shared library of each x86 ELF class (32-bit symbol entries are
+    laid out otherwise), assembled and linked by binutils."""
+    import subprocess
+
+    for tool in ("as", "ld"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"binutils' {tool} is needed to assemble the aliases")
+    (tmp_path / "aliases.s").write_text(_aliases_source())
+    options = {"x86-64": ("--64", "elf_x86_64"), "i386": ("--32", "elf_i386"),
+               "x32": ("--x32", "elf32_x86_64")}[kind]
     library = tmp_path / "libaliases.so"
-    subprocess.run(["gcc", "-shared", "-nostdlib", "-o", str(library),
+    subprocess.run(["as", options[0], "-o", str(tmp_path / "aliases.o"),
                     str(tmp_path / "aliases.s")], check=True, timeout=120)
+    subprocess.run(["ld", "-m", options[1], "-shared", "-o", str(library),
+                    str(tmp_path / "aliases.o")], check=True, timeout=120)
+    assert ElfImage(str(library)).elf_class == (64 if kind == "x86-64" else 32)
     one = _table(library, monkeypatch, False)
     assert _table(library, monkeypatch, True) == one
     assert sum(name.lstrip("_").startswith("g") for name in one[2]) == 12  # one per address
