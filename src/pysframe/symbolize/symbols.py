@@ -38,8 +38,13 @@ from ..records import record_class
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import TypeVar
+
     from .choice import Facts
     from .perf_symbols import PerfSymbols
+
+    #: What a symbol table is read into (one by one, or as columns).
+    _Read = TypeVar("_Read", list["Symbol"], PerfSymbols)
 
 
 @record_class
@@ -246,17 +251,25 @@ def symbols_file(image: ElfImage, debug: DebugFiles | None) -> str | None:
 def _best_function_symbols(image: ElfImage, separate: str | None, *, perf: bool = False
                            ) -> list[Symbol]:
     """Function symbols (with ``perf``: every symbol perf takes, see
-    :func:`_function_symbols`) from the best source: the ``separate`` file's .symtab
-    (see :func:`symbols_file`), else the file's own .symtab, else its .dynsym."""
+    :func:`_function_symbols`) from the best source (see :func:`_best_source`)."""
+    return _best_source(image, separate,
+                        lambda found, name: _function_symbols(found, name, perf=perf))
+
+
+def _best_source(image: ElfImage, separate: str | None,
+                 read: Callable[[ElfImage, str], _Read]) -> _Read:
+    """What ``read`` gives of the best source that has any symbols: the ``separate``
+    file's .symtab (see :func:`symbols_file`), else the file's own .symtab, else its
+    .dynsym."""
     if separate is not None:
         try:
-            found = _function_symbols(ElfImage(separate), ".symtab", perf=perf)
-            if found:
+            found = read(ElfImage(separate), ".symtab")
+            if len(found):
                 return found
         except ElfError:
             pass
-    return (_function_symbols(image, ".symtab", perf=perf)
-            or _function_symbols(image, ".dynsym", perf=perf))
+    found = read(image, ".symtab")
+    return found if len(found) else read(image, ".dynsym")
 
 
 def defined_functions(image: ElfImage) -> list[Symbol]:
@@ -311,29 +324,19 @@ def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | No
                   ) -> tuple[SymbolTable, bool]:
     """The table, and whether every part of it could be read. With numpy loaded already
     (a batch run), the symbols are read and chosen as columns (:mod:`.perf_symbols`: cc1's
-    table in 31 ms rather than 113); otherwise one by one here (importing numpy takes
-    longer than most tables: ~80 ms)."""
-    from .demangling import perf_name
+    table in 31 ms rather than 113); otherwise one by one (importing numpy takes longer
+    than most tables: ~80 ms). Both readings give the same table."""
     from .plt import plt_got_symbols, plt_symbols  # not on the warm path (cached tables)
 
-    if _as_columns():
-        return _load_columns(image, separate, problems)
-    symbols = _best_function_symbols(image, separate, perf=True)
-
-    def resolvers(addresses: set[int]) -> dict[int, str]:
-        chosen = SymbolTable([symbol for symbol in symbols if symbol.start in addresses],
-                             perf_name)
-        return dict(zip(chosen.starts, chosen.names, strict=True))
-
+    reading = _AsColumns(image, separate) if _as_columns() else _OneByOne(image, separate)
+    complete = True
     try:
-        stubs = plt_symbols(image, resolvers) + plt_got_symbols(image)
-        symbols += [Symbol(start, end, name, "STB_LOCAL" if name == ".plt" else "STB_GLOBAL",
-                           end - start) for start, end, name in stubs]
+        reading.add(plt_symbols(image, reading.names_at) + plt_got_symbols(image))
     except ElfError as error:
         if problems is not None:
             problems.add(error)
-        return SymbolTable(symbols, perf_name), False
-    return SymbolTable(symbols, perf_name), True
+        complete = False
+    return reading.table(), complete
 
 
 def _as_columns() -> bool:
@@ -343,48 +346,64 @@ def _as_columns() -> bool:
     return "numpy" in sys.modules
 
 
-def _load_columns(image: ElfImage, separate: str | None, problems: Problems | None
-                  ) -> tuple[SymbolTable, bool]:
-    """:func:`_load_symbols` as columns: the same symbols, the same choices."""
-    from .demangling import perf_name
-    from .perf_symbols import chosen_entry, chosen_names
-    from .plt import plt_got_symbols, plt_symbols
+def _stub_binding(name: str) -> int:
+    """The binding a PLT symbol gets (an index into ``_BINDINGS``): the header is local."""
+    return 0 if name == ".plt" else 1
 
-    symbols = _perf_columns(image, separate)
 
-    def resolvers(addresses: set[int]) -> dict[int, str]:
+class _OneByOne:
+    """perf's symbols of ``image`` read one by one: a :class:`Symbol` each."""
+
+    def __init__(self, image: ElfImage, separate: str | None) -> None:
+        self.symbols = _best_function_symbols(image, separate, perf=True)
+
+    def names_at(self, addresses: set[int]) -> dict[int, str]:
+        """Start -> name of perf's choices among the symbols starting at ``addresses``."""
+        from .demangling import perf_name
+
+        chosen = SymbolTable([symbol for symbol in self.symbols if symbol.start in addresses],
+                             perf_name)
+        return dict(zip(chosen.starts, chosen.names, strict=True))
+
+    def add(self, stubs: list[tuple[int, int, str]]) -> None:
+        self.symbols += [Symbol(start, end, name, _BINDINGS[_stub_binding(name)], end - start)
+                         for start, end, name in stubs]
+
+    def table(self) -> SymbolTable:
+        from .demangling import perf_name
+
+        return SymbolTable(self.symbols, perf_name)
+
+
+class _AsColumns:
+    """perf's symbols of ``image`` read as columns (:mod:`.perf_symbols`)."""
+
+    def __init__(self, image: ElfImage, separate: str | None) -> None:
+        from .perf_symbols import perf_symbols
+
+        self.symbols = _best_source(image, separate, perf_symbols)
+
+    def names_at(self, addresses: set[int]) -> dict[int, str]:
         import numpy as np
 
+        from .demangling import perf_name
+        from .perf_symbols import chosen_names
+
         wanted = np.fromiter(addresses, np.uint64, len(addresses))
-        return chosen_names(symbols.only(np.isin(symbols.starts, wanted)), perf_name)
+        return chosen_names(self.symbols.only(np.isin(self.symbols.starts, wanted)),
+                            perf_name)
 
-    complete = True
-    try:
-        stubs = plt_symbols(image, resolvers) + plt_got_symbols(image)
-        symbols = symbols.plus((start, end, name, 0 if name == ".plt" else 1)
-                               for start, end, name in stubs)
-    except ElfError as error:
-        if problems is not None:
-            problems.add(error)
-        complete = False
-    table = SymbolTable.from_entry(chosen_entry(symbols, perf_name), empty_ok=True)
-    assert table is not None  # an entry of our making is shaped as one
-    return table, complete
+    def add(self, stubs: list[tuple[int, int, str]]) -> None:
+        self.symbols = self.symbols.plus((start, end, name, _stub_binding(name))
+                                         for start, end, name in stubs)
 
+    def table(self) -> SymbolTable:
+        from .demangling import perf_name
+        from .perf_symbols import chosen_entry
 
-def _perf_columns(image: ElfImage, separate: str | None) -> PerfSymbols:
-    """:func:`_best_function_symbols` with ``perf``, as columns."""
-    from .perf_symbols import perf_symbols
-
-    if separate is not None:
-        try:
-            found = perf_symbols(ElfImage(separate), ".symtab")
-            if len(found):
-                return found
-        except ElfError:
-            pass
-    found = perf_symbols(image, ".symtab")
-    return found if len(found) else perf_symbols(image, ".dynsym")
+        table = SymbolTable.from_entry(chosen_entry(self.symbols, perf_name), empty_ok=True)
+        assert table is not None  # an entry of our making is shaped as one
+        return table
 
 
 #: Bumped whenever the table's contents or layout change, so old entries are not reused.
