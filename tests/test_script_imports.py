@@ -4,7 +4,8 @@ it reads use the project's record classes, not ``dataclasses`` (with ``inspect``
 installed ``sframe`` command imports neither ``typing`` nor ``re`` (~3 ms together; pip's
 wrapper of an entry point imports ``re``), nor ``tempfile`` or ``shutil`` (~4.5 ms, for the
 vDSO's copy), nor ``ctypes`` (~1.3 ms, for the demangler: the Lua program's names are C's). Not a timing: the list of modules, so that the imports cannot grow
-unnoticed."""
+unnoticed. Also: the cyclic collector is off for ``stack`` alone (internal consistency:
+the probe reads ``gc.isenabled()`` at exit)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,42 @@ def test_a_first_script_makes_its_tables_without_dataclasses(tmp_path: Path) -> 
     assert warm.returncode == 0, warm.stderr
     assert warm.stderr.splitlines()[-1] == "unwanted: ", warm.stderr
     assert warm.stdout == first.stdout
+
+
+#: The installed command (sys.argv[1]) with its arguments; at exit, whether the cyclic
+#: collector is on.
+COLLECTOR_PROBE = """import atexit, gc, sys
+atexit.register(lambda: sys.stderr.write(f'collector on: {gc.isenabled()}\\n'))
+command = sys.argv[1]
+sys.argv = [command, *sys.argv[2:]]
+with open(command) as text:
+    code = compile(text.read(), command, 'exec')
+exec(code, {'__name__': '__main__', '__file__': command})
+"""
+
+
+@pytest.mark.skipif(not (LUA / "perf.data").exists(), reason="no Lua fixture")
+def test_the_collector_is_off_for_stack_alone(tmp_path: Path) -> None:
+    """The script starts with the cyclic collector off (its passes while modules load);
+    ``stack`` keeps it off to the end, ``script`` and click's commands turn it on."""
+    command = Path(sys.executable).with_name("sframe")
+    if not command.is_file():
+        unavailable(f"no sframe command beside {sys.executable} (pip install -e .)")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    target = subprocess.Popen(["sleep", "30"])
+    try:
+        runs = {
+            "stack": [str(target.pid)],
+            "script": [str(LUA / "perf.data"), "--binaries", str(LUA)],
+            "dump": [str(LUA / "lua")],
+        }
+        for name, args in runs.items():
+            done = subprocess.run([sys.executable, "-c", COLLECTOR_PROBE, str(command), name,
+                                   *args], capture_output=True, text=True, timeout=300,
+                                  env=env, check=False)
+            assert done.stderr.splitlines()[-1] == f"collector on: {name != 'stack'}", \
+                (name, done.returncode, done.stderr[-500:])
+            assert done.stdout, (name, done.stderr[-500:])
+    finally:
+        target.kill()
+        target.wait()

@@ -176,11 +176,16 @@ def _run_call(call: Call) -> int:
 
 
 def main() -> None:
-    """Entry point of the ``sframe`` script."""
+    """Entry point of the ``sframe`` script (which starts with the cyclic collector off:
+    ``stack`` keeps it off, every other command turns it back on here)."""
+    import gc
+
     from ..blas import one_blas_thread
 
     one_blas_thread()
     call = lean_call(sys.argv[1:])
+    if call is None or call[0] != "stack":
+        gc.enable()
     if call is None:
         from .main import main as click_main
 
@@ -195,9 +200,7 @@ def main() -> None:
     # so the cyclic collector (its passes during imports and table loading, ~5 ms) is off,
     # and the interpreter's teardown (freeing every module and object) is skipped once the
     # target is released, the output flushed and the exit functions run.
-    import gc
-
-    gc.disable()
+    gc.disable()  # (off already when started by the sframe script)
     status = guarded(lambda: _run_call(call))
     import atexit
 
