@@ -36,6 +36,7 @@ SHT_NOBITS = 8
 SHT_REL = 9
 SHT_DYNSYM = 11
 SHT_GNU_SFRAME = 0x6FFFFFF4
+SHF_ALLOC = 0x2
 SHF_EXECINSTR = 0x4
 SHF_COMPRESSED = 0x800
 PT_LOAD = 1
@@ -48,6 +49,20 @@ ET_EXEC = 2
 ET_DYN = 3
 ET_CORE = 4
 NT_GNU_BUILD_ID = 3
+SHN_LORESERVE = 0xFF00  # SHN_ABS, SHN_COMMON, ...: no section
+STT_NOTYPE = 0
+STT_OBJECT = 1
+STT_FUNC = 2
+STT_SECTION = 3
+STT_FILE = 4
+STT_GNU_IFUNC = 10
+STV_INTERNAL = 1
+STV_HIDDEN = 2
+#: A symbol's binding (st_info >> 4) by name, as pyelftools names them; any other is
+#: taken as local where a name is needed.
+BINDING_NAMES = ("STB_LOCAL", "STB_GLOBAL", "STB_WEAK")
+#: The last 64-bit address (a symbol whose end would pass it ends there).
+LAST_ADDRESS = (1 << 64) - 1
 
 
 class ElfError(PysframeError):

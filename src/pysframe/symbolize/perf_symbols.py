@@ -19,16 +19,21 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from ..elf import ElfImage
-from ..elf.headers import SHT_DYNSYM, SHT_SYMTAB
-from .choice import better
+from ..elf.headers import (
+    BINDING_NAMES,
+    LAST_ADDRESS,
+    SHN_LORESERVE,
+    SHT_DYNSYM,
+    SHT_SYMTAB,
+    STT_FUNC,
+    STT_GNU_IFUNC,
+    STT_NOTYPE,
+    STT_OBJECT,
+    STV_HIDDEN,
+    STV_INTERNAL,
+)
+from .perf_rules import better, taken_sections
 from .table_bytes import entry_of
-
-_STT_NOTYPE, _STT_OBJECT, _STT_FUNC, _STT_GNU_IFUNC = 0, 1, 2, 10
-_SHN_LORESERVE = 0xFF00     # SHN_ABS, SHN_COMMON, ...: no section
-_SHF_ALLOC = 0x2
-_STV_INTERNAL, _STV_HIDDEN = 1, 2
-_BINDINGS = ("STB_LOCAL", "STB_GLOBAL", "STB_WEAK")  # any other binding counts as local
-_LAST = (1 << 64) - 1
 
 
 def _dtype(wide: bool, order: str) -> np.dtype[np.void]:
@@ -42,7 +47,7 @@ def _dtype(wide: bool, order: str) -> np.dtype[np.void]:
 
 class PerfSymbols:
     """Symbols in file order: ``starts``, ``ends`` (uint64), ``bindings`` (index into
-    ``STB_LOCAL, STB_GLOBAL, STB_WEAK``) and each name's ``at``/``size`` in ``blob``."""
+    ``BINDING_NAMES``) and each name's ``at``/``size`` in ``blob``."""
 
     __slots__ = ("at", "bindings", "blob", "ends", "sizes", "starts")
 
@@ -73,7 +78,7 @@ class PerfSymbols:
         at = len(self.blob) + np.concatenate(([0], np.cumsum(sizes)[:-1]))
         return PerfSymbols(
             np.concatenate((self.starts, np.array([a[0] for a in added], np.uint64))),
-            np.concatenate((self.ends, np.array([min(a[1], _LAST) for a in added],
+            np.concatenate((self.ends, np.array([min(a[1], LAST_ADDRESS) for a in added],
                                                 np.uint64))),
             np.concatenate((self.bindings, np.array([a[3] for a in added], np.uint8))),
             np.concatenate((self.at, at)), np.concatenate((self.sizes, sizes)),
@@ -104,17 +109,16 @@ def perf_symbols(image: ElfImage, section_name: str) -> PerfSymbols:
         return _no_symbols()
     table = np.frombuffer(data[start:start + size], _dtype(layout.wide, layout.order))
     blob = bytes(data[strtab.offset:strtab.offset + strtab.size])
-    loaded = np.array([bool(header.flags & _SHF_ALLOC) for header in sections] + [False])
-    labelled = np.array([ok and ("text" in header.name or "data" in header.name)
-                         for ok, header in zip(loaded, sections, strict=False)] + [False])
+    taken, labels = taken_sections(image)
+    loaded, labelled = np.array([*taken, False]), np.array([*labels, False])
     # Section indexes past the headers (and SHN_* above them) point at the False at the end.
     shndx = np.minimum(table["shndx"].astype(np.int64), len(sections))
-    shndx[table["shndx"] >= _SHN_LORESERVE] = len(sections)
+    shndx[table["shndx"] >= SHN_LORESERVE] = len(sections)
     kind, visibility = table["info"] & 0xF, table["other"] & 3
-    label_ok = labelled[shndx] & (visibility != _STV_HIDDEN) & (visibility != _STV_INTERNAL)
+    label_ok = labelled[shndx] & (visibility != STV_HIDDEN) & (visibility != STV_INTERNAL)
     keep = ((table["shndx"] != 0) & (table["name"] != 0) & loaded[shndx]
-            & np.where(kind == _STT_NOTYPE, label_ok,
-                       (kind == _STT_FUNC) | (kind == _STT_GNU_IFUNC) | (kind == _STT_OBJECT)))
+            & np.where(kind == STT_NOTYPE, label_ok,
+                       (kind == STT_FUNC) | (kind == STT_GNU_IFUNC) | (kind == STT_OBJECT)))
     table = table[keep]
     at, sizes = _name_places(blob, table["name"].astype(np.int64))
     if image.machine in ("EM_ARM", "EM_AARCH64"):
@@ -125,7 +129,7 @@ def perf_symbols(image: ElfImage, section_name: str) -> PerfSymbols:
     starts = table["value"].astype(np.uint64)
     lengths = table["size"].astype(np.uint64)
     ends = starts + lengths
-    ends[ends < starts] = _LAST  # past 2**64: kept as the last address
+    ends[ends < starts] = LAST_ADDRESS  # past 2**64: kept as the last address
     binding = table["info"] >> 4
     bindings = np.where(binding <= 2, binding, 0).astype(np.uint8)
     return PerfSymbols(starts, ends, bindings, at, sizes, blob)
@@ -148,7 +152,7 @@ def chosen(symbols: PerfSymbols, shown: Callable[[str], str] | None
     order. Empty symbols end where the next one starts (perf's ``symbols__fixup_end``,
     before duplicates go: of several empty symbols at one address only the last one gets
     a size); of several symbols at one address one is kept (``symbols__fixup_duplicate``,
-    :func:`.choice.better`)."""
+    :func:`.perf_rules.better`)."""
 
     order = np.argsort(symbols.starts, kind="stable")  # file order kept among equals
     starts, ends = symbols.starts[order], symbols.ends[order]
@@ -156,7 +160,7 @@ def chosen(symbols: PerfSymbols, shown: Callable[[str], str] | None
         following = np.empty_like(starts)
         following[:-1] = starts[1:]
         last = int(starts[-1])
-        following[-1] = min((last + 0xFFF) // 0x1000 * 0x1000 + 0x1000, _LAST)
+        following[-1] = min((last + 0xFFF) // 0x1000 * 0x1000 + 0x1000, LAST_ADDRESS)
         ends = np.where(starts == ends, following, ends)
     first = np.ones(len(starts), bool)
     first[1:] = starts[1:] != starts[:-1]
@@ -176,7 +180,7 @@ def chosen(symbols: PerfSymbols, shown: Callable[[str], str] | None
 def _facts(symbols: PerfSymbols, order: np.ndarray, starts: np.ndarray, ends: np.ndarray,
            i: int) -> tuple[bool, str, str]:
     original = int(order[i])
-    return (bool(ends[i] > starts[i]), _BINDINGS[symbols.bindings[original]],
+    return (bool(ends[i] > starts[i]), BINDING_NAMES[symbols.bindings[original]],
             symbols.name(original))
 
 

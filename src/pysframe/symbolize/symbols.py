@@ -25,9 +25,20 @@ from ..cachedir import Source, combine, entry_path, load, store
 from ..elf import ElfError, ElfImage
 from ..elf.debuginfo import DebugFiles
 from ..elf.headers import (
+    BINDING_NAMES,
+    LAST_ADDRESS,
+    SHN_LORESERVE,
     SHT_DYNSYM,
     SHT_NOBITS,
     SHT_SYMTAB,
+    STT_FILE,
+    STT_FUNC,
+    STT_GNU_IFUNC,
+    STT_NOTYPE,
+    STT_OBJECT,
+    STT_SECTION,
+    STV_HIDDEN,
+    STV_INTERNAL,
     Layout,
     SectionHeader,
     read_file_header,
@@ -40,7 +51,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TypeVar
 
-    from .choice import Facts
+    from .perf_rules import Facts
     from .perf_symbols import PerfSymbols
 
     #: What a symbol table is read into (one by one, or as columns).
@@ -78,7 +89,7 @@ class SymbolTable:
 
     def __init__(self, symbols: list[Symbol],
                  shown: Callable[[str], str] | None = None) -> None:
-        from .choice import better  # (a warm run reads tables made before)
+        from .perf_rules import better  # (a warm run reads tables made before)
 
         # Parallel lists, each symbol's fields read once: cc1's 29k symbols took 70 ms
         # when the symbols themselves were sorted, fixed and compared.
@@ -153,26 +164,8 @@ class SymbolTable:
         return self.names[index], address - self.starts[index]
 
 
-_LAST_ADDRESS = (1 << 64) - 1
-_BINDINGS = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK"}
-_STT_NOTYPE = 0
-_STT_OBJECT = 1
-_STT_FUNC = 2
-_STT_GNU_IFUNC = 10
-_SHN_LORESERVE = 0xFF00     # SHN_ABS, SHN_COMMON, ...: no section
-_SHF_ALLOC = 0x2
-_STV_INTERNAL = 1
-_STV_HIDDEN = 2
-
-
-def _section_filter(image: ElfImage) -> tuple[list[bool], list[bool]]:
-    """Per section index: (perf loads symbols there: SHF_ALLOC, perf takes NOTYPE labels
-    there: also a name containing "text" or "data")."""
-    sections = image.section_headers()
-    loaded = [bool(section.flags & _SHF_ALLOC) for section in sections]
-    labels = [ok and ("text" in section.name or "data" in section.name)
-              for ok, section in zip(loaded, sections, strict=True)]
-    return loaded, labels
+def _binding(value: int) -> str:
+    return BINDING_NAMES[value] if value < len(BINDING_NAMES) else "STB_LOCAL"
 
 
 def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
@@ -205,7 +198,12 @@ def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
                            f"a whole number of entries", start)
         return []
     names = data[names_at:names_at + names_size]
-    loaded, labelled = _section_filter(image) if perf else ([], [])
+    if perf:
+        from .perf_rules import taken_sections
+
+        loaded, labelled = taken_sections(image)
+    else:
+        loaded, labelled = [], []
     mapping_symbols = perf and image.machine in ("EM_ARM", "EM_AARCH64")
     out = []
     for fields in entry.iter_unpack(data[start:start + size]):
@@ -217,15 +215,15 @@ def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
         if shndx == 0:
             continue
         if perf:
-            if (name_offset == 0 or shndx >= _SHN_LORESERVE or shndx >= len(loaded)
+            if (name_offset == 0 or shndx >= SHN_LORESERVE or shndx >= len(loaded)
                     or not loaded[shndx]):
                 continue
-            if kind == _STT_NOTYPE:
-                if not labelled[shndx] or (other & 3) in (_STV_HIDDEN, _STV_INTERNAL):
+            if kind == STT_NOTYPE:
+                if not labelled[shndx] or (other & 3) in (STV_HIDDEN, STV_INTERNAL):
                     continue
-            elif kind not in (_STT_FUNC, _STT_GNU_IFUNC, _STT_OBJECT):
+            elif kind not in (STT_FUNC, STT_GNU_IFUNC, STT_OBJECT):
                 continue
-        elif kind not in (_STT_FUNC, _STT_GNU_IFUNC):
+        elif kind not in (STT_FUNC, STT_GNU_IFUNC):
             continue
         end = names.find(b"\0", name_offset)
         name = names[name_offset:end if end >= 0 else None].decode("utf-8", "replace")
@@ -233,8 +231,8 @@ def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
                 and name[2:3] in ("", "."):
             continue
         # An end past 2**64 (a hostile size) is the last address: a table keeps uint64s.
-        out.append(Symbol(value, min(value + length, _LAST_ADDRESS), name,
-                          _BINDINGS.get(info >> 4, "STB_LOCAL"), length))
+        out.append(Symbol(value, min(value + length, LAST_ADDRESS), name, _binding(info >> 4),
+                          length))
     return out
 
 
@@ -347,7 +345,8 @@ def _as_columns() -> bool:
 
 
 def _stub_binding(name: str) -> int:
-    """The binding a PLT symbol gets (an index into ``_BINDINGS``): the header is local."""
+    """The binding a PLT symbol gets (an index into ``BINDING_NAMES``): the header is
+    local."""
     return 0 if name == ".plt" else 1
 
 
@@ -366,7 +365,7 @@ class _OneByOne:
         return dict(zip(chosen.starts, chosen.names, strict=True))
 
     def add(self, stubs: list[tuple[int, int, str]]) -> None:
-        self.symbols += [Symbol(start, end, name, _BINDINGS[_stub_binding(name)], end - start)
+        self.symbols += [Symbol(start, end, name, BINDING_NAMES[_stub_binding(name)], end - start)
                          for start, end, name in stubs]
 
     def table(self) -> SymbolTable:
@@ -470,8 +469,6 @@ def _write_cached(build_id: bytes, source: Source, table: SymbolTable,
 
 # ----------------------------------------------------------------------------- by name
 
-_STT_SECTION = 3
-_STT_FILE = 4
 _EXTERNAL_BINDINGS = (1, 2, 10)     # STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE
 
 
@@ -531,7 +528,7 @@ class NamedSymbols:
                     _name, info, _other, shndx, value, _size = row
                 else:
                     _name, value, _size, info, _other, shndx = row
-                if shndx != 0 and (info & 0xF) not in (_STT_SECTION, _STT_FILE):
+                if shndx != 0 and (info & 0xF) not in (STT_SECTION, STT_FILE):
                     out.append((value, (info >> 4) in _EXTERNAL_BINDINGS))
             index = entries.find(key, index + 1)
         return out

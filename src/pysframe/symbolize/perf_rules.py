@@ -1,9 +1,23 @@
-"""perf's choice between two symbols that start at one address (its ``choose_best_symbol``),
-for both readings of a symbol table (:mod:`.symbols`, :mod:`.perf_symbols`)."""
+"""perf's rules for ELF symbols, for both readings of a symbol table (:mod:`.symbols`,
+:mod:`.perf_symbols`): the sections it takes symbols from, and its choice between two
+symbols that start at one address (its ``choose_best_symbol``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from ..elf import ElfImage
+from ..elf.headers import SHF_ALLOC
+
+
+def taken_sections(image: ElfImage) -> tuple[list[bool], list[bool]]:
+    """Per section index: (perf loads symbols there: SHF_ALLOC, perf takes NOTYPE labels
+    there: also a name containing "text" or "data")."""
+    sections = image.section_headers()
+    loaded = [bool(section.flags & SHF_ALLOC) for section in sections]
+    labels = [ok and ("text" in section.name or "data" in section.name)
+              for ok, section in zip(loaded, sections, strict=True)]
+    return loaded, labels
 
 
 def _leading_underscores(name: str) -> int:
