@@ -67,7 +67,7 @@ def _named_tuple(name: str, fields: list[str], defaults: list[Any], module: str)
     """The class ``collections.namedtuple(name, fields, defaults=defaults, module=module)``
     makes (fields, their defaults, ``_make``, ``_replace``, ``_asdict``, its repr), built
     without its ``eval``: a ``__new__`` with the fields as parameters is compiled at the
-    first tuple made, as records compile their ``__init__`` (:func:`_first_init`).
+    first tuple made, as records compile their ``__init__`` (:func:`_compiled_at_first_call`).
     namedtuple took ~90 µs a class, 1.9 ms for the 17 that ``sframe stack`` imports; this
     ~15 µs."""
     try:
@@ -89,18 +89,11 @@ def _named_tuple(name: str, fields: list[str], defaults: list[Any], module: str)
     scope: dict[str, Any] = {"_tuple_new": tuple.__new__}
     scope.update({f"_default_{field}": value for field, value in field_defaults.items()})
     owner: list[type] = []
-
-    def first_new(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        exec(source, scope)
-        new = scope["__new__"]
-        new.__qualname__ = f"{name}.__new__"
-        setattr(owner[0], "__new__", new)  # noqa: B010 (a method of a made class)
-        return new(cls, *args, **kwargs)
-
     namespace: dict[str, Any] = {
         "__slots__": (), "__module__": module, "_fields": names,
         "_field_defaults": field_defaults, "__match_args__": names,
-        "__new__": first_new, "_make": classmethod(_make), "_replace": _replace_fields,
+        "__new__": _compiled_at_first_call("__new__", source, scope, owner),
+        "_make": classmethod(_make), "_replace": _replace_fields,
         "_asdict": _asdict, "__repr__": _tuple_repr, "__getnewargs__": _getnewargs,
         "__doc__": f"{name}({', '.join(names)})"}
     for index, field in enumerate(names):
@@ -215,8 +208,8 @@ def _build(cls: type, frozen: bool) -> type:
     scope.update({f"_factory_{name}": value for name, value in factories.items()})
     owner: list[type] = []
     namespace["__slots__"] = tuple(names)
-    namespace["__init__"] = _first_init(_init_source(names, defaults, factories, frozen),
-                                        scope, owner)
+    namespace["__init__"] = _compiled_at_first_call(
+        "__init__", _init_source(names, defaults, factories, frozen), scope, owner)
     namespace["__match_args__"] = tuple(names)
     namespace["__record_fields__"] = tuple(names)
     namespace["__record_shown__"] = tuple(shown)
@@ -234,19 +227,22 @@ def _build(cls: type, frozen: bool) -> type:
     return made
 
 
-def _first_init(source: str, scope: dict[str, Any], owner: list[type]) -> Callable[..., None]:
-    """The class's ``__init__`` until its first record is made: it compiles the real one
-    from ``source`` (our own text), puts it on the class (``owner[0]``) and calls it. A
-    class no record of is made in a run never compiles one: at import, the ``exec`` of
-    every class's ``__init__`` was most of the ~170 µs a record class cost (19 classes on
-    ``sframe stack``'s path, a few of which it uses)."""
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+def _compiled_at_first_call(name: str, source: str, scope: dict[str, Any],
+                            owner: list[type]) -> Callable[..., Any]:
+    """The made class's method ``name`` until its first call: it compiles the real one from
+    ``source`` (our own text, defining ``name`` in ``scope``), puts it on the class
+    (``owner[0]``, set once the class is made) and calls it. A class no record or tuple
+    of is made in a run never compiles one: at import, the ``exec`` of every class's
+    ``__init__`` was most of the ~170 µs a record class cost (19 classes on ``sframe
+    stack``'s path, a few of which it uses)."""
+    def first_call(*args: Any, **kwargs: Any) -> Any:
         exec(source, scope)
-        init = scope["__init__"]
-        owner[0].__init__ = init  # type: ignore[misc]
-        init(self, *args, **kwargs)
+        method = scope[name]
+        method.__qualname__ = f"{owner[0].__qualname__}.{name}"
+        setattr(owner[0], name, method)
+        return method(*args, **kwargs)
 
-    return __init__
+    return first_call
 
 
 def _values(self: Any) -> tuple[Any, ...]:
