@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ab import run
 from common import (
     OUT,
     REPO,
@@ -46,13 +46,7 @@ def _outputs(argv: list[str], extra_env: dict[str, str]) -> tuple[bytes, bytes]:
     """(first run's, warm run's) standard output of ``argv``, in a cache of its own."""
     with private_cache() as cache:
         env = {**with_cache(bench_environment(), cache), **extra_env}
-        runs = [subprocess.run(argv, env=env, capture_output=True, check=False)
-                for _ in range(2)]
-    for done in runs:
-        if done.returncode not in (0, 1):
-            sys.exit(f"bench: {' '.join(argv)} failed ({done.returncode}): "
-                     f"{done.stderr.decode(errors='replace').strip()[-300:]}")
-    return runs[0].stdout, runs[1].stdout
+        return run(argv, env)[2], run(argv, env)[2]
 
 
 def main() -> int:
