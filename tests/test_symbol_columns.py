@@ -4,8 +4,10 @@ fixtures (x86-64, AArch64 with its mapping symbols, s390x big-endian; objects, l
 and programs), on the larger binaries of this machine, and on hostile tables (names not
 UTF-8 or past the strings, sizes past 2**64, several symbols at one address).
 
-Internal consistency: the one-by-one reading is the one held to perf by
-tests/test_symbols_perf.py (where both readings run) and the live comparisons."""
+The symbols either reading keeps are checked against binutils' readelf (each kept name at
+its address, each sized function covered); which of several aliases perf keeps is held
+to perf by tests/test_record_depth.py (its ``vector`` run reads the tables as columns)
+and tests/test_symbols_perf.py (both readings)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,48 @@ def _table(path: Path, monkeypatch: pytest.MonkeyPatch, columns: bool
     monkeypatch.setattr(symbols, "_as_columns", lambda: columns)
     table, _ = symbols._load_symbols(ElfImage(str(path)), None, None)
     return list(table.starts), list(table.ends), list(table.names)
+
+
+def _readelf_symbols(path: Path) -> tuple[set[tuple[int, str]], set[int]]:
+    """binutils' reading of ``path``'s symbol tables: (value, name) of every defined
+    symbol, and the values of the defined FUNC symbols with a size."""
+    import subprocess
+
+    if shutil.which("readelf") is None:
+        pytest.fail("binutils' readelf is needed to check the symbols")
+    listing = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, check=True,
+                             timeout=120).stdout.decode("utf-8", "replace")
+    defined: set[tuple[int, str]] = set()
+    functions: set[int] = set()
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or not fields[0].endswith(":") or not fields[0][:-1].isdigit():
+            continue
+        value, size, kind, index, name = (int(fields[1], 16), fields[2], fields[3],
+                                          fields[6], fields[7])
+        if index in ("UND", "ABS"):
+            continue
+        # .symtab names are shown as they are (``stdout@GLIBC_2.2.5``); .dynsym ones with
+        # the version readelf adds
+        defined |= {(value, name), (value, name.split("@", 1)[0])}
+        if kind == "FUNC" and size not in ("0", "0x0"):
+            functions.add(value)
+    return defined, functions
+
+
+def _as_readelf_reads(path: Path, table: tuple[list[int], list[int], list[str]]) -> None:
+    """Each ASCII name ``table`` keeps (PLT stubs aside, which have no symbol; an empty
+    one, of a name offset past the strings, readelf shows otherwise) is a symbol
+    readelf lists at that address, and each sized function readelf lists is covered."""
+    defined, functions = _readelf_symbols(path)
+    starts, ends, names = table
+    kept = [(start, name) for start, name in zip(starts, names, strict=True)
+            if name and name.isascii() and not name.endswith("@plt") and name != ".plt"]
+    assert kept and not [entry for entry in kept if entry not in defined], path
+    uncovered = [value for value in functions
+                 if not any(start <= value < end for start, end in zip(starts, ends,
+                                                                       strict=True))]
+    assert not uncovered, (path, [hex(value) for value in uncovered[:5]])
 
 
 def _elf_files() -> list[Path]:
@@ -68,6 +112,8 @@ def test_both_readings_agree_on_large_binaries(monkeypatch: pytest.MonkeyPatch) 
     for path in present:
         one = _table(path, monkeypatch, False)
         assert _table(path, monkeypatch, True) == one, path
+        if symbols.symbols_file(ElfImage(str(path)), None) is None:  # its own symbols
+            _as_readelf_reads(path, one)
 
 
 #: A linked x86-64 program with a .symtab.
@@ -119,6 +165,7 @@ def test_both_readings_agree_on_hostile_symbols(tmp_path: Path,
     assert any(name.startswith("\ufffd\ufffd") for name in one[2])
     assert any(name.startswith("é") for name in one[2])
     assert max(one[1]) == (1 << 64) - 1  # the end past 2**64 is the last address
+    _as_readelf_reads(program, one)
     for columns in (False, True):  # kept and read back as a warm run does
         monkeypatch.setattr(symbols, "_as_columns", lambda columns=columns: columns)
         table, complete = symbols._load_symbols(ElfImage(str(program)), None, None)
@@ -170,3 +217,4 @@ def test_several_symbols_at_one_address_either_way(kind: str, tmp_path: Path,
     one = _table(library, monkeypatch, False)
     assert _table(library, monkeypatch, True) == one
     assert sum(name.lstrip("_").startswith("g") for name in one[2]) == 12  # one per address
+    _as_readelf_reads(library, one)
