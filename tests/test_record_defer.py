@@ -197,7 +197,9 @@ def test_stitched_chains_are_those_perf_unwinds_itself(recording: tuple[Path, st
                                                        tmp_path: Path) -> None:
     """perf 7's stitching of our deferred records gives, for every sample in ``read()``, a
     user chain that perf's own DWARF unwinding (``perf record --call-graph dwarf`` of the
-    same program, unwound by perf) gives for that program's samples in ``read()``."""
+    same program, unwound by perf) gives for that program's samples in ``read()`` (a
+    sample in the program's own frames: the same chain from that frame on; CI at
+    5960b5a met one in ``reader`` that perf's recording had not sampled)."""
     perf, command = need_perf(), need_perf7()
     path, _ = recording
     program = path.parent / "heavy"
@@ -215,7 +217,12 @@ def test_stitched_chains_are_those_perf_unwinds_itself(recording: tuple[Path, st
     assert stitched.returncode == 0, stitched.stderr[-300:]
     reads = [user_part(chain) for chain in symbols(stitched.stdout) if "reader" in chain]
     assert len(reads) > 30
-    assert [chain for chain in reads if chain not in expected] == []
+    # A sample taken in the program's own code (reader itself: rare, and perf's separate
+    # recording may have none there) is held to the same chain from its first frame on.
+    tails = {chain[index:] for chain in expected for index in range(len(chain))}
+    assert [chain for chain in reads if chain not in expected
+            and not (chain[0] in ("reader", "zeroes", "main") and chain in tails)] == []
+    assert any(chain in expected for chain in reads)  # the samples in read() themselves
 
 
 def test_without_merging_the_records_are_printed_apart(recording: tuple[Path, str]) -> None:
