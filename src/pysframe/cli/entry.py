@@ -13,9 +13,9 @@ click's. tests/test_cli_entry.py holds the two parsers to the same answers.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
+from .. import c_signal as signal
 from .errors import guarded, report
 
 TYPE_CHECKING = False

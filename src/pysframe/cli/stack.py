@@ -17,11 +17,11 @@ exit status is 1 if a stack went through it.
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import sys
 import time
 
+from .. import c_signal as signal
 from ..errors import Problems, PysframeError
 from .errors import (
     EXIT_INVALID,

@@ -1,11 +1,11 @@
 """Stacks of a live process through ptrace (x86-64): registers, maps and memory.
 
-Hand-written with ctypes: Python has no ptrace binding. Every thread is stopped with
-PTRACE_SEIZE + PTRACE_INTERRUPT (the thread sees no signal), read, and detached again;
-:class:`Attached` detaches in ``finally`` on every path, including errors, Ctrl-C and
-time-outs, so the target is never left stopped. Memory is read through
-``/proc/PID/task/TID/mem``, which also reads pages a guard page would hide from
-process_vm_readv.
+Hand-written over ctypes' C module (:mod:`.ptrace_sys`): Python has no ptrace binding.
+Every thread is stopped with PTRACE_SEIZE + PTRACE_INTERRUPT (the thread sees no
+signal), read, and detached again; :class:`Attached` detaches in ``finally`` on every
+path, including errors, Ctrl-C and time-outs, so the target is never left stopped.
+Memory is read through ``/proc/PID/task/TID/mem``, which also reads pages a guard page
+would hide from process_vm_readv.
 
 What a target may do meanwhile, and how it is handled:
 
@@ -32,15 +32,15 @@ the command line; a long-lived caller keeps it until then).
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
-import signal
 import struct
 import time
 
+from .. import c_signal as signal
 from ..errors import PysframeError
 from ..records import record_class
+from .ptrace_sys import PtraceCalls
 
 PTRACE_GETREGS = 12
 PTRACE_DETACH = 17
@@ -66,11 +66,9 @@ _USER_REGS = ("r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_ra
 _DWARF = {"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rbp": 6, "rsp": 7,
           **{f"r{n}": n for n in range(8, 16)}}
 
-# The C library already loaded into this process (dlopen(NULL)): ctypes.util.find_library
-# would run `ldconfig -p` at every start.
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.ptrace.restype = ctypes.c_long
-_libc.ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
+# ptrace from the C library already loaded into this process (dlopen(NULL)):
+# ctypes.util.find_library would run `ldconfig -p` at every start.
+_PTRACE = PtraceCalls(len(_USER_REGS))
 
 
 class LiveError(PysframeError):
@@ -82,13 +80,10 @@ class LiveError(PysframeError):
 
 
 def _ptrace(request: int, tid: int, address: int = 0, data: object = None) -> int:
-    ctypes.set_errno(0)
-    result = _libc.ptrace(request, tid, ctypes.c_void_p(address), data)
-    if result == -1:
-        code = ctypes.get_errno()
-        if code:
-            raise LiveError(code, f"ptrace({request:#x}) on thread {tid}: {os.strerror(code)}")
-    return int(result)
+    result, code = _PTRACE.call(request, tid, address, data)
+    if code:
+        raise LiveError(code, f"ptrace({request:#x}) on thread {tid}: {os.strerror(code)}")
+    return result
 
 
 def gone(pid: int) -> LiveError:
@@ -413,9 +408,9 @@ class Attached:
     def threads(self) -> list[ThreadState]:
         out = []
         for tid in self.stopped:
-            buffer = (ctypes.c_ulong * len(_USER_REGS))()
+            buffer = _PTRACE.words()
             try:
-                _ptrace(PTRACE_GETREGS, tid, 0, ctypes.byref(buffer))
+                _ptrace(PTRACE_GETREGS, tid, 0, _PTRACE.pointer(buffer))
             except LiveError as error:
                 if error.errno != errno.ESRCH:
                     raise
@@ -461,7 +456,7 @@ class Attached:
         for tracee in tracees:
             if tracee.held:
                 try:
-                    _ptrace(PTRACE_DETACH, tracee.tid, 0, ctypes.c_void_p(tracee.signal))
+                    _ptrace(PTRACE_DETACH, tracee.tid, 0, tracee.signal)
                     tracee.detached = True
                 except LiveError:
                     tracee.ended = True  # killed meanwhile: its end is ours to collect
