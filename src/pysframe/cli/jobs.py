@@ -26,16 +26,21 @@ _PIECE = 1 << 20
 def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterator[str]],
              failed: Callable[[], bool], statuses: list[int],
              finish: Callable[[], None] | None = None,
-             copy: Callable[[int], None] | None = None) -> Iterator[str]:
+             copy: Callable[[int], None] | None = None,
+             started: Callable[[int], None] | None = None) -> Iterator[str]:
     """The texts of ``ranges`` in order; ``statuses`` gets each child's exit status (1 when
     ``failed()`` says it reported a problem). Each child calls ``finish`` (if given) when its
     text is made (it ends without the exit functions: e.g. to keep what it cached). With
     ``copy``, a child's text is not yielded but handed over as its file (rewound), once
-    everything before it was yielded (see :func:`copier`)."""
+    everything before it was yielded (see :func:`copier`). ``started(k)`` (if given) is
+    called first in the process making range k (this one: 0, once every child is forked)."""
     children: list[tuple[int, int]] = []
     try:
-        for start, end in ranges[1:]:
-            children.append(_fork(start, end, produce, failed, finish))
+        for number, (start, end) in enumerate(ranges[1:], 1):
+            children.append(_fork(start, end, produce, failed, finish,
+                                  _numbered(started, number)))
+        if started is not None:
+            started(0)
         if ranges:
             yield from produce(*ranges[0])
         for pid, fd in children:
@@ -60,6 +65,13 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
             except OSError:
                 pass
             os.close(fd)
+
+
+def _numbered(started: Callable[[int], None] | None, number: int
+              ) -> Callable[[], None] | None:
+    if started is None:
+        return None
+    return lambda: started(number)
 
 
 def copier(stream: IO[str]) -> Callable[[int], None] | None:
@@ -95,8 +107,8 @@ def copier(stream: IO[str]) -> Callable[[int], None] | None:
 
 
 def _fork(start: int, end: int, produce: Callable[[int, int], Iterator[str]],
-          failed: Callable[[], bool], finish: Callable[[], None] | None = None
-          ) -> tuple[int, int]:
+          failed: Callable[[], bool], finish: Callable[[], None] | None = None,
+          started: Callable[[], None] | None = None) -> tuple[int, int]:
     """A child making samples ``start`` to ``end`` into an unnamed temporary file."""
     fd = tempfile.TemporaryFile()
     descriptor = os.dup(fd.fileno())
@@ -109,6 +121,8 @@ def _fork(start: int, end: int, produce: Callable[[int, int], Iterator[str]],
     status = EXIT_INVALID
     try:
         def work() -> int:
+            if started is not None:
+                started()
             with os.fdopen(descriptor, "w", encoding="utf-8", errors="surrogateescape",
                            buffering=_PIECE) as out:
                 for text in produce(start, end):

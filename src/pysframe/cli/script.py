@@ -85,9 +85,13 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     ranges = session.ranges(1 if show_stops else jobs)  # stop lines in the samples' order
     if len(ranges) == 1:
         return texts(*ranges[0])
+    from ..generate.made_exchange import MadeExchange
+    from ..generate.on_demand import share_made
     from ..session.perf import remove_own_copies
     from ..session.tables import save_made
     from .jobs import copier, in_order
+
+    workers = MadeExchange.for_workers(len(ranges))
 
     def finish() -> None:
         # A child ends with os._exit: it keeps the functions its on-demand tables made,
@@ -96,7 +100,8 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         remove_own_copies()
 
     return in_order(ranges, texts, lambda: bool(problems), statuses, finish,
-                    copier(stream) if stream is not None else None)
+                    copier(stream) if stream is not None else None,
+                    lambda mine: share_made(MadeExchange(workers, mine)))
 
 
 def default_jobs() -> int:

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from ..elf.sections import SFrameSectionData
     from ..format.constants import ABI
     from ..format.model import FDE, Section
+    from .made_exchange import MadeExchange
 
 #: The cache kind of on-demand tables (the index and the functions made so far).
 KIND = f"sframe/ondemand.g{GENERATOR_VERSION}.v3"
@@ -273,11 +274,15 @@ class OnDemandTable:
         if position in self._made:
             data = self._made[position]
         else:
-            try:
-                data = self._make(position)
-            except _Irregular:
-                self._turn_whole()
-                return None
+            found, data = self._made_elsewhere(position)
+            if not found:
+                try:
+                    data = self._make(position)
+                except _Irregular:
+                    self._turn_whole()
+                    return None
+                if _SHARED.exchange is not None and self._key is not None:
+                    _SHARED.exchange.give(self._key, position, data)
             self._made[position] = data
             self._dirty = True
             self.generation += 1
@@ -285,6 +290,18 @@ class OnDemandTable:
         self._lookups[position] = lookup
         self._order.append(position)
         return lookup
+
+    def _made_elsewhere(self, position: int) -> tuple[bool, bytes | None]:
+        """(True, its table) when another worker of this run made the function at
+        ``position`` (:func:`share_made`) and its table is one function there."""
+        exchange, index = _SHARED.exchange, self.index
+        if exchange is None or self._key is None or index is None:
+            return False, None
+        found, data = exchange.take(self._key, position)
+        if found and data is not None and not _one_function(data, index.starts[position],
+                                                            index.ends[position]):
+            return False, None
+        return found, data
 
     def index_ranges(self) -> tuple[list[int], list[int]] | None:
         """(starts, ends) of every function of the index, in address order; None when
@@ -449,6 +466,21 @@ class OnDemandTable:
             for position, data in theirs[1].items():
                 made.setdefault(position, data)
         store(KIND, self._key, _encoded(self.index, made), self._source)
+
+
+class _Shared:
+    """The exchange of made functions between the workers of a ``-j`` run (None: alone)."""
+
+    exchange: MadeExchange | None = None
+
+
+_SHARED = _Shared()
+
+
+def share_made(exchange: MadeExchange | None) -> None:
+    """From now on, take the functions other workers made from ``exchange``, and give it
+    the ones made here (None: stop)."""
+    _SHARED.exchange = exchange
 
 
 class _Irregular(PysframeError):

@@ -1,0 +1,112 @@
+"""The workers of `sframe script -j N` take the functions another worker made instead of
+making them again (pysframe.generate.made_exchange): the exchange's records, whole or
+half-written, and a first run of the Lua recording with -j 2 that makes each function
+once, prints -j 1's text and leaves a cache from which a second run makes nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from pysframe.generate.made_exchange import MadeExchange
+
+LUA = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[MadeExchange, MadeExchange]]:
+    files = MadeExchange.for_workers(2)
+    yield MadeExchange(files, 0), MadeExchange(list(files), 1)
+    for descriptor in files:
+        os.close(descriptor)
+
+
+def test_what_one_gives_the_other_takes(pair: tuple[MadeExchange, MadeExchange]) -> None:
+    first, second = pair
+    assert second.take(b"libc", 7) == (False, None)
+    first.give(b"libc", 7, b"table seven")
+    first.give(b"libc", 8, None)  # made: no rows
+    first.give(b"other", 7, b"another binary's")
+    assert second.take(b"libc", 7) == (True, b"table seven")
+    assert second.take(b"libc", 8) == (True, None)
+    assert second.take(b"other", 7) == (True, b"another binary's")
+    assert second.take(b"libc", 9) == (False, None)
+    assert first.take(b"libc", 7) == (False, None)  # its own file is not read back
+    assert second.taken == 3
+
+
+def test_a_record_half_written_is_taken_once_whole(
+        pair: tuple[MadeExchange, MadeExchange]) -> None:
+    first, second = pair
+    first.give(b"libc", 1, b"x" * 100)
+    whole = os.pread(first.files[0], 1000, 0)
+    os.ftruncate(first.files[0], 0)
+    os.pwrite(first.files[0], whole[:60], 0)  # the writer half-way through
+    assert second.take(b"libc", 1) == (False, None)
+    os.pwrite(first.files[0], whole[60:], 60)
+    assert second.take(b"libc", 1) == (True, b"x" * 100)
+    assert not second.broken
+
+
+def test_a_record_that_is_not_one_ends_the_exchange(
+        pair: tuple[MadeExchange, MadeExchange]) -> None:
+    first, second = pair
+    os.write(first.files[0], b"\xff" * 64)  # a key longer than any
+    assert second.take(b"libc", 1) == (False, None)
+    assert second.broken
+    first.give(b"libc", 1, b"made")  # the taker makes its own from now on
+    assert second.take(b"libc", 1) == (False, None)
+
+
+_LOGGED = """
+import os, sys
+import pysframe.generate.on_demand as on_demand
+import pysframe.session.vector as vector
+from pysframe.cli.script import run_script
+log, recording, output, jobs = sys.argv[1:]
+make = on_demand.OnDemandTable._make
+def logged(self, position):
+    with open(log, "a") as out:
+        out.write(f"{os.getpid()} {self.cache_id.hex()} {position}\\n")
+    return make(self, position)
+on_demand.OnDemandTable._make = logged
+vector.CHUNK = 512  # seven chunks: both workers unwind
+sys.exit(run_script(recording, binaries=[os.path.dirname(recording)], output=output,
+                    show_stops=False, report=lambda message: None, jobs=int(jobs)))
+"""
+
+
+def _run(tmp_path: Path, cache: Path, name: str, jobs: int) -> tuple[list[list[str]], bytes]:
+    log, output = tmp_path / f"{name}.log", tmp_path / f"{name}.txt"
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYSFRAME_ENGINE="vector")
+    done = subprocess.run([sys.executable, "-c", _LOGGED, str(log), str(LUA), str(output),
+                           str(jobs)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-800:]
+    made = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    return made, output.read_bytes()
+
+
+@pytest.mark.skipif(not LUA.exists() and os.environ.get("CI") != "true",
+                    reason="no fixture recordings (../shared/fixtures) here")
+def test_two_workers_make_each_function_once(tmp_path: Path) -> None:
+    pytest.importorskip("numpy")
+    alone, alone_text = _run(tmp_path, tmp_path / "alone", "alone", 1)
+    shared, shared_text = _run(tmp_path, tmp_path / "shared", "shared", 2)
+    assert shared_text == alone_text
+    functions = {(key, position) for _, key, position in alone}
+    assert len(functions) == len(alone) > 50
+    assert {(key, position) for _, key, position in shared} == functions
+    workers = {pid for pid, _, _ in shared}
+    assert len(workers) == 2, "one worker made every function: nothing was shared"
+    # Two workers may start the same function at the same moment; before the exchange
+    # each made ~85% of them.
+    assert len(shared) - len(functions) <= len(functions) // 20
+    again, again_text = _run(tmp_path, tmp_path / "shared", "again", 1)
+    assert again_text == alone_text
+    assert again == [], "the cache lacks functions a worker took from the other"
