@@ -27,7 +27,7 @@ ALLOWED = {"pysframe.generate", "pysframe.generate.cache", "pysframe.generate.er
            "pysframe.cfi.errors"}
 UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "dataclasses",
                 "typing", "re", "contextlib", "importlib", "warnings", "zlib", "ctypes",
-                "signal")
+                "signal", "tempfile")
 
 #: entry.main() ends the process with os._exit after running the exit functions: the
 #: probe registers one that prints the unwanted modules then loaded. Those the interpreter

@@ -27,13 +27,16 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
              failed: Callable[[], bool], statuses: list[int],
              finish: Callable[[], None] | None = None,
              copy: Callable[[int], None] | None = None,
-             started: Callable[[int], None] | None = None) -> Iterator[str]:
+             started: Callable[[int], None] | None = None,
+             produced: Callable[[], None] | None = None) -> Iterator[str]:
     """The texts of ``ranges`` in order; ``statuses`` gets each child's exit status (1 when
     ``failed()`` says it reported a problem). Each child calls ``finish`` (if given) when its
     text is made (it ends without the exit functions: e.g. to keep what it cached). With
     ``copy``, a child's text is not yielded but handed over as its file (rewound), once
     everything before it was yielded (see :func:`copier`). ``started(k)`` (if given) is
-    called first in the process making range k (this one: 0, once every child is forked)."""
+    called first in the process making range k (this one: 0, once every child is forked);
+    ``produced()`` here once range 0 is made, before the children are waited for (what
+    this process keeps at exit is kept while they work)."""
     children: list[tuple[int, int]] = []
     try:
         for number, (start, end) in enumerate(ranges[1:], 1):
@@ -43,6 +46,8 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
             started(0)
         if ranges:
             yield from produce(*ranges[0])
+        if produced is not None:
+            produced()
         for pid, fd in children:
             status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             statuses.append(status)

@@ -85,8 +85,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     ranges = session.ranges(1 if show_stops else jobs)  # stop lines in the samples' order
     if len(ranges) == 1:
         return texts(*ranges[0])
-    from ..generate.made_exchange import MadeExchange
-    from ..generate.on_demand import share_made
+    from ..generate.made_exchange import MadeExchange, share
     from ..session.perf import remove_own_copies
     from ..session.tables import save_made
     from .jobs import copier, in_order
@@ -99,9 +98,18 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         save_made()
         remove_own_copies()
 
-    return in_order(ranges, texts, lambda: bool(problems), statuses, finish,
-                    copier(stream) if stream is not None else None,
-                    lambda mine: share_made(MadeExchange(workers, mine)))
+    def in_turn() -> Iterator[str]:
+        # The workers take what another made (each its own exchange, from the same files);
+        # this process keeps what it made while the children finish.
+        try:
+            yield from in_order(ranges, texts, lambda: bool(problems), statuses, finish,
+                                copier(stream) if stream is not None else None,
+                                lambda mine: share(MadeExchange(workers, mine)), save_made)
+        finally:
+            share(None)
+            MadeExchange(workers, 0).close()
+
+    return in_turn()
 
 
 def default_jobs() -> int:

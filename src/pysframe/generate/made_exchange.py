@@ -1,12 +1,13 @@
 """Functions one worker process of a ``-j`` run made, taken by the others instead of made
-again (:class:`MadeExchange`).
+again (:class:`MadeExchange`; :func:`share` sets this worker's, :func:`shared` gives it).
 
 The workers of ``sframe script -j N`` are forked before any of them unwinds, each with
 its own on-demand tables (:mod:`.on_demand`). On a first run each made nearly every
 function it met itself: with ``-j 2`` on a system-wide recording each made ~85% of the
 functions a ``-j 1`` run makes (2,969 and 2,978 of 3,484), at ~150 us each. Here each
 worker appends what it makes to a file of its own and, before making a function, reads
-what the others appended since it last looked.
+what the others appended since it last looked. The batch engine exchanges the flat rows
+it makes of each function the same way (:mod:`pysframe.unwind.flat_cache`).
 
 The files are unnamed temporary files opened before the fork (nobody else can open
 them); a record is written with one ``write``, and a reader takes only whole records
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 
 #: key length, data length (NO_ROWS: the function has no rows), index position.
 _RECORD = struct.Struct("<HIQ")
@@ -46,6 +46,8 @@ class MadeExchange:
     @classmethod
     def for_workers(cls, count: int) -> list[int]:
         """``count`` new unnamed files, one per worker, to fork with."""
+        import tempfile  # (here: on_demand, on the path of `sframe stack`, imports this)
+
         files = []
         for _ in range(count):
             handle = tempfile.TemporaryFile()
@@ -123,4 +125,22 @@ class MadeExchange:
         self.files = []
 
 
-__all__ = ["MadeExchange"]
+class _Current:
+    exchange: MadeExchange | None = None
+
+
+_CURRENT = _Current()
+
+
+def share(exchange: MadeExchange | None) -> None:
+    """From now on, take what other workers made from ``exchange``, and give it what is
+    made here (None: this process works alone)."""
+    _CURRENT.exchange = exchange
+
+
+def shared() -> MadeExchange | None:
+    """The exchange of this worker (None: it works alone)."""
+    return _CURRENT.exchange
+
+
+__all__ = ["MadeExchange", "share", "shared"]

@@ -17,7 +17,8 @@ an own FDE the validator would leave out turns the table whole (the whole merge 
 makes that function from the CFI). A binary whose index is not like that (damaged or
 odd CFI), an older or damaged own table, a relocatable file or one without ``.eh_frame``
 gets the whole table, as before; so does ``sframe generate``, ``inject``, ``audit`` and
-``record`` (its BPF map holds whole tables).
+``record`` (its BPF map holds whole tables). The workers of one ``-j`` run take the
+functions another made (:mod:`.made_exchange`).
 
 The index comes from one pass over ``.eh_frame`` (the same parser the whole generator
 uses, so the same FDEs, errors and all), not from ``.eh_frame_hdr``: the search table
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import operator
 import struct
+import sys
 from bisect import bisect_right
 from itertools import accumulate
 
@@ -281,8 +283,9 @@ class OnDemandTable:
                 except _Irregular:
                     self._turn_whole()
                     return None
-                if _SHARED.exchange is not None and self._key is not None:
-                    _SHARED.exchange.give(self._key, position, data)
+                exchange = _exchange()
+                if exchange is not None and self._key is not None:
+                    exchange.give(self._key, position, data)
             self._made[position] = data
             self._dirty = True
             self.generation += 1
@@ -294,7 +297,7 @@ class OnDemandTable:
     def _made_elsewhere(self, position: int) -> tuple[bool, bytes | None]:
         """(True, its table) when another worker of this run made the function at
         ``position`` (:func:`share_made`) and its table is one function there."""
-        exchange, index = _SHARED.exchange, self.index
+        exchange, index = _exchange(), self.index
         if exchange is None or self._key is None or index is None:
             return False, None
         found, data = exchange.take(self._key, position)
@@ -468,19 +471,11 @@ class OnDemandTable:
         store(KIND, self._key, _encoded(self.index, made), self._source)
 
 
-class _Shared:
-    """The exchange of made functions between the workers of a ``-j`` run (None: alone)."""
-
-    exchange: MadeExchange | None = None
-
-
-_SHARED = _Shared()
-
-
-def share_made(exchange: MadeExchange | None) -> None:
-    """From now on, take the functions other workers made from ``exchange``, and give it
-    the ones made here (None: stop)."""
-    _SHARED.exchange = exchange
+def _exchange() -> MadeExchange | None:
+    """This worker's exchange of made functions (:mod:`.made_exchange`: imported only by
+    a ``-j`` run that sets one up, never by ``sframe stack``)."""
+    module = sys.modules.get(f"{__package__}.made_exchange")
+    return module.shared() if module is not None else None
 
 
 class _Irregular(PysframeError):

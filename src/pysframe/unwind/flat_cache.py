@@ -13,7 +13,8 @@ binary holding each made function's flat rows under the digest of that function'
 table bytes: rows are a function of those bytes and the ABI alone, so a function made
 differently (another generator, another build) is simply not found and is flattened
 again. Without it a warm ``script`` of a system-wide recording flattened the ~3,000
-functions its recordings had made again at every run (~0.5 s).
+functions its recordings had made again at every run (~0.5 s). The workers of one ``-j``
+run also take the rows another flattened (:mod:`pysframe.generate.made_exchange`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 from ..cachedir import describe, entry_path, load, store
 from ..format.constants import ABI
 from ..format.lookup import SFrameLookup
+from ..generate.made_exchange import shared
 from .flat import CFA_SHIFT, KIND_MASK, FlatTable, MaskFunction, flatten
 
 #: Bumped when the layout of a flat table or of this payload changes.
@@ -135,16 +137,44 @@ class FunctionRows:
             self.rows = _functions_decoded(payload) if payload is not None else {}
 
     def flat(self, lookup: SFrameLookup) -> FlatTable:
-        """The flat table of a single-function ``lookup``."""
+        """The flat table of a single-function ``lookup`` (kept, or another worker's of
+        this run, or flattened now)."""
         digest = _function_digest(lookup)
-        found = self.rows.get(digest)
+        found = self.rows.get(digest) or self._taken(digest)
         if found is not None:
             return FlatTable(found[0], found[1], [])
         table = flatten(lookup, self.abi)
         if not table.masks and not table.rare_all:  # (PLT blocks and odd tables: few)
             self.rows[digest] = (table.starts, table.words)
             self._new = True
+            self._give(digest, table.starts, table.words)
         return table
+
+    def _exchanged(self, digest: bytes) -> bytes:
+        return b"rows" + self.abi.name.encode() + digest
+
+    def _taken(self, digest: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows another worker of this ``-j`` run flattened (see
+        :mod:`~pysframe.generate.made_exchange`), now kept here too."""
+        exchange = shared()
+        if exchange is None:
+            return None
+        found, data = exchange.take(self._exchanged(digest), 0)
+        if not found or data is None or len(data) % 16:
+            return None
+        rows = np.frombuffer(data, "<u8").astype(np.uint64).reshape(2, -1)
+        starts, words = rows[0], rows[1]
+        if bool(np.any(starts[1:] < starts[:-1])) or bool(np.any((words & np.uint64(3)) == KIND_MASK)):
+            return None
+        self.rows[digest] = (starts, words)
+        self._new = True
+        return starts, words
+
+    def _give(self, digest: bytes, starts: np.ndarray, words: np.ndarray) -> None:
+        exchange = shared()
+        if exchange is not None:
+            exchange.give(self._exchanged(digest), 0,
+                          starts.astype("<u8").tobytes() + words.astype("<u8").tobytes())
 
     def save(self) -> None:
         """Keep the rows flattened in this run (with the ones another run kept meanwhile)."""
