@@ -8,3 +8,8 @@ from ..errors import PysframeError
 
 class GenerateError(PysframeError):
     """The file cannot get an SFrame section (no CFI, unsupported machine)."""
+
+
+class IrregularFunction(PysframeError):
+    """A function of an on-demand table whose rows the whole table might not give as made
+    on its own (:mod:`.function_maker`): the table is then made whole."""

@@ -105,6 +105,10 @@ class _Context:
     ra_tracked: bool
     flex_ok: bool
     row: Row = field(default_factory=Row)
+    #: The machine, asked at every row (an enum property costs ~0.2 us each time).
+    s390x: bool = False
+    aarch64: bool = False
+    amd64: bool = False
     changed: bool = True
     first_row: Row | None = None
     remembered: list[Row] = field(default_factory=list)
@@ -147,8 +151,10 @@ def translate(instructions: list[Instruction], start: int, size: int, abi: ABI, 
     """
     regs = DWARF_REGS[abi]
     v3 = version >= 3
-    context = _Context(abi, v3, regs.sp, regs.fp, regs.ra, not abi.is_amd64,
-                       v3 and not abi.is_aarch64, as_gnu=as_gnu, args_size=args_size)
+    amd64, aarch64 = abi.is_amd64, abi.is_aarch64
+    context = _Context(abi, v3, regs.sp, regs.fp, regs.ra, not amd64, v3 and not aarch64,
+                       s390x=abi.is_s390x, aarch64=aarch64, amd64=amd64, as_gnu=as_gnu,
+                       args_size=args_size)
     try:
         if return_register is not None and return_register != regs.ra:
             raise Skip(f"non-default RA register {return_register}")
@@ -281,7 +287,7 @@ def _offset(context: _Context, insn: Instruction) -> None:
 
 def _val_offset(context: _Context, insn: Instruction) -> None:
     reg = insn.a
-    sp_ok = 0 if not context.abi.is_s390x else -160
+    sp_ok = 0 if not context.s390x else -160
     if reg == context.fp or (reg == context.ra and context.ra_tracked) or (
             reg == context.sp and insn.b != sp_ok):
         raise Skip(f"{NAMES[insn.op]} for register {reg}")
@@ -351,13 +357,13 @@ def _restore_state(context: _Context, insn: Instruction) -> None:
     mangled = row.mangled
     row.cfa_reg, row.cfa_offset, row.cfa_deref = saved.cfa_reg, saved.cfa_offset, saved.cfa_deref
     row.fp, row.ra, row.ra_undefined = saved.fp, saved.ra, saved.ra_undefined
-    row.mangled = saved.mangled if context.abi.is_aarch64 else mangled
+    row.mangled = saved.mangled if context.aarch64 else mangled
 
 
 # --- return-address signing (AArch64) ---
 
 def _window_save(context: _Context, insn: Instruction) -> None:
-    if not context.abi.is_aarch64:
+    if not context.aarch64:
         raise Skip("CFI insn DW_CFA_GNU_window_save")
     row = _changed(context)
     row.mangled = not row.mangled
@@ -393,7 +399,7 @@ _HANDLERS: dict[int, Callable[[_Context, Instruction], None]] = {
 
 
 def _check_cfa_offset(context: _Context, offset: int, what: str) -> None:
-    if context.abi.is_s390x:
+    if context.s390x:
         # A CFA below the stack pointer cannot be written (the word is (offset - 160) / 8
         # and readers refuse a negative result).
         if ((offset + 160) % 8 and (offset - 160) % 8) or offset < 0:
@@ -424,7 +430,7 @@ def _saved_on_stack(context: _Context, reg: int, offset: int) -> None:
         row = _changed(context)
         row.fp = Saved("stack", offset)
     elif reg == context.ra:
-        if context.abi.is_amd64:
+        if context.amd64:
             row = _changed(context)
             if offset == -8:
                 row.ra = None
@@ -453,7 +459,7 @@ def _register(context: _Context, reg: int, other: int) -> None:
             row = _changed(context)
             row.ra = Saved("reg", 0, other)
             row.ra_undefined = False
-        elif reg == context.sp and not context.abi.is_s390x:
+        elif reg == context.sp and not context.s390x:
             raise Skip(f"DW_CFA_register for SP ({reg})")
         return
     if not context.v3:
@@ -490,7 +496,7 @@ def _breg(block: bytes) -> tuple[int, int, int] | None:
 
 def _cfa_expression(context: _Context, block: bytes) -> None:
     parsed = _breg(block)
-    if (context.v3 and context.abi.is_amd64 and parsed is not None and parsed[0] == context.fp
+    if (context.v3 and context.amd64 and parsed is not None and parsed[0] == context.fp
             and parsed[2] + 1 == len(block) and block[-1] == DW_OP_deref):
         context.needs_flex = True
         row = _changed(context)
@@ -503,17 +509,17 @@ def _expression(context: _Context, reg: int, block: bytes) -> None:
     if not context.v3:
         raise Skip("CFI insn CFI_escape (0x103)")
     parsed = _breg(block)
-    if (not context.abi.is_s390x and reg == context.fp and parsed is not None
+    if (not context.s390x and reg == context.fp and parsed is not None
             and parsed[0] == context.fp and parsed[2] == len(block)):
         context.needs_flex = True
         row = _changed(context)
         # gas 2.46 writes register number -1 on AArch64 here (a control word of 0xfffffffb);
         # we write what gas writes.
-        row.fp = Saved("deref-reg", parsed[1], context.fp if context.abi.is_amd64 else -1)
+        row.fp = Saved("deref-reg", parsed[1], context.fp if context.amd64 else -1)
         return
     tracked = {context.sp, context.fp, context.row.cfa_reg} | (
         {context.ra} if context.ra_tracked else set())
-    if reg in tracked or context.abi.is_s390x:
+    if reg in tracked or context.s390x:
         raise Skip(".cfi_escape with op (0x10)")
     # other registers: ignored
 
@@ -521,7 +527,7 @@ def _expression(context: _Context, reg: int, block: bytes) -> None:
 # --- rows to FREs -------------------------------------------------------------------------
 
 def _cfa_word(context: _Context, offset: int) -> int:
-    if context.abi.is_s390x:
+    if context.s390x:
         return (offset - 160) // 8
     return offset
 
@@ -538,7 +544,7 @@ def _fre(context: _Context, offset: int, row: Row) -> FRE:
     fp_on_stack = row.fp is not None and row.fp.kind == "stack"
     ra_on_stack = row.ra is not None and row.ra.kind == "stack"
     if context.ra_tracked:
-        if fp_on_stack and not ra_on_stack and not context.abi.is_s390x:
+        if fp_on_stack and not ra_on_stack and not context.s390x:
             raise Skip("FP without RA on stack")
         if ra_on_stack:
             assert row.ra is not None

@@ -46,21 +46,20 @@ from itertools import accumulate
 
 from ..cachedir import Source, load, store
 from ..errors import PysframeError
-from ..format.constants import F_FDE_FUNC_START_PCREL, VERSION_3
+from ..format.constants import VERSION_3
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, SFrameLookup
 from .cache import _STUBS, GENERATOR_VERSION, _cached, cache_key, table_for, table_source
-from .errors import GenerateError
+from .errors import GenerateError, IrregularFunction
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..cfi.eh_frame import FDE as CFIFDE
-    from ..cfi.eh_frame import _Parser
     from ..elf import ElfImage
     from ..elf.sections import SFrameSectionData
     from ..format.constants import ABI
-    from ..format.model import FDE, Section
+    from ..format.model import FDE
+    from .function_maker import FunctionMaker
     from .made_exchange import MadeExchange
 
 #: The cache kind of on-demand tables (the index and the functions made so far).
@@ -133,14 +132,10 @@ class OnDemandTable:
         self._lookups: dict[int, SFrameLookup | None] = {}
         #: The positions of :attr:`_lookups` in the order they were made.
         self._order: list[int] = []
-        self._plt: list[FDE] | None = None
-        #: Where the crti/crtn FDEs start in :meth:`_plt_fdes`'s list.
-        self._crt_from = 0
+        self._making: FunctionMaker | None = None
         self._key: bytes | None = None
         self._source: Source | None = None
         self._dirty = False
-        self._eh_frame: tuple[bytes, int] | None = None
-        self._parser: _Parser | None = None  # parses the FDEs (and keeps their CIEs)
         self._text = image.executable_ranges()
         #: The whole table's lookup once this table had to be made whole (None: not).
         self.whole: SFrameLookup | None = None
@@ -148,7 +143,6 @@ class OnDemandTable:
         #: The file's own table, merged with the CFI (None: none).
         own = image.sframe_sections()
         self.own: SFrameSectionData | None = own[0] if own else None
-        self._own_reader: SFrameReader | None = None
         self._damaged = False
 
     def _prepare(self) -> FunctionIndex | None:
@@ -177,8 +171,9 @@ class OnDemandTable:
         if self.own is not None:
             scanned = self._merged_scan(self.own)
         else:
-            scanned = _scan(image, self._plt_fdes(),
-                            list(image.section_ranges(*_STUBS).values()), self._crt_from)
+            maker = self._maker()
+            scanned = _scan(image, maker.plt_fdes(),
+                            list(image.section_ranges(*_STUBS).values()), maker.crt_from)
         if self._damaged:
             return None
         if scanned is None:
@@ -209,6 +204,7 @@ class OnDemandTable:
         one merged per function (not version 3, or a header other than the one the
         functions are made with); :meth:`_own_damaged` when the own table faults."""
         from .cache import own_fault
+        from .function_maker import header as function_header
         from .merged_index import merged_entries
         from .section import _placeable
 
@@ -216,21 +212,22 @@ class OnDemandTable:
             self._own_damaged()
             return None
         reader = SFrameReader(own.raw, own.address)
-        header, made_with = reader.header, _header(self.abi)
+        header, made_with = reader.header, function_header(self.abi)
         if (header.version != VERSION_3 or reader.abi() != self.abi
                 or header.cfa_fixed_fp_offset != made_with.cfa_fixed_fp_offset
                 or header.cfa_fixed_ra_offset != made_with.cfa_fixed_ra_offset):
             return None
-        self._own_reader = reader
+        maker = self._maker()
+        maker.own_reader = reader
         stubs = list(self.image.section_ranges(*_STUBS).values())
         try:
             cfi = _cfi_entries(self.image, stubs)
-            plt = self._plt_fdes()
+            plt = maker.plt_fdes()
         except PysframeError:  # the whole merge decides (and says why)
             return None
         if cfi is None:
             return None
-        crt_from = self._crt_from
+        crt_from = maker.crt_from
         ld_rules = sorted(plt[:crt_from], key=lambda fde: fde.start)
         entries = merged_entries(
             [(entry.start, entry.start + entry.size, number)
@@ -280,7 +277,7 @@ class OnDemandTable:
             if not found:
                 try:
                     data = self._make(position)
-                except _Irregular:
+                except IrregularFunction:
                     self._turn_whole()
                     return None
                 exchange = _exchange()
@@ -326,115 +323,19 @@ class OnDemandTable:
 
     # --- making one function -----------------------------------------------------------
 
+    def _maker(self) -> FunctionMaker:
+        """What makes this table's functions (imported and made on first use)."""
+        if self._making is None:
+            from .function_maker import FunctionMaker
+
+            self._making = FunctionMaker(self.image, self.abi, self.own, self._text)
+        return self._making
+
     def _make(self, position: int) -> bytes | None:
-        """The single-function table of the function at ``position``, validated as the
-        whole table is; None when the whole table would leave the function out."""
-        from .merged_index import own_number
-        from .section import Generated, _placeable, translate_entry
-
+        """The single-function table of the function at ``position`` (see
+        :meth:`FunctionMaker.make <.function_maker.FunctionMaker.make>`)."""
         assert self.index is not None
-        ref = self.index.refs[position]
-        number = own_number(ref)
-        if number is not None:
-            return self._own_function(number, position)
-        result = Generated(_header(self.abi))
-        if ref < 0:
-            plt = self._plt_fdes()
-            if ~ref >= len(plt):
-                raise _Irregular("no such PLT function")  # an entry from another layout
-            fde: FDE | None = plt[~ref]
-        else:
-            data, address = self._eh_frame_data()
-            cfi = self._cfi_fde(ref, data, address, position)
-            fde = translate_entry(data, address, cfi, self.abi, self.image.big_endian, result,
-                                  version=VERSION_3, as_gnu=False, args_size=True)
-        if fde is None:
-            return None
-        if not _placeable([fde], 0, VERSION_3, self._text, result.skipped):
-            return None
-        return self._validated(fde)
-
-    def _own_function(self, number: int, position: int) -> bytes:
-        """The single-function table of the own table's FDE ``number``, validated as the
-        whole merge validates it; _Irregular if the merge would leave it out."""
-        assert self.index is not None and self.own is not None
-        if self._own_reader is None:  # the index came from the cache
-            self._own_reader = SFrameReader(self.own.raw, self.own.address)
-        try:
-            fde = self._own_reader.to_fde(self._own_reader.fde(number))
-        except SFrameError as error:
-            raise _Irregular(error.message) from None
-        except IndexError as error:  # a cache entry naming an FDE the table lacks
-            raise _Irregular(str(error)) from None
-        if (fde.start, fde.end) != (self.index.starts[position], self.index.ends[position]):
-            raise _Irregular("the own FDE does not match the index")
-        data = self._validated(fde)
-        if data is None:  # the whole merge makes this function from the CFI instead
-            raise _Irregular("an own FDE the validator leaves out")
-        return data
-
-    def _validated(self, fde: FDE) -> bytes | None:
-        from ..format.encode import encode
-        from ..format.validation import encoded_errors
-        from ..records import replace
-
-        section = _header(self.abi)
-        section.fdes = [replace(fde, fre_off=None)]
-        try:
-            data = encode(section)
-        except SFrameError as error:
-            raise _Irregular(error.message) from None
-        errors = encoded_errors(section, data, self._text)
-        if not errors:
-            return data
-        if any(finding.fde != 0 for finding in errors):
-            raise _Irregular(errors[0].message)  # a table-wide error: the whole table decides
-        return None  # the whole table leaves this function out
-
-    def _plt_fdes(self) -> list[FDE]:
-        """The FDEs made from no CFI: ld's for the PLT sections (the whole generator's,
-        :func:`~.plt.plt_fdes`), then the unwinder's for crti/crtn's ``_init`` and
-        ``_fini`` (x86-64, :func:`~.crt.crt_fdes`; :func:`_scan` leaves out one that a CFI
-        FDE overlaps, as the whole generator does)."""
-        if self._plt is None:
-            from .crt import crt_fdes
-            from .plt import plt_fdes
-
-            image = self.image
-            heads = {name: (lo, hi, (image.section(name) or (b"", 0, 0))[0][:16])
-                     for name, (lo, hi) in image.section_ranges(*_STUBS).items()}
-            self._plt = plt_fdes(self.abi, heads, pie=image.is_pie(), version=VERSION_3)
-            self._crt_from = len(self._plt)
-            if self.abi.is_amd64:
-                self._plt += crt_fdes(image, [])
-        return self._plt
-
-    def _eh_frame_data(self) -> tuple[bytes, int]:
-        if self._eh_frame is None:
-            found = self.image.section(".eh_frame", relocated=True)
-            if found is None:
-                raise _Irregular("no .eh_frame")
-            self._eh_frame = (found[0], found[1])
-        return self._eh_frame
-
-    def _cfi_fde(self, offset: int, data: bytes, address: int, position: int) -> CFIFDE:
-        """The CFI FDE at ``offset`` of .eh_frame (parsed by the first pass, or now),
-        checked against the index."""
-        from ..cfi.eh_frame import CFIError, _Parser
-        from ..cfi.leb128 import DecodeError
-
-        if self._parser is None:
-            self._parser = _Parser(data, address, self.image.big_endian,
-                                   self.image.elf_class // 8, False)
-        try:
-            cfi = self._parser.fde_at(offset)
-        except (CFIError, DecodeError, struct.error, IndexError, ValueError) as error:
-            raise _Irregular(str(error)) from None
-        index = self.index
-        assert index is not None
-        if (cfi.pc_begin, cfi.pc_end) != (index.starts[position], index.ends[position]):
-            raise _Irregular("the FDE does not match the index")
-        return cfi
+        return self._maker().make(self.index, position)
 
     def whole_table(self) -> SFrameLookup | None:
         """The whole table's lookup, made (or taken from the cache) now if not yet: for
@@ -478,18 +379,6 @@ def _exchange() -> MadeExchange | None:
     return module.shared() if module is not None else None
 
 
-class _Irregular(PysframeError):
-    """A function whose rows the whole table might not give as made here."""
-
-
-def _header(abi: ABI) -> Section:
-    """An empty section with the header of the whole generated table."""
-    from ..format.model import Section
-
-    return Section(version=VERSION_3, abi=abi, flags=F_FDE_FUNC_START_PCREL,
-                   cfa_fixed_ra_offset=-8 if abi.is_amd64 else 0, address=0)
-
-
 def on_demand_table(image: ElfImage, *, use_cache: bool = True) -> OnDemandTable | None:
     """The on-demand table of ``image``, or None when it must have a whole table from the
     start (see the module docstring). Raises :class:`GenerateError` as the whole
@@ -518,8 +407,9 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
 
 
 def _refs(fdes: list[FDE], first: int) -> list[tuple[int, int, int]]:
-    """(start, end, ref) of the FDEs made from no CFI, the k-th of :meth:`_plt_fdes`'s
-    list (from ``first`` on) with ref ``~k``."""
+    """(start, end, ref) of the FDEs made from no CFI, the k-th of
+    :meth:`~.function_maker.FunctionMaker.plt_fdes`'s list (from ``first`` on) with ref
+    ``~k``."""
     return [(fde.start, fde.end, ~k) for k, fde in enumerate(fdes, first)]
 
 
