@@ -155,26 +155,24 @@ class FunctionRows:
 
     def _taken(self, digest: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """The rows another worker of this ``-j`` run flattened (see
-        :mod:`~pysframe.generate.made_exchange`), now kept here too."""
+        :mod:`~pysframe.generate.made_exchange`: this run's own unnamed files, so taken as
+        given, in this machine's byte order), now kept here too."""
         exchange = shared()
         if exchange is None:
             return None
         found, data = exchange.take(self._exchanged(digest), 0)
         if not found or data is None or len(data) % 16:
             return None
-        rows = np.frombuffer(data, "<u8").astype(np.uint64).reshape(2, -1)
-        starts, words = rows[0], rows[1]
-        if bool(np.any(starts[1:] < starts[:-1])) or bool(np.any((words & np.uint64(3)) == KIND_MASK)):
-            return None
-        self.rows[digest] = (starts, words)
+        rows = np.frombuffer(data, np.uint64).reshape(2, -1)
+        self.rows[digest] = (rows[0], rows[1])
         self._new = True
-        return starts, words
+        return rows[0], rows[1]
 
     def _give(self, digest: bytes, starts: np.ndarray, words: np.ndarray) -> None:
         exchange = shared()
         if exchange is not None:
             exchange.give(self._exchanged(digest), 0,
-                          starts.astype("<u8").tobytes() + words.astype("<u8").tobytes())
+                          starts.astype(np.uint64).tobytes() + words.astype(np.uint64).tobytes())
 
     def save(self) -> None:
         """Keep the rows flattened in this run (with the ones another run kept meanwhile)."""
