@@ -13,13 +13,14 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
+from conftest import FIXTURES  # noqa: E402
 from pysframe.elf import ElfImage  # noqa: E402
 from pysframe.format.decode import SFrameReader  # noqa: E402
 from pysframe.format.lookup import SFrameLookup  # noqa: E402
 from pysframe.generate.cache import table_for  # noqa: E402
 from pysframe.generate.on_demand import OnDemandTable, on_demand_table  # noqa: E402
 from pysframe.unwind import flat_cache  # noqa: E402
-from pysframe.unwind.flat import KIND_MASK, PENDING, FlatTable, flatten  # noqa: E402
+from pysframe.unwind.flat import KIND_MASK, PENDING, FlatTable, flatten, made_rows  # noqa: E402
 from pysframe.unwind.flat_cache import FUNCTIONS_KIND, FunctionRows  # noqa: E402
 from pysframe.unwind.flat_on_demand import OnDemandFlat  # noqa: E402
 
@@ -140,3 +141,37 @@ def test_malformed_function_rows_are_refused() -> None:
         b"d" * 16: (np.array([16], np.uint64), np.array([KIND_MASK], np.uint64))})
     assert flat_cache._functions_decoded(masked) == {}
     assert flat_cache._functions_decoded(b"\x07\0\0\0\0\0\0\0") == {}  # another format
+
+
+MADE_FROM = [LIBC, LS, FIXTURES / "2.46" / "aarch64" / "O2" / "prog",
+             FIXTURES / "2.46" / "aarch64" / "O2" / "libt.so",
+             FIXTURES / "2.46" / "s390x" / "O2" / "prog",
+             FIXTURES / "real" / "lua-2.46-x86_64" / "lua"]
+
+
+@pytest.mark.parametrize("path", MADE_FROM, ids=lambda path: "/".join(path.parts[-3:]))
+def test_a_function_just_made_is_flattened_from_its_fde_as_decoded(path: Path) -> None:
+    """A first run flattens each function it makes from the FDE it was encoded from
+    (flat.made_rows), not from its bytes decoded again: the same rows, every function of
+    each binary (own FDEs of a V3 .sframe merged, PLT blocks, x86-64, AArch64, s390x)."""
+    if not path.exists():
+        pytest.fail(f"{path} is missing (../shared/fixtures, Debian's system binaries)")
+    table = on_demand_table(ElfImage(str(path)), use_cache=False)
+    if table is None or table.index_ranges() is None:
+        pytest.fail(f"{path}: no on-demand table")
+    ranges = table.index_ranges()
+    assert ranges is not None
+    from_model = 0
+    for position in range(len(ranges[0])):
+        lookup = table.function(position)
+        if lookup is None:
+            continue
+        assert lookup.made_from is not None
+        decoded = SFrameLookup(SFrameReader(lookup.reader.data, 0))
+        _same(flatten(lookup, table.abi), flatten(decoded, table.abi))
+        assert flatten(lookup, table.abi).rare_all == flatten(decoded, table.abi).rare_all
+        header = lookup.reader.header
+        from_model += made_rows(lookup.made_from, (
+            table.abi, lookup.reader.abi(), header.version, header.cfa_fixed_fp_offset,
+            header.cfa_fixed_ra_offset)) is not None
+    assert from_model > len(ranges[0]) // 2, "the rows were decoded again, not read"

@@ -40,7 +40,7 @@ from .constants import (
 )
 from .decode import FDEEntry, SFrameReader
 from .errors import CorruptError, SFrameError
-from .model import FRE
+from .model import FDE, FRE
 
 
 class RuleKind(IntEnum):
@@ -137,11 +137,15 @@ class SFrameLookup:
         "_starts",
         "_v2_s390x",
         "flat_threshold",
+        "made_from",
         "sorted_verified",
     )
 
     def __init__(self, reader: SFrameReader) -> None:
         self._reader = reader
+        #: The FDE a single-function table was just encoded from in this process (set by
+        #: its maker): its rows can be read from it, not decoded again.
+        self.made_from: FDE | None = None
         h = reader.header
         abi = reader.abi()
         regs = DWARF_REGS[abi]

@@ -62,10 +62,11 @@ class FunctionMaker:
         self._section = header(abi)
         self._result = Generated(header(abi))
 
-    def make(self, index: FunctionIndex, position: int) -> bytes | None:
+    def make(self, index: FunctionIndex, position: int) -> tuple[bytes, FDE] | None:
         """The single-function table of the function at ``position``, validated as the
-        whole table is; None when the whole table would leave the function out;
-        :class:`IrregularFunction` when it might not give the function as made here."""
+        whole table is, and the FDE it encodes; None when the whole table would leave the
+        function out; :class:`IrregularFunction` when it might not give the function as
+        made here."""
         ref = index.refs[position]
         number = own_number(ref)
         if number is not None:
@@ -87,9 +88,11 @@ class FunctionMaker:
             return None
         if not _placeable([fde], 0, VERSION_3, self.text, result.skipped):
             return None
-        return self._validated(fde)
+        table = self._validated(fde)
+        return (table, fde) if table is not None else None
 
-    def _own_function(self, index: FunctionIndex, number: int, position: int) -> bytes:
+    def _own_function(self, index: FunctionIndex, number: int, position: int
+                      ) -> tuple[bytes, FDE]:
         """The single-function table of the own table's FDE ``number``, validated as the
         whole merge validates it; irregular if the merge would leave it out."""
         assert self.own is not None
@@ -106,7 +109,7 @@ class FunctionMaker:
         data = self._validated(fde)
         if data is None:  # the whole merge makes this function from the CFI instead
             raise IrregularFunction("an own FDE the validator leaves out")
-        return data
+        return data, fde
 
     def _validated(self, fde: FDE) -> bytes | None:
         section = self._section

@@ -270,16 +270,18 @@ class OnDemandTable:
             if data is not None and not _one_function(data, index.starts[position],
                                                       index.ends[position]):
                 del self._made[position]  # not what this version keeps: made again
+        model: FDE | None = None
         if position in self._made:
             data = self._made[position]
         else:
             found, data = self._made_elsewhere(position)
             if not found:
                 try:
-                    data = self._make(position)
+                    made = self._make(position)
                 except IrregularFunction:
                     self._turn_whole()
                     return None
+                data, model = made if made is not None else (None, None)
                 exchange = _exchange()
                 if exchange is not None and self._key is not None:
                     exchange.give(self._key, position, data)
@@ -287,6 +289,8 @@ class OnDemandTable:
             self._dirty = True
             self.generation += 1
         lookup = SFrameLookup(SFrameReader(data, 0)) if data is not None else None
+        if lookup is not None:
+            lookup.made_from = model
         self._lookups[position] = lookup
         self._order.append(position)
         return lookup
@@ -331,9 +335,9 @@ class OnDemandTable:
             self._making = FunctionMaker(self.image, self.abi, self.own, self._text)
         return self._making
 
-    def _make(self, position: int) -> bytes | None:
-        """The single-function table of the function at ``position`` (see
-        :meth:`FunctionMaker.make <.function_maker.FunctionMaker.make>`)."""
+    def _make(self, position: int) -> tuple[bytes, FDE] | None:
+        """The single-function table of the function at ``position`` and the FDE it
+        encodes (see :meth:`FunctionMaker.make <.function_maker.FunctionMaker.make>`)."""
         assert self.index is not None
         return self._maker().make(self.index, position)
 
