@@ -110,3 +110,41 @@ def test_two_workers_make_each_function_once(tmp_path: Path) -> None:
     again, again_text = _run(tmp_path, tmp_path / "shared", "again", 1)
     assert again_text == alone_text
     assert again == [], "the cache lacks functions a worker took from the other"
+
+
+def test_a_worker_takes_the_index_and_functions_another_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process: one table of libc scans its .eh_frame and makes functions, giving them
+    to the exchange; another of the same binary (another worker's) takes the index and
+    those functions, scanning and making nothing itself."""
+    from pysframe.elf import ElfImage
+    from pysframe.generate import made_exchange, on_demand
+
+    libc = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
+    if not libc.exists():
+        pytest.fail(f"{libc} is missing: the tests' system binaries are Debian's")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    files = MadeExchange.for_workers(2)
+    try:
+        made_exchange.share(MadeExchange(files, 0))
+        first = on_demand.on_demand_table(ElfImage(str(libc)))
+        assert first is not None and first.index_ranges() is not None
+        lookups = [first.function(position) for position in range(0, 400, 7)]
+        made_exchange.share(MadeExchange(list(files), 1))
+
+        def refused(*_: object) -> None:
+            raise AssertionError("scanned or made again")
+
+        monkeypatch.setattr(on_demand, "_scan", refused)
+        monkeypatch.setattr(on_demand.OnDemandTable, "_make", refused)
+        second = on_demand.on_demand_table(ElfImage(str(libc)))
+        assert second is not None
+        assert second.index_ranges() == first.index_ranges()
+        for position, lookup in zip(range(0, 400, 7), lookups, strict=True):
+            taken = second.function(position)
+            assert (taken is None) == (lookup is None)
+            assert taken is None or lookup is None or taken.reader.data == lookup.reader.data
+    finally:
+        made_exchange.share(None)
+        for descriptor in files:
+            os.close(descriptor)

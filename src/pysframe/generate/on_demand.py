@@ -70,6 +70,9 @@ _PAYLOAD_FORMAT = 2
 #: columns: m index positions, m sizes (u32; 0: the function has no rows); then their
 #: tables, one after another.
 _HEAD = struct.Struct("<III")
+#: The index of a binary in the exchange of a ``-j`` run's workers (a function's place
+#: there is its index position: never this).
+_INDEX = (1 << 64) - 1
 #: Addresses an index may hold: far from the ends of the signed 64-bit range, where the
 #: whole table's placement margin and the flat tables' limits would apply.
 _LIMIT = 1 << 62
@@ -168,17 +171,22 @@ class OnDemandTable:
                 self.whole = SFrameLookup(SFrameReader(whole.data, whole.address))
                 self.generation += 1
                 return None
-        if self.own is not None:
-            scanned = self._merged_scan(self.own)
-        else:
-            maker = self._maker()
-            scanned = _scan(image, maker.plt_fdes(),
-                            list(image.section_ranges(*_STUBS).values()), maker.crt_from)
-        if self._damaged:
-            return None
+        scanned = self._index_elsewhere()
         if scanned is None:
-            self._turn_whole()
-            return None
+            if self.own is not None:
+                scanned = self._merged_scan(self.own)
+            else:
+                maker = self._maker()
+                scanned = _scan(image, maker.plt_fdes(),
+                                list(image.section_ranges(*_STUBS).values()), maker.crt_from)
+            if self._damaged:
+                return None
+            if scanned is None:
+                self._turn_whole()
+                return None
+            exchange = _exchange()
+            if exchange is not None and self._key is not None:
+                exchange.give(self._key, _INDEX, _encoded(scanned, {}))
         self.index = scanned
         self._dirty = True  # the index is worth keeping, even with no function made
         return self.index
@@ -295,9 +303,19 @@ class OnDemandTable:
         self._order.append(position)
         return lookup
 
+    def _index_elsewhere(self) -> FunctionIndex | None:
+        """The index another worker of this run made of this binary (:mod:`.made_exchange`;
+        it gives only a regular one of a table not made whole), or None."""
+        exchange = _exchange()
+        if exchange is None or self._key is None:
+            return None
+        found, payload = exchange.take(self._key, _INDEX)
+        taken = _decoded(payload) if found and payload is not None else None
+        return taken[0] if taken is not None else None
+
     def _made_elsewhere(self, position: int) -> tuple[bool, bytes | None]:
         """(True, its table) when another worker of this run made the function at
-        ``position`` (:func:`share_made`) and its table is one function there."""
+        ``position`` (:mod:`.made_exchange`) and its table is one function there."""
         exchange, index = _exchange(), self.index
         if exchange is None or self._key is None or index is None:
             return False, None
