@@ -92,6 +92,8 @@ class OnDemandFlat:
         flat = found[1]
         if flat.rare_all:
             return pending, np.array([KIND_RARE, KIND_NONE], np.uint64)
+        if not flat.masks:  # (no MASK word either: the usual function, left as it is)
+            return flat.starts, flat.words
         words = with_masks_from(flat.words, len(masks))
         masks += flat.masks
         return flat.starts, words
@@ -103,18 +105,20 @@ class OnDemandFlat:
         masks = list(old.masks)
         starts: list[U64] = []
         words: list[U64] = []
-        grown = np.zeros(len(self._row_of) + 1, np.int64)
+        positions = [position for position, _ in made]
+        grown: list[int] = []
         copied = 0
-        for position, lookup in made:
-            at = int(self._row_of[position])
+        for (position, lookup), at in zip(made, self._row_of[positions].tolist(), strict=True):
             rows, row_words = self._rows(position, lookup, masks)
             starts += [old.starts[copied:at], rows]
             words += [old.words[copied:at], row_words]
             copied = at + 2
-            grown[position + 1] += len(rows) - 2
+            grown.append(len(rows) - 2)
         starts.append(old.starts[copied:])
         words.append(old.words[copied:])
-        self._row_of = self._row_of + np.cumsum(grown)[:-1]
+        shift = np.zeros(len(self._row_of) + 1, np.int64)
+        shift[np.array(positions, np.int64) + 1] = grown  # (each position once)
+        self._row_of = self._row_of + np.cumsum(shift)[:-1]
         self.flat = FlatTable(np.concatenate(starts), np.concatenate(words), masks)
 
 
