@@ -54,6 +54,19 @@ def test_a_record_half_written_is_taken_once_whole(
     assert not second.broken
 
 
+def test_a_record_longer_than_a_read_is_taken(pair: tuple[MadeExchange, MadeExchange]) -> None:
+    """A binary's index is ~1 MB for cc1 (24 bytes a function): longer than the piece a
+    peer's file is read in. (Before, such a record ended the exchange.)"""
+    first, second = pair
+    first.give(b"libc", 1, b"small")
+    first.give(b"cc1", (1 << 64) - 1, bytes(range(256)) * 12_000)  # ~3 MB
+    first.give(b"libc", 2, b"after it")
+    assert second.take(b"libc", 2) == (True, b"after it")
+    assert second.take(b"cc1", (1 << 64) - 1) == (True, bytes(range(256)) * 12_000)
+    assert second.take(b"libc", 1) == (True, b"small")
+    assert not second.broken
+
+
 def test_a_record_that_is_not_one_ends_the_exchange(
         pair: tuple[MadeExchange, MadeExchange]) -> None:
     first, second = pair

@@ -24,7 +24,7 @@ import struct
 _RECORD = struct.Struct("<HIQ")
 NO_ROWS = 0xFFFFFFFF
 #: Bounds of a record's parts (a cache key is a few dozen bytes; a function's table
-#: a few hundred, rarely kilobytes).
+#: a few hundred, rarely kilobytes; a binary's index 24 bytes a function: ~1 MB for cc1).
 _MOST_KEY = 1 << 10
 _MOST_DATA = 1 << 24
 #: Bytes read from a peer's file at a time.
@@ -85,18 +85,26 @@ class MadeExchange:
             try:
                 size = os.fstat(descriptor).st_size
                 while self._read[index] < size and not self.broken:
-                    piece = os.pread(descriptor, min(size - self._read[index], _PIECE),
-                                     self._read[index])
-                    if not piece:
-                        break
+                    at = self._read[index]
+                    piece = os.pread(descriptor, min(size - at, _PIECE), at)
                     used = self._records(piece)
-                    if used == 0:
-                        if len(piece) >= _PIECE:  # a record longer than a piece: bounded
-                            self.broken = True   # above, so not one of ours
-                        break
+                    if used == 0:  # a record longer than the piece (an index), or half-written
+                        whole = self._length(piece)
+                        if whole is None or whole > size - at:
+                            break
+                        used = self._records(os.pread(descriptor, whole, at))
+                        if used == 0:
+                            break
                     self._read[index] += used
             except OSError:
                 self.broken = True
+
+    def _length(self, piece: bytes) -> int | None:
+        """The length of the record ``piece`` starts with (None: its head is not there)."""
+        if len(piece) < _RECORD.size:
+            return None
+        key_size, data_size, _ = _RECORD.unpack_from(piece)
+        return int(_RECORD.size + key_size + (0 if data_size == NO_ROWS else data_size))
 
     def _records(self, piece: bytes) -> int:
         """Take in the whole records at the start of ``piece``; the bytes they span."""
