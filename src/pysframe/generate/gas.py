@@ -554,7 +554,9 @@ def _fre(context: _Context, offset: int, row: Row) -> FRE:
     if fp_on_stack:
         assert row.fp is not None
         words.append(row.fp.offset)
-    return FRE(offset, tuple(_offset_word(word) for word in words), base, row.mangled)
+    for word in words:  # (a loop, not a generator: every row of every function made)
+        _offset_word(word)
+    return FRE(offset, tuple(words), base, row.mangled)
 
 
 def _offset_word(value: int) -> int:
