@@ -42,6 +42,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     """The text in chunks from the batch pipeline, when it takes this recording (None: the
     sample-by-sample path does), made by ``jobs`` processes; with ``stream`` (where the
     text goes), the other processes' text is copied to it as bytes, not yielded."""
+    import gc
     import os
     import time
 
@@ -82,6 +83,9 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
                 phases.seconds["format"] += time.perf_counter() - begin
             yield text
 
+    # What is loaded by now (the recording's arrays, modules, caches) lives to the end:
+    # the collector's passes skip it from here on, and forked workers share its pages.
+    gc.freeze()
     ranges = session.ranges(1 if show_stops else jobs)  # stop lines in the samples' order
     if len(ranges) == 1:
         return texts(*ranges[0])
