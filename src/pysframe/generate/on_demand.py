@@ -55,6 +55,7 @@ from .errors import GenerateError, IrregularFunction
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ..cfi.fde_columns import I64, U64
     from ..elf import ElfImage
     from ..elf.sections import SFrameSectionData
     from ..format.constants import ABI
@@ -453,6 +454,13 @@ def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]]
     if found is None:
         return None
     data, address, _ = found
+    if "numpy" in sys.modules:  # (the batch engine's runs: read as columns, then filtered)
+        from ..cfi.fde_columns import fde_columns
+
+        columns = fde_columns(data, address, big_endian=image.big_endian,
+                              address_size=image.elf_class // 8)
+        if columns is not None:
+            return _column_entries(*columns, stubs)
     entries: list[tuple[int, int, int]] = []
     # Where the stubs lie at all (one test per FDE; each stub only for those in there).
     low = min((lo for lo, _ in stubs), default=0)
@@ -465,6 +473,19 @@ def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]]
             continue
         entries.append((start, start + size, offset))
     return entries
+
+
+def _column_entries(starts: U64, sizes: U64, offsets: I64, stubs: list[tuple[int, int]]
+                   ) -> list[tuple[int, int, int]]:
+    """:func:`_cfi_entries` of FDE ranges given as columns (:mod:`~pysframe.cfi.fde_columns`)."""
+    import numpy as np
+
+    kept = (sizes > 0) & (sizes <= np.uint64(0xFFFFFFFF))
+    for low, high in stubs:
+        kept &= (starts < np.uint64(low)) | (starts >= np.uint64(high))
+    first = starts[kept].tolist()
+    return list(zip(first, map(operator.add, first, sizes[kept].tolist()),
+                    offsets[kept].tolist(), strict=True))
 
 
 def _encoded(index: FunctionIndex, made: dict[int, bytes | None]) -> bytes:
