@@ -198,8 +198,22 @@ def _replay(context: _Context, instructions: list[Instruction], start: int) -> N
     context.rows = []
     context.row = Row()
     context.changed = True
+    sp, fp, ra = context.sp, context.fp, context.ra
+    plain_offsets = not context.s390x  # (s390x CFA offsets have a rule of their own)
     for insn in instructions:
         op = insn.op
+        # The two most frequent instructions, in place when they do the usual thing (what
+        # their handlers do then): a CFA offset from SP/FP, a register not tracked saved.
+        if op == DW_CFA_def_cfa_offset:
+            row = context.row
+            if plain_offsets and (row.cfa_reg == sp or row.cfa_reg == fp) \
+                    and insn.a < (1 << 31):
+                context.changed = True
+                row.cfa_offset = insn.a
+                continue
+        elif op == DW_CFA_offset or op == DW_CFA_offset_extended:
+            if insn.a != fp and insn.a != ra:
+                continue  # (other registers are not tracked)
         if op == DW_CFA_nop:
             # Entry padding is stripped by the caller, so this is an escaped DW_CFA_nop:
             # ignored by gas 2.46; 2.41-2.45 skipped every .cfi_escape.
