@@ -233,16 +233,28 @@ def decode_instructions(data: bytes | memoryview, offset: int, end: int, *, code
     ops = _Operands(data, offset, end, code_align, data_align, big_endian, address_size,
                     pointer_encoding, section_address)
     handlers = _HANDLERS
+    made = tuple.__new__  # (an Instruction made as the tuple it is: its __new__ is Python)
     while ops.offset < end:
         at = ops.offset
         byte = data[at]
         ops.offset = at + 1
         high = byte & 0xC0
-        # The primary opcodes (operand in the low 6 bits) are most of any CFI: decoded here.
+        # The primary opcodes (operand in the low 6 bits) are most of any CFI, and a CFA
+        # offset (every push and pop on x86-64) with a one-byte operand most of the rest:
+        # decoded here.
         if high == DW_CFA_advance_loc:
-            append(Instruction(DW_CFA_advance_loc, (byte & 0x3F) * code_align))
+            append(made(Instruction, (DW_CFA_advance_loc, (byte & 0x3F) * code_align, 0,
+                                      b"")))
         elif high == DW_CFA_offset:
-            append(Instruction(DW_CFA_offset, byte & 0x3F, ops.uleb() * data_align))
+            if at + 1 < end and data[at + 1] < 0x80:
+                ops.offset = at + 2
+                append(made(Instruction, (DW_CFA_offset, byte & 0x3F,
+                                          data[at + 1] * data_align, b"")))
+            else:
+                append(Instruction(DW_CFA_offset, byte & 0x3F, ops.uleb() * data_align))
+        elif byte == DW_CFA_def_cfa_offset and at + 1 < end and data[at + 1] < 0x80:
+            ops.offset = at + 2
+            append(made(Instruction, (DW_CFA_def_cfa_offset, data[at + 1], 0, b"")))
         elif high == DW_CFA_restore:
             append(Instruction(DW_CFA_restore, byte & 0x3F))
         else:
