@@ -205,7 +205,18 @@ def encode(section: Section) -> bytes:
             fre_area += struct.pack(order + "HBBB", len(fde.fres), info, int(fde.fde_type),
                                     fde.rep_size)
         start_size = FRE_START_SIZE[fre_type]
+        # Each row's start, then its body as encode_fre keeps it: found here at once for a
+        # row whose shape was met before (generating encodes thousands of functions).
+        flex, limit = fde.fde_type == FDEType.FLEX, 1 << (8 * start_size)
+        start_pack = _start_struct(big_endian, start_size).pack
+        bodies = _BODIES
         for k, fre in enumerate(fde.fres):
+            body = bodies.get((flex, fre.words, fre.word_size, fre.mangled_ra,
+                               int(fre.base_reg), big_endian))
+            if body is not None and 0 <= fre.start < limit:
+                fre_area += start_pack(fre.start)
+                fre_area += body
+                continue
             try:
                 fre_area += encode_fre(fde, fre, start_size, big_endian, "")
             except EncodeError:  # said again with its place (made only for an error)
