@@ -22,13 +22,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-#: The cyclic collector's thresholds for ``script`` (Python's: 700, 10, 10). It keeps
-#: hundreds of thousands of live objects (indexes, rows, symbols, made functions) and
-#: makes few cycles (~1,000 objects collected in a first run of a system-wide recording,
-#: none by a full pass), so the default passes, a full one among them every few thousand
-#: allocations, cost ~10% of a first run and ~8% of a warm one; the set-up's objects are
-#: also frozen before the samples are unwound (in the batch pipeline of :mod:`.script`).
-SCRIPT_COLLECTION = (50_000, 20, 100)
 #: ``script --max-stack``: perf's default (kernel.perf_event_max_stack), and the most.
 SCRIPT_MAX_STACK, MOST_STACK = 127, 4096
 #: The recording read when none is named (as main.DEFAULT_RECORDING, without click).
@@ -184,16 +177,13 @@ def _run_call(call: Call) -> int:
 
 def main() -> None:
     """Entry point of the ``sframe`` script (which starts with the cyclic collector off:
-    ``stack`` keeps it off, every other command turns it back on here; ``script`` with
-    rarer passes, :data:`SCRIPT_COLLECTION`)."""
+    ``stack`` keeps it off, every other command turns it back on here)."""
     import gc
 
     from ..blas import one_blas_thread
 
     one_blas_thread()
     call = lean_call(sys.argv[1:])
-    if call is not None and call[0] == "script":
-        gc.set_threshold(*SCRIPT_COLLECTION)
     if call is None or call[0] != "stack":
         gc.enable()
     if call is None:

@@ -124,13 +124,15 @@ class MadeExchange:
             at = end
         return at
 
-    def close(self) -> None:
-        for descriptor in self.files:
+    @staticmethod
+    def close_files(files: list[int]) -> None:
+        """Close the files :meth:`for_workers` made (in the process that made them, once
+        every worker is done)."""
+        for descriptor in files:
             try:
                 os.close(descriptor)
             except OSError:
                 pass
-        self.files = []
 
 
 class _Current:
