@@ -161,3 +161,42 @@ def test_a_worker_takes_the_index_and_functions_another_made(
         made_exchange.share(None)
         for descriptor in files:
             os.close(descriptor)
+
+
+def test_another_file_with_the_same_build_id_takes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another file with libc's build id (a copy; a hostile one could hold other CFI) is
+    named apart in the exchange: it scans and makes its functions itself."""
+    import shutil
+
+    from pysframe.elf import ElfImage
+    from pysframe.generate import made_exchange, on_demand
+
+    libc = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
+    if not libc.exists():
+        pytest.fail(f"{libc} is missing: the tests' system binaries are Debian's")
+    copy = tmp_path / "libc-copy.so"
+    shutil.copyfile(libc, copy)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    files = MadeExchange.for_workers(2)
+    try:
+        made_exchange.share(MadeExchange(files, 0))
+        first = on_demand.on_demand_table(ElfImage(str(libc)))
+        assert first is not None and first.index_ranges() is not None
+        assert first.function(10) is not None or first.function(11) is not None
+        made_exchange.share(MadeExchange(list(files), 1))
+        scans: list[object] = []
+        scan = on_demand._scan
+        monkeypatch.setattr(on_demand, "_scan", lambda *args: scans.append(args) or scan(*args))
+        second = on_demand.on_demand_table(ElfImage(str(copy)))
+        assert second is not None and second.index_ranges() == first.index_ranges()
+        assert len(scans) == 1, "the copy took libc's index"
+        exchange = made_exchange.shared()
+        assert exchange is not None
+        second.function(10)
+        second.function(11)
+        assert exchange.taken == 0
+    finally:
+        made_exchange.share(None)
+        for descriptor in files:
+            os.close(descriptor)

@@ -186,8 +186,8 @@ class OnDemandTable:
                 self._turn_whole()
                 return None
             exchange = _exchange()
-            if exchange is not None and self._key is not None:
-                exchange.give(self._key, _INDEX, _encoded(scanned, {}))
+            if exchange is not None and self._exchanged is not None:
+                exchange.give(self._exchanged, _INDEX, _encoded(scanned, {}))
         self.index = scanned
         self._dirty = True  # the index is worth keeping, even with no function made
         return self.index
@@ -292,8 +292,8 @@ class OnDemandTable:
                     return None
                 data, model = made if made is not None else (None, None)
                 exchange = _exchange()
-                if exchange is not None and self._key is not None:
-                    exchange.give(self._key, position, data)
+                if exchange is not None and self._exchanged is not None:
+                    exchange.give(self._exchanged, position, data)
             self._made[position] = data
             self._dirty = True
             self.generation += 1
@@ -304,13 +304,22 @@ class OnDemandTable:
         self._order.append(position)
         return lookup
 
+    @property
+    def _exchanged(self) -> bytes | None:
+        """This binary's name among the workers of a ``-j`` run (:mod:`.made_exchange`):
+        its cache key and the identity of its file, so that two files with one build id
+        (a hostile copy) never hand each other functions."""
+        if self._key is None or self._source is None:
+            return None
+        return self._key + self._source.stamp + self._source.digest
+
     def _index_elsewhere(self) -> FunctionIndex | None:
         """The index another worker of this run made of this binary (:mod:`.made_exchange`;
         it gives only a regular one of a table not made whole), or None."""
         exchange = _exchange()
-        if exchange is None or self._key is None:
+        if exchange is None or self._exchanged is None:
             return None
-        found, payload = exchange.take(self._key, _INDEX)
+        found, payload = exchange.take(self._exchanged, _INDEX)
         taken = _decoded(payload) if found and payload is not None else None
         return taken[0] if taken is not None else None
 
@@ -318,9 +327,9 @@ class OnDemandTable:
         """(True, its table) when another worker of this run made the function at
         ``position`` (:mod:`.made_exchange`) and its table is one function there."""
         exchange, index = _exchange(), self.index
-        if exchange is None or self._key is None or index is None:
+        if exchange is None or self._exchanged is None or index is None:
             return False, None
-        found, data = exchange.take(self._key, position)
+        found, data = exchange.take(self._exchanged, position)
         if found and data is not None and not _one_function(data, index.starts[position],
                                                             index.ends[position]):
             return False, None
