@@ -1,5 +1,5 @@
 """The workers of `sframe script -j N` take the functions another worker made instead of
-making them again (pysframe.generate.made_exchange): the exchange's records, whole or
+making them again (pysframe.made_exchange): the exchange's records, whole or
 half-written, and a first run of the Lua recording with -j 2 that makes each function
 once, prints -j 1's text and leaves a cache from which a second run makes nothing."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from pysframe.generate.made_exchange import MadeExchange
+from pysframe.made_exchange import MadeExchange
 
 LUA = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
 
@@ -130,8 +130,9 @@ def test_a_worker_takes_the_index_and_functions_another_made(
     """In process: one table of libc scans its .eh_frame and makes functions, giving them
     to the exchange; another of the same binary (another worker's) takes the index and
     those functions, scanning and making nothing itself."""
+    from pysframe import made_exchange
     from pysframe.elf import ElfImage
-    from pysframe.generate import made_exchange, on_demand
+    from pysframe.generate import on_demand
 
     libc = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
     if not libc.exists():
@@ -169,8 +170,9 @@ def test_another_file_with_the_same_build_id_takes_nothing(
     named apart in the exchange: it scans and makes its functions itself."""
     import shutil
 
+    from pysframe import made_exchange
     from pysframe.elf import ElfImage
-    from pysframe.generate import made_exchange, on_demand
+    from pysframe.generate import on_demand
 
     libc = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
     if not libc.exists():

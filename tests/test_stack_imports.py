@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 o
 #: Modules of the table generator and of CFI parsing that the cache readers may import
 #: (the cache lookups, whole and on-demand tables, and the errors they name).
 ALLOWED = {"pysframe.generate", "pysframe.generate.cache", "pysframe.generate.errors",
-           "pysframe.generate.on_demand", "pysframe.generate.abi", "pysframe.cfi",
+           "pysframe.generate.on_demand", "pysframe.generate.function_index",
+           "pysframe.generate.abi", "pysframe.cfi",
            "pysframe.cfi.errors"}
 UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "dataclasses",
                 "typing", "re", "contextlib", "importlib", "warnings", "zlib", "ctypes",

@@ -89,7 +89,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     ranges = session.ranges(1 if show_stops else jobs)  # stop lines in the samples' order
     if len(ranges) == 1:
         return texts(*ranges[0])
-    from ..generate.made_exchange import MadeExchange, share
+    from ..made_exchange import MadeExchange, share
     from ..session.perf import remove_own_copies
     from ..session.tables import save_made
     from .jobs import copier, in_order

@@ -34,7 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..elf import ElfImage
     from ..elf.sections import SFrameSectionData
-    from .on_demand import FunctionIndex
+    from .function_index import FunctionIndex
 
 
 def header(abi: ABI) -> Section:

@@ -18,7 +18,7 @@ makes that function from the CFI). A binary whose index is not like that (damage
 odd CFI), an older or damaged own table, a relocatable file or one without ``.eh_frame``
 gets the whole table, as before; so does ``sframe generate``, ``inject``, ``audit`` and
 ``record`` (its BPF map holds whole tables). The workers of one ``-j`` run take the
-functions another made (:mod:`.made_exchange`).
+functions another made (:mod:`pysframe.made_exchange`).
 
 The index comes from one pass over ``.eh_frame`` (the same parser the whole generator
 uses, so the same FDEs, errors and all), not from ``.eh_frame_hdr``: the search table
@@ -41,7 +41,6 @@ from __future__ import annotations
 import operator
 import struct
 import sys
-from bisect import bisect_right
 from itertools import accumulate
 
 from ..cachedir import Source, load, store
@@ -52,6 +51,7 @@ from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, SFrameLookup
 from .cache import _STUBS, GENERATOR_VERSION, _cached, cache_key, table_for, table_source
 from .errors import GenerateError, IrregularFunction
+from .function_index import FunctionIndex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,8 +60,8 @@ if TYPE_CHECKING:
     from ..elf.sections import SFrameSectionData
     from ..format.constants import ABI
     from ..format.model import FDE
+    from ..made_exchange import MadeExchange
     from .function_maker import FunctionMaker
-    from .made_exchange import MadeExchange
 
 #: The cache kind of on-demand tables (the index and the functions made so far).
 KIND = f"sframe/ondemand.g{GENERATOR_VERSION}.v3"
@@ -74,37 +74,6 @@ _HEAD = struct.Struct("<III")
 #: The index of a binary in the exchange of a ``-j`` run's workers (a function's place
 #: there is its index position: never this).
 _INDEX = (1 << 64) - 1
-#: Addresses an index may hold: far from the ends of the signed 64-bit range, where the
-#: whole table's placement margin and the flat tables' limits would apply.
-_LIMIT = 1 << 62
-
-
-class FunctionIndex:
-    """The functions of a binary's table-to-be, sorted: ``starts``, ``ends`` and ``refs``
-    (an ``.eh_frame`` offset, or ``~k`` for the k-th PLT FDE)."""
-
-    __slots__ = ("ends", "refs", "starts")
-
-    def __init__(self, starts: list[int], ends: list[int], refs: list[int]) -> None:
-        self.starts, self.ends, self.refs = starts, ends, refs
-
-    def position(self, pc: int) -> int | None:
-        """The position of the function covering ``pc``, or None."""
-        i = bisect_right(self.starts, pc) - 1
-        return i if i >= 0 and pc < self.ends[i] else None
-
-    def regular(self) -> bool:
-        """Sorted, no empty or overlapping ranges, addresses inside [0, 2**62)."""
-        starts, ends = self.starts, self.ends
-        if not starts:
-            return True
-        if len(ends) != len(starts) or starts[0] < 0 or ends[-1] >= _LIMIT:
-            return False
-        # Each range is not empty and ends where the next one starts or before.
-        return not (any(map(operator.le, ends, starts))
-                    or any(map(operator.gt, ends, starts[1:])))
-
-
 def on_demand_possible(image: ElfImage) -> bool:
     """Whether ``image`` may get an on-demand table (a linked file with ``.eh_frame`` and
     no ``.sframe`` of its own, or one whose preamble says version 3): the index decides
@@ -306,7 +275,7 @@ class OnDemandTable:
 
     @property
     def _exchanged(self) -> bytes | None:
-        """This binary's name among the workers of a ``-j`` run (:mod:`.made_exchange`):
+        """This binary's name among the workers of a ``-j`` run (:mod:`~pysframe.made_exchange`):
         its cache key and the identity of its file, so that two files with one build id
         (a hostile copy) never hand each other functions."""
         if self._key is None or self._source is None:
@@ -314,7 +283,7 @@ class OnDemandTable:
         return self._key + self._source.stamp + self._source.digest
 
     def _index_elsewhere(self) -> FunctionIndex | None:
-        """The index another worker of this run made of this binary (:mod:`.made_exchange`;
+        """The index another worker of this run made of this binary (:mod:`~pysframe.made_exchange`;
         it gives only a regular one of a table not made whole), or None."""
         exchange = _exchange()
         if exchange is None or self._exchanged is None:
@@ -325,7 +294,7 @@ class OnDemandTable:
 
     def _made_elsewhere(self, position: int) -> tuple[bool, bytes | None]:
         """(True, its table) when another worker of this run made the function at
-        ``position`` (:mod:`.made_exchange`) and its table is one function there."""
+        ``position`` (:mod:`~pysframe.made_exchange`) and its table is one function there."""
         exchange, index = _exchange(), self.index
         if exchange is None or self._exchanged is None or index is None:
             return False, None
@@ -405,9 +374,9 @@ class OnDemandTable:
 
 
 def _exchange() -> MadeExchange | None:
-    """This worker's exchange of made functions (:mod:`.made_exchange`: imported only by
+    """This worker's exchange of made functions (:mod:`pysframe.made_exchange`: imported only by
     a ``-j`` run that sets one up, never by ``sframe stack``)."""
-    module = sys.modules.get(f"{__package__}.made_exchange")
+    module = sys.modules.get("pysframe.made_exchange")
     return module.shared() if module is not None else None
 
 

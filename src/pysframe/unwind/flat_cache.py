@@ -14,7 +14,7 @@ table bytes: rows are a function of those bytes and the ABI alone, so a function
 differently (another generator, another build) is simply not found and is flattened
 again. Without it a warm ``script`` of a system-wide recording flattened the ~3,000
 functions its recordings had made again at every run (~0.5 s). The workers of one ``-j``
-run also take the rows another flattened (:mod:`pysframe.generate.made_exchange`).
+run also take the rows another flattened (:mod:`pysframe.made_exchange`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 from ..cachedir import describe, entry_path, load, store
 from ..format.constants import ABI
 from ..format.lookup import SFrameLookup
-from ..generate.made_exchange import shared
+from ..made_exchange import shared
 from .flat import CFA_SHIFT, KIND_MASK, FlatTable, MaskFunction, flatten
 
 #: Bumped when the layout of a flat table or of this payload changes.
@@ -155,7 +155,7 @@ class FunctionRows:
 
     def _taken(self, digest: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """The rows another worker of this ``-j`` run flattened (see
-        :mod:`~pysframe.generate.made_exchange`: this run's own unnamed files, so taken as
+        :mod:`~pysframe.made_exchange`: this run's own unnamed files, so taken as
         given, in this machine's byte order), now kept here too."""
         exchange = shared()
         if exchange is None:

@@ -2,7 +2,7 @@
 again (:class:`MadeExchange`; :func:`share` sets this worker's, :func:`shared` gives it).
 
 The workers of ``sframe script -j N`` are forked before any of them unwinds, each with
-its own on-demand tables (:mod:`.on_demand`). On a first run each made nearly every
+its own on-demand tables (:mod:`pysframe.generate.on_demand`). On a first run each made nearly every
 function it met itself: with ``-j 2`` on a system-wide recording each made ~85% of the
 functions a ``-j 1`` run makes (2,969 and 2,978 of 3,484), at ~150 us each. Here each
 worker appends what it makes to a file of its own and, before making a function, reads
