@@ -289,14 +289,7 @@ def fde_ranges(data: bytes | memoryview, section_address: int, *, big_endian: bo
         cie_offset = offset + 4 - cie_id
         fast = plain.get(cie_offset)
         if fast is None:
-            try:
-                cie = parser.cie_at(cie_offset)
-                fast = (1 << 8 * cie.address_size) - 1 if (
-                    cie.fde_encoding == 0x1B and cie.lsda_encoding == DW_EH_PE_omit
-                    and cie.augmentation.startswith("z")) else 0
-            except (CFIError, DecodeError, struct.error, IndexError, ValueError):
-                fast = 0
-            plain[cie_offset] = fast
+            fast = plain[cie_offset] = plain_address_mask(parser, cie_offset)
         if fast and offset + 17 <= end and view[offset + 16] < 0x80 \
                 and offset + 17 + view[offset + 16] <= end:
             begin, extent = pair.unpack_from(view, offset + 8)
@@ -309,6 +302,20 @@ def fde_ranges(data: bytes | memoryview, section_address: int, *, big_endian: bo
                 pass
         offset = end
     return found
+
+
+def plain_address_mask(parser: _Parser, cie_offset: int) -> int:
+    """The mask of the addresses of the FDEs of the CIE at ``cie_offset`` when they can be
+    read in place (``pcrel|sdata4`` addresses, no LSDA, a "z" augmentation: what GCC and
+    Clang write), else 0 (also for a CIE that cannot be read)."""
+    try:
+        cie = parser.cie_at(cie_offset)
+    except (CFIError, DecodeError, struct.error, IndexError, ValueError):
+        return 0
+    if (cie.fde_encoding == 0x1B and cie.lsda_encoding == DW_EH_PE_omit
+            and cie.augmentation.startswith("z")):
+        return (1 << 8 * cie.address_size) - 1
+    return 0
 
 
 def parse_debug_frame(data: bytes | memoryview, section_address: int = 0, *,

@@ -18,13 +18,11 @@ import struct
 import numpy as np
 import numpy.typing as npt
 
-from .eh_frame import CIE, CFIError, _Parser
-from .leb128 import DecodeError, DW_EH_PE_omit
+from .eh_frame import CFIError, _Parser, plain_address_mask
+from .leb128 import DecodeError
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
-#: What the CIEs of the FDEs read by gathers say: pcrel|sdata4 addresses.
-_PCREL_SDATA4 = 0x1B
 _WORD = 1 << 64
 #: CIEs told apart one pass each; a section with more is sorted instead.
 _FEW_CIES = 16
@@ -114,7 +112,7 @@ def _gather(octets: npt.NDArray[np.uint8], at: I64, kind: str, size: int) -> npt
 
 def _address_masks(parser: _Parser, cie_offsets: I64) -> U64:
     """Per FDE, the mask of its addresses if its CIE is one whose FDEs are read by gathers
-    (pcrel|sdata4, no LSDA, a "z" augmentation), else 0."""
+    (:func:`~.eh_frame.plain_address_mask`), else 0."""
     masks = np.zeros(len(cie_offsets), np.uint64)
     left = np.ones(len(cie_offsets), bool)
     for _ in range(_FEW_CIES):  # a binary's FDEs share a few CIEs: one pass over each
@@ -122,23 +120,12 @@ def _address_masks(parser: _Parser, cie_offsets: I64) -> U64:
         if not left[first]:
             return masks
         same = left & (cie_offsets == cie_offsets[first])
-        masks[same] = _address_mask(parser, int(cie_offsets[first]))
+        masks[same] = plain_address_mask(parser, int(cie_offsets[first]))
         left &= ~same
     unique, inverse = np.unique(cie_offsets[left], return_inverse=True)  # (many: sorted)
-    masks[left] = np.array([_address_mask(parser, offset) for offset in unique.tolist()],
+    masks[left] = np.array([plain_address_mask(parser, offset) for offset in unique.tolist()],
                            np.uint64)[inverse.ravel()]
     return masks
-
-
-def _address_mask(parser: _Parser, cie_offset: int) -> int:
-    try:
-        cie: CIE = parser.cie_at(cie_offset)
-    except (CFIError, DecodeError, struct.error, IndexError, ValueError):
-        return 0
-    if (cie.fde_encoding == _PCREL_SDATA4 and cie.lsda_encoding == DW_EH_PE_omit
-            and cie.augmentation.startswith("z")):
-        return (1 << 8 * cie.address_size) - 1
-    return 0
 
 
 __all__ = ["fde_columns"]

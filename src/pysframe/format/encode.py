@@ -87,14 +87,18 @@ def encode_fre(fde: FDE, fre: FRE, start_size: int, big_endian: bool, where: str
     """Bytes of one FRE: start offset, info byte, data words."""
     if not 0 <= fre.start < 1 << (8 * start_size):
         raise EncodeError(f"{where}: FRE start {fre.start:#x} does not fit in {start_size} bytes")
-    key = (fde.fde_type == FDEType.FLEX, fre.words, fre.word_size, fre.mangled_ra,
-           int(fre.base_reg), big_endian)
+    key = _body_key(fde.fde_type == FDEType.FLEX, fre, big_endian)
     body = _BODIES.get(key)
     if body is None:
         body = _fre_body(fde, fre, big_endian, where)
         if len(_BODIES) < _BODIES_KEPT:
             _BODIES[key] = body
     return _start_struct(big_endian, start_size).pack(fre.start) + body
+
+
+def _body_key(flex: bool, fre: FRE, big_endian: bool) -> tuple[object, ...]:
+    """What an FRE's body (:data:`_BODIES`) is made of."""
+    return (flex, fre.words, fre.word_size, fre.mangled_ra, int(fre.base_reg), big_endian)
 
 
 def _fre_body(fde: FDE, fre: FRE, big_endian: bool, where: str) -> bytes:
@@ -211,8 +215,7 @@ def encode(section: Section) -> bytes:
         start_pack = _start_struct(big_endian, start_size).pack
         bodies = _BODIES
         for k, fre in enumerate(fde.fres):
-            body = bodies.get((flex, fre.words, fre.word_size, fre.mangled_ra,
-                               int(fre.base_reg), big_endian))
+            body = bodies.get(_body_key(flex, fre, big_endian))
             if body is not None and 0 <= fre.start < limit:
                 fre_area += start_pack(fre.start)
                 fre_area += body

@@ -74,6 +74,8 @@ _HEAD = struct.Struct("<III")
 #: The index of a binary in the exchange of a ``-j`` run's workers (a function's place
 #: there is its index position: never this).
 _INDEX = (1 << 64) - 1
+
+
 def on_demand_possible(image: ElfImage) -> bool:
     """Whether ``image`` may get an on-demand table (a linked file with ``.eh_frame`` and
     no ``.sframe`` of its own, or one whose preamble says version 3): the index decides

@@ -171,8 +171,7 @@ class FunctionRows:
     def _give(self, digest: bytes, starts: np.ndarray, words: np.ndarray) -> None:
         exchange = shared()
         if exchange is not None:
-            exchange.give(self._exchanged(digest), 0,
-                          starts.astype(np.uint64).tobytes() + words.astype(np.uint64).tobytes())
+            exchange.give(self._exchanged(digest), 0, starts.tobytes() + words.tobytes())
 
     def save(self) -> None:
         """Keep the rows flattened in this run (with the ones another run kept meanwhile)."""
