@@ -37,12 +37,12 @@ import os
 import stat
 import struct
 import sys
-from collections.abc import Callable, Iterable
 
 from .errors import PysframeError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
     from typing import Any, BinaryIO, TypeVar
 
 

@@ -10,7 +10,9 @@ to its exit status, so a library caller never sees a CLI convention.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 
 class PysframeError(Exception):

@@ -6,10 +6,10 @@ start-up-bound commands import only what they touch). The home modules are impor
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 

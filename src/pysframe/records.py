@@ -24,10 +24,9 @@ inheritance between records, ``InitVar``, ``__post_init__``, keyword-only fields
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypeVar, dataclass_transform
     from typing import NamedTuple as NamedTuple
     from typing import Protocol as Protocol

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 
 from ..errors import PysframeError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: Everything went well (``validate``: no problem found).
 EXIT_OK = 0

@@ -25,12 +25,12 @@ and 6 for their own build id).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
 
 from ..errors import PysframeError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
     from typing import Literal
 
 if TYPE_CHECKING:

@@ -19,12 +19,13 @@ Extended numbering is resolved here once: ``e_shnum == 0`` takes the count from
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 from ..errors import PysframeError
 from ..records import NamedTuple
 
 TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 SHN_XINDEX = 0xFFFF
 PN_XNUM = 0xFFFF

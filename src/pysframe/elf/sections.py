@@ -25,7 +25,6 @@ import io
 import mmap
 import os
 import struct
-from collections.abc import Callable
 
 from ..format.decode import sframe_extent
 from ..format.errors import BadMagicError, SFrameError, UnsupportedVersionError
@@ -57,6 +56,7 @@ from .headers import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypeVar
 
     _T = TypeVar("_T")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import IntEnum
+from ..enums import IntEnum
 
 MAGIC = 0xDEE2
 HEADER_SIZE = 28

@@ -12,7 +12,6 @@ FRE) checks its own bounds, in the style of the kernel's ``kernel/unwind/sframe.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 from ..records import record_class
 from .constants import (
@@ -45,6 +44,10 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .model import FDE, FRE, Section
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # Header after the 4-byte preamble: abi, fixed fp, fixed ra, auxhdr_len, then 5 x u32.
 _HEADER = {False: struct.Struct("<HBBBbbBIIIII"), True: struct.Struct(">HBBBbbBIIIII")}

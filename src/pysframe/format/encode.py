@@ -9,7 +9,6 @@ decoder fills them in) are kept, so decoded sections re-encode exactly.
 
 from __future__ import annotations
 
-import functools
 import struct
 
 from ..records import replace
@@ -138,14 +137,26 @@ def _check_words(words: tuple[int, ...], size: int, controls: tuple[int, ...],
             raise EncodeError(f"{where}: data word {word} does not fit in {size} bytes")
 
 
-@functools.cache
+#: Structs made so far (dicts, not functools.cache: functools, with collections, costs
+#: ~3 ms of the start-up of every command that reads a table).
+_START_STRUCTS: dict[tuple[bool, int], struct.Struct] = {}
+_WORDS_STRUCTS: dict[tuple[bool, int, int], struct.Struct] = {}
+
+
 def _start_struct(big_endian: bool, start_size: int) -> struct.Struct:
-    return struct.Struct((">" if big_endian else "<") + _U8_FMT[start_size])
+    made = _START_STRUCTS.get((big_endian, start_size))
+    if made is None:
+        made = _START_STRUCTS[big_endian, start_size] = struct.Struct(
+            (">" if big_endian else "<") + _U8_FMT[start_size])
+    return made
 
 
-@functools.cache
 def _words_struct(big_endian: bool, size: int, count: int) -> struct.Struct:
-    return struct.Struct((">" if big_endian else "<") + _U8_FMT[size] * count)
+    made = _WORDS_STRUCTS.get((big_endian, size, count))
+    if made is None:
+        made = _WORDS_STRUCTS[big_endian, size, count] = struct.Struct(
+            (">" if big_endian else "<") + _U8_FMT[size] * count)
+    return made
 
 
 def _func_info(fde: FDE, fre_type: FREType, version: int, where: str) -> int:

@@ -18,8 +18,8 @@ import itertools
 import struct
 from array import array
 from bisect import bisect_right
-from enum import IntEnum
 
+from ..enums import IntEnum
 from ..records import record_class
 from .constants import (
     ABI,

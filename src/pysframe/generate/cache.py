@@ -19,7 +19,6 @@ table of its own and never the good one's, nor the good one its.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
 
 from ..cachedir import (
     Source,
@@ -37,6 +36,7 @@ from .errors import GenerateError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from mmap import mmap
     from pathlib import Path
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from collections.abc import Callable, Sequence
 
 from ..elf import ElfImage
 from ..errors import PysframeError
@@ -29,6 +28,8 @@ from ..unwind.provider import NoTable, Table
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from .background import BackgroundTables
 
 

@@ -26,12 +26,13 @@ Demangling is done once per name (cached), only for the symbols frames land in.
 
 from __future__ import annotations
 
-from functools import cache
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    _R = TypeVar("_R")
 
 #: libiberty's option bits (include/demangle.h).
 DMGL_PARAMS = 1
@@ -45,6 +46,22 @@ LIBBFD_PATTERNS = ("/usr/lib/*-linux-gnu*/libbfd*.so*", "/usr/lib64/libbfd*.so*"
                    "/usr/lib/libbfd*.so*", "/lib/*-linux-gnu*/libbfd*.so*")
 _RUST_LEGACY = r"(?s)_ZN.*17h[0-9a-f]{16}E\Z"
 _RUST_HASH = r"::h[0-9a-f]{16}\Z"
+
+
+def cache(function: Callable[..., _R]) -> Callable[..., _R]:
+    """``function`` run once per arguments, as ``functools.cache`` does it, without importing
+    ``functools`` (with ``collections``, ~3 ms of a ``sframe stack``)."""
+    results: dict[tuple[Any, ...], _R] = {}
+
+    def cached(*args: Any) -> _R:
+        try:
+            return results[args]
+        except KeyError:
+            result = results[args] = function(*args)
+            return result
+
+    cached.__doc__, cached.__name__ = function.__doc__, function.__name__
+    return cached
 
 
 @cache

@@ -14,7 +14,6 @@ the shape this class gives them; anything else is treated as absent and rewritte
 from __future__ import annotations
 
 import marshal
-from collections.abc import Callable, Sequence
 
 from ..cachedir import Source, combine, entry_path, load, store
 from ..elf.debuginfo import DebugFiles
@@ -23,6 +22,7 @@ from .symbols import cache_entry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 if TYPE_CHECKING:

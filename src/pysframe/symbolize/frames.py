@@ -8,8 +8,6 @@ a :class:`FrameNames` per module (normally the memoized
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 from ..elf.debuginfo import DebugFiles
 from ..errors import Problems
 from ..records import Protocol
@@ -19,6 +17,7 @@ from .symbols import function_addresses
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 if TYPE_CHECKING:

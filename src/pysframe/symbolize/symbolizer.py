@@ -5,8 +5,6 @@ demangled as perf prints them (``perf script``, every ``report`` format) or, for
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..elf.debuginfo import DebugFiles
 from ..errors import Problems, PysframeError
 from ..records import NamedTuple
@@ -15,6 +13,7 @@ from .symbols import SymbolTable, load_symbols
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Literal
 
 UNKNOWN = "[unknown]"

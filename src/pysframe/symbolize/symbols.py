@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
 from itertools import islice
 
 from ..cachedir import Source, combine, entry_path, load, store
@@ -49,6 +48,7 @@ from ..records import record_class
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import TypeVar
 
     from .perf_rules import Facts

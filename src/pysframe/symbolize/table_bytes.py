@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Sequence
 from itertools import accumulate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 PREFIX = struct.Struct("=I4xQ")
@@ -52,8 +52,15 @@ def intact(payload: memoryview) -> bool:
             and zlib.crc32(payload[8:]) == PREFIX.unpack_from(payload)[0])
 
 
-class EntryNames(Sequence[str]):
-    """Names decoded on demand from the entry's bytes (a table is printed from a few)."""
+if TYPE_CHECKING:
+    _Names = Sequence[str]
+else:  # collections.abc.Sequence would import collections (~1 ms of a `sframe stack`)
+    _Names = object
+
+
+class EntryNames(_Names):
+    """Names decoded on demand from the entry's bytes (a table is printed from a few). A
+    sequence of str: iterated by index (the sequence protocol) and sliced."""
 
     def __init__(self, offsets: Sequence[int], blob: bytes | memoryview) -> None:
         self._offsets, self._blob = offsets, blob

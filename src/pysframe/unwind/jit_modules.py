@@ -7,8 +7,6 @@ frames only (reported). (A jitdump's code loads are mapped by the recording's se
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ..elf import ElfError, ElfImage
 from ..elf.headers import SHT_DYNSYM, SHT_NOBITS, SHT_SYMTAB, SectionHeader
 from ..errors import summarized
@@ -17,6 +15,10 @@ from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
 from ..records import Protocol
 from .address_space import AddressSpace, Mapping, Module
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 JIT_FILENAME = "[jit]"
 

@@ -14,7 +14,6 @@ tables in parallel before the samples are unwound.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 
 from ..cfi.errors import CFIError
 from ..elf import ElfError, ElfImage
@@ -25,6 +24,10 @@ from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
 from .address_space import Module, TableGuard
 from .provider import NoTable, OnDemand, TableProvider
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 #: What follows from a damaged own table, as the commands that unwind with it say.
 DAMAGE_OUTCOME = "frames from its {cfi} instead"

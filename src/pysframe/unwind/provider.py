@@ -10,13 +10,13 @@ framehop's unwinder takes its sections through ``ModuleSectionInfo`` and never p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ..errors import PysframeError
 from ..records import NamedTuple, Protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..elf import ElfImage
     from ..format.lookup import FrameRow, SFrameLookup
 

@@ -13,9 +13,7 @@ the eBPF walker are tested against it. The walker's stop codes are :attr:`Stop.c
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from enum import Enum
-
+from ..enums import Enum
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import FrameRow, RuleKind
 from ..format.lookup import Rule as ValueRule
@@ -235,8 +233,11 @@ class Regs(NamedTuple):
     topmost: bool = False
 
 
-#: Reads one word of the stack; None: unreadable.
-ReadWord = Callable[[int], int | None]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    #: Reads one word of the stack; None: unreadable.
+    ReadWord = Callable[[int], int | None]
 
 
 def step(rule: Rule, regs: Regs, read_word: ReadWord, policy: Policy) -> Regs | Stop:

@@ -14,9 +14,7 @@ only in the topmost frame.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from enum import StrEnum
-
+from ..enums import StrEnum
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
 from ..format.lookup import RuleKind
 from ..records import NamedTuple
@@ -37,6 +35,7 @@ from .step import FP_RULE, Policy, Regs, Rule, Stop, rule_of_row, step
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = ["EXACT_PC", "USER_LIMIT", "X86_64_SIGRETURN", "Frame", "FrameMethod", "Registers",
@@ -421,8 +420,9 @@ def _step_default(plan: DefaultPlan, sp: int, fp: int, topmost: bool, memory: St
     return new_pc, new_sp, new_fp
 
 
-#: A perf stack copy as the hot loop reads it: bytes, base address, end address, reader.
-Copy = tuple[bytes | memoryview, int, int, Callable[[bytes | memoryview, int], tuple[int]]]
+if TYPE_CHECKING:
+    #: A perf stack copy as the hot loop reads it: bytes, base address, end address, reader.
+    Copy = tuple[bytes | memoryview, int, int, Callable[[bytes | memoryview, int], tuple[int]]]
 
 
 def _run_defaults(plans: dict[int, Plan], pc: int, sp: int, fp: int, copy: Copy,
