@@ -93,27 +93,60 @@ def test_batch_and_sample_by_sample_agree_with_perfs_samples(system_wide: Path,
     assert as_perf61(_headers(scalar), theirs) == theirs  # every sample, as perf
 
 
-def test_a_sample_naming_no_event_is_left_to_the_record_path(system_wide: Path,
-                                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize("step", [None, 4096], ids=["default-step", "a-step-a-page"])
+@pytest.mark.parametrize("which", ["first", "middle", "last"])
+def test_a_sample_naming_no_event_is_left_to_the_record_path(
+        system_wide: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str,
+        step: int | None) -> None:
+    """Wherever the sample is: the scan gathers the samples' fields as it passes them (one
+    release step at a time: a page here, so nearly every sample is its own gather), and one
+    naming no event, in the first gather or a later one, leaves the whole recording to the
+    record path."""
+    import pysframe.sources.perf_arrays as perf_arrays
+
+    if step is not None:
+        monkeypatch.setattr(perf_arrays, "RELEASE_STEP", step)
     damaged = tmp_path / "damaged.data"
     raw = bytearray(system_wide.read_bytes())
     with open_perf_data(str(system_wide)) as data:
         arrays = sample_arrays(data)
-        assert arrays is not None and len(arrays.offset) > 1
+        assert arrays is not None and len(arrays.offset) > 2
         known = {identifier for attr in data.attrs for identifier in attr.ids}
         # The id: IDENTIFIER (the first word), or ID after IP, TID, TIME (perf 6.1 -a).
         sample_type = data.attrs[0].sample_type
         word = 1 if sample_type & SAMPLE_IDENTIFIER else 1 + (
             sample_type & (SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR)).bit_count()
-        at = int(arrays.offset[len(arrays.offset) // 2]) + 8 * word
+        in_file = sorted(arrays.offset.tolist())
+        chosen = {"first": 0, "middle": len(in_file) // 2, "last": len(in_file) - 1}[which]
+        at = in_file[chosen] + 8 * word
     unknown = max(known) + 1000
     assert int.from_bytes(raw[at:at + 8], "little") in known
     raw[at:at + 8] = unknown.to_bytes(8, "little")
     damaged.write_bytes(bytes(raw))
     with open_perf_data(str(damaged)) as data:
         assert sample_arrays(data) is None
-    assert _script(damaged, tmp_path / "cache", None) == _script(damaged, tmp_path / "cache",
-                                                                 "scalar")
+    if step is None and which == "middle":
+        assert _script(damaged, tmp_path / "cache", None) == _script(
+            damaged, tmp_path / "cache", "scalar")
+
+
+def test_the_arrays_are_the_same_whatever_the_release_step(
+        system_wide: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gathered a page at a time (nearly every sample its own gather) or 16 MB at a time:
+    the same arrays."""
+    import pysframe.sources.perf_arrays as perf_arrays
+
+    with open_perf_data(str(system_wide)) as data:
+        whole = sample_arrays(data)
+    monkeypatch.setattr(perf_arrays, "RELEASE_STEP", 4096)
+    with open_perf_data(str(system_wide)) as data:
+        paged = sample_arrays(data)
+    assert whole is not None and paged is not None
+    for name in ("offset", "misc", "size", "pid", "tid", "time", "cpu", "period", "ip",
+                 "chain_count", "chain_pos", "regs_pos", "stack_pos", "stack_len"):
+        assert getattr(whole, name).tolist() == getattr(paged, name).tolist(), name
+    assert [(at, record.offset) for at, record in whole.events] == [
+        (at, record.offset) for at, record in paged.events]
 
 
 def _perf_script(data: Path) -> str:

@@ -108,14 +108,15 @@ def sample_arrays(data: PerfData) -> SampleArrays | None:
     word = _id_word(data.attrs)
     if word is None:
         return None
-    scanned = _scan(data)
-    if scanned is None:
+    blocks = _Blocks(data, word)
+    scanned = _scan(data, blocks.gather)
+    if scanned is None or (blocks.attr is None and len(scanned[0])):
         return None
     offsets, boundaries, others = scanned
-    attr = sampling_attr(data, offsets, word)
+    attr = blocks.attr or sampling_attr(data, offsets, word)
     if attr is None or not _takes(attr):
         return None
-    return _gathered(data, attr, offsets, boundaries, others)
+    return _gathered(data, attr, offsets, boundaries, others, blocks.parts)
 
 
 def _takes(attr: EventAttr) -> bool:
@@ -165,9 +166,12 @@ def sampling_attr(data: PerfData, offsets: I64, word: int) -> EventAttr | None:
     return attr
 
 
-def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | None:
+def _scan(data: PerfData, gather: Any
+          ) -> tuple[I64, I64, list[tuple[int, int, Record]]] | None:
     """File offsets of the samples; at each FINISHED_ROUND, the number of samples before
-    it; the other records parsed, with their arrival round and file position."""
+    it; the other records parsed, with their arrival round and file position. The samples
+    walked are handed to ``gather`` (their offsets) before their pages are dropped from the
+    resident set, and at the end (None if it refuses one)."""
     parser = data._parser
     assert parser is not None
     buffer, unpack = data.buffer, _HEADER.unpack_from
@@ -178,8 +182,13 @@ def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | No
     others: list[tuple[int, int, Record]] = []
     data.release_before(0, from_start=True)  # an earlier pass may have released ahead
     next_release = offset + RELEASE_STEP
+    gathered = 0  # samples handed to gather
     while offset + 8 <= end:
         if offset >= next_release:
+            if len(samples) > gathered:
+                if not gather(np.array(samples[gathered:], np.int64)):
+                    return None
+                gathered = len(samples)
             data.release_before(offset)
             next_release = offset + RELEASE_STEP
         kind, misc, size = unpack(buffer, offset)
@@ -202,32 +211,76 @@ def _scan(data: PerfData) -> tuple[I64, I64, list[tuple[int, int, Record]]] | No
         offset += size
     if offset != end:
         return None
+    if len(samples) > gathered and not gather(np.array(samples[gathered:], np.int64)):
+        return None
+    data.release_before(end)
     return (np.frombuffer(samples, np.int64) if samples else np.zeros(0, np.int64),
             np.frombuffer(boundaries, np.int64) if boundaries else np.zeros(0, np.int64),
             others)
 
 
-#: Samples gathered at a time; the mapped pages behind are dropped after each block, so the
-#: resident set does not grow with the file.
+#: Samples gathered by one numpy pass at most (bounds its temporary arrays).
 BLOCK = 2048
 _FIELDS = ("misc", "size", "pid_tid", "time", "cpu", "period", "ip", "count", "chain_pos",
            "regs_pos", "stack_pos", "stack_len")
 
 
+class _Blocks:
+    """The fields of the samples, gathered block by block as the header scan passes them
+    (while their pages are still mapped: gathered after the scan dropped them, they were
+    read into the resident set again, ~40 ms of a 66k-sample recording's 150). The event
+    is the one the first sample's id names; every later sample must name it too (as
+    :func:`sampling_attr` requires). :attr:`attr` stays None when a sample names another
+    or an unknown one, or its record is malformed: then the scan stops (None)."""
+
+    def __init__(self, data: PerfData, word: int) -> None:
+        self.data, self.word = data, word
+        self.words: U64 = np.frombuffer(data.buffer, "<u8", len(data.buffer) // 8)
+        self.attr: EventAttr | None = None
+        self.parts: dict[str, list[Any]] = {name: [] for name in _FIELDS}
+        self._slot: dict[int, int] = {}
+        self._registers = 0
+
+    def gather(self, offsets: I64) -> bool:
+        if self.attr is None and not self._choose(offsets):
+            return False
+        if len(self.data.attrs) > 1 and not self._same_event(offsets):
+            self.attr = None
+            return False
+        for first in range(0, len(offsets), BLOCK):
+            block = _block(self.words, offsets[first:first + BLOCK], self._slot,
+                           self._registers)
+            if block is None:
+                self.attr = None
+                return False
+            for name in _FIELDS:
+                self.parts[name].append(block[name])
+        return True
+
+    def _choose(self, offsets: I64) -> bool:
+        attr = sampling_attr(self.data, offsets[:1], self.word)
+        if attr is None or not _takes(attr):
+            return False
+        self.attr = attr
+        sample_type = attr.sample_type
+        self._slot = {bit: 1 + index
+                      for index, bit in enumerate(b for b in _PREFIX if sample_type & b)}
+        self._registers = attr.sample_regs_user.bit_count()
+        return True
+
+    def _same_event(self, offsets: I64) -> bool:
+        assert self.attr is not None
+        at = offsets // 8
+        if np.any((self.words[at] >> np.uint64(32)) < 8 * (self.word + 1)):
+            return False
+        return bool(np.all(np.isin(self.words[at + self.word],
+                                   np.array(self.attr.ids, np.uint64))))
+
+
 def _gathered(data: PerfData, attr: EventAttr, offsets: I64, boundaries: I64,
-              others: list[tuple[int, int, Record]]) -> SampleArrays | None:
-    sample_type, register_count = attr.sample_type, attr.sample_regs_user.bit_count()
+              others: list[tuple[int, int, Record]], parts: dict[str, list[Any]]
+              ) -> SampleArrays | None:
     words: U64 = np.frombuffer(data.buffer, "<u8", len(data.buffer) // 8)
-    slot = {bit: 1 + index for index, bit in enumerate(b for b in _PREFIX if sample_type & b)}
-    parts: dict[str, list[Any]] = {name: [] for name in _FIELDS}
-    for first in range(0, len(offsets), BLOCK):
-        block = _block(words, offsets[first:first + BLOCK], slot, register_count)
-        if block is None:
-            return None
-        for name in _FIELDS:
-            parts[name].append(block[name])
-        # The block's span: the header scan already dropped (and so passed) these pages.
-        data.release_range(int(offsets[first]), int(block["offset_end"]))
     fields = {name: np.concatenate(values) if values else np.zeros(0, np.int64)
               for name, values in parts.items()}
     if any(_time(record) >= 1 << 63 for _, _, record in others if record is not None) or (
