@@ -110,11 +110,19 @@ def test_recordings_made_here_print_the_same(recordings: list[Path],
     assert "handler" in signals  # samples inside the handlers, above a signal frame
 
 
+@pytest.mark.parametrize("in_memory", [None, 0, 1_000_000],
+                         ids=["in-memory", "all-in-the-file", "spilled-midway"])
 def test_jobs_print_the_same_text_in_the_same_order(monkeypatch: pytest.MonkeyPatch,
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, in_memory: int | None
+                                                    ) -> None:
     """-j 3 over small chunks (three processes, seven chunks of the Lua recording): the text
-    of one process, byte for byte."""
+    of one process, byte for byte, whether a child's text is held in memory, in its
+    temporary file, or in both (spilled to the file past a few chunks' bytes)."""
+    from pysframe.cli import jobs as jobs_module
     from pysframe.session import vector as vector_session
+
+    if in_memory is not None:
+        monkeypatch.setattr(jobs_module, "IN_MEMORY", in_memory)
 
     path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
     if not path.exists():
