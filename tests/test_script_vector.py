@@ -156,7 +156,7 @@ def test_a_corrupt_table_costs_the_same_in_both_paths(tmp_path: Path) -> None:
     directory.mkdir()
     _, info_at = _bad_fre_type(directory / "lua")
     runs = []
-    for engine, jobs in (("scalar", "1"), ("vector", "1"), ("vector", "2")):
+    for engine, jobs in (("scalar", "1"), ("scalar", "2"), ("vector", "1"), ("vector", "2")):
         (tmp_path / engine / jobs).mkdir(parents=True)
         env = {**isolated(tmp_path / engine / jobs), ENGINE_VARIABLE: engine,
                "PATH": "/usr/bin:/bin"}

@@ -54,6 +54,11 @@ class Problems:
         if self._report is not None:
             self._report(text)
 
+    def reported(self, line: str) -> bool:
+        """Whether the problem ``line`` says (as one line, with newlines flattened) was
+        noted here."""
+        return any(" ".join(text.split("\n")) == line for text in self._seen)
+
     def __bool__(self) -> bool:
         return bool(self._seen)
 

@@ -31,6 +31,26 @@ _MOST_DATA = 1 << 24
 _PIECE = 1 << 20
 
 
+def unnamed_file() -> int:
+    """A descriptor of a new file no one else can open: O_TMPFILE in $TMPDIR (or /tmp),
+    else tempfile's. Made with ``os`` where it can: tempfile and shutil import ~4.5 ms of
+    modules (bz2, lzma, random), a fifth of a small recording's start-up."""
+    flags = getattr(os, "O_TMPFILE", 0)
+    if flags:
+        try:
+            return os.open(os.environ.get("TMPDIR") or "/tmp",
+                           flags | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError:  # (a file system without O_TMPFILE; a TMPDIR that is not one)
+            pass
+    import tempfile
+
+    handle = tempfile.TemporaryFile()
+    try:
+        return os.dup(handle.fileno())
+    finally:
+        handle.close()
+
+
 class MadeExchange:
     """The functions made by the workers of one run: :meth:`give` what this worker made,
     :meth:`take` what another made. ``files``: one descriptor per worker (each worker's
@@ -46,14 +66,7 @@ class MadeExchange:
     @classmethod
     def for_workers(cls, count: int) -> list[int]:
         """``count`` new unnamed files, one per worker, to fork with."""
-        import tempfile  # (here: on_demand, on the path of `sframe stack`, imports this)
-
-        files = []
-        for _ in range(count):
-            handle = tempfile.TemporaryFile()
-            files.append(os.dup(handle.fileno()))
-            handle.close()
-        return files
+        return [unnamed_file() for _ in range(count)]
 
     def give(self, key: bytes, position: int, data: bytes | None) -> None:
         """Tell the others this worker made function ``position`` of the table ``key``."""

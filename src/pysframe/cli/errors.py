@@ -75,9 +75,13 @@ def naming(path: str, error: PysframeError) -> PysframeError:
     return error
 
 
+#: What begins every line the commands write on stderr.
+PREFIX = "sframe: "
+
+
 def report(message: str) -> None:
     """Print one error line on stderr (newlines in ``message`` are flattened)."""
-    sys.stderr.write("sframe: " + " ".join(message.split("\n")) + "\n")
+    sys.stderr.write(PREFIX + " ".join(message.split("\n")) + "\n")
 
 
 def guarded(run: Callable[[], int]) -> int:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
-from typing import IO
 
+from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing imports re: ~5 ms of a small recording's run)
+    from collections.abc import Callable, Iterator
+    from typing import IO
 
 #: Bytes read back from a child's file at a time.
 _PIECE = 1 << 20
@@ -34,7 +37,8 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
              finish: Callable[[], None] | None = None,
              copy: Callable[[int], None] | None = None,
              started: Callable[[int], None] | None = None,
-             produced: Callable[[], None] | None = None) -> Iterator[str]:
+             produced: Callable[[], None] | None = None,
+             forward: Callable[[str], None] | None = None) -> Iterator[str]:
     """The texts of ``ranges`` in order; ``statuses`` gets each child's exit status (1 when
     ``failed()`` says it reported a problem). Each child calls ``finish`` (if given) when its
     text is made (it ends without the exit functions: e.g. to keep what it cached). With
@@ -42,8 +46,11 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     everything before it was yielded (see :func:`copier`). ``started(k)`` (if given) is
     called first in the process making range k (this one: 0, once every child is forked);
     ``produced()`` here once range 0 is made, before the children are waited for (what
-    this process keeps at exit is kept while they work)."""
-    children: list[tuple[int, list[int]]] = []
+    this process keeps at exit is kept while they work). What a child writes on stderr is
+    kept in a file of its own and handed, line by line, to ``forward`` (default: written
+    on stderr here) once it has ended, before its text: the caller leaves out the lines
+    another process said already (a damaged binary that both met)."""
+    children: list[tuple[int, list[int], int]] = []
     try:
         for number, (start, end) in enumerate(ranges[1:], 1):
             children.append(_fork(start, end, produce, failed, finish,
@@ -54,9 +61,10 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
             yield from produce(*ranges[0])
         if produced is not None:
             produced()
-        for pid, files in children:
+        for pid, files, errors in children:
             status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             statuses.append(status)
+            _forward(errors, forward)
             if status not in (0, EXIT_INVALID):  # 1: problems reported, the text is whole
                 raise CommandError(f"a worker process failed (exit status {status})", status
                                    if status > 0 else EXIT_INVALID)
@@ -67,16 +75,30 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
                 else:
                     while piece := os.read(fd, _PIECE):
                         yield piece.decode("utf-8", "surrogateescape")
-            _close(files)
+            _close([*files, errors])
             children = children[1:]
     finally:
-        for pid, files in children:  # stopped early (an error, a closed pipe): end them
+        for pid, files, errors in children:  # stopped early (an error, a closed pipe): end them
             try:
                 os.kill(pid, 9)
                 os.waitpid(pid, 0)
             except OSError:
                 pass
-            _close(files)
+            _close([*files, errors])
+
+
+def _forward(errors: int, forward: Callable[[str], None] | None) -> None:
+    """The lines a child wrote on stderr, each handed to ``forward`` (None: written on
+    stderr)."""
+    os.lseek(errors, 0, os.SEEK_SET)
+    pieces = []
+    while piece := os.read(errors, _PIECE):
+        pieces.append(piece)
+    for line in b"".join(pieces).decode("utf-8", "surrogateescape").splitlines(keepends=True):
+        if forward is None:
+            sys.stderr.write(line)
+        else:
+            forward(line)
 
 
 def _close(files: list[int]) -> None:
@@ -125,16 +147,19 @@ def copier(stream: IO[str]) -> Callable[[int], None] | None:
 
 def _fork(start: int, end: int, produce: Callable[[int, int], Iterator[str]],
           failed: Callable[[], bool], finish: Callable[[], None] | None = None,
-          started: Callable[[], None] | None = None) -> tuple[int, list[int]]:
-    """A child making samples ``start`` to ``end`` into its files (:func:`_text_files`)."""
+          started: Callable[[], None] | None = None) -> tuple[int, list[int], int]:
+    """A child making samples ``start`` to ``end`` into its files (:func:`_text_files`),
+    its stderr into a file of its own."""
     files = _text_files()
+    errors = unnamed_file()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid:
-        return pid, files
+        return pid, files, errors
     status = EXIT_INVALID
     try:
+        os.dup2(errors, 2)
         def work() -> int:
             if started is not None:
                 started()
@@ -164,9 +189,7 @@ def _text_files() -> list[int]:
         files.append(os.memfd_create("sframe-text", os.MFD_CLOEXEC))
     except (AttributeError, OSError):  # (not Linux, or a kernel before 3.17)
         pass
-    handle = tempfile.TemporaryFile()
-    files.append(os.dup(handle.fileno()))
-    handle.close()
+    files.append(unnamed_file())
     return files
 
 

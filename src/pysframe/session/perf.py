@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from time import perf_counter
 
 from ..elf.debuginfo import DebugFiles
@@ -202,7 +203,17 @@ class PerfUnwinder:
             space = self.spaces[pid] = AddressSpace()
         return space
 
-    def samples(self) -> Iterator[UnwoundSample]:
+    def samples(self, first: int = 0, last: int | None = None,
+                ordered: Iterator[Record] | None = None) -> Iterator[UnwoundSample]:
+        """The unwound samples, in order; with ``first`` and ``last``, only the samples
+        numbered ``first`` to ``last`` (excluded) in that order, the records before them
+        followed all the same, from ``ordered`` (:meth:`from_first_sample`) if given: for
+        a recording that defers no callchain, unfiltered, a worker's share of ``script
+        -j``."""
+        if first or last is not None or ordered is not None:
+            assert self.stitcher is None and self.keep is None
+            yield from self._numbered(first, last, ordered or time_ordered(self.data))
+            return
         clock = perf_counter if self.unwind_seconds is not None else None
         records: Iterable[Record] = time_ordered(self.data)
         if self.stitcher is not None:
@@ -225,6 +236,36 @@ class PerfUnwinder:
                 yield unwound
             else:
                 self.side_band(record)
+
+    def from_first_sample(self) -> Iterator[Record]:
+        """The records in ``perf script`` order from the first sample on, the side band
+        before it applied: the state ``script -j`` forks its workers in (a binary mapped
+        before the first sample is opened, and a damaged table of it reported, once)."""
+        records = time_ordered(self.data)
+        for record in records:
+            if isinstance(record, Sample | CallchainDeferred):
+                return chain([record], records)
+            self.side_band(record)
+        return iter(())
+
+    def _numbered(self, first: int, last: int | None, records: Iterator[Record]
+                  ) -> Iterator[UnwoundSample]:
+        number = 0
+        for record in records:
+            deferred = isinstance(record, CallchainDeferred)  # (shown apart, as samples)
+            if not deferred and not isinstance(record, Sample):
+                self.side_band(record)
+                continue
+            if last is not None and number >= last:
+                return
+            if number >= first:
+                begin = perf_counter()
+                unwound = (self._deferred_record(record) if deferred  # type: ignore[arg-type]
+                           else self._unwind(record))  # type: ignore[arg-type]
+                if self.unwind_seconds is not None:
+                    self.unwind_seconds += perf_counter() - begin
+                yield unwound
+            number += 1
 
     def side_band(self, record: Record) -> None:
         """Follow the process model: MMAP/MMAP2 map code, COMM names, FORK copies."""
