@@ -206,3 +206,46 @@ def test_jobs_text_copied_to_standard_output_in_order(monkeypatch: pytest.Monkey
     assert run_script(str(path), binaries=[str(path.parent)], output=None, show_stops=False,
                       report=lambda message: None, jobs=3) == 0
     assert captured.getvalue().encode() == expected
+
+
+@pytest.mark.parametrize("path", [p for p in RECORDINGS if p.parent.name.startswith("lua")],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_sample_by_sample_path_split_between_jobs_prints_the_same(
+        path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The sample-by-sample path with -j 3 (a recording the batch pipeline does not take):
+    each worker follows every record, unwinds and prints its share; the text is that of
+    -j 1, byte for byte, and the split happened (three shares of the estimated count)."""
+    from pysframe.cli import script as script_module
+    from pysframe.sources.perf_data import open_perf_data
+
+    with open_perf_data(str(path)) as data:
+        assert script_module.estimated_samples(data) >= script_module.SCALAR_JOBS_FROM
+    monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
+    texts = []
+    for jobs in (1, 3):
+        output = tmp_path / f"jobs{jobs}.txt"
+        assert run_script(str(path), binaries=[str(path.parent)], output=str(output),
+                          show_stops=False, report=lambda message: None, jobs=jobs) == 0
+        texts.append(output.read_bytes())
+    assert texts[0] == texts[1] and texts[0].count(b"cpu-clock") > 1000
+
+
+def test_the_estimated_count_of_samples(tmp_path: Path) -> None:
+    """Counted exactly when the estimate reads every record, within a quarter when it
+    reads the first 512; 0 (no split) for a recording whose first record has size 0."""
+    from pysframe.cli.script import estimated_samples
+    from pysframe.sources.perf_data import Sample, open_perf_data
+
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+    if not path.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    with open_perf_data(str(path)) as data:
+        exact = sum(isinstance(record, Sample) for record in data.records())
+        assert estimated_samples(data, records=10**9) == exact
+        assert abs(estimated_samples(data) - exact) < exact // 4
+        raw = bytearray(path.read_bytes())
+        raw[data.data_offset + 6:data.data_offset + 8] = bytes(2)
+    damaged = tmp_path / "damaged.data"
+    damaged.write_bytes(bytes(raw))
+    with open_perf_data(str(damaged)) as data:
+        assert estimated_samples(data) == 0
