@@ -221,12 +221,21 @@ def test_the_sample_by_sample_path_split_between_jobs_prints_the_same(
     with open_perf_data(str(path)) as data:
         assert script_module.estimated_samples(data) >= script_module.SCALAR_JOBS_FROM
     monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
+    split: list[int] = []
+    real = script_module._in_jobs
+
+    def spied(ranges: list[tuple[int, int]], *args: object, **kwargs: object) -> object:
+        split.append(len(ranges))
+        return real(ranges, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(script_module, "_in_jobs", spied)
     texts = []
-    for jobs in (1, 3):
+    for jobs in (1, 3):  # (the first run leaves the cache warm: the second is split)
         output = tmp_path / f"jobs{jobs}.txt"
         assert run_script(str(path), binaries=[str(path.parent)], output=str(output),
                           show_stops=False, report=lambda message: None, jobs=jobs) == 0
         texts.append(output.read_bytes())
+    assert split == [3]
     assert texts[0] == texts[1] and texts[0].count(b"cpu-clock") > 1000
 
 
@@ -249,3 +258,32 @@ def test_the_estimated_count_of_samples(tmp_path: Path) -> None:
     damaged.write_bytes(bytes(raw))
     with open_perf_data(str(damaged)) as data:
         assert estimated_samples(data) == 0
+
+
+def test_a_first_run_is_not_split_between_jobs(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    """On a first run (no symbol table of the files hit in the cache) the sample-by-sample
+    path runs in one process: split, every worker would read and make them all again. The
+    second run, warm, is split; both print the same text."""
+    from pysframe.cli import script as script_module
+
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+    if not path.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
+    split: list[int] = []
+    real = script_module._in_jobs
+
+    def spied(ranges: list[tuple[int, int]], *args: object, **kwargs: object) -> object:
+        split.append(len(ranges))
+        return real(ranges, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(script_module, "_in_jobs", spied)
+    texts = []
+    for run in ("first", "warm"):
+        output = tmp_path / f"{run}.txt"
+        assert run_script(str(path), binaries=[str(path.parent)], output=str(output),
+                          show_stops=False, report=lambda message: None, jobs=2) == 0
+        texts.append(output.read_bytes())
+    assert split == [2] and texts[0] == texts[1]
