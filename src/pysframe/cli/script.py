@@ -18,6 +18,7 @@ from .errors import (
 
 TYPE_CHECKING = False  # typing is not imported at run time (~3 ms with re): see records
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from ..session.perf import UnwoundSample
@@ -94,11 +95,11 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
 
 
 def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, statuses: list[int],
-             stream: Any, failed: Any = bool) -> Iterator[str]:
+             stream: Any, failed: Callable[[], bool] | None = None) -> Iterator[str]:
     """The text of ``ranges`` (``texts(first, last)``), each made by a process of its own
     (:func:`.jobs.in_order`): the workers take the functions another made, each keeps what
     it made, and removes the vDSO copies it made; a child has failed if it noted
-    ``problems`` or ``failed()`` says so."""
+    ``problems`` or ``failed()`` (if given) says so."""
     from ..made_exchange import MadeExchange, share
     from ..session.perf import remove_own_copies
     from ..session.tables import save_made
@@ -125,7 +126,8 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
     # The workers take what another made (each its own exchange, from the same files);
     # this process keeps what it made while the children finish.
     try:
-        yield from in_order(ranges, texts, lambda: bool(problems) or failed(), statuses,
+        yield from in_order(ranges, texts,
+                            lambda: bool(problems) or (failed is not None and failed()), statuses,
                             finish, copier(stream) if stream is not None else None,
                             lambda mine: share(MadeExchange(workers, mine)), save_made,
                             forward)
@@ -147,8 +149,9 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
                  jobs: int, problems: Problems, statuses: list[int], max_stack: int,
                  report: Any, stream: Any) -> Iterator[str] | None:
     """The sample-by-sample text made by ``jobs`` processes, or None when one makes it:
-    ``-j 1``, a filter, deferred callchains (joined across records), compressed records,
-    or fewer samples than :data:`SCALAR_JOBS_FROM`."""
+    ``-j 1``, a filter, deferred callchains (joined across records), compressed records
+    or fewer samples than :data:`SCALAR_JOBS_FROM` (:func:`estimated_samples`), or a
+    first run (:func:`_warm`)."""
     import gc
     from itertools import pairwise
 
