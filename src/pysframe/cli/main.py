@@ -187,8 +187,8 @@ def _recording(perf_data: str | None, input_path: str | None) -> str:
 @click.option("--show-stops", is_flag=True,
               help="On stderr: how each frame was unwound and why each chain stopped.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1, max=256), default=None,
-              help="Processes unwinding a large recording (default: one per CPU); the "
-                   "output is the same, in the same order.")
+              help="Processes unwinding a recording (default: one per CPU; a small one, "
+                   "only once the cache is warm); the output is the same, in the same order.")
 @click.option("--merge-callchains/--no-merge-callchains", default=True, show_default=True,
               help="Deferred user callchains (perf >= 6.19): join each to its samples, or "
                    "print samples and deferred callchains apart, as perf does.")
