@@ -5,7 +5,8 @@ command measured against eu-stack; typing imports re), nor contextlib, importlib
 warnings) or zlib (~1.2 ms together), ctypes (~2 ms: ptrace is called through its C
 module, :mod:`pysframe.sources.ptrace_sys`), signal (~0.7 ms of enum classes:
 :mod:`pysframe.c_signal`), enum or functools (~4.5 ms with the collections functools
-imports: :mod:`pysframe.enums`). Not a timing: the list of modules, so the diet cannot
+imports: :mod:`pysframe.enums`), collections (array imports it: the flat tables' arrays
+are made when built), operator or heapq. Not a timing: the list of modules, so the diet cannot
 regress unnoticed."""
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ ALLOWED = {"pysframe.generate", "pysframe.generate.cache", "pysframe.generate.er
            "pysframe.cfi.errors"}
 UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "dataclasses",
                 "typing", "re", "contextlib", "importlib", "warnings", "zlib", "ctypes",
-                "signal", "tempfile", "enum", "functools")
+                "signal", "tempfile", "enum", "functools", "collections", "array",
+                "operator", "heapq")
 
 #: entry.main() ends the process with os._exit after running the exit functions: the
 #: probe registers one that prints the unwanted modules then loaded. Those the interpreter

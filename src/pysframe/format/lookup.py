@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import struct
-from array import array
 from bisect import bisect_right
 
 from ..enums import IntEnum
@@ -41,6 +40,11 @@ from .constants import (
 from .decode import FDEEntry, SFrameReader
 from .errors import CorruptError, SFrameError
 from .model import FDE, FRE
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from array import array
+    from collections.abc import Sequence
 
 
 class RuleKind(IntEnum):
@@ -172,14 +176,16 @@ class SFrameLookup:
         self._lookups = 0
         self._decoded_rows = 0
         self.flat_threshold = 4096
-        self._flat: tuple[array[int], array[int], list[FrameRow | None], int, int, array[int],
-                          int] | None = None
+        self._flat: tuple[array[int], Sequence[int], list[FrameRow | None], int, int,
+                          Sequence[int], int] | None = None
+        # (arrays once built: importing ``array`` imports ``collections``, ~1 ms of a
+        # ``sframe stack``, which builds none)
         self._flat_pcs: array[int] | None = None
-        self._flat_ends: array[int] = array("q")
-        self._flat_refs: array[int] = array("q")
+        self._flat_ends: Sequence[int] = ()
+        self._flat_refs: Sequence[int] = ()
         self._bucket_base = 0
         self._bucket_shift = 62
-        self._buckets: array[int] = array("q", [0])
+        self._buckets: Sequence[int] = (0,)
         self._flat_rows: list[FrameRow | None] = []
 
     def _read_starts(self) -> list[int]:
@@ -399,6 +405,8 @@ class SFrameLookup:
                 ends.append(end)
                 refs.append(reference | k)
         # Flat arrays of machine integers: contiguous, so searches do not chase pointers.
+        from array import array
+
         if pcs and not (-(1 << 63) <= pcs[0] and max(ends) < (1 << 63)):
             return False  # addresses outside the signed 64-bit range: keep the stepwise path
         self._flat_ends = array("q", ends)
@@ -419,6 +427,8 @@ class SFrameLookup:
         buckets per row most lookups need no search at all, the rest search the
         few rows of one bucket.
         """
+        from array import array
+
         if not pcs:
             self._bucket_base, self._bucket_shift, self._buckets = 0, 62, array("q", [0, 0])
             return

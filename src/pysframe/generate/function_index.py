@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import operator
 from bisect import bisect_right
 
 #: Addresses an index may hold: far from the ends of the signed 64-bit range, where the
@@ -33,9 +32,11 @@ class FunctionIndex:
             return True
         if len(ends) != len(starts) or starts[0] < 0 or ends[-1] >= _LIMIT:
             return False
-        # Each range is not empty and ends where the next one starts or before.
-        return not (any(map(operator.le, ends, starts))
-                    or any(map(operator.gt, ends, starts[1:])))
+        # Each range is not empty and ends where the next one starts or before. (int's own
+        # comparisons, the addresses being ints: the operator module is not imported for
+        # them, ~0.2 ms of a `sframe stack`.)
+        return not (any(map(int.__le__, ends, starts))
+                    or any(map(int.__gt__, ends, starts[1:])))
 
 
 __all__ = ["FunctionIndex"]

@@ -38,7 +38,6 @@ meanwhile).
 
 from __future__ import annotations
 
-import operator
 import struct
 import sys
 from itertools import accumulate
@@ -464,7 +463,7 @@ def _column_entries(starts: U64, sizes: U64, offsets: I64, stubs: list[tuple[int
     for low, high in stubs:
         kept &= (starts < np.uint64(low)) | (starts >= np.uint64(high))
     first = starts[kept].tolist()
-    return list(zip(first, map(operator.add, first, sizes[kept].tolist()),
+    return list(zip(first, map(int.__add__, first, sizes[kept].tolist()),
                     offsets[kept].tolist(), strict=True))
 
 

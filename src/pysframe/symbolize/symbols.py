@@ -16,7 +16,6 @@ mangled here; the
 
 from __future__ import annotations
 
-import operator
 import os
 from bisect import bisect_right
 from itertools import islice
@@ -81,7 +80,8 @@ def _fixed_ends(starts: list[int], ends: list[int]) -> list[int]:
     return ends
 
 
-_BY_START = operator.attrgetter("start")
+def _start_of(symbol: Symbol) -> int:
+    return symbol.start
 
 
 class SymbolTable:
@@ -94,7 +94,7 @@ class SymbolTable:
 
         # Parallel lists, each symbol's fields read once: cc1's 29k symbols took 70 ms
         # when the symbols themselves were sorted, fixed and compared.
-        ordered = sorted(symbols, key=_BY_START)  # stable: file order kept
+        ordered = sorted(symbols, key=_start_of)  # stable: file order kept
         starts = [symbol.start for symbol in ordered]
         ends = _fixed_ends(starts, [symbol.end for symbol in ordered])
         kept_starts: list[int] = []
@@ -466,8 +466,10 @@ def _read_cached(build_id: bytes, source: Source, separate: str | None) -> Symbo
     if table is None:
         return None
     starts = table.starts
-    if not (all(map(operator.lt, starts, islice(starts, 1, None)))
-            and all(map(operator.le, starts, table.ends))):
+    # (int's own comparisons: the operator module is not imported for them, ~0.2 ms of a
+    # `sframe stack`)
+    if not (all(map(int.__lt__, starts, islice(starts, 1, None)))
+            and all(map(int.__le__, starts, table.ends))):
         return None
     return table
 

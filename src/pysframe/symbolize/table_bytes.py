@@ -17,11 +17,11 @@ write a table so.
 from __future__ import annotations
 
 import struct
-from array import array
 from itertools import accumulate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from array import array
     from collections.abc import Sequence
     from typing import Any
 
@@ -30,6 +30,8 @@ PREFIX = struct.Struct("=I4xQ")
 
 def entry(starts: array[int], ends: array[int], names: list[bytes]) -> bytes:
     """The entry of a table's parallel arrays (``names`` encoded)."""
+    from array import array  # (here: a warm run reads entries, and array imports collections)
+
     offsets = array("I", accumulate(map(len, names), initial=0))
     return entry_of(starts.tobytes(), ends.tobytes(), offsets.tobytes(), b"".join(names))
 

@@ -7,7 +7,6 @@ loading binaries and their SFrame tables is :mod:`.modules`' job.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from heapq import heappop, heappush
 from itertools import count, pairwise
 
 from ..errors import Problems, PysframeError
@@ -175,6 +174,8 @@ def overlaid(layers: list[Mapping]) -> list[Mapping]:
     """The layout of ``layers`` mapped in turn, each over the earlier ones it overlaps
     (what :meth:`AddressSpace.add` does one by one): a sweep over their ends, the latest
     layer covering each stretch on top of a heap."""
+    from heapq import heappop, heappush  # (here: a jitdump's many loads only)
+
     order = sorted((i for i, m in enumerate(layers) if m.end > m.start),
                    key=lambda i: layers[i].start)
     points = sorted({x for i in order for x in (layers[i].start, layers[i].end)})
