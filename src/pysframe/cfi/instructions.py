@@ -6,10 +6,12 @@ advances by the code alignment factor, so consumers work in bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..records import NamedTuple, record_class
 from .leb128 import DecodeError, read_encoded, read_sleb128, read_uleb128
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DW_CFA_advance_loc = 0x40
 DW_CFA_offset = 0x80
@@ -185,7 +187,8 @@ def _register_expression(ops: _Operands, op: int, at: int) -> Instruction:
     return Instruction(op, register, 0, ops.block(at))
 
 
-_Handler = Callable[[_Operands, int, int], Instruction]
+if TYPE_CHECKING:
+    _Handler = Callable[[_Operands, int, int], Instruction]
 
 #: Decoder of each extended opcode (the three primary ones are decoded inline).
 _HANDLERS: dict[int, _Handler] = {

@@ -11,8 +11,6 @@ remember/restore state); anything else (expressions, a register copied to anothe
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from .instructions import (
     DW_CFA_advance_loc,
     DW_CFA_expression,
@@ -33,6 +31,10 @@ from .instructions import (
     DW_CFA_val_offset_sf,
     Instruction,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 #: The register keeps its value through the frame (not saved, or not touched).
 SAME = "same"

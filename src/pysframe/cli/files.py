@@ -12,12 +12,15 @@ from __future__ import annotations
 import mmap
 import os
 import stat
-from collections.abc import Iterable
 
 from ..cachedir import write_atomically, write_chunks
 from ..errors import PysframeError
 from ..inputs import kind_of, load
 from .errors import EXIT_UNREADABLE, CommandError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 def read_file(path: str) -> bytes | mmap.mmap:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 
 from ..errors import Problems
 from .errors import (
@@ -18,7 +17,7 @@ from .errors import (
 
 TYPE_CHECKING = False  # typing is not imported at run time (~3 ms with re): see records
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
     from ..session.perf import UnwoundSample

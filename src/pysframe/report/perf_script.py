@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 from ..errors import Problems
 from ..session.perf import (
     CONTEXT_MARKER_MIN,
@@ -18,6 +16,10 @@ from ..symbolize.symbols import SymbolTable
 from ..unwind.address_space import Mapping
 from ..unwind.unwinder import EXACT_PC, Stop
 from .event_names import event_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 #: perf's line where a chain was cut off by the end of the stack copy: its unwinder reads
 #: the missing return address as 0 and prints it minus one.

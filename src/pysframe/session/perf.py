@@ -11,7 +11,6 @@ sample's user registers and stack copy feed the tracer.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 from time import perf_counter
 
@@ -46,6 +45,8 @@ from .tables import GeneratedTables
 
 TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
     from .filters import SampleFilter
 
 #: perf's callchain context markers are the top 4095 values; PERF_CONTEXT_USER is -512.

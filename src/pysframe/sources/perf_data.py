@@ -22,7 +22,6 @@ import heapq
 import mmap
 import os
 import struct
-from collections.abc import Generator, Iterator
 
 from ..errors import PysframeError
 from ..inputs import InputError, open_regular
@@ -42,6 +41,10 @@ from .perf_records import (
     Sample,
     Task,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Generator, Iterator
 
 __all__ = [
     "BuildIdEntry", "Comm", "EventAttr", "FinishedRound", "Lost", "Mmap", "PerfData",

@@ -16,11 +16,13 @@ missing ones only the count and the first are kept.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Iterator
-
 from ..records import replace
 from .perf_records import CallchainDeferred, Record, Sample
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections import deque
+    from collections.abc import Iterable, Iterator
 
 PERF_CONTEXT_USER = (1 << 64) - 512
 PERF_CONTEXT_USER_DEFERRED = (1 << 64) - 640
@@ -76,7 +78,12 @@ class Stitcher:
     """Feeds records through; holds and merges samples whose user part is deferred."""
 
     def __init__(self, merge: bool = True) -> None:
+        # (collections imported here: only a recording that defers callchains has one of
+        # these, and a small recording's run imports it for nothing else, ~1.5 ms)
+        from collections import deque
+
         self.merge = merge
+        self._queue = deque
         self._held: dict[int, deque[Sample]] = {}
         #: Samples whose deferred record never came (printed with their kernel part).
         self.missing = Missing()
@@ -94,7 +101,7 @@ class Stitcher:
                 if cookie is None:
                     yield record
                 else:
-                    waiting = self._held.setdefault(record.tid, deque())
+                    waiting = self._held.setdefault(record.tid, self._queue())
                     waiting.append(record)
                     if len(waiting) > MAX_WAITING:
                         yield self._without_user(waiting.popleft())
@@ -113,7 +120,7 @@ class Stitcher:
     def _note(self, record: Record) -> None:
         """Shown apart: the samples still waiting, to count those whose record never comes."""
         if isinstance(record, Sample) and deferred_cookie(record.callchain) is not None:
-            waiting = self._held.setdefault(record.tid, deque())
+            waiting = self._held.setdefault(record.tid, self._queue())
             waiting.append(record)
             if len(waiting) > MAX_WAITING:
                 self.missing.add(waiting.popleft())

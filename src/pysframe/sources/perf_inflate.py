@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import mmap
 import struct
-from array import array
 from bisect import bisect_right
-from collections.abc import Callable
 
 from .perf_records import RECORD_COMPRESSED2
 
 TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import IO, Any
 
 #: Output allowed per compressed record when the recording does not state its buffer size.
@@ -53,7 +52,8 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 #: zstd bytes fed to the decompressor at a time (the bound on one step's output: 8 MiB).
 SLICE = 256
 
-Skip = Callable[[int, str], None]
+if TYPE_CHECKING:
+    Skip = Callable[[int, str], None]
 
 
 def compressed_payload(buffer: memoryview, kind: int, offset: int, size: int) -> memoryview:
@@ -164,6 +164,8 @@ class Spill:
     def __init__(self) -> None:
         self._file: IO[bytes] | None = None
         self.size = 0
+        from array import array  # (here: array imports collections)
+
         self._starts = array("Q")
         self._origins = array("Q")
         self._map: mmap.mmap | None = None

@@ -28,14 +28,14 @@ delivered are the first ones of that order and are not delivered twice.
 from __future__ import annotations
 
 import heapq
-from array import array
-from collections.abc import Iterator
 
 from .perf_data import FinishedRound, PerfData, Record, Sample
 from .perf_inflate import Spill
 
 TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
 if TYPE_CHECKING:
+    from array import array
+    from collections.abc import Iterator
     from typing import Any
 
 #: Streaming gives up past this many bytes of user stacks held (their pages stay mapped)...
@@ -98,6 +98,8 @@ def _indexed(data: PerfData, delivered: int) -> Iterator[Record]:
 
 def _order(data: PerfData, spill: Spill) -> tuple[array[int], Any]:
     """(locations, the order to read them in) of every record but FINISHED_ROUND."""
+    from array import array  # (here: array imports collections, which a small run needs not)
+
     import numpy as np
 
     times, locations, arrivals = array("Q"), array("Q"), array("Q")

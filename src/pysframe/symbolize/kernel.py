@@ -14,11 +14,8 @@ and mapped when read back, checked by its CRC and its shape
 
 from __future__ import annotations
 
-import operator
 import os
 import sys
-from array import array
-from collections.abc import Callable
 from itertools import compress, islice
 
 from ..cachedir import Source, describe, load_mapped, open_directory, store
@@ -27,6 +24,11 @@ from ..errors import PysframeError
 from ..inputs import read_text
 from .symbols import SymbolTable
 from .table_bytes import entry, intact
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from array import array
+    from collections.abc import Callable
 
 _TEXT_TYPES = {"T": "STB_GLOBAL", "t": "STB_LOCAL", "W": "STB_WEAK", "w": "STB_WEAK"}
 
@@ -130,6 +132,8 @@ def _columns(data: bytes) -> tuple[array[int], list[bytes]] | None:
 
 def _addresses(raw: bytes, size: int) -> array[int]:
     """Big-endian ``size``-byte addresses as an array."""
+    from array import array  # (the functions that make a table import it: a warm run reads)
+
     if size == 8:
         starts = array("Q", raw)
         if sys.byteorder == "little":
@@ -141,6 +145,8 @@ def _addresses(raw: bytes, size: int) -> array[int]:
 
 def _line_by_line(text: str) -> tuple[array[int], list[bytes]] | None:
     """The same from any text (fields split at whitespace, hex addresses)."""
+    from array import array
+
     starts, names = array("Q"), []
     try:
         for line in text.splitlines():
@@ -159,6 +165,9 @@ def _perf_payload(starts: array[int], names: list[bytes]) -> bytes:
     ``names`` in file order): sorted by address (stable), the last of each address kept,
     each ending where the next starts and the last one page past its page
     (``_fixed_ends``)."""
+    import operator
+    from array import array
+
     rising = list(map(operator.lt, starts, islice(starts, 1, None)))
     if not all(rising) and any(map(operator.gt, starts, islice(starts, 1, None))):
         order = sorted(range(len(starts)), key=starts.__getitem__)

@@ -4,10 +4,12 @@ symbols that start at one address (its ``choose_best_symbol``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..elf import ElfImage
 from ..elf.headers import SHF_ALLOC
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def taken_sections(image: ElfImage) -> tuple[list[bool], list[bool]]:

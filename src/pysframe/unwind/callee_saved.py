@@ -10,13 +10,15 @@ leaves the register unknown and the chain stops as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ..cfi.eh_frame import CFIError, cie_instructions, fde_instructions
 from ..cfi.saved import SAME, saved_register
 from .address_space import AddressSpace, Module
 from .eh_index import eh_frame_index
 from .memory import StackReader
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def _saved_in(module: Module, pc: int, regnum: int) -> int | str | None:
