@@ -25,6 +25,21 @@ def _text(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     return output.read_bytes()
 
 
+def _splits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of ranges of each run split between processes (script._in_jobs spied)."""
+    from pysframe.cli import script as script_module
+
+    split: list[int] = []
+    real = script_module._in_jobs
+
+    def spied(ranges: list[tuple[int, int]], *args: object, **kwargs: object) -> object:
+        split.append(len(ranges))
+        return real(ranges, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(script_module, "_in_jobs", spied)
+    return split
+
+
 @pytest.mark.skipif(not RECORDINGS, reason="no recordings here")
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_the_batch_pipeline_prints_what_the_scalar_path_prints(
@@ -216,19 +231,12 @@ def test_the_sample_by_sample_path_split_between_jobs_prints_the_same(
     each worker follows every record, unwinds and prints its share; the text is that of
     -j 1, byte for byte, and the split happened (three shares of the estimated count)."""
     from pysframe.cli import script as script_module
-    from pysframe.sources.perf_data import open_perf_data
+    from pysframe.sources.perf_data import estimated_samples, open_perf_data
 
     with open_perf_data(str(path)) as data:
-        assert script_module.estimated_samples(data) >= script_module.SCALAR_JOBS_FROM
+        assert estimated_samples(data) >= script_module.SCALAR_JOBS_FROM
     monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
-    split: list[int] = []
-    real = script_module._in_jobs
-
-    def spied(ranges: list[tuple[int, int]], *args: object, **kwargs: object) -> object:
-        split.append(len(ranges))
-        return real(ranges, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(script_module, "_in_jobs", spied)
+    split = _splits(monkeypatch)
     texts = []
     for jobs in (1, 3):  # (the first run leaves the cache warm: the second is split)
         output = tmp_path / f"jobs{jobs}.txt"
@@ -242,8 +250,7 @@ def test_the_sample_by_sample_path_split_between_jobs_prints_the_same(
 def test_the_estimated_count_of_samples(tmp_path: Path) -> None:
     """Counted exactly when the estimate reads every record, within a quarter when it
     reads the first 512; 0 (no split) for a recording whose first record has size 0."""
-    from pysframe.cli.script import estimated_samples
-    from pysframe.sources.perf_data import Sample, open_perf_data
+    from pysframe.sources.perf_data import Sample, estimated_samples, open_perf_data
 
     path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
     if not path.exists():
@@ -265,21 +272,13 @@ def test_a_first_run_is_not_split_between_jobs(monkeypatch: pytest.MonkeyPatch,
     """On a first run (no symbol table of the files hit in the cache) the sample-by-sample
     path runs in one process: split, every worker would read and make them all again. The
     second run, warm, is split; both print the same text."""
-    from pysframe.cli import script as script_module
 
     path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
     if not path.exists():
         pytest.skip("no fixture recordings (../shared/fixtures) here")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
-    split: list[int] = []
-    real = script_module._in_jobs
-
-    def spied(ranges: list[tuple[int, int]], *args: object, **kwargs: object) -> object:
-        split.append(len(ranges))
-        return real(ranges, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(script_module, "_in_jobs", spied)
+    split = _splits(monkeypatch)
     texts = []
     for run in ("first", "warm"):
         output = tmp_path / f"{run}.txt"

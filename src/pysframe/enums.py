@@ -163,11 +163,10 @@ else:
         def _base_new(cls, value):
             return int.__new__(cls, value)
 
+        # int comes before Enum in the MRO: its format, hash and equality are the
+        # members'. Its repr is not, and int has no str of its own (Enum's would win).
         __repr__ = Enum.__repr__
         __str__ = int.__repr__
-        __format__ = int.__format__
-        __hash__ = int.__hash__
-        __eq__ = int.__eq__
 
     class StrEnum(str, Enum):
         """A member that is its ``str`` value."""
@@ -178,8 +177,4 @@ else:
                 raise TypeError(f"{value!r} is not a string")
             return str.__new__(cls, value)
 
-        __repr__ = Enum.__repr__
-        __str__ = str.__str__
-        __format__ = str.__format__
-        __hash__ = str.__hash__
-        __eq__ = str.__eq__
+        __repr__ = Enum.__repr__  # (str's str, format, hash and equality come first)

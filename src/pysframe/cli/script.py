@@ -155,6 +155,7 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
     from itertools import pairwise
 
     from ..report.perf_script import name_width, perf_script_text
+    from ..sources.perf_data import estimated_samples
 
     if jobs < 2 or unwinder.keep is not None or unwinder.stitcher is not None:
         return None
@@ -192,27 +193,6 @@ def _warm(data: Any, unwinder: Any) -> bool:
         if image is not None and not symbols_kept(image, unwinder.debug_files):
             return False
     return True
-
-
-def estimated_samples(data: Any, records: int = 512) -> int:
-    """The samples of ``data``: counted in its first ``records`` records, in proportion to
-    the bytes of the data section for the rest; 0 for a recording with compressed records
-    or a record that runs past the data (the count then says nothing of the rest)."""
-    from ..sources.perf_records import RECORD_COMPRESSED, RECORD_COMPRESSED2, RECORD_SAMPLE
-
-    buffer, offset = data.buffer, data.data_offset
-    end = min(data.data_offset + data.data_size, len(buffer))
-    samples = 0
-    for _ in range(records):
-        if offset + 8 > end:
-            return samples
-        kind, size = int.from_bytes(buffer[offset:offset + 4], "little"), int.from_bytes(
-            buffer[offset + 6:offset + 8], "little")
-        if size < 8 or offset + size > end or kind in (RECORD_COMPRESSED, RECORD_COMPRESSED2):
-            return 0
-        samples += kind == RECORD_SAMPLE
-        offset += size
-    return int(samples * (end - data.data_offset) // (offset - data.data_offset))
 
 
 def default_jobs() -> int:

@@ -30,6 +30,7 @@ from .perf_inflate import DEFAULT_MMAP_LEN, MAX_RECORD_OUTPUT, Inflater, Spill
 from .perf_records import (
     RECORD_COMPRESSED,
     RECORD_COMPRESSED2,
+    RECORD_SAMPLE,
     BuildIdEntry,
     Comm,
     EventAttr,
@@ -390,6 +391,24 @@ class PerfData:
             except (OSError, ValueError):
                 return
             self._released = end
+
+
+def estimated_samples(data: PerfData, records: int = 512) -> int:
+    """The samples of ``data``: counted in its first ``records`` records, in proportion to
+    the bytes of the data section for the rest; 0 for a recording with compressed records
+    or a record that runs past the data (the count then says nothing of the rest)."""
+    buffer, offset = data.buffer, data.data_offset
+    end = min(data.data_offset + data.data_size, len(buffer))
+    samples = 0
+    for _ in range(records):
+        if offset + 8 > end:
+            return samples
+        kind, _misc, size = _RECORD.unpack_from(buffer, offset)
+        if size < 8 or offset + size > end or kind in _COMPRESSED_KINDS:
+            return 0
+        samples += kind == RECORD_SAMPLE
+        offset += size
+    return samples * (end - data.data_offset) // (offset - data.data_offset)
 
 
 def open_perf_data(path: str) -> PerfData:
