@@ -4,6 +4,7 @@ declines, for the record path, the recordings it does not take."""
 
 from __future__ import annotations
 
+import lzma
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,23 @@ def test_the_sample_by_sample_path_split_between_jobs_prints_the_same(
         texts.append(output.read_bytes())
     assert split == [3]
     assert texts[0] == texts[1] and texts[0].count(b"cpu-clock") > 1000
+    # The oracle: perf's own text of the recording (RECORD.txt: `perf script --no-inline`
+    # of perf.data, `perf script` of perf.fp.data), sample block by sample block, held as
+    # test_unwind_perf holds the one-process path (kernel frames by address: the recording
+    # machine's kallsyms named them).
+    theirs = (path.parent / "perf-script.no-inline.txt").read_text() if path.name == "perf.data" \
+        else lzma.open(path.parent / "perf.fp-script.txt.xz", "rt").read()
+    ours, their_blocks = texts[1].decode().split("\n\n"), theirs.split("\n\n")
+    assert len(ours) == len(their_blocks)
+
+    def without_kernel_symbols(block: str) -> list[str]:
+        return [line.split(" ", 1)[0] if "[kernel.kallsyms]" in line else line
+                for line in block.splitlines()]
+
+    same = sum(without_kernel_symbols(a) == without_kernel_symbols(b)
+               for a, b in zip(ours, their_blocks, strict=True))
+    assert same >= 0.995 * len(their_blocks)
+    assert sum(a == b for a, b in zip(ours, their_blocks, strict=True)) >= 0.99 * len(their_blocks)
 
 
 def test_the_estimated_count_of_samples(tmp_path: Path) -> None:
