@@ -312,3 +312,60 @@ def test_a_table_read_in_place_is_a_sequence_of_its_names() -> None:
     with pytest.raises(IndexError):
         back.names[3]
     assert back.entry() == table.entry()
+
+
+def test_no_child_for_a_recording_of_another_kernel(fake_kernel: list[int],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recording of another kernel never uses the running kernel's entry: no child takes
+    CPU time from its run; one of this kernel, or naming none, still gets one."""
+    monkeypatch.setattr(kernel, "_making", None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    forks: list[int] = []
+    real_fork = os.fork
+
+    def counted_fork() -> int:
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", counted_fork)
+    kernel.prefetch(bytes(20))
+    assert kernel._making is None and forks == []
+    kernel.prefetch(BUILD_ID)
+    assert kernel._making is not None and forks == [1]
+    kernel._child_ended()
+    monkeypatch.setattr(kernel, "_making", None)
+    cachedir_root = Path(os.environ["XDG_CACHE_HOME"])
+    for entry in cachedir_root.rglob("*.kallsyms*"):
+        entry.unlink()
+    kernel.prefetch(None)  # (a recording naming no kernel: the running one, lazily)
+    assert kernel._making is not None and forks == [1, 1]
+    kernel._child_ended()
+
+
+def test_script_asks_for_the_child_only_when_the_recording_may_use_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``script`` and ``report`` prefetch for the kernel a recording names; not for one
+    whose build-id table names the binaries its samples hit but nothing of a kernel (no
+    kernel frames); for one that names a module alone, or nothing (``perf record -B``),
+    the running kernel's."""
+    from pysframe.cli import script
+    from pysframe.sources.perf_records import BuildIdEntry
+
+    asked: list[bytes | None] = []
+    monkeypatch.setattr(kernel, "prefetch", asked.append)
+
+    class Recording:
+        def __init__(self, entries: list[BuildIdEntry]) -> None:
+            self.entries = entries
+
+        def build_ids(self) -> list[BuildIdEntry]:
+            return self.entries
+
+    lua = BuildIdEntry(-1, b"\x01" * 20, "/usr/bin/lua", False)
+    other = BuildIdEntry(-1, b"\x02" * 20, "[kernel.kallsyms]", True)
+    module = BuildIdEntry(-1, b"\x03" * 20, "/lib/modules/x/kvm.ko", True)
+    script._prefetch(Recording([lua, other]))
+    script._prefetch(Recording([lua, module]))
+    script._prefetch(Recording([lua]))
+    script._prefetch(Recording([]))
+    assert asked == [other.build_id, None, None]

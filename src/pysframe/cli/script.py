@@ -211,15 +211,20 @@ Filters = dict[str, str | None]
 
 def open_recording(path: str, binaries: list[str], problems: Problems,
                    merge_callchains: bool = True, max_stack: int = 127,
-                   filters: Filters | None = None) -> tuple[Any, Any]:
+                   filters: Filters | None = None, kallsyms: bool = False
+                   ) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder (keeping the samples ``filters`` select),
-    or a one-line CommandError."""
-    from ..session.perf import PerfUnwinder, recorded_files
-    from ..session.tables import GeneratedTables
+    or a one-line CommandError. ``kallsyms``: the running kernel's symbols are made in a
+    child meanwhile on a first run, if the recording may need them (:func:`_prefetch`)."""
     from ..sources.perf_data import open_perf_data
-    from .progress import TableBar
 
     data = open_perf_data(path)
+    if kallsyms:
+        _prefetch(data)
+    from ..session.perf import PerfUnwinder, recorded_files
+    from ..session.tables import GeneratedTables
+    from .progress import TableBar
+
     try:
         keep = _sample_filter(filters, data)
         unwinder = PerfUnwinder(data, binaries, max_stack, problems=problems,
@@ -236,6 +241,24 @@ def open_recording(path: str, binaries: list[str], problems: Problems,
     # First run: the binaries' tables, generated in parallel before unwinding.
     unwinder.finder.prefetch(recorded_files(data), progress=sys.stderr.isatty())
     return data, unwinder
+
+
+def recorded_kernel(entries: list[Any]) -> bytes | None:
+    """The build id of the kernel a recording's build-id table names, or None."""
+    return next((entry.build_id for entry in entries
+                 if entry.kernel and entry.filename == "[kernel.kallsyms]"), None)
+
+
+def _prefetch(data: Any) -> None:
+    """A first run: the running kernel's symbols made in a child while the recording is
+    opened (:func:`~pysframe.symbolize.kernel.prefetch`), unless the recording cannot use
+    them: it names another kernel, or names the binaries its samples hit (perf's build-id
+    table) but nothing of a kernel. One that names nothing (``perf record -B``) may."""
+    from ..symbolize.kernel import prefetch
+
+    entries = data.build_ids()
+    if not entries or any(entry.kernel for entry in entries):
+        prefetch(recorded_kernel(entries))
 
 
 def _sample_filter(filters: Filters | None, data: Any) -> Any:
@@ -290,22 +313,20 @@ def _run_script(path: str, *, binaries: list[str], output: str | None, show_stop
     import time
 
     from ..report.perf_script import name_width, perf_script_text
-    from ..symbolize.kernel import kernel_symbols_for, prefetch
+    from ..symbolize.kernel import kernel_symbols_for
     from ..symbolize.symbolizer import Symbolizer
     from .files import refuse_inputs, write_output
 
     start = time.perf_counter()
     if output is not None:
         refuse_inputs(output, [path])  # before any work
-    prefetch()  # a first run: kallsyms made in a child while the recording is opened
     problems = Problems(report)
     phases = Phases() if os.environ.get(PHASES_VARIABLE) else None
     data, unwinder = open_recording(path, binaries, problems, merge_callchains, max_stack,
-                                    {"pid": pids, "tid": tids, "comms": comms, "time": times})
+                                    {"pid": pids, "tid": tids, "comms": comms, "time": times},
+                                    kallsyms=True)
     with data:
-        kernel_ids = [entry.build_id for entry in data.build_ids() if entry.kernel
-                      and entry.filename == "[kernel.kallsyms]"]
-        kernel = kernel_symbols_for(kernel_ids[0] if kernel_ids else None)
+        kernel = kernel_symbols_for(recorded_kernel(data.build_ids()))
         symbolizer = Symbolizer(problems, debug=unwinder.debug_files)
         if phases is not None:
             phases.setup = time.perf_counter() - start
@@ -496,19 +517,17 @@ def run_report(path: str, *, binaries: list[str], output: str, form: str, report
     """``sframe report``: the recording's samples aggregated into one profile ``form``,
     written to ``output`` (``-``: standard output)."""
     from ..report.profiles import Recorded, collect
-    from ..symbolize.kernel import kernel_symbols_for, prefetch
+    from ..symbolize.kernel import kernel_symbols_for
     from .files import refuse_inputs, write_output
 
     if output != STDOUT:
         refuse_inputs(output, [path])  # before any work
-    prefetch()  # a first run: kallsyms made in a child while the recording is opened
     problems = Problems(report)
     data, unwinder = open_recording(path, binaries, problems, max_stack=max_stack,
                                     filters={"pid": pids, "tid": tids, "comms": comms,
-                                             "time": times})
+                                             "time": times}, kallsyms=True)
     with data:
-        kernel_id = next((entry.build_id for entry in data.build_ids() if entry.kernel
-                          and entry.filename == "[kernel.kallsyms]"), None)
+        kernel_id = recorded_kernel(data.build_ids())
         kernel = kernel_symbols_for(kernel_id)
         recorded = Recorded(unwinder.executables, unwinder.build_ids)  # filled as it reads
         profile = collect(progress_bar(_located(path, unwinder.samples()), data), problems,
