@@ -20,7 +20,14 @@ from pysframe.format.lookup import FrameRow, SFrameLookup
 from pysframe.generate import on_demand
 from pysframe.generate.cache import table_for
 from pysframe.generate.merged_index import merged_entries, own_number, own_ref
-from pysframe.generate.on_demand import KIND, OnDemandTable, _decoded, on_demand_table
+from pysframe.generate.on_demand import (
+    KIND,
+    OnDemandTable,
+    _decoded,
+    _index_columns,
+    _made_with,
+    on_demand_table,
+)
 from pysframe.records import replace
 from pysframe.session.tables import GeneratedTables
 
@@ -237,6 +244,23 @@ def test_malformed_payloads_are_refused() -> None:
         assert _decoded(payload) is None, payload
 
 
+def test_a_save_joins_the_functions_of_an_entry_with_the_same_index_only() -> None:
+    """What another run kept joins this run's functions when its index is this one, read
+    the way :func:`_decoded` reads the functions; another index, or a malformed entry,
+    gives none of its functions."""
+    good = _payload([0x1000, 0x1010], [0x1010, 0x1020], {1: b"tbl"})
+    index = _decoded(good)
+    assert index is not None
+    columns = _index_columns(index[0])
+    assert _made_with(good, columns) == {1: b"tbl"}
+    other = _decoded(_payload([0x1000, 0x1010], [0x1008, 0x1020], {}))
+    assert other is not None and _made_with(good, _index_columns(other[0])) is None
+    for payload in (good[:-1], good + b"x", good[:10],
+                    _payload([0x1000, 0x1010], [0x1010, 0x1020], {2: b"x"}),
+                    _payload([0x1000, 0x1010], [0x1010, 0x1020], {1: b"tbl"}, form=1)):
+        assert _made_with(payload, columns) is None, payload
+
+
 def test_a_cached_function_that_is_not_one_fde_in_its_range_is_made_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each cached function's table is checked on its first use, not on loading: one that
@@ -378,8 +402,8 @@ def test_a_cached_index_naming_an_own_fde_the_table_lacks_turns_whole(
     at = next(k for k, ref in enumerate(index.refs) if own_number(ref) is not None)
     refs = list(index.refs)
     refs[at] = own_ref(10**6)
-    store(KIND, first._key, on_demand._encoded(
-        on_demand.FunctionIndex(index.starts, index.ends, refs), {}), first._source)
+    store(KIND, first._key, on_demand._encoded(_index_columns(
+        on_demand.FunctionIndex(index.starts, index.ends, refs)), {}), first._source)
     warm = on_demand_table(image)
     assert warm is not None and warm._prepare() is not None and warm.index is not None
     assert own_number(warm.index.refs[at]) == 10**6  # the entry was taken as it is
