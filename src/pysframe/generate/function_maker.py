@@ -27,6 +27,7 @@ from .cache import _STUBS
 from .crt import crt_fdes
 from .errors import IrregularFunction
 from .merged_index import own_number
+from .plain_cfi import plain_fde
 from .plt import plt_fdes
 from .section import Generated, _placeable, translate_entry
 
@@ -61,6 +62,8 @@ class FunctionMaker:
         #: the translation notes of it (its lists emptied each time).
         self._section = header(abi)
         self._result = Generated(header(abi))
+        #: Whether the plain CFI of most functions is read in one pass (:mod:`.plain_cfi`).
+        self._amd64 = abi.is_amd64 and not image.big_endian
 
     def make(self, index: FunctionIndex, position: int) -> tuple[bytes, FDE] | None:
         """The single-function table of the function at ``position``, validated as the
@@ -82,8 +85,10 @@ class FunctionMaker:
         else:
             data, address = self._eh_frame_data()
             cfi = self._cfi_fde(index, ref, data, address, position)
-            fde = translate_entry(data, address, cfi, self.abi, self.image.big_endian, result,
-                                  version=VERSION_3, as_gnu=False, args_size=True)
+            fde = plain_fde(data, cfi) if self._amd64 else None
+            if fde is None:
+                fde = translate_entry(data, address, cfi, self.abi, self.image.big_endian,
+                                      result, version=VERSION_3, as_gnu=False, args_size=True)
         if fde is None:
             return None
         if not _placeable([fde], 0, VERSION_3, self.text, result.skipped):
