@@ -96,8 +96,9 @@ def encode_fre(fde: FDE, fre: FRE, start_size: int, big_endian: bool, where: str
 
 
 def _body_key(flex: bool, fre: FRE, big_endian: bool) -> tuple[object, ...]:
-    """What an FRE's body (:data:`_BODIES`) is made of."""
-    return (flex, fre.words, fre.word_size, fre.mangled_ra, int(fre.base_reg), big_endian)
+    """What an FRE's body (:data:`_BODIES`) is made of (the base register as it is: an int
+    enum hashes and compares as its value)."""
+    return (flex, fre.words, fre.word_size, fre.mangled_ra, fre.base_reg, big_endian)
 
 
 def _fre_body(fde: FDE, fre: FRE, big_endian: bool, where: str) -> bytes:

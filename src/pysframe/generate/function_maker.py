@@ -118,7 +118,7 @@ class FunctionMaker:
 
     def _validated(self, fde: FDE) -> bytes | None:
         section = self._section
-        section.fdes = [replace(fde, fre_off=None)]
+        section.fdes = [fde if fde.fre_off is None else replace(fde, fre_off=None)]
         try:
             try:
                 data = encode(section)
