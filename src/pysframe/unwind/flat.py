@@ -23,9 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..format.constants import ABI, DWARF_REGS, FDEType, PCType
+from ..format.decode import FDEEntry
 from ..format.errors import SFrameError
 from ..format.lookup import FrameRow, RuleKind, SFrameLookup
-from ..format.model import FDE
 from ..records import record_class
 
 #: Row kinds (the low two bits of a rule word).
@@ -161,7 +161,7 @@ def flatten(lookup: SFrameLookup, abi: ABI) -> FlatTable:
     shape = (abi, reader.abi(), header.version, header.cfa_fixed_fp_offset,
              header.cfa_fixed_ra_offset)
     if lookup.made_from is not None:
-        made = made_rows(lookup.made_from, shape)
+        made = made_rows(lookup, shape)
         if made is not None:
             return made
     known = _WORDS
@@ -228,13 +228,15 @@ def flatten(lookup: SFrameLookup, abi: ABI) -> FlatTable:
                      masks)
 
 
-def made_rows(fde: FDE, shape: tuple[object, ...]) -> FlatTable | None:
-    """What :func:`flatten` gives for a single-function table just encoded from ``fde``
-    (with the header ``shape``), read from the FDE rather than decoded again, for an
-    ordinary function whose row shapes are all known already (:data:`_WORDS`); None for
+def made_rows(lookup: SFrameLookup, shape: tuple[object, ...]) -> FlatTable | None:
+    """What :func:`flatten` gives for a single-function table just encoded from
+    ``lookup.made_from`` (with the header ``shape``), read from the FDE rather than
+    decoded again, for an ordinary function (a row shape not met yet is made into its
+    rules from the FDE's row, as :func:`flatten` makes it from the decoded one); None for
     any other (it is decoded). A first run flattens every function it makes: decoding
     them again was ~60% of that."""
-    if fde.fde_type != FDEType.DEFAULT or fde.pc_type != PCType.INC:
+    fde = lookup.made_from
+    if fde is None or fde.fde_type != FDEType.DEFAULT or fde.pc_type != PCType.INC:
         return None
     start, size = fde.start, fde.size
     if not (0 <= start and start + size < (1 << 63)):
@@ -242,13 +244,22 @@ def made_rows(fde: FDE, shape: tuple[object, ...]) -> FlatTable | None:
     known = _WORDS
     starts, words = [start], [KIND_NONE]
     previous = -1
-    for fre in fde.fres:
+    entry: FDEEntry | None = None
+    for k, fre in enumerate(fde.fres):
         if not previous < fre.start < size:
             return None  # (the decoded table is rare, or has rows no pc reaches)
         previous = fre.start
-        word = known.get((shape, FDEType.DEFAULT, fre.base_reg, fre.mangled_ra, fre.words))
+        key = (shape, FDEType.DEFAULT, fre.base_reg, fre.mangled_ra, fre.words)
+        word = known.get(key)
         if word is None:
-            return None
+            try:
+                entry = entry or lookup.reader.fde(0)
+                regs = DWARF_REGS[lookup.reader.abi()]
+                word = pack_row(lookup.make_row(entry, k, fre), regs.sp, regs.fp)
+            except SFrameError:
+                return None  # (the decoded table says why)
+            if len(known) < _WORDS_KEPT:
+                known[key] = word
         starts.append(start + fre.start)
         words.append(word)
     starts.append(start + size)
