@@ -16,7 +16,7 @@ from conftest import FIXTURES, needs_fixtures
 from pysframe.cfi.eh_frame import fde_ranges, parse_eh_frame
 from pysframe.elf import ElfImage
 from pysframe.format.decode import SFrameReader
-from pysframe.format.lookup import FrameRow, SFrameLookup
+from pysframe.format.lookup import FrameRow, MadeLookup, SFrameLookup
 from pysframe.generate import on_demand
 from pysframe.generate.cache import table_for
 from pysframe.generate.merged_index import merged_entries, own_number, own_ref
@@ -412,3 +412,29 @@ def test_a_cached_index_naming_an_own_fde_the_table_lacks_turns_whole(
     assert pcs
     _same_rows(whole, warm, pcs)
     assert warm.whole is not None
+
+
+def test_a_made_lookup_is_set_up_at_its_first_lookup_and_finds_what_a_lookup_finds() -> None:
+    """A function's lookup is read (its starts, its fixed rules) only when it is first
+    asked for a row; what it finds then is what a lookup of the same bytes finds, and the
+    FDE it was made from stays."""
+    image = ElfImage(str(FIXTURE))
+    table = on_demand_table(image, use_cache=False)
+    assert table is not None
+    ranges = table.index_ranges()
+    assert ranges is not None
+    checked = 0
+    for position, (start, end) in enumerate(zip(*ranges, strict=True)):
+        lookup = table.function(position)
+        if lookup is None:
+            continue
+        assert isinstance(lookup, MadeLookup) and lookup.made_from is not None
+        made_from = lookup.made_from
+        with pytest.raises(AttributeError):
+            object.__getattribute__(lookup, "_starts")  # (not set up yet)
+        plain = SFrameLookup(SFrameReader(lookup.reader.data, 0))
+        for pc in range(start, min(end, start + 64), 3):
+            assert lookup.find_fre(pc) == plain.find_fre(pc), hex(pc)
+        assert lookup.made_from is made_from and lookup.sorted_verified
+        checked += 1
+    assert checked > 100

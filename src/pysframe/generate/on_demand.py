@@ -47,7 +47,7 @@ from ..errors import PysframeError
 from ..format.constants import VERSION_3
 from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
-from ..format.lookup import FrameRow, SFrameLookup
+from ..format.lookup import FrameRow, MadeLookup, SFrameLookup
 from .cache import _STUBS, GENERATOR_VERSION, _cached, cache_key, table_for, table_source
 from .errors import GenerateError, IrregularFunction
 from .function_index import FunctionIndex
@@ -242,18 +242,20 @@ class OnDemandTable:
         """The single-function lookup of the function at ``position`` (None: no rows)."""
         if position in self._lookups:
             return self._lookups[position]
+        reader: SFrameReader | None = None  # (the table's, once read)
         if position in self._unchecked:
             self._unchecked.discard(position)
             data, index = self._made[position], self.index
             assert index is not None
-            if data is not None and not _one_function(data, index.starts[position],
-                                                      index.ends[position]):
-                del self._made[position]  # not what this version keeps: made again
+            if data is not None:
+                reader = _one_function(data, index.starts[position], index.ends[position])
+                if reader is None:
+                    del self._made[position]  # not what this version keeps: made again
         model: FDE | None = None
         if position in self._made:
             data = self._made[position]
         else:
-            found, data = self._made_elsewhere(position)
+            found, data, reader = self._made_elsewhere(position)
             if not found:
                 try:
                     made = self._make(position)
@@ -267,9 +269,9 @@ class OnDemandTable:
             self._made[position] = data
             self._dirty = True
             self.generation += 1
-        lookup = SFrameLookup(SFrameReader(data, 0)) if data is not None else None
-        if lookup is not None:
-            lookup.made_from = model
+        lookup = None
+        if data is not None:
+            lookup = MadeLookup(reader or SFrameReader(data, 0), model)
         self._lookups[position] = lookup
         self._order.append(position)
         return lookup
@@ -293,17 +295,19 @@ class OnDemandTable:
         taken = _decoded(payload) if found and payload is not None else None
         return taken[0] if taken is not None else None
 
-    def _made_elsewhere(self, position: int) -> tuple[bool, bytes | None]:
-        """(True, its table) when another worker of this run made the function at
-        ``position`` (:mod:`~pysframe.made_exchange`) and its table is one function there."""
+    def _made_elsewhere(self, position: int
+                        ) -> tuple[bool, bytes | None, SFrameReader | None]:
+        """(True, its table, its reader) when another worker of this run made the function
+        at ``position`` (:mod:`~pysframe.made_exchange`) and its table is one function
+        there (None, None: it has no rows)."""
         exchange, index = _exchange(), self.index
         if exchange is None or self._exchanged is None or index is None:
-            return False, None
+            return False, None, None
         found, data = exchange.take(self._exchanged, position)
-        if found and data is not None and not _one_function(data, index.starts[position],
-                                                            index.ends[position]):
-            return False, None
-        return found, data
+        if not found or data is None:
+            return found, None, None
+        reader = _one_function(data, index.starts[position], index.ends[position])
+        return (True, data, reader) if reader is not None else (False, None, None)
 
     def index_ranges(self) -> tuple[list[int], list[int]] | None:
         """(starts, ends) of every function of the index, in address order; None when
@@ -536,12 +540,13 @@ def _made_part(payload: bytes, count: int, made_count: int) -> dict[int, bytes |
             for position, start, end in zip(positions, ends, ends[1:], strict=False)}
 
 
-def _one_function(data: bytes, start: int, end: int) -> bool:
+def _one_function(data: bytes, start: int, end: int) -> SFrameReader | None:
+    """The reader of ``data`` if it is a table of one FDE inside [start, end), else None."""
     try:
         reader = SFrameReader(data, 0)
         if reader.num_fdes != 1:
-            return False
+            return None
         entry = reader.fde(0)
     except SFrameError:
-        return False
-    return start <= entry.start and entry.start + entry.size <= end
+        return None
+    return reader if start <= entry.start and entry.start + entry.size <= end else None
