@@ -407,11 +407,16 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
     :mod:`.merged_index` with no own FDE."""
     from .merged_index import merged_entries
 
+    ld_rules, crt = _refs(plt[:crt_from], 0), _refs(plt[crt_from:], crt_from)
+    columns = _cfi_columns(image, stubs)
+    if columns is not None:
+        from .column_index import column_index
+
+        return column_index(*columns, ld_rules, crt)
     cfi = _cfi_entries(image, stubs)
     if cfi is None:
         return None
-    entries = merged_entries([], cfi, _refs(plt[:crt_from], 0), _refs(plt[crt_from:], crt_from),
-                             stubs, False)
+    entries = merged_entries([], cfi, ld_rules, crt, stubs, False)
     return _regular_index(entries) if entries is not None else None
 
 
@@ -436,17 +441,14 @@ def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]]
     others: they hold no pc); None without .eh_frame."""
     from ..cfi.eh_frame import fde_ranges
 
+    columns = _cfi_columns(image, stubs)
+    if columns is not None:
+        first, sizes, offsets = (column.tolist() for column in columns)
+        return list(zip(first, map(int.__add__, first, sizes), offsets, strict=True))
     found = image.section(".eh_frame", relocated=True)
     if found is None:
         return None
     data, address, _ = found
-    if "numpy" in sys.modules:  # (the batch engine's runs: read as columns, then filtered)
-        from ..cfi.fde_columns import fde_columns
-
-        columns = fde_columns(data, address, big_endian=image.big_endian,
-                              address_size=image.elf_class // 8)
-        if columns is not None:
-            return _column_entries(*columns, stubs)
     entries: list[tuple[int, int, int]] = []
     # Where the stubs lie at all (one test per FDE; each stub only for those in there).
     low = min((lo for lo, _ in stubs), default=0)
@@ -461,17 +463,28 @@ def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]]
     return entries
 
 
-def _column_entries(starts: U64, sizes: U64, offsets: I64, stubs: list[tuple[int, int]]
-                   ) -> list[tuple[int, int, int]]:
-    """:func:`_cfi_entries` of FDE ranges given as columns (:mod:`~pysframe.cfi.fde_columns`)."""
+def _cfi_columns(image: ElfImage, stubs: list[tuple[int, int]]) -> tuple[U64, U64, I64] | None:
+    """What :func:`_cfi_entries` gives, as (starts, sizes, offsets) columns, where numpy is
+    loaded already (the batch engine's runs) and :mod:`~pysframe.cfi.fde_columns` reads the
+    section; None otherwise."""
+    if "numpy" not in sys.modules:
+        return None
     import numpy as np
 
+    from ..cfi.fde_columns import fde_columns
+
+    found = image.section(".eh_frame", relocated=True)
+    if found is None:
+        return None
+    columns = fde_columns(found[0], found[1], big_endian=image.big_endian,
+                          address_size=image.elf_class // 8)
+    if columns is None:
+        return None
+    starts, sizes, offsets = columns
     kept = (sizes > 0) & (sizes <= np.uint64(0xFFFFFFFF))
     for low, high in stubs:
         kept &= (starts < np.uint64(low)) | (starts >= np.uint64(high))
-    first = starts[kept].tolist()
-    return list(zip(first, map(int.__add__, first, sizes[kept].tolist()),
-                    offsets[kept].tolist(), strict=True))
+    return starts[kept], sizes[kept], offsets[kept]
 
 
 def _index_columns(index: FunctionIndex) -> bytes:
