@@ -20,7 +20,7 @@ from pysframe.generate.cache import _STUBS
 
 np = pytest.importorskip("numpy")
 
-from pysframe.cfi.fde_columns import fde_columns  # noqa: E402
+from pysframe.cfi.fde_columns import fde_columns, hinted_offsets  # noqa: E402
 
 BINARIES = [Path("/usr/lib/gcc/x86_64-linux-gnu/12/cc1"),
             Path("/usr/lib/x86_64-linux-gnu/libc.so.6"), Path("/bin/ls"),
@@ -40,13 +40,29 @@ def _section(path: Path) -> tuple[bytes, int, ElfImage]:
 
 
 def _both(data: bytes, address: int, image: ElfImage) -> None:
+    """The columns are the ranges read one by one, with no hints, the binary's own
+    (.eh_frame_hdr's: for a damaged section, stale) and junk ones."""
     options = {"big_endian": image.big_endian, "address_size": image.elf_class // 8}
     expected = fde_ranges(data, address, **options)
-    columns = fde_columns(data, address, **options)
-    if columns is None:  # only where the one-by-one reading turns to the full parser
-        assert b"\xff\xff\xff\xff" in data
-        return
-    assert list(zip(*(column.tolist() for column in columns), strict=True)) == expected
+    for hints in _hints(image, address, len(data)):
+        columns = fde_columns(data, address, **options, hints=hints)
+        if columns is None:  # only where the one-by-one reading turns to the full parser
+            assert b"\xff\xff\xff\xff" in data
+            continue
+        assert list(zip(*(column.tolist() for column in columns), strict=True)) == expected
+
+
+def _hints(image: ElfImage, address: int, size: int) -> list[np.ndarray | None]:
+    """None, the binary's own hints, and those shuffled, thinned, doubled, moved a byte,
+    or joined by offsets in the middle of entries and outside the section."""
+    hdr = image.section(".eh_frame_hdr", relocated=True)
+    assert hdr is not None
+    own = hinted_offsets(hdr[0], hdr[1], address, big_endian=image.big_endian)
+    assert own is not None and len(own) > 10
+    rng = np.random.default_rng(29)
+    junk = rng.integers(-64, size + 64, len(own) // 3)
+    return [None, own, rng.permutation(own), own[::3], np.concatenate((own, own)), own + 1,
+            np.concatenate((own[::2], junk)), junk]
 
 
 @pytest.mark.parametrize("path", BINARIES, ids=lambda path: "/".join(path.parts[-3:]))
@@ -95,3 +111,16 @@ def test_the_index_is_the_same_either_way(path: Path, monkeypatch: pytest.Monkey
     one_by_one = on_demand._cfi_entries(image, stubs)
     monkeypatch.undo()
     assert columns == one_by_one and columns
+
+
+def test_a_search_table_not_as_ld_writes_it_gives_no_hints() -> None:
+    """Version 1, the pointer and count 4 bytes, a table of datarel sdata4 pairs inside the
+    section: hints (each FDE's offset into .eh_frame); anything else: none."""
+    table = struct.pack("<4i", 0x10, 0x140, 0x20, 0x180)  # (pc, FDE) pairs, from the hdr
+    good = bytes([1, 0x1B, 0x03, 0x3B]) + struct.pack("<iI", -0x100, 2) + table
+    hints = hinted_offsets(good, 0x2000, 0x2100)
+    assert hints is not None and hints.tolist() == [0x40, 0x80]
+    for bad in (bytes([2]) + good[1:], good[:1] + bytes([0x1C]) + good[2:],
+                good[:2] + bytes([0x04]) + good[3:], good[:3] + bytes([0x3C]) + good[4:],
+                good[:-1], good[:10]):
+        assert hinted_offsets(bad, 0x2000, 0x2100) is None, bad

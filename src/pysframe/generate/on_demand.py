@@ -471,13 +471,16 @@ def _cfi_columns(image: ElfImage, stubs: list[tuple[int, int]]) -> tuple[U64, U6
         return None
     import numpy as np
 
-    from ..cfi.fde_columns import fde_columns
+    from ..cfi.fde_columns import fde_columns, hinted_offsets
 
     found = image.section(".eh_frame", relocated=True)
     if found is None:
         return None
+    hdr = image.section(".eh_frame_hdr", relocated=True)  # (where FDEs start: hints)
+    hints = (hinted_offsets(hdr[0], hdr[1], found[1], big_endian=image.big_endian)
+             if hdr is not None else None)
     columns = fde_columns(found[0], found[1], big_endian=image.big_endian,
-                          address_size=image.elf_class // 8)
+                          address_size=image.elf_class // 8, hints=hints)
     if columns is None:
         return None
     starts, sizes, offsets = columns
