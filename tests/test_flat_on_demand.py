@@ -79,6 +79,34 @@ def test_updates_splice_what_a_fresh_copy_holds(path: Path) -> None:
     assert np.array_equal(spliced.lookup(pcs), whole.lookup(pcs))
 
 
+@pytest.mark.parametrize("path", [LIBC, LS], ids=lambda p: p.name)
+def test_words_now_are_what_a_spliced_copy_gives(path: Path) -> None:
+    """Between updates, the words of pcs in functions made since the last one come from
+    those functions' own rows (not spliced yet): what an update would then give, for pcs
+    in made functions, in functions not made, at their edges, and outside every one."""
+    table = _table(path)
+    assert table.index is not None
+    starts, ends = table.index.starts, table.index.ends
+    kept = OnDemandFlat(table, table.abi)
+    kept.update()
+    rng = random.Random(31)
+    plt = [p for p, ref in enumerate(table.index.refs) if ref < 0]
+    probes = sorted({pc for p in range(len(starts)) for pc in (starts[p], ends[p] - 1, ends[p],
+                                                                (starts[p] + ends[p]) // 2)}
+                    | {0, starts[0] - 1, ends[-1] + 0x100})
+    pcs = np.array(probes, np.uint64)
+    for positions in [plt, *(rng.sample(range(len(starts)), min(40, len(starts)))
+                             for _ in range(4))]:
+        for position in positions:
+            table.ensure(starts[position])
+        now = kept.words_now(pcs)
+        assert np.array_equal(now, OnDemandFlat(table, table.abi).update().lookup(pcs))
+        if rng.random() < 0.5:
+            kept.update()  # (some rounds spliced, some left for the next words_now)
+    assert np.array_equal(kept.update().lookup(pcs),
+                          OnDemandFlat(table, table.abi).update().lookup(pcs))
+
+
 def test_a_table_turned_whole_gives_the_whole_rows() -> None:
     table = _table(LIBC)
     kept = OnDemandFlat(table, table.abi)
@@ -86,6 +114,8 @@ def test_a_table_turned_whole_gives_the_whole_rows() -> None:
     table._turn_whole()
     assert table.whole is not None
     _same(kept.update(), flatten(table.whole, table.abi))
+    pcs = np.array(table.whole.reader.fde_start(0) + np.arange(0, 64, 4), np.uint64)
+    assert np.array_equal(kept.words_now(pcs), flatten(table.whole, table.abi).lookup(pcs))
 
 
 def _made_lookups(table: OnDemandTable, count: int) -> list[SFrameLookup]:

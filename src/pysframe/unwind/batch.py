@@ -309,7 +309,8 @@ class BatchUnwinder:
             at = np.flatnonzero(mappings == index)
             mapping = space.mappings[index]
             module = mapping.module
-            table = self.table(module)
+            on_demand = self._on_demand_flat(module)
+            table = self.table(module) if on_demand is None else on_demand.current()
             whole = _whole_mapping(table, mapping)
             if whole is not None:
                 words[at] = whole
@@ -317,8 +318,17 @@ class BatchUnwinder:
             assert table is not None and module is not None
             # Link-time pcs: each is in the mapping, so at or after the row covering its
             # start (which a snapshot extends down to it), and before its end.
-            words[at] = table.lookup(pcs[at] - np.uint64(module.bias % (1 << 64)))
+            link = pcs[at] - np.uint64(module.bias % (1 << 64))
+            # (an on-demand table's functions made since the snapshot: not spliced yet)
+            words[at] = table.lookup(link) if on_demand is None else on_demand.words_now(link)
         return words
+
+    def _on_demand_flat(self, module: Module | None) -> OnDemandFlat | None:
+        """The flat copy of ``module``'s on-demand table, once made (None: none)."""
+        if module is None or module.lookup is None or module.guard.fault is not None:
+            return None
+        made = self._on_demand.get(id(module.lookup))
+        return made[1] if made is not None else None
 
     def _trampolines(self, mapping: Mapping) -> list[int]:
         """Addresses in ``mapping`` whose code is the x86-64 sigreturn trampoline."""

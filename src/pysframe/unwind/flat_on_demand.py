@@ -46,6 +46,9 @@ class OnDemandFlat:
         self.flatten_function = flatten_function or (lambda lookup: flatten(lookup, abi))
         self.taken = 0  # functions taken in (table.made_after's count)
         self.flat: FlatTable | None = None
+        #: Functions taken in but not spliced into :attr:`flat` yet (see :meth:`words_now`).
+        self._unspliced: dict[int, SFrameLookup | None] = {}
+        self._index_starts: U64 = np.zeros(0, np.uint64)
         #: The row where each function's rows begin in :attr:`flat`.
         self._row_of: npt.NDArray[np.int64] = np.zeros(0, np.int64)
         self._whole: FlatTable | None = None
@@ -63,13 +66,59 @@ class OnDemandFlat:
             self.flat = self._pending(*ranges)
         made = self.table.made_after(self.taken)
         self.taken += len(made)
+        if self._unspliced:
+            made = [*self._unspliced.items(), *made]
+            self._unspliced = {}
         if made:
             self._splice(sorted(made, key=lambda item: item[0]))
         return self.flat
 
+    def current(self) -> FlatTable:
+        """The flat table as last updated, the functions made since not in it (made now
+        if there is none yet, or if the table turned whole: :meth:`update`)."""
+        if self.flat is None or self.table.index_ranges() is None or self.table.whole is not None:
+            return self.update()
+        return self.flat
+
+    def words_now(self, pcs: U64) -> U64:
+        """``update().lookup(pcs)``, without splicing the functions made since the last
+        update: a pc still PENDING there is looked up in its function's own rows, which
+        hold the same words over its range. The batch engine asks this at each step that
+        met functions not made yet (a first run's hundreds), and splicing a large table
+        each time (cc1's: 90k rows) cost more than the steps; the snapshot of the next
+        batch takes them all at once (:meth:`update`)."""
+        if self.current() is not self.flat:
+            return self.update().lookup(pcs)
+        for position, lookup in self.table.made_after(self.taken):
+            self._unspliced[position] = lookup
+            self.taken += 1
+        words = self.flat.lookup(pcs)
+        pending = np.flatnonzero(words == PENDING)
+        if not pending.size or not self._unspliced:
+            return words
+        functions = np.searchsorted(self._index_starts, pcs[pending], "right") - 1
+        for at, position in zip(pending.tolist(), functions.tolist(), strict=True):
+            if position in self._unspliced:
+                words[at] = self._function_words(self._unspliced[position], pcs[at:at + 1])[0]
+        return words
+
+    def _function_words(self, lookup: SFrameLookup | None, pcs: U64) -> U64:
+        """The words of ``pcs`` (inside the function of ``lookup``) in its own rows."""
+        if lookup is None:
+            return np.full(len(pcs), KIND_NONE, np.uint64)
+        return self._flat_of(lookup).lookup(pcs)
+
+    def _flat_of(self, lookup: SFrameLookup) -> FlatTable:
+        """A made function's flat rows (once per lookup: :attr:`memo`)."""
+        found = self.memo.get(id(lookup))
+        if found is None:
+            found = self.memo[id(lookup)] = (lookup, self.flatten_function(lookup))
+        return found[1]
+
     def _pending(self, starts: list[int], ends: list[int]) -> FlatTable:
         """Every function pending: its start (PENDING) and its end (no rule)."""
         count = len(starts)
+        self._index_starts = np.array(starts, np.uint64)
         rows = np.empty(2 * count, np.uint64)
         rows[0::2], rows[1::2] = starts, ends
         words = np.empty(2 * count, np.uint64)
@@ -86,10 +135,7 @@ class OnDemandFlat:
         pending = self.flat.starts[at:at + 2]
         if lookup is None:
             return pending, np.array([KIND_NONE, KIND_NONE], np.uint64)
-        found = self.memo.get(id(lookup))
-        if found is None:
-            found = self.memo[id(lookup)] = (lookup, self.flatten_function(lookup))
-        flat = found[1]
+        flat = self._flat_of(lookup)
         if flat.rare_all:
             return pending, np.array([KIND_RARE, KIND_NONE], np.uint64)
         if not flat.masks:  # (no MASK word either: the usual function, left as it is)
