@@ -48,6 +48,7 @@ class OnDemandFlat:
         self.flat: FlatTable | None = None
         #: Functions taken in but not spliced into :attr:`flat` yet (see :meth:`words_now`).
         self._unspliced: dict[int, SFrameLookup | None] = {}
+        self._overlay: tuple[FlatTable, npt.NDArray[np.int64]] | None = None
         self._index_starts: U64 = np.zeros(0, np.uint64)
         #: The row where each function's rows begin in :attr:`flat`.
         self._row_of: npt.NDArray[np.int64] = np.zeros(0, np.int64)
@@ -68,7 +69,7 @@ class OnDemandFlat:
         self.taken += len(made)
         if self._unspliced:
             made = [*self._unspliced.items(), *made]
-            self._unspliced = {}
+            self._unspliced, self._overlay = {}, None
         if made:
             self._splice(sorted(made, key=lambda item: item[0]))
         return self.flat
@@ -91,22 +92,29 @@ class OnDemandFlat:
             return self.update().lookup(pcs)
         for position, lookup in self.table.made_after(self.taken):
             self._unspliced[position] = lookup
+            self._overlay = None
             self.taken += 1
         words = self.flat.lookup(pcs)
         pending = np.flatnonzero(words == PENDING)
         if not pending.size or not self._unspliced:
             return words
-        functions = np.searchsorted(self._index_starts, pcs[pending], "right") - 1
-        for at, position in zip(pending.tolist(), functions.tolist(), strict=True):
-            if position in self._unspliced:
-                words[at] = self._function_words(self._unspliced[position], pcs[at:at + 1])[0]
+        overlay, made = self._made_since()
+        positions = np.searchsorted(self._index_starts, pcs[pending], "right") - 1
+        at = pending[np.isin(positions, made)]
+        words[at] = overlay.lookup(pcs[at])
         return words
 
-    def _function_words(self, lookup: SFrameLookup | None, pcs: U64) -> U64:
-        """The words of ``pcs`` (inside the function of ``lookup``) in its own rows."""
-        if lookup is None:
-            return np.full(len(pcs), KIND_NONE, np.uint64)
-        return self._flat_of(lookup).lookup(pcs)
+    def _made_since(self) -> tuple[FlatTable, npt.NDArray[np.int64]]:
+        """The rows of the functions not spliced yet, alone (as a splice would place them),
+        and their positions."""
+        if self._overlay is None:
+            masks: list[MaskFunction] = []
+            parts = [self._rows(position, self._unspliced[position], masks)
+                     for position in sorted(self._unspliced)]
+            self._overlay = (FlatTable(np.concatenate([rows for rows, _ in parts]),
+                                       np.concatenate([words for _, words in parts]), masks),
+                             np.array(sorted(self._unspliced), np.int64))
+        return self._overlay
 
     def _flat_of(self, lookup: SFrameLookup) -> FlatTable:
         """A made function's flat rows (once per lookup: :attr:`memo`)."""
