@@ -93,6 +93,41 @@ def test_a_symlinked_sub_directory_is_not_followed(cache: Path, tmp_path: Path) 
     assert list(elsewhere.iterdir()) == []
 
 
+def test_kept_directories_are_checked_once_and_closed(cache: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside KeptDirectories (a run's saves at its end) entries are kept and read as
+    outside it, each directory opened once, every descriptor closed after; a symlinked
+    directory is refused there too."""
+    source = cachedir.describe(3, [b"abc"])
+    ids = [bytes([k, 7]) * 10 for k in range(4)]
+    opened: list[str] = []
+    real_open = cachedir._open_directory
+
+    def counted(parent: int, name: str, path: str, create: bool) -> int | None:
+        opened.append(path)
+        return real_open(parent, name, path, create)
+
+    monkeypatch.setattr(cachedir, "_open_directory", counted)
+    descriptors = len(os.listdir("/proc/self/fd"))
+    with cachedir.KeptDirectories():
+        for build_id in ids * 3:
+            cachedir.store("sframe/test.v1", build_id, b"payload " + build_id, source)
+            assert cachedir.load("sframe/test.v1", build_id, source) == b"payload " + build_id
+        with cachedir.KeptDirectories():  # (nested: the outer one keeps and closes)
+            assert cachedir.load("sframe/test.v1", ids[0], source) == b"payload " + ids[0]
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    assert len(opened) == len(set(opened)) == 2 + len({build_id[:1] for build_id in ids})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (cache / "pysframe" / "symbols").symlink_to(elsewhere)
+    with cachedir.KeptDirectories():
+        cachedir.store("symbols/test.v1", ids[0], b"payload", source)
+        assert cachedir.load("symbols/test.v1", ids[0], source) is None
+    assert list(elsewhere.iterdir()) == []
+    for build_id in ids:  # (what was kept inside is read outside)
+        assert cachedir.load("sframe/test.v1", build_id, source) == b"payload " + build_id
+
+
 def test_a_symlinked_cache_root_is_not_followed(cache: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)

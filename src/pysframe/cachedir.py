@@ -289,21 +289,56 @@ def _open_directory(parent: int, name: str, path: str, create: bool) -> int | No
     return fd
 
 
+class _Kept:
+    #: (root, directories) -> a descriptor, inside :class:`KeptDirectories`.
+    directories: dict[tuple[str, ...], int] | None = None
+
+
+_KEPT = _Kept()
+
+
+class KeptDirectories:
+    """Within ``with KeptDirectories():`` each entry directory is opened and checked once
+    (a run's saves at its end write and read dozens of entries: each walk from the root
+    opened, and made if need be, and checked four directories); closed at the end."""
+
+    def __enter__(self) -> None:
+        self._outer = _KEPT.directories is not None
+        if not self._outer:
+            _KEPT.directories = {}
+
+    def __exit__(self, *_: object) -> None:
+        if self._outer or _KEPT.directories is None:
+            return
+        for fd in _KEPT.directories.values():
+            os.close(fd)
+        _KEPT.directories = None
+
+
 def _directory(directories: list[str], create: bool) -> int | None:
     """A descriptor of the entry directory below the cache root, every step checked; None
-    when it does not exist (and ``create`` is off) or is not to be used."""
-    root = cache_root()
-    path = os.path.dirname(root)
-    try:
-        if create:
-            os.makedirs(path, 0o700, exist_ok=True)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    for name in [os.path.basename(root), *directories]:
-        path = os.path.join(path, name)
+    when it does not exist (and ``create`` is off) or is not to be used. Inside
+    :class:`KeptDirectories`, the walk starts from the deepest directory of the way
+    opened already, and keeps a copy of each one it opens."""
+    root, kept = cache_root(), _KEPT.directories
+    names = [os.path.basename(root), *directories]
+    path, fd, first = os.path.dirname(root), None, 0
+    for depth in range(len(directories), -1, -1) if kept is not None else ():
+        found = kept.get((root, *directories[:depth])) if kept is not None else None
+        if found is not None:  # (names[depth] is the directory (root, *directories[:depth]))
+            path, fd, first = os.path.join(root, *directories[:depth]), os.dup(found), depth + 1
+            break
+    if fd is None:
         try:
-            child = _open_directory(fd, name, path, create)
+            if create:
+                os.makedirs(path, 0o700, exist_ok=True)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+    for depth in range(first, len(names)):
+        path = os.path.join(path, names[depth])
+        try:
+            child = _open_directory(fd, names[depth], path, create)
         except _Unusable as problem:
             _warn_once(path, str(problem))
             child = None
@@ -314,6 +349,8 @@ def _directory(directories: list[str], create: bool) -> int | None:
         if child is None:
             return None
         fd = child
+        if kept is not None:
+            kept[(root, *directories[:depth])] = os.dup(fd)
     return fd
 
 

@@ -47,11 +47,14 @@ def save_made() -> None:
     """Keep in the cache the functions every on-demand table made (done at exit; a forked
     worker that ends with ``os._exit`` calls it itself), and the flat rows the batch
     engine made of them."""
-    for table in _GIVEN:
-        table.save()
-    flat_cache = sys.modules.get("pysframe.unwind.flat_cache")
-    if flat_cache is not None:  # (imported with numpy, by the batch engine alone)
-        flat_cache.save_function_rows()
+    from ..cachedir import KeptDirectories
+
+    with KeptDirectories():
+        for table in _GIVEN:
+            table.save()
+        flat_cache = sys.modules.get("pysframe.unwind.flat_cache")
+        if flat_cache is not None:  # (imported with numpy, by the batch engine alone)
+            flat_cache.save_function_rows()
 
 
 atexit.register(save_made)
