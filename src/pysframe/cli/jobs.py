@@ -51,41 +51,137 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     kept in a file of its own and handed, line by line, to ``forward`` (default: written
     on stderr here) once it has ended, before its text: the caller leaves out the lines
     another process said already (a damaged binary that both met)."""
-    children: list[tuple[int, list[int], int]] = []
+    children: list[tuple[int, int, list[int]]] = []
     try:
-        for number, (start, end) in enumerate(ranges[1:], 1):
-            children.append(_fork(start, end, produce, failed, finish,
-                                  _numbered(started, number)))
+        for number, bounds in enumerate(ranges[1:], 1):
+            files = _text_files()
+
+            def work(number: int = number, bounds: tuple[int, int] = bounds,
+                     files: list[int] = files) -> None:
+                if started is not None:
+                    started(number)
+                _write_range(produce, bounds, files, IN_MEMORY)
+
+            children.append((*_fork(work, failed, finish), files))
         if started is not None:
             started(0)
         if ranges:
             yield from produce(*ranges[0])
         if produced is not None:
             produced()
-        for pid, files, errors in children:
-            status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-            statuses.append(status)
-            _forward(errors, forward)
-            if status not in (0, EXIT_INVALID):  # 1: problems reported, the text is whole
-                raise CommandError(f"a worker process failed (exit status {status})", status
-                                   if status > 0 else EXIT_INVALID)
-            for fd in files:  # in memory, then what did not fit
-                os.lseek(fd, 0, os.SEEK_SET)
-                if copy is not None:
-                    copy(fd)
-                else:
-                    while piece := os.read(fd, _PIECE):
-                        yield piece.decode("utf-8", "surrogateescape")
+        for pid, errors, files in children:
+            _reap(pid, errors, statuses, forward)
+            yield from _handed_on(files, copy)
             _close([*files, errors])
             children = children[1:]
     finally:
-        for pid, files, errors in children:  # stopped early (an error, a closed pipe): end them
-            try:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
-            _close([*files, errors])
+        _end(children)
+
+
+def in_claimed_order(ranges: list[tuple[int, int]], processes: int,
+                     produce: Callable[[int, int], Iterator[str]], failed: Callable[[], bool],
+                     statuses: list[int], finish: Callable[[], None] | None = None,
+                     copy: Callable[[int], None] | None = None,
+                     started: Callable[[int], None] | None = None,
+                     produced: Callable[[], None] | None = None,
+                     forward: Callable[[str], None] | None = None) -> Iterator[str]:
+    """What :func:`in_order` gives, the ``ranges`` (at most 255, more than ``processes``)
+    made by ``processes`` processes that each claim the next range no one has claimed
+    once done with their last one, instead of one fixed share each: parts of a recording
+    cost differently (the first ones a process makes, where it makes functions and reads
+    symbol tables; processes with more threads), and one of two fixed halves was done
+    100-200 ms before the other. This process claims range 0 and streams it; each other
+    range is kept in files of its own by whichever process made it, and handed on in
+    order once every child has ended. ``started(k)`` is called first in process k (this
+    one: 0); the rest as :func:`in_order` says."""
+    if not 0 < len(ranges) <= 255:
+        raise ValueError(f"{len(ranges)} ranges to claim (1 to 255)")
+    tokens, writer = os.pipe()  # one byte per range left: a one-byte read claims one
+    try:
+        os.write(writer, bytes(range(1, len(ranges))))
+    finally:
+        os.close(writer)
+    outputs: list[list[int]] = [[]] + [_text_files() for _ in ranges[1:]]
+    limit = IN_MEMORY * processes // len(ranges)  # (what in_order keeps, in all)
+    children: list[tuple[int, int, list[int]]] = []
+
+    def worker(number: int) -> Callable[[], None]:
+        def work() -> None:
+            if started is not None:
+                started(number)
+            for claimed in _claims(tokens):
+                _write_range(produce, ranges[claimed], outputs[claimed], limit)
+
+        return work
+
+    try:
+        for number in range(1, processes):
+            children.append((*_fork(worker(number), failed, finish), []))
+        if started is not None:
+            started(0)
+        yield from produce(*ranges[0])
+        for claimed in _claims(tokens):
+            _write_range(produce, ranges[claimed], outputs[claimed], limit)
+        if produced is not None:
+            produced()
+        for pid, errors, _ in children:
+            _reap(pid, errors, statuses, forward)
+            _close([errors])
+            children = children[1:]
+        for files in outputs[1:]:
+            yield from _handed_on(files, copy)
+    finally:
+        _end(children)
+        _close([tokens, *(fd for files in outputs for fd in files)])
+
+
+def _claims(tokens: int) -> Iterator[int]:
+    """The ranges this process claims, one at a time (none left: the pipe is empty, and no
+    one can write to it)."""
+    while token := os.read(tokens, 1):
+        yield token[0]
+
+
+def _write_range(produce: Callable[[int, int], Iterator[str]], bounds: tuple[int, int],
+                 files: list[int], limit: int) -> None:
+    out = _Spilling(files, limit)
+    for text in produce(*bounds):
+        out.write(text)
+
+
+def _reap(pid: int, errors: int, statuses: list[int],
+          forward: Callable[[str], None] | None) -> None:
+    """Wait for a child; its stderr forwarded, its status noted (one that is neither 0 nor
+    1, problems reported with the text whole, is an error)."""
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    statuses.append(status)
+    _forward(errors, forward)
+    if status not in (0, EXIT_INVALID):
+        raise CommandError(f"a worker process failed (exit status {status})", status
+                           if status > 0 else EXIT_INVALID)
+
+
+def _handed_on(files: list[int], copy: Callable[[int], None] | None) -> Iterator[str]:
+    """The text in ``files`` (in memory, then what did not fit), copied with ``copy`` or
+    yielded."""
+    for fd in files:
+        os.lseek(fd, 0, os.SEEK_SET)
+        if copy is not None:
+            copy(fd)
+        else:
+            while piece := os.read(fd, _PIECE):
+                yield piece.decode("utf-8", "surrogateescape")
+
+
+def _end(children: list[tuple[int, int, list[int]]]) -> None:
+    """Children not waited for (stopped early: an error, a closed pipe): ended."""
+    for pid, errors, files in children:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+        _close([*files, errors])
 
 
 def _forward(errors: int, forward: Callable[[str], None] | None) -> None:
@@ -105,13 +201,6 @@ def _forward(errors: int, forward: Callable[[str], None] | None) -> None:
 def _close(files: list[int]) -> None:
     for fd in files:
         os.close(fd)
-
-
-def _numbered(started: Callable[[int], None] | None, number: int
-              ) -> Callable[[], None] | None:
-    if started is None:
-        return None
-    return lambda: started(number)
 
 
 def copier(stream: IO[str]) -> Callable[[int], None] | None:
@@ -146,30 +235,25 @@ def copier(stream: IO[str]) -> Callable[[int], None] | None:
     return copy
 
 
-def _fork(start: int, end: int, produce: Callable[[int, int], Iterator[str]],
-          failed: Callable[[], bool], finish: Callable[[], None] | None = None,
-          started: Callable[[], None] | None = None) -> tuple[int, list[int], int]:
-    """A child making samples ``start`` to ``end`` into its files (:func:`_text_files`),
-    its stderr into a file of its own."""
-    files = _text_files()
+def _fork(work: Callable[[], None], failed: Callable[[], bool],
+          finish: Callable[[], None] | None = None) -> tuple[int, int]:
+    """(pid, stderr file) of a child doing ``work`` (its text into its files), its stderr
+    into a file of its own, calling ``finish`` once done."""
     errors = unnamed_file()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid:
-        return pid, files, errors
+        return pid, errors
     status = EXIT_INVALID
     try:
         os.dup2(errors, 2)
-        def work() -> int:
-            if started is not None:
-                started()
-            out = _Spilling(files)
-            for text in produce(start, end):
-                out.write(text)
+
+        def run() -> int:
+            work()
             return 0
 
-        status = guarded(work)
+        status = guarded(run)
         if finish is not None:
             try:
                 finish()
@@ -195,15 +279,15 @@ def _text_files() -> list[int]:
 
 
 class _Spilling:
-    """Writes a child's text to its first file up to :data:`IN_MEMORY` bytes, the rest to
-    the last one (the order the parent reads them in)."""
+    """Writes a child's text to its first file up to ``limit`` bytes, the rest to the last
+    one (the order the parent reads them in)."""
 
-    def __init__(self, files: list[int]) -> None:
-        self.files, self.held, self.at = files, 0, 0
+    def __init__(self, files: list[int], limit: int = IN_MEMORY) -> None:
+        self.files, self.limit, self.held, self.at = files, limit, 0, 0
 
     def write(self, text: str) -> None:
         data = text.encode("utf-8", "surrogateescape")
-        if self.held + len(data) > IN_MEMORY:
+        if self.held + len(data) > self.limit:
             self.at = len(self.files) - 1
         self.held += len(data)
         view = memoryview(data)

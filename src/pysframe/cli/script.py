@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 #: ``vector`` batches every group, even of one sample.
 ENGINE_VARIABLE = "PYSFRAME_ENGINE"
 VECTOR_FROM = 64 << 20
+#: The batch pipeline's ``-j`` runs share out this many ranges at most (of whole chunks),
+#: each process claiming the next one when done with its last (:func:`.jobs.in_claimed_order`).
+CLAIMED_RANGES = 255
 
 
 def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: int,
@@ -87,24 +90,29 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     # What is loaded by now (the recording's arrays, modules, caches) lives to the end:
     # the collector's passes skip it from here on, and forked workers share its pages.
     gc.freeze()
-    ranges = session.ranges(1 if show_stops else jobs)  # stop lines in the samples' order
+    if show_stops or jobs < 2:  # (stop lines in the samples' order)
+        return texts(*session.ranges(1)[0])
+    # Ranges of a chunk each, claimed by the processes as they go (jobs.in_claimed_order).
+    ranges = session.ranges(CLAIMED_RANGES)
     if len(ranges) == 1:
         return texts(*ranges[0])
-    return _in_jobs(ranges, texts, problems, statuses, stream)
+    return _in_jobs(ranges, texts, problems, statuses, stream, processes=min(jobs, len(ranges)))
 
 
 def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, statuses: list[int],
-             stream: Any, failed: Callable[[], bool] | None = None) -> Iterator[str]:
+             stream: Any, failed: Callable[[], bool] | None = None,
+             processes: int | None = None) -> Iterator[str]:
     """The text of ``ranges`` (``texts(first, last)``), each made by a process of its own
-    (:func:`.jobs.in_order`): the workers take the functions another made, each keeps what
-    it made, and removes the vDSO copies it made; a child has failed if it noted
-    ``problems`` or ``failed()`` (if given) says so."""
+    (:func:`.jobs.in_order`), or claimed by ``processes`` processes as they go
+    (:func:`.jobs.in_claimed_order`): the workers take the functions another made, each
+    keeps what it made, and removes the vDSO copies it made; a child has failed if it
+    noted ``problems`` or ``failed()`` (if given) says so."""
     from ..made_exchange import MadeExchange, share
     from ..session.perf import remove_own_copies
     from ..session.tables import save_made
-    from .jobs import copier, in_order
+    from .jobs import copier, in_claimed_order, in_order
 
-    workers = MadeExchange.for_workers(len(ranges))
+    workers = MadeExchange.for_workers(processes or len(ranges))
 
     def finish() -> None:
         # A child ends with os._exit: it keeps the functions its on-demand tables made,
@@ -122,14 +130,18 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
         shown.add(line)
         sys.stderr.write(line)
 
+    def failing() -> bool:
+        return bool(problems) or (failed is not None and failed())
+
     # The workers take what another made (each its own exchange, from the same files);
     # this process keeps what it made while the children finish.
+    extra = (finish, copier(stream) if stream is not None else None,
+             lambda mine: share(MadeExchange(workers, mine)), save_made, forward)
     try:
-        yield from in_order(ranges, texts,
-                            lambda: bool(problems) or (failed is not None and failed()), statuses,
-                            finish, copier(stream) if stream is not None else None,
-                            lambda mine: share(MadeExchange(workers, mine)), save_made,
-                            forward)
+        if processes is None:
+            yield from in_order(ranges, texts, failing, statuses, *extra)
+        else:
+            yield from in_claimed_order(ranges, processes, texts, failing, statuses, *extra)
     finally:
         share(None)
         MadeExchange.close_files(workers)

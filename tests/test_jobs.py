@@ -1,0 +1,96 @@
+"""``-j``'s ranges claimed as the processes go (cli.jobs.in_claimed_order): the text is the
+ranges' in order, each made once, whichever process claimed it; a slow process leaves the
+rest to the others; a failing child ends the run with its status, nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from pysframe.cli import jobs
+from pysframe.cli.errors import CommandError
+
+
+def _ranges(count: int, size: int = 10) -> list[tuple[int, int]]:
+    return [(k * size, (k + 1) * size) for k in range(count)]
+
+
+def _produce(slow: set[int] | None = None) -> tuple[list[int], object]:
+    numbers: list[int] = []  # the process's number (started), set in each process
+
+    def started(number: int) -> None:
+        numbers[:] = [number]
+
+    def produce(first: int, last: int) -> Iterator[str]:
+        if slow and first in slow:
+            time.sleep(0.3)
+        for sample in range(first, last):
+            yield f"sample {sample} by {numbers[0]} in {os.getpid()}\n"
+
+    return numbers, (produce, started)
+
+
+def _lines(text: str) -> list[tuple[int, int, int]]:
+    return [(int(words[1]), int(words[3]), int(words[5]))
+            for words in (line.split() for line in text.splitlines())]
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3, 4])
+@pytest.mark.parametrize("in_memory", [jobs.IN_MEMORY, 0, 200])
+def test_the_ranges_come_in_order_each_made_once(processes: int, in_memory: int,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every sample once, in order, whether each range's text is held in memory, in its
+    file, or spilled midway; statuses of the children all 0."""
+    monkeypatch.setattr(jobs, "IN_MEMORY", in_memory)
+    _, (produce, started) = _produce()
+    statuses: list[int] = []
+    text = "".join(jobs.in_claimed_order(_ranges(12), processes, produce,  # type: ignore[arg-type]
+                                         lambda: False, statuses, started=started))  # type: ignore[arg-type]
+    lines = _lines(text)
+    assert [sample for sample, _, _ in lines] == list(range(120))
+    assert statuses == [0] * (processes - 1)
+    assert {number for _, number, _ in lines} <= set(range(processes))
+    # One process number per pid: each process was started once, with its own number.
+    assert len({(number, pid) for _, number, pid in lines}) == len({pid for _, _, pid in lines})
+
+
+def test_a_slow_process_leaves_the_other_ranges_to_the_others() -> None:
+    """This process's range 0 takes long: the children claim the rest meanwhile."""
+    _, (produce, started) = _produce(slow={0})
+    text = "".join(jobs.in_claimed_order(_ranges(6), 3, produce, lambda: False,  # type: ignore[arg-type]
+                                         [], started=started))  # type: ignore[arg-type]
+    lines = _lines(text)
+    assert [sample for sample, _, _ in lines] == list(range(60))
+    assert {pid for sample, _, pid in lines if sample < 10} == {os.getpid()}
+    assert os.getpid() not in {pid for sample, _, pid in lines if sample >= 10}
+
+
+def test_a_failing_child_ends_the_run_and_nothing_is_left() -> None:
+    """A child whose range raises: a CommandError with its status after the others are
+    waited for; no child left running, no descriptor left open."""
+    descriptors = len(os.listdir("/proc/self/fd"))
+
+    def produce(first: int, last: int) -> Iterator[str]:
+        if first == 0:
+            time.sleep(0.3)  # (this process's range 0: the child claims the next one)
+        if first == 1000:
+            raise CommandError("range 1 cannot be made", 4)
+        yield f"{first}\n"
+
+    statuses: list[int] = []
+    with pytest.raises(CommandError) as failed:
+        "".join(jobs.in_claimed_order([(0, 10), (1000, 1010), *_ranges(8)[1:]], 2, produce,
+                                      lambda: False, statuses))
+    assert failed.value.exit_code == 4 and statuses == [4]
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
+def test_at_most_255_ranges_are_claimed() -> None:
+    with pytest.raises(ValueError):
+        "".join(jobs.in_claimed_order(_ranges(256), 2, lambda first, last: iter(()),
+                                      lambda: False, []))
