@@ -17,6 +17,7 @@ FDE of real binaries.
 from __future__ import annotations
 
 from ..cfi.leb128 import DecodeError, read_uleb128
+from ..errors import PysframeError
 from ..format.constants import BaseReg
 from ..format.model import FDE, FRE
 
@@ -32,8 +33,11 @@ _State = tuple[int, int, "int | None"]
 _Row = tuple[int, int, int, "int | None"]
 
 
-class _NotPlain(Exception):
-    """The CFI is not plain: the general translation reads it."""
+class _NotPlain(PysframeError):
+    """The CFI is not plain: the general translation reads it (never raised further)."""
+
+    def __init__(self) -> None:
+        super().__init__("not plain CFI")
 
 
 def plain_fde(data: bytes | memoryview, cfi: CFIFDE) -> FDE | None:
