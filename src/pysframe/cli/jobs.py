@@ -2,9 +2,10 @@
 
 The ranges are independent once each starts from the state before it (the caller's
 ``produce`` replays what it needs). The first range is made here and streamed at once;
-every other one by a child forked before any of them starts, into memory (a memfd) and,
-past :data:`IN_MEMORY` bytes, an unnamed temporary file, read back in order when its turn
-comes. Forking (not spawning) shares the opened recording, the loaded tables and caches
+every other one by a child forked before any of them starts (:func:`in_order`: one range
+each; :func:`in_claimed_order`: ranges claimed one at a time as the processes go), into
+memory (a memfd) and, past :data:`IN_MEMORY` bytes, an unnamed temporary file, read back
+in order when its turn comes. Forking (not spawning) shares the opened recording, the loaded tables and caches
 at no cost. A child's stderr goes to a file of its own, handed on here once it has ended
 (see :func:`in_order`); a child that fails says why there, and the run then ends with
 that child's status.
