@@ -37,8 +37,7 @@ def fde_columns(data: bytes | memoryview, section_address: int, *, big_endian: b
     where entries may start (:func:`hinted_offsets`), which only speed the walk up."""
     parser = _Parser(data, section_address, big_endian, address_size, False)
     view = parser.data
-    walked = (_walk(view, parser.order) if hints is None
-              else _hinted_walk(view, parser.order, hints))
+    walked = _walk(view, parser.order, hints)
     if walked is None:
         return None
     offsets, ends = walked
@@ -78,56 +77,25 @@ def fde_columns(data: bytes | memoryview, section_address: int, *, big_endian: b
     return begins[kept], extents[kept], offsets[kept]
 
 
-def _walk(view: bytes | memoryview, order: str) -> tuple[I64, I64] | None:
+def _walk(view: bytes | memoryview, order: str, hints: I64 | None = None
+          ) -> tuple[I64, I64] | None:
     """The (start, end) of every entry, as ``fde_ranges`` walks them (to a zero length or
-    an entry past the end); None at a 64-bit entry."""
+    an entry past the end); None at a 64-bit entry. With ``hints`` (offsets where entries
+    may start), a run of hinted entries, each ending where the next hinted one starts, is
+    taken at once (:class:`_Runs`); from anywhere else (a CIE, an entry the hints miss,
+    one that ends the walk) entries are read one at a time. Wrong hints cost time only:
+    the walk goes where the lengths say."""
     unpack = struct.Struct(order + "I").unpack_from
     size = len(view)
-    starts: list[int] = []
-    append = starts.append
-    offset = 0
-    while offset + 4 <= size:
-        length = unpack(view, offset)[0]
-        if length == 0:
-            break
-        if length == 0xFFFFFFFF:
-            return None
-        end = offset + 4 + length
-        if end > size:
-            break
-        append(offset)
-        offset = end
-    first = np.array(starts, np.int64)
-    return first, np.append(first[1:], offset) if len(first) else first
-
-
-def _hinted_walk(view: bytes | memoryview, order: str, hints: I64) -> tuple[I64, I64] | None:
-    """What :func:`_walk` gives, the entries that start at a hint taken in runs: a run of
-    hinted entries, each ending where the next hinted one starts, is read at once; from
-    anywhere else (a CIE, an entry the hints miss, one that ends the walk) one entry at a
-    time, as :func:`_walk` reads it. Wrong hints cost time only: the walk goes where the
-    lengths say."""
-    size = len(view)
-    octets = np.frombuffer(view, np.uint8)
-    hinted = np.sort(hints[(hints >= 0) & (hints <= size - 4)])  # (np.unique hashes: slower)
-    hinted = hinted[np.append(True, hinted[1:] != hinted[:-1])]
-    ends = hinted + 4 + _gather(octets, hinted, order + "u4", size).astype(np.int64)
-    stop = (ends - hinted == 4) | (ends - hinted == 0xFFFFFFFF + 4) | (ends > size)
-    breaks = np.flatnonzero(stop | np.append(ends[:-1] != hinted[1:], True))
-    unpack = struct.Struct(order + "I").unpack_from
+    runs = _Runs(view, order, hints) if hints is not None else None
     parts: list[I64] = []
     single: list[int] = []
     offset = 0
     while offset + 4 <= size:
-        at = int(np.searchsorted(hinted, offset))
-        if at < len(hinted) and int(hinted[at]) == offset and not stop[at]:
-            last = int(breaks[np.searchsorted(breaks, at)])  # (the last hint is a break)
-            last -= bool(stop[last])  # (an entry that ends the walk: read below)
-            if single:
-                parts.append(np.array(single, np.int64))
-                single = []
-            parts.append(hinted[at:last + 1])
-            offset = int(ends[last])
+        run = runs.starting_at(offset) if runs is not None else None
+        if run is not None:
+            parts += [np.array(single, np.int64), run[0]]
+            single, offset = [], run[1]
             continue
         length = unpack(view, offset)[0]
         if length == 0:
@@ -142,6 +110,31 @@ def _hinted_walk(view: bytes | memoryview, order: str, hints: I64) -> tuple[I64,
     parts.append(np.array(single, np.int64))
     first = np.concatenate(parts)
     return first, np.append(first[1:], offset) if len(first) else first
+
+
+class _Runs:
+    """Hinted entries in runs: each ends where the next hinted one starts, none ends the
+    walk (a zero or 64-bit length, or past the end: those are read one at a time)."""
+
+    def __init__(self, view: bytes | memoryview, order: str, hints: I64) -> None:
+        size = len(view)
+        hinted = np.sort(hints[(hints >= 0) & (hints <= size - 4)])  # (np.unique: slower)
+        self.hinted = hinted = hinted[np.append(True, hinted[1:] != hinted[:-1])]
+        octets = np.frombuffer(view, np.uint8)
+        self.ends = ends = hinted + 4 + _gather(octets, hinted, order + "u4", size).astype(
+            np.int64)
+        self.stop = (ends - hinted == 4) | (ends - hinted == 0xFFFFFFFF + 4) | (ends > size)
+        self.breaks = np.flatnonzero(self.stop | np.append(ends[:-1] != hinted[1:], True))
+
+    def starting_at(self, offset: int) -> tuple[I64, int] | None:
+        """(the starts of the run of entries from ``offset``, where the last one ends), or
+        None when no run starts there."""
+        at = int(np.searchsorted(self.hinted, offset))
+        if at == len(self.hinted) or int(self.hinted[at]) != offset or self.stop[at]:
+            return None
+        last = int(self.breaks[np.searchsorted(self.breaks, at)])  # (the last hint breaks)
+        last -= bool(self.stop[last])  # (an entry that ends the walk: read one at a time)
+        return self.hinted[at:last + 1], int(self.ends[last])
 
 
 def hinted_offsets(hdr: bytes | memoryview, hdr_address: int, eh_frame_address: int, *,
