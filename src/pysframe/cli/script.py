@@ -152,11 +152,6 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
 #: reporting the records skipped. The Lua fixture's 3,171 samples, warm: -j 1 168 ms,
 #: -j 2 148 (15 alternating runs, on a machine whose second CPU adds ~30% to the first).
 SCALAR_JOBS_FROM = 1000
-#: Samples in a range of the sample-by-sample path's ``-j`` (at least: ranges are claimed
-#: as the processes go, at most :data:`CLAIMED_RANGES`). The Lua fixture, warm, -j 2, 12
-#: alternating runs on a slow spell of this machine: ranges of 800 samples 186 ms, 400
-#: 201, two fixed halves 202.
-SCALAR_RANGE = 800
 #: The end of the last share (past every recording's samples).
 _TO_THE_END = 1 << 62
 
@@ -179,10 +174,7 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
     count = estimated_samples(data)
     if count < SCALAR_JOBS_FROM or not _warm(data, unwinder):
         return None
-    # Ranges the processes claim as they go (jobs.in_claimed_order): each follows the
-    # records from where its last range ended.
-    shares = max(jobs, min(CLAIMED_RANGES, count // SCALAR_RANGE))
-    bounds = [count * k // shares for k in range(shares)] + [_TO_THE_END]
+    bounds = [count * k // jobs for k in range(jobs)] + [_TO_THE_END]
     width = name_width(data.attrs)
     records = unwinder.from_first_sample()  # each worker goes on from here
 
@@ -190,12 +182,12 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
         samples = _located(path, unwinder.samples(first, last, records))
         yield from perf_script_text(samples, kernel, problems, symbolizer=symbolizer,
                                     max_stack=max_stack, name_width=width)
-        if last == _TO_THE_END:  # the worker that read every record
+        if last == _TO_THE_END:  # the only worker that read every record
             report_skipped(path, data, report)
 
     gc.freeze()  # (the set-up's objects: see _vector_text)
     return _in_jobs(list(pairwise(bounds)), texts, problems, statuses, stream,
-                    lambda: bool(data.skipped), processes=jobs)
+                    lambda: bool(data.skipped))
 
 
 def _warm(data: Any, unwinder: Any) -> bool:

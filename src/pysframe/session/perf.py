@@ -126,23 +126,6 @@ def sample_registers(sample: Sample, arch: str) -> Registers | None:
                      sampled=(regs, dwarf))
 
 
-class NumberedRecords:
-    """Records in ``perf script`` order, read in ranges of samples (:meth:`PerfUnwinder.
-    samples`): :attr:`number` is the number of the next sample, and a range that ended at
-    a sample holds it (:attr:`held`) for the next one."""
-
-    def __init__(self, records: Iterator[Record]) -> None:
-        self.records = records
-        self.number = 0
-        self.held: Record | None = None
-
-    def __iter__(self) -> Iterator[Record]:
-        if self.held is not None:
-            held, self.held = self.held, None
-            yield held
-        yield from self.records
-
-
 class PerfUnwinder:
     """Streams the unwound samples of a recording, in ``perf script`` order."""
 
@@ -222,16 +205,15 @@ class PerfUnwinder:
         return space
 
     def samples(self, first: int = 0, last: int | None = None,
-                ordered: NumberedRecords | None = None) -> Iterator[UnwoundSample]:
+                ordered: Iterator[Record] | None = None) -> Iterator[UnwoundSample]:
         """The unwound samples, in order; with ``first`` and ``last``, only the samples
         numbered ``first`` to ``last`` (excluded) in that order, the records before them
-        followed all the same, from ``ordered`` (:meth:`from_first_sample`: where an
-        earlier range of this process ended) if given: for a recording that defers no
-        callchain, unfiltered, the ranges a worker of ``script -j`` claims."""
+        followed all the same, from ``ordered`` (:meth:`from_first_sample`) if given: for
+        a recording that defers no callchain, unfiltered, a worker's share of ``script
+        -j``."""
         if first or last is not None or ordered is not None:
             assert self.stitcher is None and self.keep is None
-            yield from self._numbered(first, last, ordered or NumberedRecords(
-                time_ordered(self.data)))
+            yield from self._numbered(first, last, ordered or time_ordered(self.data))
             return
         clock = perf_counter if self.unwind_seconds is not None else None
         records: Iterable[Record] = time_ordered(self.data)
@@ -256,35 +238,35 @@ class PerfUnwinder:
             else:
                 self.side_band(record)
 
-    def from_first_sample(self) -> NumberedRecords:
+    def from_first_sample(self) -> Iterator[Record]:
         """The records in ``perf script`` order from the first sample on, the side band
         before it applied: the state ``script -j`` forks its workers in (a binary mapped
         before the first sample is opened, and a damaged table of it reported, once)."""
         records = time_ordered(self.data)
         for record in records:
             if isinstance(record, Sample | CallchainDeferred):
-                return NumberedRecords(chain([record], records))
+                return chain([record], records)
             self.side_band(record)
-        return NumberedRecords(iter(()))
+        return iter(())
 
-    def _numbered(self, first: int, last: int | None, records: NumberedRecords
+    def _numbered(self, first: int, last: int | None, records: Iterator[Record]
                   ) -> Iterator[UnwoundSample]:
+        number = 0
         for record in records:
             deferred = isinstance(record, CallchainDeferred)  # (shown apart, as samples)
             if not deferred and not isinstance(record, Sample):
                 self.side_band(record)
                 continue
-            if last is not None and records.number >= last:
-                records.held = record  # (the next range's first sample)
+            if last is not None and number >= last:
                 return
-            if records.number >= first:
+            if number >= first:
                 begin = perf_counter()
                 unwound = (self._deferred_record(record) if deferred  # type: ignore[arg-type]
                            else self._unwind(record))  # type: ignore[arg-type]
                 if self.unwind_seconds is not None:
                     self.unwind_seconds += perf_counter() - begin
                 yield unwound
-            records.number += 1
+            number += 1
 
     def side_band(self, record: Record) -> None:
         """Follow the process model: MMAP/MMAP2 map code, COMM names, FORK copies."""
