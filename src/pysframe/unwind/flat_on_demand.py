@@ -49,6 +49,10 @@ class OnDemandFlat:
         #: Functions taken in but not spliced into :attr:`flat` yet (see :meth:`words_now`).
         self._unspliced: dict[int, SFrameLookup | None] = {}
         self._overlay: tuple[FlatTable, npt.NDArray[np.int64]] | None = None
+        #: Their rows, by position, as a splice places them (MASK words counting from the
+        #: start of :attr:`_part_masks`).
+        self._parts: dict[int, tuple[U64, U64]] = {}
+        self._part_masks: list[MaskFunction] = []
         self._index_starts: U64 = np.zeros(0, np.uint64)
         #: The row where each function's rows begin in :attr:`flat`.
         self._row_of: npt.NDArray[np.int64] = np.zeros(0, np.int64)
@@ -69,7 +73,7 @@ class OnDemandFlat:
         self.taken += len(made)
         if self._unspliced:
             made = [*self._unspliced.items(), *made]
-            self._unspliced, self._overlay = {}, None
+            self._unspliced, self._overlay, self._parts, self._part_masks = {}, None, {}, []
         if made:
             self._splice(sorted(made, key=lambda item: item[0]))
         return self.flat
@@ -92,6 +96,7 @@ class OnDemandFlat:
             return self.update().lookup(pcs)
         for position, lookup in self.table.made_after(self.taken):
             self._unspliced[position] = lookup
+            self._parts[position] = self._rows(position, lookup, self._part_masks)
             self._overlay = None
             self.taken += 1
         words = self.flat.lookup(pcs)
@@ -107,13 +112,13 @@ class OnDemandFlat:
     def _made_since(self) -> tuple[FlatTable, npt.NDArray[np.int64]]:
         """The rows of the functions not spliced yet, alone (as a splice would place them),
         and their positions."""
-        if self._overlay is None:
-            masks: list[MaskFunction] = []
-            parts = [self._rows(position, self._unspliced[position], masks)
-                     for position in sorted(self._unspliced)]
+        if self._overlay is None:  # (each function's rows made once: here only joined)
+            order = sorted(self._parts)
+            parts = [self._parts[position] for position in order]
             self._overlay = (FlatTable(np.concatenate([rows for rows, _ in parts]),
-                                       np.concatenate([words for _, words in parts]), masks),
-                             np.array(sorted(self._unspliced), np.int64))
+                                       np.concatenate([words for _, words in parts]),
+                                       list(self._part_masks)),
+                             np.array(order, np.int64))
         return self._overlay
 
     def _flat_of(self, lookup: SFrameLookup) -> FlatTable:
