@@ -58,14 +58,23 @@ def test_the_ranges_come_in_order_each_made_once(processes: int, in_memory: int,
 
 
 def test_a_slow_process_leaves_the_other_ranges_to_the_others() -> None:
-    """This process's range 0 takes long: the children claim the rest meanwhile."""
+    """This process's share (the first 2 of 6 ranges, 3 processes) takes long: the
+    children claim all the rest meanwhile; a slow claimed range leaves the rest to the
+    other process, this one too once its share is made."""
     _, (produce, started) = _produce(slow={0})
     text = "".join(jobs.in_claimed_order(_ranges(6), 3, produce, lambda: False,  # type: ignore[arg-type]
                                          [], started=started))  # type: ignore[arg-type]
     lines = _lines(text)
     assert [sample for sample, _, _ in lines] == list(range(60))
-    assert {pid for sample, _, pid in lines if sample < 10} == {os.getpid()}
-    assert os.getpid() not in {pid for sample, _, pid in lines if sample >= 10}
+    assert {pid for sample, _, pid in lines if sample < 20} == {os.getpid()}
+    assert os.getpid() not in {pid for sample, _, pid in lines if sample >= 20}
+    _, (produce, started) = _produce(slow={40})  # (the first range claimed)
+    text = "".join(jobs.in_claimed_order(_ranges(8), 2, produce, lambda: False,  # type: ignore[arg-type]
+                                         [], started=started))  # type: ignore[arg-type]
+    lines = _lines(text)
+    assert [sample for sample, _, _ in lines] == list(range(80))
+    slow = lines[40][2]  # (whichever process claimed it: the other made the rest)
+    assert slow not in {pid for sample, _, pid in lines if sample >= 50}
 
 
 def test_a_failing_child_ends_the_run_and_nothing_is_left() -> None:
@@ -75,15 +84,14 @@ def test_a_failing_child_ends_the_run_and_nothing_is_left() -> None:
 
     def produce(first: int, last: int) -> Iterator[str]:
         if first == 0:
-            time.sleep(0.3)  # (this process's range 0: the child claims the next one)
-        if first == 1000:
-            raise CommandError("range 1 cannot be made", 4)
+            time.sleep(0.3)  # (this process's share: the child claims the others)
+        if first == 60:
+            raise CommandError("range 6 cannot be made", 4)
         yield f"{first}\n"
 
     statuses: list[int] = []
     with pytest.raises(CommandError) as failed:
-        "".join(jobs.in_claimed_order([(0, 10), (1000, 1010), *_ranges(8)[1:]], 2, produce,
-                                      lambda: False, statuses))
+        "".join(jobs.in_claimed_order(_ranges(8), 2, produce, lambda: False, statuses))
     assert failed.value.exit_code == 4 and statuses == [4]
     assert len(os.listdir("/proc/self/fd")) == descriptors
     with pytest.raises(ChildProcessError):

@@ -87,23 +87,27 @@ def in_claimed_order(ranges: list[tuple[int, int]], processes: int,
                      produced: Callable[[], None] | None = None,
                      forward: Callable[[str], None] | None = None) -> Iterator[str]:
     """What :func:`in_order` gives, the ``ranges`` (at most 255, more than ``processes``)
-    made by ``processes`` processes that each claim the next range no one has claimed
-    once done with their last one, instead of one fixed share each: parts of a recording
-    cost differently (the first ones a process makes, where it makes functions and reads
-    symbol tables; processes with more threads), and one of two fixed halves was done
-    100-200 ms before the other. This process claims range 0 and streams it; each other
-    range is kept in files of its own by whichever process made it, and handed on in
-    order once every child has ended. ``started(k)`` is called first in process k (this
-    one: 0); the rest as :func:`in_order` says."""
+    made by ``processes`` processes, shared out as they go past a first fixed share: parts
+    of a recording cost differently (the first ones a process makes, where it makes
+    functions and reads symbol tables; processes with more threads), and one of two fixed
+    halves was done 100-200 ms before the other. This process makes its share (the first
+    ``len(ranges) // processes`` ranges, streamed as they are made); the others are
+    claimed one at a time, in order, by whichever process is free (this one too, once its
+    share is made), each kept in files of its own and handed on in order once every child
+    has ended. A process's ranges only go forward (the process model follows the records
+    forward). ``started(k)`` is called first in process k (this one: 0); the rest as
+    :func:`in_order` says."""
     if not 0 < len(ranges) <= 255:
         raise ValueError(f"{len(ranges)} ranges to claim (1 to 255)")
+    share = max(1, len(ranges) // processes)  # (this process's, streamed)
     tokens, writer = os.pipe()  # one byte per range left: a one-byte read claims one
     try:
-        os.write(writer, bytes(range(1, len(ranges))))
+        os.write(writer, bytes(range(share, len(ranges))))
     finally:
         os.close(writer)
-    outputs: list[list[int]] = [[]] + [_text_files() for _ in ranges[1:]]
-    limit = IN_MEMORY * processes // len(ranges)  # (what in_order keeps, in all)
+    outputs: list[list[int]] = [[] for _ in ranges[:share]] + [
+        _text_files() for _ in ranges[share:]]
+    limit = IN_MEMORY // max(1, len(ranges) - share)  # (what in_order keeps for a child)
     children: list[tuple[int, int, list[int]]] = []
 
     def worker(number: int) -> Callable[[], None]:
@@ -120,7 +124,7 @@ def in_claimed_order(ranges: list[tuple[int, int]], processes: int,
             children.append((*_fork(worker(number), failed, finish), []))
         if started is not None:
             started(0)
-        yield from produce(*ranges[0])
+        yield from produce(ranges[0][0], ranges[share - 1][1])
         for claimed in _claims(tokens):
             _write_range(produce, ranges[claimed], outputs[claimed], limit)
         if produced is not None:
@@ -129,7 +133,7 @@ def in_claimed_order(ranges: list[tuple[int, int]], processes: int,
             _reap(pid, errors, statuses, forward)
             _close([errors])
             children = children[1:]
-        for files in outputs[1:]:
+        for files in outputs[share:]:
             yield from _handed_on(files, copy)
     finally:
         _end(children)
