@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 ENGINE_VARIABLE = "PYSFRAME_ENGINE"
 VECTOR_FROM = 64 << 20
 #: The batch pipeline's ``-j`` runs share out this many ranges at most (of whole chunks),
-#: each process claiming the next one when done with its last (:func:`.jobs.in_claimed_order`).
-CLAIMED_RANGES = 255
+#: each process claiming the next one when done with its last (:func:`.jobs.in_claimed_order`;
+#: each range holds two descriptors until the end: a recording of a million samples gets
+#: 64 ranges of 4 chunks, not 245 of one).
+CLAIMED_RANGES = 64
 
 
 def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: int,
