@@ -86,8 +86,9 @@ def in_claimed_order(ranges: list[tuple[int, int]], processes: int,
                      started: Callable[[int], None] | None = None,
                      produced: Callable[[], None] | None = None,
                      forward: Callable[[str], None] | None = None) -> Iterator[str]:
-    """What :func:`in_order` gives, the ``ranges`` (at most 255, more than ``processes``)
-    made by ``processes`` processes, shared out as they go past a first fixed share: parts
+    """What :func:`in_order` gives, the ``ranges`` (each starting where the one before it
+    ends; at most 255, more than ``processes``) made by ``processes`` processes, shared
+    out as they go past a first fixed share (made in one go: hence the ranges' order): parts
     of a recording cost differently (the first ones a process makes, where it makes
     functions and reads symbol tables; processes with more threads), and one of two fixed
     halves was done 100-200 ms before the other. This process makes its share (the first
