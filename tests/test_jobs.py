@@ -1,4 +1,4 @@
-"""``-j``'s ranges claimed as the processes go (cli.jobs.in_claimed_order): the text is the
+"""``-j``'s ranges claimed as the processes go (cli.jobs.in_order with processes): the text is the
 ranges' in order, each made once, whichever process claimed it; a slow process leaves the
 rest to the others; a failing child ends the run with its status, nothing left behind."""
 
@@ -47,8 +47,8 @@ def test_the_ranges_come_in_order_each_made_once(processes: int, in_memory: int,
     monkeypatch.setattr(jobs, "IN_MEMORY", in_memory)
     _, (produce, started) = _produce()
     statuses: list[int] = []
-    text = "".join(jobs.in_claimed_order(_ranges(12), processes, produce,  # type: ignore[arg-type]
-                                         lambda: False, statuses, started=started))  # type: ignore[arg-type]
+    text = "".join(jobs.in_order(_ranges(12), produce, lambda: False, statuses,  # type: ignore[arg-type]
+                                 started=started, processes=processes))  # type: ignore[arg-type]
     lines = _lines(text)
     assert [sample for sample, _, _ in lines] == list(range(120))
     assert statuses == [0] * (processes - 1)
@@ -62,15 +62,15 @@ def test_a_slow_process_leaves_the_other_ranges_to_the_others() -> None:
     children claim all the rest meanwhile; a slow claimed range leaves the rest to the
     other process, this one too once its share is made."""
     _, (produce, started) = _produce(slow={0})
-    text = "".join(jobs.in_claimed_order(_ranges(6), 3, produce, lambda: False,  # type: ignore[arg-type]
-                                         [], started=started))  # type: ignore[arg-type]
+    text = "".join(jobs.in_order(_ranges(6), produce, lambda: False, [],  # type: ignore[arg-type]
+                                 started=started, processes=3))  # type: ignore[arg-type]
     lines = _lines(text)
     assert [sample for sample, _, _ in lines] == list(range(60))
     assert {pid for sample, _, pid in lines if sample < 20} == {os.getpid()}
     assert os.getpid() not in {pid for sample, _, pid in lines if sample >= 20}
     _, (produce, started) = _produce(slow={40})  # (the first range claimed)
-    text = "".join(jobs.in_claimed_order(_ranges(8), 2, produce, lambda: False,  # type: ignore[arg-type]
-                                         [], started=started))  # type: ignore[arg-type]
+    text = "".join(jobs.in_order(_ranges(8), produce, lambda: False, [],  # type: ignore[arg-type]
+                                 started=started, processes=2))  # type: ignore[arg-type]
     lines = _lines(text)
     assert [sample for sample, _, _ in lines] == list(range(80))
     slow = lines[40][2]  # (whichever process claimed it: the other made the rest)
@@ -91,7 +91,7 @@ def test_a_failing_child_ends_the_run_and_nothing_is_left() -> None:
 
     statuses: list[int] = []
     with pytest.raises(CommandError) as failed:
-        "".join(jobs.in_claimed_order(_ranges(8), 2, produce, lambda: False, statuses))
+        "".join(jobs.in_order(_ranges(8), produce, lambda: False, statuses, processes=2))
     assert failed.value.exit_code == 4 and statuses == [4]
     assert len(os.listdir("/proc/self/fd")) == descriptors
     with pytest.raises(ChildProcessError):
@@ -100,5 +100,5 @@ def test_a_failing_child_ends_the_run_and_nothing_is_left() -> None:
 
 def test_at_most_255_ranges_are_claimed() -> None:
     with pytest.raises(ValueError):
-        "".join(jobs.in_claimed_order(_ranges(256), 2, lambda first, last: iter(()),
-                                      lambda: False, []))
+        "".join(jobs.in_order(_ranges(256), lambda first, last: iter(()), lambda: False, [],
+                              processes=2))

@@ -2,10 +2,10 @@
 
 The ranges are independent once each starts from the state before it (the caller's
 ``produce`` replays what it needs). The first range is made here and streamed at once;
-every other one by a child forked before any of them starts (:func:`in_order`: one range
-each; :func:`in_claimed_order`: ranges claimed one at a time as the processes go), into
-memory (a memfd) and, past :data:`IN_MEMORY` bytes, an unnamed temporary file, read back
-in order when its turn comes. Forking (not spawning) shares the opened recording, the loaded tables and caches
+every other one by a child forked before any of them starts (one range each, or ranges
+claimed one at a time as the processes go: :func:`in_order`), into memory (a memfd) and,
+past :data:`IN_MEMORY` bytes, an unnamed temporary file, read back in order when its turn
+comes. Forking (not spawning) shares the opened recording, the loaded tables and caches
 at no cost. A child's stderr goes to a file of its own, handed on here once it has ended
 (see :func:`in_order`); a child that fails says why there, and the run then ends with
 that child's status.
@@ -40,105 +40,85 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
              copy: Callable[[int], None] | None = None,
              started: Callable[[int], None] | None = None,
              produced: Callable[[], None] | None = None,
-             forward: Callable[[str], None] | None = None) -> Iterator[str]:
+             forward: Callable[[str], None] | None = None,
+             processes: int | None = None) -> Iterator[str]:
     """The texts of ``ranges`` in order; ``statuses`` gets each child's exit status (1 when
     ``failed()`` says it reported a problem). Each child calls ``finish`` (if given) when its
     text is made (it ends without the exit functions: e.g. to keep what it cached). With
     ``copy``, a child's text is not yielded but handed over file by file (rewound), once
     everything before it was yielded (see :func:`copier`). ``started(k)`` (if given) is
-    called first in the process making range k (this one: 0, once every child is forked);
-    ``produced()`` here once range 0 is made, before the children are waited for (what
+    called first in process k (this one: 0, once every child is forked); ``produced()``
+    here once this process's ranges are made, before the children are waited for (what
     this process keeps at exit is kept while they work). What a child writes on stderr is
     kept in a file of its own and handed, line by line, to ``forward`` (default: written
     on stderr here) once it has ended, before its text: the caller leaves out the lines
-    another process said already (a damaged binary that both met)."""
-    children: list[tuple[int, int, list[int]]] = []
-    try:
-        for number, bounds in enumerate(ranges[1:], 1):
-            files = _text_files()
+    another process said already (a damaged binary that both met).
 
-            def work(number: int = number, bounds: tuple[int, int] = bounds,
-                     files: list[int] = files) -> None:
-                if started is not None:
-                    started(number)
-                _write_range(produce, bounds, files, IN_MEMORY)
-
-            children.append((*_fork(work, failed, finish), files))
-        if started is not None:
-            started(0)
-        if ranges:
-            yield from produce(*ranges[0])
-        if produced is not None:
-            produced()
-        for pid, errors, files in children:
-            _reap(pid, errors, statuses, forward)
-            yield from _handed_on(files, copy)
-            _close([*files, errors])
-            children = children[1:]
-    finally:
-        _end(children)
-
-
-def in_claimed_order(ranges: list[tuple[int, int]], processes: int,
-                     produce: Callable[[int, int], Iterator[str]], failed: Callable[[], bool],
-                     statuses: list[int], finish: Callable[[], None] | None = None,
-                     copy: Callable[[int], None] | None = None,
-                     started: Callable[[int], None] | None = None,
-                     produced: Callable[[], None] | None = None,
-                     forward: Callable[[str], None] | None = None) -> Iterator[str]:
-    """What :func:`in_order` gives, the ``ranges`` (each starting where the one before it
-    ends; at most 255, more than ``processes``) made by ``processes`` processes, shared
-    out as they go past a first fixed share (made in one go: hence the ranges' order): parts
-    of a recording cost differently (the first ones a process makes, where it makes
-    functions and reads symbol tables; processes with more threads), and one of two fixed
-    halves was done 100-200 ms before the other. This process makes its share (the first
-    ``len(ranges) // processes`` ranges, streamed as they are made); the others are
-    claimed one at a time, in order, by whichever process is free (this one too, once its
-    share is made), each kept in files of its own and handed on in order once every child
-    has ended. A process's ranges only go forward (the process model follows the records
-    forward). ``started(k)`` is called first in process k (this one: 0); the rest as
-    :func:`in_order` says."""
-    if not 0 < len(ranges) <= 255:
-        raise ValueError(f"{len(ranges)} ranges to claim (1 to 255)")
-    share = max(1, len(ranges) // processes)  # (this process's, streamed)
-    tokens, writer = os.pipe()  # one byte per range left: a one-byte read claims one
-    try:
-        os.write(writer, bytes(range(share, len(ranges))))
-    finally:
-        os.close(writer)
+    Who makes which range: by default each range has a process of its own (this one
+    makes the first). With ``processes``, the ranges (each starting where the one before
+    it ends; at most 255) are shared out as the processes go past a first fixed share:
+    parts of a recording cost differently (the first ones a process makes, where it
+    makes functions and reads symbol tables; processes with more threads), and one of
+    two fixed halves was done 100-200 ms before the other. This process makes the first
+    ``len(ranges) // processes`` ranges in one go, streamed; the others are claimed one
+    at a time, in order, by whichever process is free (this one too, once its share is
+    made), and handed on in order once every child has ended. A process's ranges only go
+    forward (the process model follows the records forward)."""
+    count = len(ranges)
+    claimed = processes is not None
+    if claimed and not 0 < count <= 255:
+        raise ValueError(f"{count} ranges to claim (1 to 255)")
+    share = max(1, count // processes) if processes is not None else min(1, count)
+    tokens = _tokens(range(share, count)) if claimed else None
     outputs: list[list[int]] = [[] for _ in ranges[:share]] + [
         _text_files() for _ in ranges[share:]]
-    limit = IN_MEMORY // max(1, len(ranges) - share)  # (what in_order keeps for a child)
+    limit = IN_MEMORY // max(1, count - share) if claimed else IN_MEMORY
+    #: (pid, stderr file, the files of the range handed on once it has ended: by default)
     children: list[tuple[int, int, list[int]]] = []
 
     def worker(number: int) -> Callable[[], None]:
         def work() -> None:
             if started is not None:
                 started(number)
-            for claimed in _claims(tokens):
-                _write_range(produce, ranges[claimed], outputs[claimed], limit)
+            for each in _claims(tokens) if tokens is not None else (number,):
+                _write_range(produce, ranges[each], outputs[each], limit)
 
         return work
 
     try:
-        for number in range(1, processes):
-            children.append((*_fork(worker(number), failed, finish), []))
+        for number in range(1, processes if processes is not None else count):
+            children.append((*_fork(worker(number), failed, finish),
+                             [] if claimed else outputs[number]))
         if started is not None:
             started(0)
-        yield from produce(ranges[0][0], ranges[share - 1][1])
-        for claimed in _claims(tokens):
-            _write_range(produce, ranges[claimed], outputs[claimed], limit)
+        if ranges:
+            yield from produce(ranges[0][0], ranges[share - 1][1])
+        for each in _claims(tokens) if tokens is not None else ():
+            _write_range(produce, ranges[each], outputs[each], limit)
         if produced is not None:
             produced()
-        for pid, errors, _ in children:
+        for pid, errors, files in children:
             _reap(pid, errors, statuses, forward)
+            yield from _handed_on(files, copy)
             _close([errors])
             children = children[1:]
-        for files in outputs[share:]:
+        for files in outputs[share:] if claimed else ():
             yield from _handed_on(files, copy)
     finally:
         _end(children)
-        _close([tokens, *(fd for files in outputs for fd in files)])
+        _close([*([tokens] if tokens is not None else []),
+                *(fd for files in outputs for fd in files)])
+
+
+def _tokens(claims: range) -> int:
+    """The read end of a pipe holding one byte per range to claim (a one-byte read claims
+    one), which no one can write to any more."""
+    tokens, writer = os.pipe()
+    try:
+        os.write(writer, bytes(claims))
+    finally:
+        os.close(writer)
+    return tokens
 
 
 def _claims(tokens: int) -> Iterator[int]:
@@ -180,14 +160,15 @@ def _handed_on(files: list[int], copy: Callable[[int], None] | None) -> Iterator
 
 
 def _end(children: list[tuple[int, int, list[int]]]) -> None:
-    """Children not waited for (stopped early: an error, a closed pipe): ended."""
-    for pid, errors, files in children:
+    """Children not waited for (stopped early: an error, a closed pipe): ended (their
+    text files are closed with the others)."""
+    for pid, errors, _ in children:
         try:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
         except OSError:
             pass
-        _close([*files, errors])
+        _close([errors])
 
 
 def _forward(errors: int, forward: Callable[[str], None] | None) -> None:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 ENGINE_VARIABLE = "PYSFRAME_ENGINE"
 VECTOR_FROM = 64 << 20
 #: The batch pipeline's ``-j`` runs share out this many ranges at most (of whole chunks),
-#: each process claiming the next one when done with its last (:func:`.jobs.in_claimed_order`;
+#: each process claiming the next one when done with its last (:func:`.jobs.in_order`;
 #: each range holds two descriptors until the end: a recording of a million samples gets
 #: 64 ranges of 4 chunks, not 245 of one).
 CLAIMED_RANGES = 64
@@ -94,7 +94,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     gc.freeze()
     if show_stops or jobs < 2:  # (stop lines in the samples' order)
         return texts(*session.ranges(1)[0])
-    # Ranges of a chunk each, claimed by the processes as they go (jobs.in_claimed_order).
+    # Ranges of whole chunks, claimed by the processes as they go (jobs.in_order).
     ranges = session.ranges(CLAIMED_RANGES)
     if len(ranges) == 1:
         return texts(*ranges[0])
@@ -105,14 +105,13 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
              stream: Any, failed: Callable[[], bool] | None = None,
              processes: int | None = None) -> Iterator[str]:
     """The text of ``ranges`` (``texts(first, last)``), each made by a process of its own
-    (:func:`.jobs.in_order`), or claimed by ``processes`` processes as they go
-    (:func:`.jobs.in_claimed_order`): the workers take the functions another made, each
+    (:func:`.jobs.in_order`), or claimed by ``processes`` processes as they go: the workers take the functions another made, each
     keeps what it made, and removes the vDSO copies it made; a child has failed if it
     noted ``problems`` or ``failed()`` (if given) says so."""
     from ..made_exchange import MadeExchange, share
     from ..session.perf import remove_own_copies
     from ..session.tables import save_made
-    from .jobs import copier, in_claimed_order, in_order
+    from .jobs import copier, in_order
 
     workers = MadeExchange.for_workers(processes or len(ranges))
 
@@ -140,10 +139,7 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
     extra = (finish, copier(stream) if stream is not None else None,
              lambda mine: share(MadeExchange(workers, mine)), save_made, forward)
     try:
-        if processes is None:
-            yield from in_order(ranges, texts, failing, statuses, *extra)
-        else:
-            yield from in_claimed_order(ranges, processes, texts, failing, statuses, *extra)
+        yield from in_order(ranges, texts, failing, statuses, *extra, processes=processes)
     finally:
         share(None)
         MadeExchange.close_files(workers)
