@@ -32,6 +32,7 @@ from .perf_records import (
     RECORD_COMPRESSED,
     RECORD_COMPRESSED2,
     RECORD_FINISHED_ROUND,
+    RECORD_HEADER,
     RECORD_SAMPLE,
     SAMPLE_ADDR,
     SAMPLE_CALLCHAIN,
@@ -63,7 +64,6 @@ ALLOWED = (REQUIRED | SAMPLE_ADDR | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_ID | SAM
 #: The 8-byte fields before the callchain, in record order.
 _PREFIX = (SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_ADDR, SAMPLE_ID,
            SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_PERIOD)
-_HEADER = struct.Struct("<IHH")
 
 
 @record_class
@@ -116,7 +116,7 @@ def sample_arrays(data: PerfData) -> SampleArrays | None:
     attr = blocks.attr or sampling_attr(data, offsets, word)
     if attr is None or not _takes(attr):
         return None
-    return _gathered(data, attr, offsets, boundaries, others, blocks.parts)
+    return _gathered(data, attr, offsets, boundaries, others, blocks.parts, blocks.words)
 
 
 def _takes(attr: EventAttr) -> bool:
@@ -174,7 +174,7 @@ def _scan(data: PerfData, gather: Any
     resident set, and at the end (None if it refuses one)."""
     parser = data._parser
     assert parser is not None
-    buffer, unpack = data.buffer, _HEADER.unpack_from
+    buffer, unpack = data.buffer, RECORD_HEADER.unpack_from
     offset, end = data.data_offset, min(data.data_offset + data.data_size, len(data.buffer))
     samples = array("q")
     append = samples.append
@@ -278,9 +278,8 @@ class _Blocks:
 
 
 def _gathered(data: PerfData, attr: EventAttr, offsets: I64, boundaries: I64,
-              others: list[tuple[int, int, Record]], parts: dict[str, list[Any]]
-              ) -> SampleArrays | None:
-    words: U64 = np.frombuffer(data.buffer, "<u8", len(data.buffer) // 8)
+              others: list[tuple[int, int, Record]], parts: dict[str, list[Any]],
+              words: U64) -> SampleArrays | None:
     fields = {name: np.concatenate(values) if values else np.zeros(0, np.int64)
               for name, values in parts.items()}
     if any(_time(record) >= 1 << 63 for _, _, record in others if record is not None) or (

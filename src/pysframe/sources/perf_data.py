@@ -30,6 +30,7 @@ from .perf_inflate import DEFAULT_MMAP_LEN, MAX_RECORD_OUTPUT, Inflater, Spill
 from .perf_records import (
     RECORD_COMPRESSED,
     RECORD_COMPRESSED2,
+    RECORD_HEADER,
     RECORD_SAMPLE,
     BuildIdEntry,
     Comm,
@@ -78,7 +79,6 @@ MAX_SKIPPED = 1000
 SPILLED = 1 << 63
 
 _HEADER = struct.Struct("<8sQQQQQQQQ32s")
-_RECORD = struct.Struct("<IHH")
 _COMPRESSED_KINDS = (RECORD_COMPRESSED, RECORD_COMPRESSED2)
 
 
@@ -195,7 +195,7 @@ class PerfData:
             return out
         offset = 0
         while offset + 8 <= len(data):
-            _, misc, size = _RECORD.unpack_from(data, offset)
+            _, misc, size = RECORD_HEADER.unpack_from(data, offset)
             if size < 36 or offset + size > len(data):
                 self.skip(self.features[FEATURE_BUILD_ID][0] + offset,
                           "malformed build-id record")
@@ -275,7 +275,7 @@ class PerfData:
             if offset >= next_release:
                 self._release_behind(offset)
                 next_release = offset + RELEASE_STEP
-            kind, misc, size = _RECORD.unpack_from(buffer, offset)
+            kind, misc, size = RECORD_HEADER.unpack_from(buffer, offset)
             if size < 8 or offset + size > size_limit:
                 self.skip(offset, f"record of type {kind} with size {size} runs past the data "
                           "section; rest of the data skipped")
@@ -314,7 +314,7 @@ class PerfData:
         base = origin if spill is None else SPILLED | spill.add(data, origin)
         offset, end = 0, len(view)
         while offset + 8 <= end:
-            kind, misc, size = _RECORD.unpack_from(view, offset)
+            kind, misc, size = RECORD_HEADER.unpack_from(view, offset)
             if size < 8:
                 self.skip(origin, f"record of type {kind} with size {size} in the output of a "
                           "compressed record; the rest of its output skipped")
@@ -348,7 +348,7 @@ class PerfData:
             buffer = spill.view
             base = spill.origin(location)
         try:
-            kind, misc, size = _RECORD.unpack_from(buffer, location)
+            kind, misc, size = RECORD_HEADER.unpack_from(buffer, location)
             return self._parser.parse(buffer, kind, misc, location, size, base)
         except (struct.error, IndexError, ValueError):
             return None
@@ -403,7 +403,7 @@ def estimated_samples(data: PerfData, records: int = 512) -> int:
     for _ in range(records):
         if offset + 8 > end:
             return samples
-        kind, _misc, size = _RECORD.unpack_from(buffer, offset)
+        kind, _misc, size = RECORD_HEADER.unpack_from(buffer, offset)
         if size < 8 or offset + size > end or kind in _COMPRESSED_KINDS:
             return 0
         samples += kind == RECORD_SAMPLE

@@ -51,7 +51,8 @@ BRANCH_CALL_STACK = 1 << 11
 BRANCH_HW_INDEX = 1 << 17
 
 _U64 = struct.Struct("<Q")
-_RECORD = struct.Struct("<IHH")
+#: Every record's header: type, misc, size (perf_event_header).
+RECORD_HEADER = struct.Struct("<IHH")
 
 
 @record_class
