@@ -413,7 +413,7 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
         from .column_index import column_index
 
         return column_index(*columns, ld_rules, crt)
-    cfi = _cfi_entries(image, stubs)
+    cfi = _cfi_entries(image, stubs, as_columns=False)  # (they were not: read one by one)
     if cfi is None:
         return None
     entries = merged_entries([], cfi, ld_rules, crt, stubs, False)
@@ -434,14 +434,15 @@ def _regular_index(entries: list[tuple[int, int, int]]) -> FunctionIndex | None:
     return index if index.regular() else None
 
 
-def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]]
+def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]], as_columns: bool = True
                  ) -> list[tuple[int, int, int]] | None:
     """(start, end, .eh_frame offset) of the CFI FDEs that can be in the table: none in
     the stub sections (their rows are ld's), sizes of 1 to 2**32-1 (translate_entry skips
-    others: they hold no pc); None without .eh_frame."""
+    others: they hold no pc); None without .eh_frame. Read as columns where they can be
+    (:func:`_cfi_columns`), unless ``as_columns`` is off (they could not)."""
     from ..cfi.eh_frame import fde_ranges
 
-    columns = _cfi_columns(image, stubs)
+    columns = _cfi_columns(image, stubs) if as_columns else None
     if columns is not None:
         first, sizes, offsets = (column.tolist() for column in columns)
         return list(zip(first, map(int.__add__, first, sizes), offsets, strict=True))
