@@ -323,11 +323,13 @@ def _directory(directories: list[str], create: bool) -> int | None:
     root, kept = cache_root(), _KEPT.directories
     names = [os.path.basename(root), *directories]
     path, fd, first = os.path.dirname(root), None, 0
-    for depth in range(len(directories), -1, -1) if kept is not None else ():
-        found = kept.get((root, *directories[:depth])) if kept is not None else None
-        if found is not None:  # (names[depth] is the directory (root, *directories[:depth]))
-            path, fd, first = os.path.join(root, *directories[:depth]), os.dup(found), depth + 1
-            break
+    if kept is not None:  # (names[depth] is the directory (root, *directories[:depth]))
+        for depth in range(len(directories), -1, -1):
+            found = kept.get((root, *directories[:depth]))
+            if found is not None:
+                path, fd = os.path.join(root, *directories[:depth]), os.dup(found)
+                first = depth + 1
+                break
     if fd is None:
         try:
             if create:

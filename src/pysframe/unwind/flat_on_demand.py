@@ -92,8 +92,9 @@ class OnDemandFlat:
         met functions not made yet (a first run's hundreds), and splicing a large table
         each time (cc1's: 90k rows) cost more than the steps; the snapshot of the next
         batch takes them all at once (:meth:`update`)."""
-        if self.current() is not self.flat:
-            return self.update().lookup(pcs)
+        current = self.current()
+        if current is not self.flat:  # (the whole table's)
+            return current.lookup(pcs)
         for position, lookup in self.table.made_after(self.taken):
             self._unspliced[position] = lookup
             self._parts[position] = self._rows(position, lookup, self._part_masks)
