@@ -476,8 +476,70 @@ class _Batch:
                 handoff |= pc == trampoline
                 if not d:  # sampled in its rt_sigreturn system call (the scalar tracer's)
                     handoff |= pc == trampoline + np.uint64(len(X86_64_SIGRETURN))
+        taken = self.step_plain(rows, d, words, handoff)
+        if taken is None:
+            return self.step_rows(rows, d, mapping, words, handoff)
+        if taken.all():
+            return rows
+        # The rows the plain step did not take, row by row; the running rows stay in order.
+        rest = np.flatnonzero(~taken)
+        running = taken
+        running[rest] = self.step_mask(rows[rest], d, mapping[rest], words[rest], handoff[rest])
+        return rows[running]
+
+    def step_rows(self, rows: I64, d: int, mapping: npt.NDArray[np.int64], words: U64,
+                  handoff: BOOL) -> I64:
+        """The general step of ``rows`` (see :meth:`step_mask`): the rows still running."""
+        return rows[self.step_mask(rows, d, mapping, words, handoff)]
+
+    def step_plain(self, rows: I64, d: int, words: U64, handoff: BOOL) -> BOOL | None:
+        """The common case in a third of the general step's array passes: the rows whose rule
+        is a default one (no large frame pointer), whose words are read in their copies and
+        8-aligned, and whose caller is plausible (pc not 0, CFA above the frame's sp) take
+        their caller here, as the general step would; the mask of those rows (the others
+        are left untouched), or None when most rows are not of that kind."""
+        fine: BOOL = ((words & np.uint64(3)) == KIND_DEFAULT) & ~handoff
+        if len(self.views) != 1 or 2 * np.count_nonzero(fine) < len(rows):
+            return None
+        sp, fp = self.sp[rows], self.fp[rows]
+        cfa_off, ra_off, fp_off = unpack_offsets(words)
+        fp_based = (words & np.uint64(FP_BASED)) != 0
+        if fp_based.any():
+            fine &= ~(fp_based & (fp >= np.uint64(GUARD)))
+            cfa = np.where(fp_based, fp.astype(np.int64), sp) + cfa_off
+        else:
+            cfa = sp + cfa_off
+        fine &= (cfa > sp) if d else (cfa >= sp)
+        copy_at, length, pos = self.base[rows], self.length[rows], self.pos[rows]
+        ra_at = cfa + ra_off - copy_at
+        fine &= (ra_at >= 0) & (ra_at + 8 <= length) & ((ra_at & 7) == 0)
+        (view,) = self.views.values()
+        ra = view[np.where(fine, pos + ra_at, 0) >> 3]
+        fine &= ra != 0
+        saved = np.flatnonzero(fine & ((words & np.uint64(FP_SAVED)) != 0))
+        if saved.size:
+            fp_at = (cfa + fp_off - copy_at)[saved]
+            readable = (fp_at >= 0) & (fp_at + 8 <= length[saved])
+            fine[saved[readable & ((fp_at & 7) != 0)]] = False  # (the scalar tracer's)
+            good = readable & ((fp_at & 7) == 0)
+            # An unreadable saved fp is no stop: the caller keeps this frame's fp.
+            fp[saved[good]] = view[(pos[saved[good]] + fp_at[good]) >> 3]
+        go = rows[fine]
+        self.pc[go], self.sp[go], self.fp[go] = ra[fine], cfa[fine], fp[fine]
+        result = self.result
+        result.pcs[go, d + 1] = ra[fine]
+        result.methods[go, d + 1] = _SFRAME_CODE
+        result.count[go] = d + 2
+        return fine
+
+    def step_mask(self, rows: I64, d: int, mapping: npt.NDArray[np.int64], words: U64,
+                  handoff: BOOL) -> BOOL:
+        """The general step: each row's caller by its rule (default, frame-pointer
+        fallback), a stop, or a handoff to the scalar tracer (``handoff`` given: rows at a
+        signal trampoline); which rows are still running."""
+        result = self.result
         outermost = words == OUTERMOST
-        handoff |= ((words & np.uint64(3)) == KIND_RARE) & ~outermost
+        handoff = handoff | (((words & np.uint64(3)) == KIND_RARE) & ~outermost)
         new_pc = np.zeros(len(rows), np.uint64)
         new_sp = np.zeros(len(rows), np.int64)
         new_fp = self.fp[rows].copy()
@@ -492,7 +554,7 @@ class _Batch:
         self.step_fp(rows, fallback, mapping[fallback] < 0, new_pc, new_sp, new_fp, stop, handoff)
         method[fallback] = _FP_CODE
         sp = self.sp[rows]
-        running = (stop == 0) & ~handoff
+        running: BOOL = (stop == 0) & ~handoff
         checks = [(new_pc == 0, Stop.ZERO_PC), (new_sp < sp, Stop.BACKWARDS)]
         if d:
             checks.append((new_sp == sp, Stop.NO_ADVANCE))
@@ -508,7 +570,7 @@ class _Batch:
         result.pcs[go, d + 1] = new_pc[running]
         result.methods[go, d + 1] = method[running]
         result.count[go] = d + 2
-        return go
+        return running
 
     def step_default(self, rows: I64, at: I64, words: U64, new_pc: U64, new_sp: I64,
                      new_fp: U64, stop: npt.NDArray[np.int8], handoff: BOOL) -> None:
