@@ -44,12 +44,15 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
     kernel_of: dict[int, list[str]] = {}
     placed = []
     scalar = chunk.scalar
+    # The samples the scalar tracer unwound (those the batch handed back) are formatted
+    # whole, apart.
+    handed = np.fromiter(scalar, np.int64, len(scalar))
     chained = arrays.chain_count[chunk.start:chunk.end] != 0
     for group in chunk.groups:
         counts = group.result.count.astype(np.int64)
         truncated = group.result.stops == _COPY_ENDED
         rows = group.rows
-        keep = np.array([index not in scalar for index in rows.tolist()], np.bool_)
+        keep = ~np.isin(rows, handed) if len(handed) else np.ones(len(rows), np.bool_)
         extra = np.zeros(len(rows), np.int64)
         for position in np.flatnonzero(chained[rows] & keep).tolist():
             index = int(rows[position])
@@ -68,8 +71,8 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
     for group, keep, counts, truncated, extra in placed:
         _place(items, starts, group, keep, counts, truncated, extra, symbolizer, lines_cache,
                indexes)
-    batch_rows = [index for group in chunk.groups for index in group.rows.tolist()
-                  if index not in chunk.scalar]
+    batch_rows = (np.concatenate([group.rows[keep] for group, keep, *_ in placed]) if placed
+                  else np.zeros(0, np.int64))
     items[starts[batch_rows]] = _headers(arrays, chunk, batch_rows, event, with_cpu,
                                          name_width)
     for index, lines in kernel_of.items():
@@ -84,11 +87,12 @@ def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None,
     return kernel_lines(chain, kernel, max_stack, lines_cache)
 
 
-def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
+def _headers(arrays: SampleArrays, chunk: Chunk, rows: Any, event: str,
              with_cpu: bool, name_width: int) -> list[str]:
-    """The header lines of samples ``rows`` of the chunk (as perf_script.header makes them;
-    the fields taken from the arrays as lists at once, not element by element)."""
-    at = np.array(rows, np.int64) + chunk.start
+    """The header lines of samples ``rows`` (indices in the chunk, an int64 array) of the
+    chunk (as perf_script.header makes them; the fields taken from the arrays as lists at
+    once, not element by element)."""
+    at = rows + chunk.start
     comms = chunk.comms
     times = arrays.time[at]
     cpus = ([" [%03d]" % cpu for cpu in arrays.cpu[at].tolist()] if with_cpu
@@ -96,7 +100,8 @@ def _headers(arrays: SampleArrays, chunk: Chunk, rows: list[int], event: str,
     # %-formatting over zipped columns (the seconds and microseconds divided by numpy):
     # ~25% less than an f-string per sample.
     line = "%s %5d%s %5d.%06d: %10d " + f"{event:>{name_width}}".replace("%", "%%") + ": "
-    return list(map(line.__mod__, zip(map(comms.__getitem__, rows), arrays.tid[at].tolist(),
+    return list(map(line.__mod__, zip(map(comms.__getitem__, rows.tolist()),
+                                      arrays.tid[at].tolist(),
                                       cpus, (times // 1_000_000_000).tolist(),
                                       (times % 1_000_000_000 // 1000).tolist(),
                                       arrays.period[at].tolist(), strict=True)))
@@ -112,9 +117,9 @@ def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, trunca
         return
     pcs = result.pcs[:, :width]
     valid = (np.arange(width)[None, :] < counts[:, None]) & keep[:, None]
-    printed = pcs - (np.arange(width)[None, :] > 0).astype(np.uint64)
     rows, columns = np.nonzero(valid)
-    values = printed[rows, columns]
+    # Callers print as their return address - 1 (inside the call); frame 0 as it is.
+    values = pcs[rows, columns] - (columns > 0).astype(np.uint64)
     known = lines_cache.setdefault(space.version, {})
     index = SortedLines.of(known, indexes)
     slots, hit = index.find(values)
