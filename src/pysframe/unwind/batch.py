@@ -478,7 +478,7 @@ class _Batch:
                     handoff |= pc == trampoline + np.uint64(len(X86_64_SIGRETURN))
         taken = self.step_plain(rows, d, words, handoff)
         if taken is None:
-            return self.step_rows(rows, d, mapping, words, handoff)
+            return rows[self.step_mask(rows, d, mapping, words, handoff)]
         if taken.all():
             return rows
         # The rows the plain step did not take, row by row; the running rows stay in order.
@@ -486,11 +486,6 @@ class _Batch:
         running = taken
         running[rest] = self.step_mask(rows[rest], d, mapping[rest], words[rest], handoff[rest])
         return rows[running]
-
-    def step_rows(self, rows: I64, d: int, mapping: npt.NDArray[np.int64], words: U64,
-                  handoff: BOOL) -> I64:
-        """The general step of ``rows`` (see :meth:`step_mask`): the rows still running."""
-        return rows[self.step_mask(rows, d, mapping, words, handoff)]
 
     def step_plain(self, rows: I64, d: int, words: U64, handoff: BOOL) -> BOOL | None:
         """The common case in a third of the general step's array passes: the rows whose rule
