@@ -12,11 +12,11 @@ import mmap
 import struct
 from collections.abc import Iterator
 
+from ..sources.perf_records import RECORD_HEADER
 from .bpf_sys import BpfError, Fd
 
 PAGE = mmap.PAGESIZE
 _U64 = struct.Struct("<Q")
-_HEADER = struct.Struct("<IHH")
 HEAD_AT, TAIL_AT = 1024, 1032
 
 
@@ -41,7 +41,7 @@ class PerfRing:
         tail = _U64.unpack_from(self._map, TAIL_AT)[0]
         while tail + 8 <= head:
             header = self._read(tail, 8)
-            _, _, size = _HEADER.unpack(header)
+            _, _, size = RECORD_HEADER.unpack(header)
             if size < 8 or tail + size > head:
                 break
             yield self._read(tail, size)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..session.tables import GeneratedTables
 from ..sources.live import read_maps
+from ..sources.perf_records import RECORD_HEADER
 from ..unwind.modules import BinaryFinder
 from ..unwind.step import Stop
 from . import bpf_sys as sys_bpf
@@ -735,7 +736,7 @@ class _Session:
         self.spool.append(stamp, data)
 
     def _side_band(self, data: bytes) -> None:
-        kind, misc, size = struct.unpack_from("<IHH", data)
+        kind, misc, size = RECORD_HEADER.unpack_from(data)
         trailer = data[size - 24:size]
         pid, _, stamp = struct.unpack_from("<iiQ", trailer) if len(trailer) == 24 else (0, 0, 0)
         self.maps.side_band(kind, misc, data, stamp)

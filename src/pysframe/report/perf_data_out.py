@@ -26,6 +26,7 @@ from ..sources.perf_records import (
     RECORD_COMM,
     RECORD_COMPRESSED,
     RECORD_COMPRESSED2,
+    RECORD_HEADER,
     RECORD_MMAP,
     RECORD_MMAP2,
     RECORD_SAMPLE,
@@ -61,7 +62,6 @@ ATTR_SAMPLE_TYPE, ATTR_FLAGS, ATTR_REGS_USER, ATTR_STACK_USER = 24, 40, 80, 88
 #: (offset, size), event types (offset, size), the feature bitmap.
 HEADER = struct.Struct("<8sQQQQQQQQ32s")
 MAGIC = b"PERFILE2"
-_RECORD_HEADER = struct.Struct("<IHH")
 _PREFIX = (SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_ADDR, SAMPLE_ID,
            SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_PERIOD)
 _TRAILER = (SAMPLE_TID, SAMPLE_TIME, SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_IDENTIFIER)
@@ -81,7 +81,7 @@ def record(kind: int, misc: int, body: bytes) -> bytes:
     body += bytes(-len(body) % 8)
     if 8 + len(body) > 0xFFFF:
         raise WriteError(f"a record of {8 + len(body)} bytes does not fit a perf record")
-    return _RECORD_HEADER.pack(kind, misc, 8 + len(body)) + body
+    return RECORD_HEADER.pack(kind, misc, 8 + len(body)) + body
 
 
 def sample_id_trailer(sample_type: int, pid: int, tid: int, time: int, cpu: int,
@@ -268,7 +268,7 @@ def build_id_entry(build_id: bytes, filename: str, kernel: bool) -> bytes:
     body = struct.pack("<i", -1) + build_id[:20].ljust(20, b"\0") + bytes(
         [min(len(build_id), 20)]) + bytes(3) + name
     misc = (MISC_KERNEL if kernel else MISC_USER) | 0x8000  # the size byte is valid
-    return _RECORD_HEADER.pack(0, misc, 8 + len(body)) + body
+    return RECORD_HEADER.pack(0, misc, 8 + len(body)) + body
 
 
 #: Changes a perf_event_attr's bytes in place; given the event's index.
@@ -394,7 +394,7 @@ def deferred_data(raw: bytes | memoryview, sample_type: int, register_count: int
     out: list[bytes] = []
     before = written = 0
     while offset + 8 <= end:
-        kind, misc, length = struct.unpack_from("<IHH", raw, offset)
+        kind, misc, length = RECORD_HEADER.unpack_from(raw, offset)
         if length < 8:
             raise WriteError(f"record of {length} bytes at offset {offset:#x}")
         if offset + length > end:
