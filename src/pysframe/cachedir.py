@@ -37,6 +37,7 @@ import os
 import stat
 import struct
 import sys
+import time
 
 from .errors import PysframeError
 
@@ -395,33 +396,118 @@ def store(kind: str, build_id: bytes, payload: bytes, source: Source) -> None:
 
 def prune(kind: str, max_bytes: int) -> int:
     """Keep the entries of ``kind``'s directory (every variant) under ``max_bytes``: the
-    least recently written go first (an older variant's entries, left by an upgrade, are
-    among them). Silently nothing when the cache cannot be used; returns the bytes freed.
-    Every step through descriptors (``dir_fd``), nothing followed through a link; each
-    subdirectory is opened and checked once."""
+    least recently used (read or written: see :func:`_last_used`) go first (an older
+    variant's entries, left by an upgrade, are among them). Silently nothing when the cache
+    cannot be used; returns the bytes freed. Every step through descriptors (``dir_fd``),
+    nothing followed through a link; each subdirectory is opened and checked once."""
     top = kind.partition("/")[0]
     directory = _directory([top], create=False)
     if directory is None:
         return 0
-    entries: list[tuple[float, int, str, str]] = []  # (written, size, subdirectory, name)
     try:
-        for sub in os.scandir(directory):
-            if len(sub.name) == 2 and sub.is_dir(follow_symlinks=False):
-                for name, status in _files(directory, sub.name, top):
-                    entries.append((status.st_mtime, status.st_size, sub.name, name))
-        excess = sum(size for _, size, _, _ in entries) - max_bytes
-        victims: dict[str, list[tuple[str, int]]] = {}
-        for _, size, sub_name, name in sorted(entries):
-            if excess <= 0:
+        return _prune({top: directory}, max_bytes)
+    finally:
+        os.close(directory)
+
+
+def _last_used(status: os.stat_result) -> float:
+    """When an entry was last written or read: its access time moves on reads too (at most
+    once a day under the usual ``relatime``; never under ``noatime``, where this is when
+    it was written)."""
+    return max(status.st_atime, status.st_mtime)
+
+
+def _prune(tops: dict[str, int], max_bytes: int, keep_since: float | None = None) -> int:
+    """The entries under the open kind directories ``tops`` (name -> descriptor) brought
+    under ``max_bytes`` together, the least recently used first, none used at or after
+    ``keep_since`` (if given); bytes freed."""
+    entries: list[tuple[float, int, str, str, str]] = []  # (used, size, top, sub, name)
+    try:
+        for top, directory in tops.items():
+            for sub in os.scandir(directory):
+                if len(sub.name) == 2 and sub.is_dir(follow_symlinks=False):
+                    entries += [(_last_used(status), status.st_size, top, sub.name, name)
+                                for name, status in _files(directory, sub.name, top)]
+        excess = sum(entry[1] for entry in entries) - max_bytes
+        victims: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        for used, size, top, sub_name, name in sorted(entries):
+            if excess <= 0 or (keep_since is not None and used >= keep_since):
                 break
-            victims.setdefault(sub_name, []).append((name, size))
+            victims.setdefault((top, sub_name), []).append((name, size))
             excess -= size
-        return sum(_unlink_all(directory, sub_name, top, names)
-                   for sub_name, names in victims.items())
+        return sum(_unlink_all(tops[top], sub_name, top, names)
+                   for (top, sub_name), names in victims.items())
+    except OSError:
+        return 0
+
+
+#: The whole cache is kept under this many bytes (``PYSFRAME_CACHE_MB`` sets it, 0: no
+#: bound), as ccache keeps its own (perf's ~/.debug grows until removed by hand).
+CACHE_BYTES = 2 << 30
+#: ... looked at, at the end of a command that used it, at most this often (seconds):
+#: a scan of every entry; the time of the file :data:`_STAMP` in the root says when.
+PRUNE_EVERY = 24 * 3600
+_STAMP = "last-pruned"
+
+
+#: About when this process started (this module is imported early): what it used since
+#: is not pruned (a large download that alone is over the bound is not fetched every run).
+_STARTED = time.time()
+
+
+def cache_budget() -> int | None:
+    """The bytes the cache is kept under (None: no bound)."""
+    megabytes = os.environ.get("PYSFRAME_CACHE_MB", "")
+    if not megabytes.isdigit():
+        return CACHE_BYTES
+    return int(megabytes) << 20 or None
+
+
+def prune_if_due(now: float | None = None) -> int:
+    """At the end of a command that used the cache, once a :data:`PRUNE_EVERY` at most (a
+    ``stat`` of the stamp otherwise):
+    every kind's entries brought under :func:`cache_budget` together, the least recently
+    used first (see :func:`prune`), none this process used. Never raises; returns the
+    bytes freed. A stamp that is not a regular file (a link, a FIFO) turns the bound off
+    rather than being followed."""
+    budget = cache_budget()
+    if budget is None:
+        return 0
+    root = _directory([], create=False)
+    if root is None:
+        return 0
+    tops: dict[str, int] = {}
+    try:
+        now = time.time() if now is None else now
+        if not _prune_due(root, now):
+            return 0
+        for top in os.scandir(root):
+            if top.is_dir(follow_symlinks=False) and top.name[:1] != ".":
+                child = _checked_child(root, top.name, "")
+                if child is not None:
+                    tops[top.name] = child
+        freed = _prune(tops, budget, _STARTED)
+        stamp = os.open(_STAMP, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                        | os.O_CLOEXEC, 0o600, dir_fd=root)
+        try:
+            if stat.S_ISREG(os.fstat(stamp).st_mode):
+                os.utime(stamp, (now, now))
+        finally:
+            os.close(stamp)
+        return freed
     except OSError:
         return 0
     finally:
-        os.close(directory)
+        for fd in [root, *tops.values()]:
+            os.close(fd)
+
+
+def _prune_due(root: int, now: float) -> bool:
+    try:
+        status = os.stat(_STAMP, dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    return stat.S_ISREG(status.st_mode) and not 0 <= now - status.st_mtime < PRUNE_EVERY
 
 
 def _checked_child(parent: int, name: str, top: str) -> int | None:

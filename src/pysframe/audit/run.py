@@ -35,7 +35,7 @@ DASK_BATCH = 16
 #: A file larger than this is not read (reported as such).
 MAX_FILE = 2 << 30
 CACHE_KIND = f"audit/facts.v{FACTS_VERSION}"
-#: The audit's cache is kept under this many bytes (the oldest entries go first), however
+#: The audit's cache is kept under this many bytes (the least recently used go first), however
 #: many files are audited over time; ``PYSFRAME_AUDIT_CACHE_MB`` sets it.
 CACHE_BYTES = 256 << 20
 

@@ -12,6 +12,7 @@ click's. tests/test_cli_entry.py holds the two parsers to the same answers.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 
@@ -175,6 +176,14 @@ def _run_call(call: Call) -> int:
     return run_stack(pid, **kwargs)
 
 
+def _bounded_cache() -> None:
+    """The cache kept under its bound, if this run used it
+    (:func:`~pysframe.cachedir.prune_if_due`; a forked worker ends without exit handlers)."""
+    cachedir = sys.modules.get("pysframe.cachedir")
+    if cachedir is not None:
+        cachedir.prune_if_due()
+
+
 def main() -> None:
     """Entry point of the ``sframe`` script (which starts with the cyclic collector off:
     ``stack`` keeps it off, every other command turns it back on here)."""
@@ -183,6 +192,8 @@ def main() -> None:
     from ..blas import one_blas_thread
 
     one_blas_thread()
+    # Registered first, so run last: after the exit handlers that keep what a run made.
+    atexit.register(_bounded_cache)
     call = lean_call(sys.argv[1:])
     if call is None or call[0] != "stack":
         gc.enable()
@@ -204,8 +215,6 @@ def main() -> None:
     # and a recording's arrays, ~30 ms of a large recording's run and ~8 ms of the Lua
     # fixture's) is skipped once the output is flushed and the exit functions have run
     # (caches kept, vDSO copies removed: weakref finalizers run as exit functions).
-    import atexit
-
     atexit._run_exitfuncs()
     try:  # guarded() flushed and reported already; nothing is left but what exit handlers wrote
         sys.stdout.flush()
