@@ -465,11 +465,10 @@ def cache_budget() -> int | None:
 
 def prune_if_due(now: float | None = None) -> int:
     """At the end of a command that used the cache, once a :data:`PRUNE_EVERY` at most (a
-    ``stat`` of the stamp otherwise):
-    every kind's entries brought under :func:`cache_budget` together, the least recently
-    used first (see :func:`prune`), none this process used. Never raises; returns the
-    bytes freed. A stamp that is not a regular file (a link, a FIFO) turns the bound off
-    rather than being followed."""
+    ``stat`` of the stamp otherwise): every kind's entries brought under
+    :func:`cache_budget` together, the least recently used first (see :func:`prune`),
+    none this process used. Never raises; returns the bytes freed. A stamp that is not a
+    regular file (a link, a FIFO) turns the bound off rather than being followed."""
     budget = cache_budget()
     if budget is None:
         return 0

@@ -105,9 +105,10 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
              stream: Any, failed: Callable[[], bool] | None = None,
              processes: int | None = None) -> Iterator[str]:
     """The text of ``ranges`` (``texts(first, last)``), each made by a process of its own
-    (:func:`.jobs.in_order`), or claimed by ``processes`` processes as they go: the workers take the functions another made, each
-    keeps what it made, and removes the vDSO copies it made; a child has failed if it
-    noted ``problems`` or ``failed()`` (if given) says so."""
+    (:func:`.jobs.in_order`), or claimed by ``processes`` processes as they go: the
+    workers take the functions another made, each keeps what it made, and removes the
+    vDSO copies it made; a child has failed if it noted ``problems`` or ``failed()`` (if
+    given) says so."""
     from ..made_exchange import MadeExchange, share
     from ..session.perf import remove_own_copies
     from ..session.tables import save_made
@@ -136,10 +137,11 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
 
     # The workers take what another made (each its own exchange, from the same files);
     # this process keeps what it made while the children finish.
-    extra = (finish, copier(stream) if stream is not None else None,
-             lambda mine: share(MadeExchange(workers, mine)), save_made, forward)
     try:
-        yield from in_order(ranges, texts, failing, statuses, *extra, processes=processes)
+        yield from in_order(ranges, texts, failing, statuses, finish=finish,
+                            copy=copier(stream) if stream is not None else None,
+                            started=lambda mine: share(MadeExchange(workers, mine)),
+                            produced=save_made, forward=forward, processes=processes)
     finally:
         share(None)
         MadeExchange.close_files(workers)
