@@ -147,3 +147,11 @@ def test_a_command_prunes_at_its_end(cache: Path) -> None:
                             "--binaries", str(LUA)], capture_output=True, timeout=300,
                            env=dict(os.environ))
     assert again.stdout == run.stdout
+    # The text is perf's: every sample's header line as `perf script --no-inline` printed
+    # it for this recording (the frames are held to perf by tests/test_unwind_perf.py).
+    theirs = (LUA / "perf-script.no-inline.txt").read_text()
+    assert _headers(run.stdout.decode()) == _headers(theirs)
+
+
+def _headers(text: str) -> list[str]:
+    return [block.split("\n")[0] for block in text.split("\n\n") if block.strip()]
