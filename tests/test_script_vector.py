@@ -265,6 +265,26 @@ def test_the_sample_by_sample_path_split_between_jobs_prints_the_same(
     assert sum(a == b for a, b in zip(ours, their_blocks, strict=True)) >= 0.99 * len(their_blocks)
 
 
+@pytest.mark.parametrize("count", [1000, 3171, 66069])
+@pytest.mark.parametrize("jobs", [1, 2, 3, 8, 64])
+def test_later_shares_are_smaller_by_what_following_the_earlier_ones_costs(
+        count: int, jobs: int) -> None:
+    """The sample-by-sample shares of -j: they cover every sample once, in order, none
+    empty; each worker's cost (its own samples, plus FOLLOW_COST for each sample of the
+    shares before it) is the first worker's, within a sample's rounding each."""
+    from pysframe.cli.script import _TO_THE_END, FOLLOW_COST, share_bounds
+
+    bounds = share_bounds(count, jobs)
+    assert bounds[0] == 0 and bounds[-1] == _TO_THE_END and len(bounds) <= jobs + 1
+    inner = bounds[:-1]
+    assert inner == sorted(set(inner)) and inner[-1] < count  # no empty share
+    sizes = [b - a for a, b in zip(inner, [*inner[1:], count], strict=True)]
+    costs = [size + FOLLOW_COST * first for size, first in zip(sizes, inner, strict=True)]
+    assert all(abs(cost - costs[0]) <= len(costs) for cost in costs), costs
+    if jobs == 2:  # the parent's share is the larger one: ~58%
+        assert 0.56 * count <= sizes[0] <= 0.60 * count
+
+
 def test_the_estimated_count_of_samples(tmp_path: Path) -> None:
     """Counted exactly when the estimate reads every record, within a quarter when it
     reads the first 512; 0 (no split) for a recording whose first record has size 0."""
