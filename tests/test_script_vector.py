@@ -5,6 +5,7 @@ declines, for the record path, the recordings it does not take."""
 from __future__ import annotations
 
 import lzma
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -305,11 +306,16 @@ def test_the_estimated_count_of_samples(tmp_path: Path) -> None:
         assert estimated_samples(data) == 0
 
 
-def test_a_first_run_is_not_split_between_jobs(monkeypatch: pytest.MonkeyPatch,
-                                               tmp_path: Path) -> None:
-    """On a first run (no symbol table of the files hit in the cache) the sample-by-sample
-    path runs in one process: split, every worker would read and make them all again. The
-    second run, warm, is split; both print the same text."""
+def test_a_first_run_is_split_too_the_tables_read_before_the_fork(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A first run (an empty cache) is split between the -j workers as a warm one is: the
+    symbol table and the function index of each file the samples hit are read (made) once,
+    in the process the workers fork from, not again by each worker. Both runs print the
+    text of -j 1 (held to perf's own text in the test above)."""
+    import os
+
+    from pysframe.generate import on_demand
+    from pysframe.symbolize import symbolizer as symbolizer_module
 
     path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
     if not path.exists():
@@ -317,10 +323,31 @@ def test_a_first_run_is_not_split_between_jobs(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
     split = _splits(monkeypatch)
+    calls = tmp_path / "calls.txt"  # appended to by every process: "pid what file"
+
+    def spy(owner: object, name: str, path_of: Callable[..., str]) -> None:
+        real = getattr(owner, name)
+
+        def spied(*args: object, **kwargs: object) -> object:
+            with calls.open("a") as out:
+                out.write(f"{os.getpid()} {name} {path_of(*args)}\n")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, spied)
+
+    spy(symbolizer_module, "load_symbols", lambda image, *_: image.path)
+    spy(on_demand, "_scan", lambda image, *_: image.path)
     texts = []
-    for run in ("first", "warm"):
+    for run in ("first", "warm", "one"):
         output = tmp_path / f"{run}.txt"
         assert run_script(str(path), binaries=[str(path.parent)], output=str(output),
-                          show_stops=False, report=lambda message: None, jobs=2) == 0
+                          show_stops=False, report=lambda message: None,
+                          jobs=1 if run == "one" else 2) == 0
         texts.append(output.read_bytes())
-    assert split == [2] and texts[0] == texts[1]
+        if run == "first":
+            first_calls, _ = calls.read_text().splitlines(), calls.unlink()
+    assert split == [2, 2] and texts[0] == texts[1] == texts[2]
+    assert {line.split()[0] for line in first_calls} == {str(os.getpid())}, first_calls
+    read = [line.split(" ", 2)[2] for line in first_calls if " load_symbols " in line]
+    assert len(read) == len(set(read)) == 3  # lua, libc, ld.so: each once
+    assert [line for line in first_calls if " _scan " in line]  # (libc's index made)

@@ -91,11 +91,14 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
 
     # What is loaded by now (the recording's arrays, modules, caches) lives to the end:
     # the collector's passes skip it from here on, and forked workers share its pages.
-    gc.freeze()
     if show_stops or jobs < 2:  # (stop lines in the samples' order)
+        gc.freeze()
         return texts(*session.ranges(1)[0])
     # Ranges of whole chunks, claimed by the processes as they go (jobs.in_order).
     ranges = session.ranges(CLAIMED_RANGES)
+    if len(ranges) > 1:
+        _read_before_fork(data, unwinder, symbolizer)
+    gc.freeze()
     if len(ranges) == 1:
         return texts(*ranges[0])
     return _in_jobs(ranges, texts, problems, statuses, stream, processes=min(jobs, len(ranges)))
@@ -186,8 +189,7 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
                  report: Any, stream: Any) -> Iterator[str] | None:
     """The sample-by-sample text made by ``jobs`` processes, or None when one makes it:
     ``-j 1``, a filter, deferred callchains (joined across records), compressed records
-    or fewer samples than :data:`SCALAR_JOBS_FROM` (:func:`estimated_samples`), or a
-    first run (:func:`_warm`)."""
+    or fewer samples than :data:`SCALAR_JOBS_FROM` (:func:`estimated_samples`)."""
     import gc
     from itertools import pairwise
 
@@ -197,11 +199,12 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
     if jobs < 2 or unwinder.keep is not None or unwinder.stitcher is not None:
         return None
     count = estimated_samples(data)
-    if count < SCALAR_JOBS_FROM or not _warm(data, unwinder):
+    if count < SCALAR_JOBS_FROM:
         return None
     bounds = share_bounds(count, jobs)
     width = name_width(data.attrs)
     records = unwinder.from_first_sample()  # each worker goes on from here
+    _read_before_fork(data, unwinder, symbolizer)
 
     def texts(first: int, last: int) -> Iterator[str]:
         samples = _located(path, unwinder.samples(first, last, records))
@@ -215,21 +218,22 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
                     lambda: bool(data.skipped))
 
 
-def _warm(data: Any, unwinder: Any) -> bool:
-    """Whether an earlier run named frames in the files the recording's samples hit (its
-    build-id table): the cache then holds their symbol tables (and their tables and made
-    functions). On a first run every worker would read and make them all again: the Lua
-    fixture's first run took 286 ms with -j 2 against 232 with -j 1 (21 alternating
-    runs, on a machine whose second CPU adds ~30% to the first)."""
-    from ..symbolize.symbols import symbols_kept
+def _read_before_fork(data: Any, unwinder: Any, symbolizer: Any) -> None:
+    """Read now, in the process the -j workers fork from, what each of them would read
+    again (on a first run: make again) for its share: the symbol table and the function
+    index of each file the recording's samples hit (its build-id table). The Lua
+    fixture's first run, -j 2 without this, had taken 286 ms against 232 with -j 1, and
+    was left to one process; with it, -j 2: 263 ms against 337 with -j 1 (10 alternating
+    runs, in a slower spell)."""
+    from ..format.lookup import SFrameLookup
 
-    for entry in data.build_ids():
-        if entry.kernel or not entry.filename.startswith("/"):
-            continue
-        image = unwinder.finder.image(entry.filename, entry.build_id)
-        if image is not None and not symbols_kept(image, unwinder.debug_files):
-            return False
-    return True
+    files = [(entry.filename, entry.build_id) for entry in data.build_ids()
+             if not entry.kernel and entry.filename.startswith("/")]
+    modules = unwinder.finder.opened(files)
+    symbolizer.read_tables(modules)
+    for module in modules:
+        if module.lookup is not None and not isinstance(module.lookup, SFrameLookup):
+            module.lookup.index_ranges()  # (an on-demand table: its index made or read)
 
 
 def default_jobs() -> int:
@@ -488,6 +492,11 @@ class _TimedSymbolizer:
             return self.inner.symbol(mapping, pc)
         finally:
             self.seconds["symbolize"] += self.clock() - begin
+
+    def read_tables(self, modules: Any) -> None:
+        begin = self.clock()
+        self.inner.read_tables(modules)
+        self.seconds["symbolize"] += self.clock() - begin
 
 
 def _located(path: str, samples: Iterator[UnwoundSample]) -> Iterator[UnwoundSample]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 from ..elf.debuginfo import DebugFiles
 from ..errors import Problems, PysframeError
 from ..records import NamedTuple
-from ..unwind.address_space import Mapping
+from ..unwind.address_space import Mapping, Module
 from .symbols import SymbolTable, load_symbols
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from typing import Literal
 
 UNKNOWN = "[unknown]"
@@ -52,7 +52,15 @@ class Symbolizer:
         self._hits: dict[tuple[int, int], SymbolHit | None] = {}
 
     def table(self, mapping: Mapping) -> SymbolTable | None:
-        module = mapping.module
+        return self._module_table(mapping.module)
+
+    def read_tables(self, modules: Iterable[Module]) -> None:
+        """Read the symbol tables of ``modules`` now (before ``script -j`` forks its
+        workers, which then share them rather than each reading them again)."""
+        for module in modules:
+            self._module_table(module)
+
+    def _module_table(self, module: Module | None) -> SymbolTable | None:
         if module is None or module.image is None:
             return None
         key = (module.path, module.build_id)

@@ -16,7 +16,6 @@ mangled here; the
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from itertools import islice
 
@@ -431,15 +430,6 @@ def _cache_kind(separate: str | None) -> str:
 def _cache_path(build_id: bytes, separate: str | None = None) -> str | None:
     """Where the symbol table of ``build_id`` is kept (it may not exist)."""
     return entry_path(_cache_kind(separate), build_id)
-
-
-def symbols_kept(image: ElfImage, debug: DebugFiles | None = None) -> bool:
-    """Whether the cache has an entry for ``image``'s symbol table (not read: whether it
-    still verifies is :func:`load_symbols`'s to say), as every run leaves for the files
-    it named frames in."""
-    build_id = image.build_id()
-    path = _cache_path(build_id, symbols_file(image, debug)) if build_id else None
-    return path is not None and os.path.isfile(path)
 
 
 def _cache_source(image: ElfImage, separate: str | None) -> Source | None:

@@ -113,6 +113,13 @@ class BinaryFinder:
         self._modules[key] = module
         return _rebased(module, self._bias(module, start, pgoff))
 
+    def opened(self, files: Iterable[tuple[str, bytes | None]]) -> list[Module]:
+        """The modules of ``files`` (path, build id), each opened now if it is not yet, as
+        its first mapping would open it (its table chosen, a damaged one reported); the
+        files not found are left out."""
+        modules = (self.module(path, build_id, 0, 0) for path, build_id in files)
+        return [module for module in modules if module is not None]
+
     def forget(self, path: str, build_id: bytes | None = None) -> None:
         """Drop what is kept of the binary asked for as ``path`` (its image and table):
         opened again if asked for again (a recorder running for hours sees thousands)."""
