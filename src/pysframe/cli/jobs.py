@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from functools import partial
 
 from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
@@ -52,7 +51,8 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     here once this process's ranges are made, before the children are waited for (what
     this process keeps at exit is kept while they work). What a child writes on stderr is
     kept in a file of its own and handed, line by line, to ``forward`` (default: written
-    on stderr here) once it has ended (the caller leaves out lines said already).
+    on stderr here) once it has ended, before its text: the caller leaves out the lines
+    another process said already (a damaged binary that both met).
 
     Who makes which range: by default each range has a process of its own (this one
     makes the first). With ``processes``, the ranges (each starting where the one before
@@ -62,118 +62,85 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     two fixed halves was done 100-200 ms before the other. This process makes the first
     ``len(ranges) // processes`` ranges in one go, streamed; the others are claimed one
     at a time, in order, by whichever process is free (this one too, once its share is
-    made), and handed on in order as they are made (:class:`_MadeRanges`). A process's
-    ranges only go forward (the process model follows the records forward)."""
+    made), and handed on in order, each once it and those before it are made (a child
+    says which on a pipe): the text made so far goes out while the children work on the
+    last ones (the deep recording's ~50 MB of claimed text took 32-34 ms to hand on once
+    they had ended). Their stderr comes after it. A process's ranges only go forward
+    (the process model follows the records forward)."""
     count = len(ranges)
     claimed = processes is not None
     if claimed and not 0 < count <= 255:
         raise ValueError(f"{count} ranges to claim (1 to 255)")
     share = max(1, count // processes) if processes is not None else min(1, count)
     tokens = _tokens(range(share, count)) if claimed else None
+    # Each claimed range made is said on this pipe (its number, one byte), so that it is
+    # handed on while the children still work; its write end is the children's alone.
+    made, made_end = os.pipe() if claimed else (None, None)
     outputs: list[list[int]] = [[] for _ in ranges[:share]] + [
         _text_files() for _ in ranges[share:]]
-    made = _MadeRanges(outputs, share, copy) if claimed else None
     limit = IN_MEMORY // max(1, count - share) if claimed else IN_MEMORY
     #: (pid, stderr file, the files of the range handed on once it has ended: by default)
     children: list[tuple[int, int, list[int]]] = []
 
-    def work(number: int) -> None:  # (in a child)
-        if started is not None:
-            started(number)
-        for each in _claims(tokens) if tokens is not None else (number,):
-            _write_range(produce, ranges[each], outputs[each], limit)
-            if made is not None:
-                made.say(each)
+    def worker(number: int) -> Callable[[], None]:
+        def work() -> None:
+            if started is not None:
+                started(number)
+            for each in _claims(tokens) if tokens is not None else (number,):
+                _write_range(produce, ranges[each], outputs[each], limit)
+                if made_end is not None:
+                    os.write(made_end, bytes([each]))
+
+        return work
 
     try:
         for number in range(1, processes if processes is not None else count):
-            children.append((*_fork(partial(work, number), failed, finish),
+            children.append((*_fork(worker(number), failed, finish),
                              [] if claimed else outputs[number]))
-        if made is not None:
-            made.children_forked()
+        if made_end is not None:
+            os.close(made_end)
+            made_end = None
         if started is not None:
             started(0)
         if ranges:
             yield from produce(ranges[0][0], ranges[share - 1][1])
+        ready: set[int] = set()  # (claimed ranges made, not handed on yet)
+        handed = share  # (the claimed ranges before this one are handed on)
+        if made is not None:
+            os.set_blocking(made, False)
         for each in _claims(tokens) if tokens is not None else ():
             _write_range(produce, ranges[each], outputs[each], limit)
-            if made is not None:
-                yield from made.made_here(each)
+            ready.add(each)
+            if made is not None:  # what the children made meanwhile, before the next claim
+                ready.update(_said(made))
+                while handed in ready:
+                    yield from _handed_on(outputs[handed], copy)
+                    handed += 1
         if produced is not None:
             produced()
-        if made is not None:
-            yield from made.rest()
+        if made is not None:  # the rest, in order, each once it is made
+            os.set_blocking(made, True)
+            while handed < count:
+                if handed in ready:
+                    yield from _handed_on(outputs[handed], copy)
+                    handed += 1
+                elif said := os.read(made, 256):
+                    ready.update(said)
+                else:
+                    break  # every child has ended (one failed: said once it is reaped)
         for pid, errors, files in children:
             _reap(pid, errors, statuses, forward)
             yield from _handed_on(files, copy)
             _close([errors])
             children = children[1:]
-        for files in made.left() if made is not None else ():
+        for files in outputs[handed:] if claimed else ():
             yield from _handed_on(files, copy)
     finally:
         _end(children)
         _close([*([tokens] if tokens is not None else []),
-                *(made.pipe() if made is not None else []),
+                *([made] if made is not None else []),
+                *([made_end] if made_end is not None else []),
                 *(fd for files in outputs for fd in files)])
-
-
-class _MadeRanges:
-    """The claimed ranges' texts (``outputs`` from ``first`` on), handed on in order, each
-    once it and those before it are made: by this process, or by a child, which says so
-    on a pipe (the range's number, one byte) whose write end only the children keep. The
-    text goes out while the children work on the last ranges (the deep recording's ~50 MB
-    of claimed text had taken 32-34 ms to hand on once they had all ended)."""
-
-    def __init__(self, outputs: list[list[int]], first: int,
-                 copy: Callable[[int], None] | None) -> None:
-        self.outputs, self.next, self.copy = outputs, first, copy
-        self.ready: set[int] = set()  # (made, not handed on yet)
-        read_end, write_end = os.pipe()
-        self.read_end: int | None = read_end
-        self.write_end: int | None = write_end
-
-    def say(self, number: int) -> None:
-        """(In a child) range ``number`` is made."""
-        assert self.write_end is not None
-        os.write(self.write_end, bytes([number]))
-
-    def children_forked(self) -> None:
-        assert self.write_end is not None and self.read_end is not None
-        os.close(self.write_end)
-        self.write_end = None
-        os.set_blocking(self.read_end, False)
-
-    def made_here(self, number: int) -> Iterator[str]:
-        """This process made range ``number``: what is ready by now, handed on (before
-        its next claim)."""
-        assert self.read_end is not None
-        self.ready.add(number)
-        self.ready.update(_said(self.read_end))
-        yield from self._ready_ones()
-
-    def rest(self) -> Iterator[str]:
-        """The others, each once it is made; stops when every child has ended (one that
-        failed is said once it is reaped)."""
-        assert self.read_end is not None
-        os.set_blocking(self.read_end, True)
-        while True:
-            yield from self._ready_ones()
-            if self.next >= len(self.outputs) or not (said := os.read(self.read_end, 256)):
-                return
-            self.ready.update(said)
-
-    def left(self) -> list[list[int]]:
-        """The files of the ranges not handed on yet."""
-        return self.outputs[self.next:]
-
-    def pipe(self) -> list[int]:
-        """The pipe's ends still open here."""
-        return [fd for fd in (self.read_end, self.write_end) if fd is not None]
-
-    def _ready_ones(self) -> Iterator[str]:
-        while self.next in self.ready:
-            yield from _handed_on(self.outputs[self.next], self.copy)
-            self.next += 1
 
 
 def _tokens(claims: range) -> int:
