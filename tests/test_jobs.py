@@ -77,40 +77,6 @@ def test_a_slow_process_leaves_the_other_ranges_to_the_others() -> None:
     assert slow not in {pid for sample, _, pid in lines if sample >= 50}
 
 
-def test_a_claimed_range_is_handed_on_once_made_while_the_children_still_work(
-        tmp_path: object) -> None:
-    """The ranges a child made are handed on as soon as they and those before them are
-    made, not once the child has ended: the child's last range waits until the text of
-    the range before it has come out here (with the text handed on only after the children
-    ended, it would wait in vain, up to 5 s, and say so)."""
-    from pathlib import Path
-
-    flag = Path(str(tmp_path)) / "range 4 came out"
-
-    def produce(first: int, last: int) -> Iterator[str]:
-        if first == 0:
-            time.sleep(0.3)  # (this process's share: the child claims 3, 4 and 5)
-        if first == 50:
-            waited = 0.0
-            while not flag.exists() and waited < 5:
-                time.sleep(0.01)
-                waited += 0.01
-            if not flag.exists():
-                yield "timed out\n"
-        yield f"{first} by {os.getpid()}\n"
-
-    pieces = []
-    for piece in jobs.in_order(_ranges(6), produce, lambda: False, [], processes=2):
-        pieces.append(piece)
-        if piece.startswith("40 "):
-            flag.touch()
-    text = "".join(pieces)
-    assert "timed out" not in text
-    # (this process's share, ranges 0 to 2, is made in one go: one call from 0)
-    assert [int(line.split()[0]) for line in text.splitlines()] == [0, 30, 40, 50]
-    assert int(text.splitlines()[3].split()[2]) != os.getpid()  # (range 5: the child's)
-
-
 def test_a_failing_child_ends_the_run_and_nothing_is_left() -> None:
     """A child whose range raises: a CommandError with its status after the others are
     waited for; no child left running, no descriptor left open."""

@@ -5,10 +5,10 @@ The ranges are independent once each starts from the state before it (the caller
 every other one by a child forked before any of them starts (one range each, or ranges
 claimed one at a time as the processes go: :func:`in_order`), into memory (a memfd) and,
 past :data:`IN_MEMORY` bytes, an unnamed temporary file, read back in order when its turn
-comes (a claimed range: as soon as it is made). Forking (not spawning) shares the opened
-recording, the loaded tables and caches at no cost. A child's stderr goes to a file of its
-own, handed on here once it has ended (see :func:`in_order`); a child that fails says why
-there, and the run then ends with that child's status.
+comes. Forking (not spawning) shares the opened recording, the loaded tables and caches
+at no cost. A child's stderr goes to a file of its own, handed on here once it has ended
+(see :func:`in_order`); a child that fails says why there, and the run then ends with
+that child's status.
 """
 
 from __future__ import annotations
@@ -62,20 +62,14 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     two fixed halves was done 100-200 ms before the other. This process makes the first
     ``len(ranges) // processes`` ranges in one go, streamed; the others are claimed one
     at a time, in order, by whichever process is free (this one too, once its share is
-    made), and handed on in order, each once it and those before it are made (a child
-    says which on a pipe): the text made so far goes out while the children work on the
-    last ones (the deep recording's ~50 MB of claimed text took 32-34 ms to hand on once
-    they had ended). Their stderr comes after it. A process's ranges only go forward
-    (the process model follows the records forward)."""
+    made), and handed on in order once every child has ended. A process's ranges only go
+    forward (the process model follows the records forward)."""
     count = len(ranges)
     claimed = processes is not None
     if claimed and not 0 < count <= 255:
         raise ValueError(f"{count} ranges to claim (1 to 255)")
     share = max(1, count // processes) if processes is not None else min(1, count)
     tokens = _tokens(range(share, count)) if claimed else None
-    # Each claimed range made is said on this pipe (its number, one byte), so that it is
-    # handed on while the children still work; its write end is the children's alone.
-    made, made_end = os.pipe() if claimed else (None, None)
     outputs: list[list[int]] = [[] for _ in ranges[:share]] + [
         _text_files() for _ in ranges[share:]]
     limit = IN_MEMORY // max(1, count - share) if claimed else IN_MEMORY
@@ -88,8 +82,6 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
                 started(number)
             for each in _claims(tokens) if tokens is not None else (number,):
                 _write_range(produce, ranges[each], outputs[each], limit)
-                if made_end is not None:
-                    os.write(made_end, bytes([each]))
 
         return work
 
@@ -97,49 +89,24 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
         for number in range(1, processes if processes is not None else count):
             children.append((*_fork(worker(number), failed, finish),
                              [] if claimed else outputs[number]))
-        if made_end is not None:
-            os.close(made_end)
-            made_end = None
         if started is not None:
             started(0)
         if ranges:
             yield from produce(ranges[0][0], ranges[share - 1][1])
-        ready: set[int] = set()  # (claimed ranges made, not handed on yet)
-        handed = share  # (the claimed ranges before this one are handed on)
-        if made is not None:
-            os.set_blocking(made, False)
         for each in _claims(tokens) if tokens is not None else ():
             _write_range(produce, ranges[each], outputs[each], limit)
-            ready.add(each)
-            if made is not None:  # what the children made meanwhile, before the next claim
-                ready.update(_said(made))
-                while handed in ready:
-                    yield from _handed_on(outputs[handed], copy)
-                    handed += 1
         if produced is not None:
             produced()
-        if made is not None:  # the rest, in order, each once it is made
-            os.set_blocking(made, True)
-            while handed < count:
-                if handed in ready:
-                    yield from _handed_on(outputs[handed], copy)
-                    handed += 1
-                elif said := os.read(made, 256):
-                    ready.update(said)
-                else:
-                    break  # every child has ended (one failed: said once it is reaped)
         for pid, errors, files in children:
             _reap(pid, errors, statuses, forward)
             yield from _handed_on(files, copy)
             _close([errors])
             children = children[1:]
-        for files in outputs[handed:] if claimed else ():
+        for files in outputs[share:] if claimed else ():
             yield from _handed_on(files, copy)
     finally:
         _end(children)
         _close([*([tokens] if tokens is not None else []),
-                *([made] if made is not None else []),
-                *([made_end] if made_end is not None else []),
                 *(fd for files in outputs for fd in files)])
 
 
@@ -159,15 +126,6 @@ def _claims(tokens: int) -> Iterator[int]:
     one can write to it)."""
     while token := os.read(tokens, 1):
         yield token[0]
-
-
-def _said(made: int) -> bytes:
-    """The ranges said made on the pipe ``made`` (non-blocking) so far: none yet, or none
-    any more (every child has ended), is no bytes."""
-    try:
-        return os.read(made, 256)
-    except BlockingIOError:
-        return b""
 
 
 def _write_range(produce: Callable[[int, int], Iterator[str]], bounds: tuple[int, int],
