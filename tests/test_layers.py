@@ -16,7 +16,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "pysframe"
 
 #: The data flow, earliest first. A module may import from its own stage and earlier ones.
 STAGES = ["errors", "c_signal", "blas", "records", "enums", "exports", "inputs", "cachedir",
-          "made_exchange", "format", "elf", "cfi", "generate", "jit", "sources", "unwind", "session",
+          "cache_merge", "made_exchange", "format", "elf", "cfi", "generate", "jit", "sources", "unwind", "session",
           "deferred", "symbolize", "audit", "report", "record", "demo", "cli", "__main__"]
 #: What the tracer never imports (issue 24, item 5): it is given its tables (a
 #: ``TableProvider``) and its samples (registers and stack words); it makes no table, reads

@@ -316,6 +316,13 @@ class KeptDirectories:
         _KEPT.directories = None
 
 
+def entry_directory(kind: str, build_id: bytes) -> int | None:
+    """A descriptor of the directory the entry of ``kind`` for ``build_id`` is kept in
+    (made if need be, every step checked), or None when there is none to use."""
+    parts = _split(kind, build_id)
+    return _directory(parts[0], create=True) if parts is not None else None
+
+
 def _directory(directories: list[str], create: bool) -> int | None:
     """A descriptor of the entry directory below the cache root, every step checked; None
     when it does not exist (and ``create`` is off) or is not to be used. Inside

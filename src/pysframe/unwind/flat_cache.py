@@ -25,6 +25,7 @@ import struct
 
 import numpy as np
 
+from ..cache_merge import Merging
 from ..cachedir import describe, entry_path, load, store
 from ..format.constants import ABI
 from ..format.lookup import SFrameLookup
@@ -178,10 +179,11 @@ class FunctionRows:
         if not self._new or self.entry_id is None:
             return
         self._new = False
-        payload = load(FUNCTIONS_KIND, self.entry_id, self._source)
-        rows = _functions_decoded(payload) if payload is not None else {}
-        rows.update(self.rows)
-        store(FUNCTIONS_KIND, self.entry_id, _functions_encoded(rows), self._source)
+        with Merging(FUNCTIONS_KIND, self.entry_id):  # (another -j worker may be merging)
+            payload = load(FUNCTIONS_KIND, self.entry_id, self._source)
+            rows = _functions_decoded(payload) if payload is not None else {}
+            rows.update(self.rows)
+            store(FUNCTIONS_KIND, self.entry_id, _functions_encoded(rows), self._source)
 
 
 def function_rows(entry_id: bytes | None, abi: ABI) -> FunctionRows:
