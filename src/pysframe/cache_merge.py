@@ -4,7 +4,7 @@ Saving what a run made into an entry is a merge: the entry is loaded, what the r
 is added, the whole is stored (by rename). Two ``-j`` workers keeping their made functions
 at the same time each stored the entry it had loaded plus its own; the later store lost
 the other's, and the next run made them again. :class:`Merging` puts an exclusive
-``flock`` on the entry's directory around the merge. ``flock`` is the standard library's
+``flock`` on the entry's directory around the merge (:func:`merge_into`). ``flock`` is the standard library's
 (fcntl); no library is needed.
 """
 
@@ -13,7 +13,11 @@ from __future__ import annotations
 import os
 import time
 
-from .cachedir import entry_directory
+from .cachedir import Source, entry_directory, load, store
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: How long a merge waits for another process's merge into the same directory.
 MERGE_WAIT = 2.0
@@ -56,3 +60,12 @@ class Merging:
         if self.fd >= 0:
             os.close(self.fd)  # (the lock goes with it)
             self.fd = -1
+
+
+def merge_into(kind: str, build_id: bytes, source: Source,
+               merged: Callable[[bytes | None], bytes]) -> None:
+    """Store ``merged(payload)`` as the entry of ``kind`` for ``build_id``, ``payload``
+    being the entry as it is (None: none that verifies), with no other process's merge
+    into it in between (:class:`Merging`)."""
+    with Merging(kind, build_id):
+        store(kind, build_id, merged(load(kind, build_id, source)), source)

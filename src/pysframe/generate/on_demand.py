@@ -42,8 +42,8 @@ import struct
 import sys
 from itertools import accumulate
 
-from ..cache_merge import Merging
-from ..cachedir import Source, load, store
+from ..cache_merge import merge_into
+from ..cachedir import Source, load
 from ..errors import PysframeError
 from ..format.constants import VERSION_3
 from ..format.decode import SFrameReader
@@ -370,17 +370,19 @@ class OnDemandTable:
                 or self.index is None or self.whole is not None):
             return
         self._dirty = False
-        with Merging(KIND, self._key):  # (another -j worker may be merging into it now)
-            payload = load(KIND, self._key, self._source)
-            columns = _index_columns(self.index)
-            made = dict(self._made)
+        columns = _index_columns(self.index)
+        made = dict(self._made)
+
+        def merged(payload: bytes | None) -> bytes:
             # Another run's functions join these when its entry has this very index
             # (compared as bytes: decoding and checking a large one again, cc1's 45k
             # functions, cost a -j worker ~10 ms of its save, after its text).
             theirs = _made_with(payload, columns) if payload is not None else None
             for position, data in (theirs or {}).items():
                 made.setdefault(position, data)
-            store(KIND, self._key, _encoded(columns, made), self._source)
+            return _encoded(columns, made)
+
+        merge_into(KIND, self._key, self._source, merged)  # (-j workers: one at a time)
 
 
 def _exchange() -> MadeExchange | None:

@@ -25,7 +25,7 @@ import struct
 
 import numpy as np
 
-from ..cache_merge import Merging
+from ..cache_merge import merge_into
 from ..cachedir import describe, entry_path, load, store
 from ..format.constants import ABI
 from ..format.lookup import SFrameLookup
@@ -179,11 +179,13 @@ class FunctionRows:
         if not self._new or self.entry_id is None:
             return
         self._new = False
-        with Merging(FUNCTIONS_KIND, self.entry_id):  # (another -j worker may be merging)
-            payload = load(FUNCTIONS_KIND, self.entry_id, self._source)
+
+        def merged(payload: bytes | None) -> bytes:
             rows = _functions_decoded(payload) if payload is not None else {}
             rows.update(self.rows)
-            store(FUNCTIONS_KIND, self.entry_id, _functions_encoded(rows), self._source)
+            return _functions_encoded(rows)
+
+        merge_into(FUNCTIONS_KIND, self.entry_id, self._source, merged)  # (one at a time)
 
 
 def function_rows(entry_id: bytes | None, abi: ABI) -> FunctionRows:
