@@ -101,11 +101,12 @@ def test_a_sample_naming_no_event_is_left_to_the_record_path(
     """Wherever the sample is: the scan gathers the samples' fields as it passes them (one
     release step at a time: a page here, so nearly every sample is its own gather), and one
     naming no event, in the first gather or a later one, leaves the whole recording to the
-    record path."""
-    import pysframe.sources.perf_arrays as perf_arrays
+    record path; so does the walk split between two processes (the sample in either
+    half)."""
+    import pysframe.sources.perf_scan as perf_scan
 
     if step is not None:
-        monkeypatch.setattr(perf_arrays, "RELEASE_STEP", step)
+        monkeypatch.setattr(perf_scan, "RELEASE_STEP", step)
     damaged = tmp_path / "damaged.data"
     raw = bytearray(system_wide.read_bytes())
     with open_perf_data(str(system_wide)) as data:
@@ -125,6 +126,9 @@ def test_a_sample_naming_no_event_is_left_to_the_record_path(
     damaged.write_bytes(bytes(raw))
     with open_perf_data(str(damaged)) as data:
         assert sample_arrays(data) is None
+    monkeypatch.setattr(perf_scan, "SPLIT_FROM", 0)
+    with open_perf_data(str(damaged)) as data:
+        assert sample_arrays(data, split=True) is None
     if step is None and which == "middle":
         assert _script(damaged, tmp_path / "cache", None) == _script(
             damaged, tmp_path / "cache", "scalar")
@@ -134,11 +138,11 @@ def test_the_arrays_are_the_same_whatever_the_release_step(
         system_wide: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Gathered a page at a time (nearly every sample its own gather) or 16 MB at a time:
     the same arrays."""
-    import pysframe.sources.perf_arrays as perf_arrays
+    import pysframe.sources.perf_scan as perf_scan
 
     with open_perf_data(str(system_wide)) as data:
         whole = sample_arrays(data)
-    monkeypatch.setattr(perf_arrays, "RELEASE_STEP", 4096)
+    monkeypatch.setattr(perf_scan, "RELEASE_STEP", 4096)
     with open_perf_data(str(system_wide)) as data:
         paged = sample_arrays(data)
     assert whole is not None and paged is not None
@@ -209,3 +213,24 @@ def test_workers_remove_the_vdso_copies_they_make(system_wide: Path, tmp_path: P
     assert len({pid for pid, _ in copies}) >= 2, "no worker made a copy: nothing is tested"
     assert all(Path(directory).parent == temporary for _, directory in copies)
     assert list(temporary.iterdir()) == []
+
+
+def test_the_walk_split_between_two_processes_gives_the_same_arrays(
+        system_wide: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two events, side-band records all through the file (the child's half parsed here from
+    their offsets): the same arrays and events as the serial walk, the halves joined."""
+    from tests.support.sample_arrays import assert_same
+
+    import pysframe.sources.perf_scan as perf_scan
+
+    with open_perf_data(str(system_wide)) as data:
+        serial = sample_arrays(data)
+    joined: list[bool] = []
+    join = perf_scan._joined
+    monkeypatch.setattr(perf_scan, "SPLIT_FROM", 0)
+    monkeypatch.setattr(perf_scan, "_joined",
+                        lambda walk, found: joined.append(join(walk, found)) or joined[-1])
+    with open_perf_data(str(system_wide)) as data:
+        split = sample_arrays(data, split=True)
+    assert serial is not None and joined == [True]
+    assert_same(split, serial)

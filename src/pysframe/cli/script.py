@@ -66,7 +66,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         from ..sources.perf_records import SAMPLE_CPU
     except ImportError:  # no numpy
         return None
-    arrays = sample_arrays(data)
+    arrays = sample_arrays(data, split=jobs >= 2)
     if arrays is None:
         return None
     attr = arrays.attr

@@ -1,6 +1,7 @@
 """A ``--call-graph dwarf`` recording's samples as numpy arrays, in ``perf script`` order.
 
-For the batch pipeline: one pass over the record headers (the samples are not parsed
+For the batch pipeline: one pass over the record headers (for a large recording, in two
+processes: :mod:`.perf_scan`; the samples are not parsed
 one by one: their fields are gathered with numpy from the mapped file, every position
 checked against its record's bounds), the few other records parsed as usual, and
 perf's round-based time order (see :mod:`.perf_order`) computed on arrays. Only the
@@ -19,21 +20,14 @@ parses them.
 
 from __future__ import annotations
 
-import struct
-from array import array
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..records import record_class
-from .perf_data import RELEASE_STEP, PerfData
+from .perf_data import PerfData
 from .perf_records import (
-    RECORD_COMPRESSED,
-    RECORD_COMPRESSED2,
-    RECORD_FINISHED_ROUND,
-    RECORD_HEADER,
-    RECORD_SAMPLE,
     SAMPLE_ADDR,
     SAMPLE_CALLCHAIN,
     SAMPLE_CPU,
@@ -52,6 +46,7 @@ from .perf_records import (
     Record,
     id_word,
 )
+from .perf_scan import scan
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -101,15 +96,17 @@ class SampleArrays:
         return tuple(np.where(has, self.words[index + k], np.uint64(0)) for k in positions)
 
 
-def sample_arrays(data: PerfData) -> SampleArrays | None:
-    """The recording's samples as arrays, or None when it is not of the common shape."""
+def sample_arrays(data: PerfData, split: bool = False) -> SampleArrays | None:
+    """The recording's samples as arrays, or None when it is not of the common shape.
+    ``split``: a large recording's records are walked in two processes (see
+    :mod:`.perf_scan`)."""
     if not data.attrs or data.data_offset % 8 or not any(_takes(a) for a in data.attrs):
         return None
     word = _id_word(data.attrs)
     if word is None:
         return None
     blocks = _Blocks(data, word)
-    scanned = _scan(data, blocks.gather)
+    scanned = scan(data, blocks, split)
     if scanned is None or (blocks.attr is None and len(scanned[0])):
         return None
     offsets, boundaries, others = scanned
@@ -164,59 +161,6 @@ def sampling_attr(data: PerfData, offsets: I64, word: int) -> EventAttr | None:
     if attr is None or not np.all(np.isin(identifiers, np.array(attr.ids, np.uint64))):
         return None
     return attr
-
-
-def _scan(data: PerfData, gather: Any
-          ) -> tuple[I64, I64, list[tuple[int, int, Record]]] | None:
-    """File offsets of the samples; at each FINISHED_ROUND, the number of samples before
-    it; the other records parsed, with their arrival round and file position. The samples
-    walked are handed to ``gather`` (their offsets) before their pages are dropped from the
-    resident set, and at the end (None if it refuses one)."""
-    parser = data._parser
-    assert parser is not None
-    buffer, unpack = data.buffer, RECORD_HEADER.unpack_from
-    offset, end = data.data_offset, min(data.data_offset + data.data_size, len(data.buffer))
-    samples = array("q")
-    append = samples.append
-    boundaries = array("q")
-    others: list[tuple[int, int, Record]] = []
-    data.release_before(0, from_start=True)  # an earlier pass may have released ahead
-    next_release = offset + RELEASE_STEP
-    gathered = 0  # samples handed to gather
-    while offset + 8 <= end:
-        if offset >= next_release:
-            if len(samples) > gathered:
-                if not gather(np.array(samples[gathered:], np.int64)):
-                    return None
-                gathered = len(samples)
-            data.release_before(offset)
-            next_release = offset + RELEASE_STEP
-        kind, misc, size = unpack(buffer, offset)
-        if size < 8 or size % 8 or offset + size > end:
-            return None
-        if kind == RECORD_SAMPLE:
-            append(offset)
-        elif kind == RECORD_FINISHED_ROUND:
-            boundaries.append(len(samples))
-            others.append((len(boundaries), offset, None))  # type: ignore[arg-type]
-        elif kind in (RECORD_COMPRESSED, RECORD_COMPRESSED2):
-            return None
-        else:
-            try:
-                record = parser.parse(buffer, kind, misc, offset, size, 0)
-            except (struct.error, IndexError, ValueError):
-                return None
-            if record is not None:
-                others.append((len(boundaries), offset, record))
-        offset += size
-    if offset != end:
-        return None
-    if len(samples) > gathered and not gather(np.array(samples[gathered:], np.int64)):
-        return None
-    data.release_before(end)
-    return (np.frombuffer(samples, np.int64) if samples else np.zeros(0, np.int64),
-            np.frombuffer(boundaries, np.int64) if boundaries else np.zeros(0, np.int64),
-            others)
 
 
 #: Samples gathered by one numpy pass at most (bounds its temporary arrays).
@@ -278,7 +222,7 @@ class _Blocks:
 
 
 def _gathered(data: PerfData, attr: EventAttr, offsets: I64, boundaries: I64,
-              others: list[tuple[int, int, Record]], parts: dict[str, list[Any]],
+              others: list[tuple[int, int, Record | None]], parts: dict[str, list[Any]],
               words: U64) -> SampleArrays | None:
     fields = {name: np.concatenate(values) if values else np.zeros(0, np.int64)
               for name, values in parts.items()}
@@ -358,7 +302,7 @@ def _picker(order: I64) -> Any:
 
 
 def _order(data: PerfData, offsets: I64, boundaries: I64,
-           others: list[tuple[int, int, Record]], sample_times: U64
+           others: list[tuple[int, int, Record | None]], sample_times: U64
            ) -> tuple[I64, list[tuple[int, Record]]]:
     """perf's order (as :func:`.perf_order.time_ordered`): a record that arrived after
     round ``a`` is delivered at the first round ``k >= a`` whose limit (the newest time
@@ -386,7 +330,7 @@ def _order(data: PerfData, offsets: I64, boundaries: I64,
     return sample_order.astype(np.int64), delivered
 
 
-def _round_limits(others: list[tuple[int, int, Record]], times: I64, file_offsets: I64
+def _round_limits(others: list[tuple[int, int, Record | None]], times: I64, file_offsets: I64
                   ) -> I64:
     """L[k] of every round k: the newest time of the records before round k - 1 in the file
     (-1 for round 0, and while no record came before)."""
