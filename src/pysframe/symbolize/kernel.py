@@ -339,6 +339,12 @@ def _child_done() -> bool:
     return bool(poller.poll(0))  # POLLHUP once the child (the only writer) has ended
 
 
+def prefetching() -> bool:
+    """Whether the child of :func:`prefetch` is still making the kernel's entry (it takes a
+    CPU: work that would be split over the CPUs has one fewer)."""
+    return not _child_done()
+
+
 def _child_ended() -> None:
     """Wait for the child of :func:`prefetch` to end (reaped if it is this process's)."""
     global _making
