@@ -87,6 +87,26 @@ def test_bytes_that_are_no_headers_give_no_candidate() -> None:
     assert perf_scan.candidate(buffer, 0, len(buffer)) is None
 
 
+def test_the_search_for_a_candidate_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Headers chained 31 at a time from every offset, each chain broken by the next: the
+    search gives up after PROBE_READS reads, not PROBE / 8 * CHAIN."""
+    chain = perf_scan.CHAIN - 1
+    record = struct.pack("<IHH", RECORD_SAMPLE, 0, 8)
+    buffer = (record * chain + bytes(8)) * (perf_scan.PROBE // (8 * (chain + 1)) + 2)
+    reads = 0
+    unpack = perf_scan.RECORD_HEADER.unpack_from
+
+    class Counting:
+        def unpack_from(self, data: bytes, offset: int) -> tuple[int, int, int]:
+            nonlocal reads
+            reads += 1
+            return unpack(data, offset)  # type: ignore[return-value]
+
+    monkeypatch.setattr(perf_scan, "RECORD_HEADER", Counting())
+    assert perf_scan.candidate(buffer, 0, len(buffer)) is None
+    assert reads <= perf_scan.PROBE_READS
+
+
 def test_a_candidate_that_is_no_boundary_is_walked_alone(
         monkeypatch: pytest.MonkeyPatch, split_always: list[bool]) -> None:
     """The parent's walk passes over the candidate (8 bytes into a record): the child's

@@ -52,6 +52,7 @@ SPLIT_FROM = 64 * 2**20
 #: this many bytes after the middle.
 CHAIN = 32
 PROBE = 2**18
+PROBE_READS = 2**16
 #: Record types a header may name (perf's own, and the user types from 64).
 MAX_KIND = 0x7FFF
 
@@ -170,11 +171,16 @@ def _split(data: PerfData, blocks: Any) -> tuple[int, int, int] | None:
 def candidate(buffer: Any, start: int, end: int) -> int | None:
     """The first 8-aligned offset from ``start`` (within :data:`PROBE` bytes) where
     :data:`CHAIN` plausible headers follow one another (or reach ``end`` exactly), or
-    None."""
+    None; None too after :data:`PROBE_READS` headers read (bytes made to look like
+    headers everywhere would otherwise cost PROBE / 8 * CHAIN reads, ~0.5 s)."""
     unpack = RECORD_HEADER.unpack_from
+    reads = PROBE_READS
     for first in range(start, min(start + PROBE, end - 8), 8):
         offset = first
         for _ in range(CHAIN):
+            reads -= 1
+            if reads < 0:
+                return None
             kind, _misc, size = unpack(buffer, offset)
             if not 0 < kind <= MAX_KIND or size < 8 or size % 8 or offset + size > end:
                 break
