@@ -148,3 +148,13 @@ def test_a_damaged_header_in_either_half_declines_as_the_serial_walk_does(
         file.write(struct.pack("<H", 12))
     assert arrays_of(copy, split=False) is None
     assert arrays_of(copy, split=True) is None
+
+
+def test_one_usable_cpu_walks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinned to one CPU (taskset), however many the machine has: no child."""
+    monkeypatch.setattr(perf_scan, "SPLIT_FROM", 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    forks: list[int] = []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or os.getpid())
+    assert_same(arrays_of(LUA, split=True), arrays_of(LUA, split=False))
+    assert forks == []
