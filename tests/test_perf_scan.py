@@ -9,7 +9,6 @@ import os
 import shutil
 import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,7 @@ from pysframe.sources.perf_data import open_perf_data
 from pysframe.sources.perf_records import RECORD_HEADER, RECORD_SAMPLE
 
 np = pytest.importorskip("numpy")
-from tests.support.sample_arrays import assert_same  # noqa: E402
+from tests.support.sample_arrays import assert_same, record_joins  # noqa: E402
 
 from pysframe.sources import perf_scan  # noqa: E402
 from pysframe.sources.perf_arrays import SampleArrays, sample_arrays  # noqa: E402
@@ -46,16 +45,7 @@ def record_offsets(path: Path) -> list[int]:
 @pytest.fixture
 def split_always(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Every recording walked in two processes; the list gets whether each join happened."""
-    monkeypatch.setattr(perf_scan, "SPLIT_FROM", 0)
-    joins: list[bool] = []
-    joined = perf_scan._joined
-
-    def spy(walk: Any, found: Any) -> bool:
-        joins.append(joined(walk, found))
-        return joins[-1]
-
-    monkeypatch.setattr(perf_scan, "_joined", spy)
-    return joins
+    return record_joins(monkeypatch)
 
 
 @pytest.mark.skipif(not RECORDINGS, reason="no recordings here")

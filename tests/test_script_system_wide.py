@@ -219,17 +219,11 @@ def test_the_walk_split_between_two_processes_gives_the_same_arrays(
         system_wide: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two events, side-band records all through the file (the child's half parsed here from
     their offsets): the same arrays and events as the serial walk, the halves joined."""
-    from tests.support.sample_arrays import assert_same
-
-    import pysframe.sources.perf_scan as perf_scan
+    from tests.support.sample_arrays import assert_same, record_joins
 
     with open_perf_data(str(system_wide)) as data:
         serial = sample_arrays(data)
-    joined: list[bool] = []
-    join = perf_scan._joined
-    monkeypatch.setattr(perf_scan, "SPLIT_FROM", 0)
-    monkeypatch.setattr(perf_scan, "_joined",
-                        lambda walk, found: joined.append(join(walk, found)) or joined[-1])
+    joined = record_joins(monkeypatch)
     with open_perf_data(str(system_wide)) as data:
         split = sample_arrays(data, split=True)
     assert serial is not None and joined == [True]

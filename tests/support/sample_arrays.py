@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
+import numpy as np
+import pytest
+
+from pysframe.sources import perf_scan
 from pysframe.sources.perf_arrays import SampleArrays
+
+
+def record_joins(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every recording's walk split in two processes (whatever its size); the list gets
+    whether each split's halves were joined."""
+    monkeypatch.setattr(perf_scan, "SPLIT_FROM", 0)
+    joins: list[bool] = []
+    joined = perf_scan._joined
+
+    def spy(walk: Any, found: Any) -> bool:
+        joins.append(joined(walk, found))
+        return joins[-1]
+
+    monkeypatch.setattr(perf_scan, "_joined", spy)
+    return joins
 
 
 def assert_same(split: SampleArrays | None, serial: SampleArrays | None) -> None:

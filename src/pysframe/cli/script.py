@@ -242,12 +242,9 @@ def _read_before_fork(data: Any, unwinder: Any, symbolizer: Any) -> None:
 
 def default_jobs() -> int:
     """The processes ``-j`` defaults to: the CPUs this process may run on."""
-    import os
+    from ..cpus import usable_cpus
 
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return usable_cpus()
 
 
 #: perf's sample filters as given (``--pid``, ``--tid``, ``--comms``, ``--time``).

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..cpus import usable_cpus
 from .perf_data import RELEASE_STEP, PerfData
 from .perf_records import (
     RECORD_COMPRESSED,
@@ -146,10 +147,10 @@ def scan(data: PerfData, blocks: Any, split: bool = False) -> Scanned | None:
 
 def _split(data: PerfData, blocks: Any) -> tuple[int, int, int] | None:
     """(candidate boundary, pid, memory file) of a child walking from the boundary to the
-    end, or None when there is no child: small records, one CPU, no candidate, no memory
-    file, no fork."""
+    end, or None when there is no child: small records, one CPU this process may use (two
+    walks on one CPU only add the fork), no candidate, no memory file, no fork."""
     start, size = data.data_offset, min(data.data_size, len(data.buffer) - data.data_offset)
-    if size < SPLIT_FROM or _usable_cpus() < 2 or not hasattr(os, "memfd_create"):
+    if size < SPLIT_FROM or usable_cpus() < 2 or not hasattr(os, "memfd_create"):
         return None
     boundary = candidate(data.buffer, start + size // 2 // 8 * 8, start + size)
     if boundary is None:
@@ -166,15 +167,6 @@ def _split(data: PerfData, blocks: Any) -> tuple[int, int, int] | None:
     if pid == 0:
         _child(data, blocks, boundary, memory)
     return boundary, pid, memory
-
-
-def _usable_cpus() -> int:
-    """The CPUs this process may run on (``taskset``, a container's cpuset), not the
-    machine's: two walks on one CPU only add the fork."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def candidate(buffer: Any, start: int, end: int) -> int | None:
