@@ -356,3 +356,24 @@ def test_a_first_run_is_split_too_the_tables_read_before_the_fork(
     read = [line.split(" ", 2)[2] for line in first_calls if " load_symbols " in line]
     assert len(read) == len(set(read)) == 3  # lua, libc, ld.so: each once
     assert [line for line in first_calls if " _scan " in line]  # (libc's index made)
+
+
+def test_the_record_walk_split_between_two_processes_prints_perfs_text(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The batch pipeline with -j 2, its record walk split between two processes (any size
+    of records: pysframe.sources.perf_scan): the halves were joined, and the text is the
+    one-process walk's, byte for byte, and perf's own (its `perf script --no-inline`)."""
+    from tests.support.sample_arrays import record_joins
+
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+    if not path.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    alone = _text(path, "vector", monkeypatch, tmp_path)
+    joins = record_joins(monkeypatch)
+    monkeypatch.setenv(ENGINE_VARIABLE, "vector")
+    output = tmp_path / "split.txt"
+    run_script(str(path), binaries=[str(path.parent)], output=str(output), show_stops=False,
+               report=lambda message: None, jobs=2)
+    assert joins == [True]
+    assert output.read_bytes() == alone
+    _held_to_perfs_text(path, output.read_bytes())
