@@ -377,3 +377,46 @@ def test_the_record_walk_split_between_two_processes_prints_perfs_text(
     assert joins == [True]
     assert output.read_bytes() == alone
     _held_to_perfs_text(path, output.read_bytes())
+
+
+def test_chains_told_apart_when_their_hashes_collide() -> None:
+    """A chunk's samples are grouped by chain (report.perf_script_chunks._chains): rows with
+    the same frames and count share a chain; rows whose hashes collide are still told
+    apart (multipliers of 0: every row of a count hashes alike)."""
+    import numpy as np
+
+    from pysframe.report import perf_script_chunks
+
+    printed = np.array([[5, 7, 0], [5, 7, 0], [5, 8, 0], [5, 7, 9], [6, 0, 0], [5, 7, 0]],
+                       np.uint64)
+    counts = np.array([2, 2, 2, 3, 1, 2], np.int64)
+    expected_rows = [0, 2, 3, 4]
+    expected_of = [0, 0, 1, 2, 3, 0]
+    chains, chain_of = perf_script_chunks._chains(printed, counts)
+    assert (chains.tolist(), chain_of.tolist()) == (expected_rows, expected_of)
+    mix = perf_script_chunks._MIX
+    try:
+        perf_script_chunks._MIX = np.zeros_like(mix)
+        chains, chain_of = perf_script_chunks._chains(printed, counts)
+    finally:
+        perf_script_chunks._MIX = mix
+    assert (chains.tolist(), chain_of.tolist()) == (expected_rows, expected_of)
+
+
+def test_colliding_chain_hashes_print_perfs_text(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    """With every chain of a length hashing alike, the batch pipeline's text is still perf's
+    own and the sample-by-sample path's, byte for byte: a chain is only shared by samples
+    whose frames are the same."""
+    import numpy as np
+
+    from pysframe.report import perf_script_chunks
+
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+    if not path.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    scalar = _text(path, "scalar", monkeypatch, tmp_path)
+    monkeypatch.setattr(perf_script_chunks, "_MIX", np.zeros_like(perf_script_chunks._MIX))
+    colliding = _text(path, "vector", monkeypatch, tmp_path)
+    assert colliding == scalar
+    _held_to_perfs_text(path, colliding)
