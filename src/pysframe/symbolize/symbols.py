@@ -17,7 +17,7 @@ mangled here; the
 from __future__ import annotations
 
 from bisect import bisect_right
-from itertools import islice
+from itertools import compress, islice
 
 from ..cachedir import Source, combine, entry_path, load, store
 from ..elf import ElfError, ElfImage
@@ -52,9 +52,10 @@ if TYPE_CHECKING:
 
     from .perf_rules import Facts
     from .perf_symbols import PerfSymbols
+    from .symbol_lists import SymbolLists
 
-    #: What a symbol table is read into (one by one, or as columns).
-    _Read = TypeVar("_Read", list["Symbol"], PerfSymbols)
+    #: What a symbol table is read into (one by one, as lists or as columns).
+    _Read = TypeVar("_Read", list["Symbol"], PerfSymbols, SymbolLists)
 
 
 @record_class
@@ -322,11 +323,11 @@ def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | No
                   ) -> tuple[SymbolTable, bool]:
     """The table, and whether every part of it could be read. With numpy loaded already
     (a batch run), the symbols are read and chosen as columns (:mod:`.perf_symbols`: cc1's
-    table in 31 ms rather than 113); otherwise one by one (importing numpy takes longer
-    than most tables: ~80 ms). Both readings give the same table."""
+    table in 31 ms rather than 113); otherwise as lists (:mod:`.symbol_lists`: importing
+    numpy takes longer than most tables, ~50 ms). Both readings give the same table."""
     from .plt import plt_got_symbols, plt_symbols  # not on the warm path (cached tables)
 
-    reading = _AsColumns(image, separate) if _as_columns() else _OneByOne(image, separate)
+    reading = _AsColumns(image, separate) if _as_columns() else _AsLists(image, separate)
     complete = True
     try:
         reading.add(plt_symbols(image, reading.names_at) + plt_got_symbols(image))
@@ -350,28 +351,36 @@ def _stub_binding(name: str) -> int:
     return 0 if name == ".plt" else 1
 
 
-class _OneByOne:
-    """perf's symbols of ``image`` read one by one: a :class:`Symbol` each."""
+class _AsLists:
+    """perf's symbols of ``image`` read as parallel lists (:mod:`.symbol_lists`)."""
 
     def __init__(self, image: ElfImage, separate: str | None) -> None:
-        self.symbols = _best_function_symbols(image, separate, perf=True)
+        from .symbol_lists import symbol_lists
+
+        self.symbols = _best_source(image, separate, symbol_lists)
 
     def names_at(self, addresses: set[int]) -> dict[int, str]:
-        """Start -> name of perf's choices among the symbols starting at ``addresses``."""
         from .demangling import perf_name
+        from .symbol_lists import SymbolLists, chosen_names
 
-        chosen = SymbolTable([symbol for symbol in self.symbols if symbol.start in addresses],
-                             perf_name)
-        return dict(zip(chosen.starts, chosen.names, strict=True))
+        symbols = self.symbols
+        at = [start in addresses for start in symbols.starts]
+        return chosen_names(SymbolLists(list(compress(symbols.starts, at)),
+                                        list(compress(symbols.ends, at)),
+                                        list(compress(symbols.bindings, at)),
+                                        list(compress(symbols.names, at))), perf_name)
 
     def add(self, stubs: list[tuple[int, int, str]]) -> None:
-        self.symbols += [Symbol(start, end, name, BINDING_NAMES[_stub_binding(name)], end - start)
-                         for start, end, name in stubs]
+        self.symbols = self.symbols.plus((start, end, name, _stub_binding(name))
+                                         for start, end, name in stubs)
 
     def table(self) -> SymbolTable:
         from .demangling import perf_name
+        from .symbol_lists import chosen_entry
 
-        return SymbolTable(self.symbols, perf_name)
+        table = SymbolTable.from_entry(chosen_entry(self.symbols, perf_name), empty_ok=True)
+        assert table is not None  # an entry of our making is shaped as one
+        return table
 
 
 class _AsColumns:

@@ -1,0 +1,215 @@
+"""The symbols perf takes from one ELF symbol table, and perf's choice among them, as
+parallel lists: the reading of a run that has not loaded numpy (a small recording's first
+run, ``sframe stack``), where :mod:`.perf_symbols` reads columns with numpy.
+
+A record per symbol (:class:`.symbols.Symbol`, sorted and compared) took ~16 ms of the
+Lua fixture's first run for libc's 8,113 debug symbols; here a 64-bit little-endian table
+is read as three columns of words at once (``memoryview.cast``), the symbols perf skips
+are dropped from those integers, and only the names that need looking at are decoded:
+those at an address several symbols share (perf's choice compares them) and those that
+are not plain ASCII (decoded with replacement, as the other readings do). The rules are
+the columns' ones, and tests/test_symbol_columns.py holds the readings equal; the table
+comes out as a cache entry's bytes (:mod:`.table_bytes`), the layout a warm run reads.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from itertools import accumulate, compress
+
+from ..elf import ElfImage
+from ..elf.headers import (
+    BINDING_NAMES,
+    LAST_ADDRESS,
+    SHN_LORESERVE,
+    SHT_DYNSYM,
+    SHT_SYMTAB,
+    STT_FUNC,
+    STT_GNU_IFUNC,
+    STT_NOTYPE,
+    STT_OBJECT,
+    STV_HIDDEN,
+    STV_INTERNAL,
+)
+from .perf_rules import better, taken_sections
+from .table_bytes import entry_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+_TAKEN_KINDS = (STT_FUNC, STT_GNU_IFUNC, STT_OBJECT)
+_UNSEEN = (STV_HIDDEN, STV_INTERNAL)
+
+
+class SymbolLists:
+    """Symbols in file order: ``starts``, ``ends``, ``bindings`` (index into
+    ``BINDING_NAMES``) and ``names`` (bytes, as in the string table)."""
+
+    __slots__ = ("bindings", "ends", "names", "starts")
+
+    def __init__(self, starts: list[int], ends: list[int], bindings: list[int],
+                 names: list[bytes]) -> None:
+        self.starts, self.ends, self.bindings, self.names = starts, ends, bindings, names
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def name(self, index: int) -> str:
+        return self.names[index].decode("utf-8", "replace")
+
+    def plus(self, more: Iterable[tuple[int, int, str, int]]) -> SymbolLists:
+        """These symbols, then ``more`` (start, end, name, binding index) after them."""
+        added = list(more)
+        return SymbolLists(self.starts + [start for start, _, _, _ in added],
+                           self.ends + [min(end, LAST_ADDRESS) for _, end, _, _ in added],
+                           self.bindings + [binding for _, _, _, binding in added],
+                           self.names + [name.encode() for _, _, name, _ in added])
+
+
+def _no_symbols() -> SymbolLists:
+    return SymbolLists([], [], [], [])
+
+
+def symbol_lists(image: ElfImage, section_name: str) -> SymbolLists:
+    """The symbols perf 6.1 takes from ``section_name``, in file order (the rules of
+    :func:`.symbols._function_symbols` with ``perf``); none for no such table, or one
+    running past the file."""
+    section = image.section_header(section_name)
+    if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
+        return _no_symbols()
+    sections = image.section_headers()
+    if section.link >= len(sections):
+        return _no_symbols()
+    strtab, data, layout = sections[section.link], image.data, image.header.layout
+    start, size = section.offset, section.size
+    if (start + size > len(data) or strtab.offset + strtab.size > len(data)
+            or size % layout.symbol.size):
+        return _no_symbols()
+    heads, values, lengths = _columns(image, data[start:start + size])
+    loaded, labelled = taken_sections(image)
+    count = min(len(loaded), SHN_LORESERVE)
+    taken = [shndx != 0 and head & 0xFFFFFFFF != 0 and shndx < count and loaded[shndx] and (
+        (labelled[shndx] and (head >> 40) & 3 not in _UNSEEN) if kind == STT_NOTYPE
+        else kind in _TAKEN_KINDS)
+        for head in heads for shndx, kind in ((head >> 48, (head >> 32) & 0xF),)]
+    heads = list(compress(heads, taken))
+    # (a NUL after the strings: a name runs to the next NUL; one past the strings is empty)
+    strings = data[strtab.offset:strtab.offset + strtab.size] + b"\0"
+    names = [strings[at:strings.find(b"\0", at)]
+             for at in [head & 0xFFFFFFFF for head in heads]]
+    starts = list(compress(values, taken))
+    ends = [min(value + length, LAST_ADDRESS)
+            for value, length in zip(starts, compress(lengths, taken), strict=True)]
+    bindings = [binding if binding <= 2 else 0 for binding in
+                (head >> 36 & 0xF for head in heads)]
+    found = SymbolLists(starts, ends, bindings, names)
+    if image.machine in ("EM_ARM", "EM_AARCH64"):
+        return _without_mapping_symbols(found)
+    return found
+
+
+def _columns(image: ElfImage, entries: bytes) -> tuple[list[int], list[int], list[int]]:
+    """(head, value, size) of each entry, the head a 64-bit entry's first word as this
+    machine reads it: name | info << 32 | other << 40 | shndx << 48."""
+    layout = image.header.layout
+    if layout.wide and layout.order == "<" and sys.byteorder == "little":
+        words = memoryview(entries).cast("Q")
+        return words[0::3].tolist(), words[1::3].tolist(), words[2::3].tolist()
+    heads, values, sizes = [], [], []
+    for fields in layout.symbol.iter_unpack(entries):
+        if layout.wide:
+            name, info, other, shndx, value, size = fields
+        else:
+            name, value, size, info, other, shndx = fields
+        heads.append(name | info << 32 | other << 40 | shndx << 48)
+        values.append(value)
+        sizes.append(size)
+    return heads, values, sizes
+
+
+def _without_mapping_symbols(symbols: SymbolLists) -> SymbolLists:
+    """ARM's mapping symbols ($a, $d, $t, $x, alone or with a dot after) left out: they are
+    not symbols."""
+    keep = [not (name[:1] == b"$" and name[1:2] in (b"a", b"d", b"t", b"x")
+                 and name[2:3] in (b"", b".")) for name in symbols.names]
+    return SymbolLists(list(compress(symbols.starts, keep)), list(compress(symbols.ends, keep)),
+                       list(compress(symbols.bindings, keep)),
+                       list(compress(symbols.names, keep)))
+
+
+def chosen(symbols: SymbolLists, shown: Callable[[str], str] | None
+           ) -> tuple[list[int], list[int], list[int]]:
+    """perf's table of ``symbols``: (starts, ends, indexes of the symbols kept), in address
+    order, as :func:`.perf_symbols.chosen` makes it: empty symbols end where the next one
+    starts (the last one page past its page), then of several at one address the one
+    :func:`.perf_rules.better` keeps."""
+    order = sorted(range(len(symbols)), key=symbols.starts.__getitem__)  # stable
+    starts = [symbols.starts[i] for i in order]
+    ends = [symbols.ends[i] for i in order]
+    following = starts[1:]
+    if starts:
+        following.append(min((starts[-1] + 0xFFF) // 0x1000 * 0x1000 + 0x1000, LAST_ADDRESS))
+    ends = [after if start == end else end
+            for start, end, after in zip(starts, ends, following, strict=True)]
+    kept_starts: list[int] = []
+    kept: list[int] = []  # positions in address order
+    group = 0  # where the symbols at the last start begin
+    for position, start in enumerate(starts):
+        if kept_starts and kept_starts[-1] == start:
+            continue
+        if position - group > 1:
+            kept[-1] = _kept(symbols, order, starts, ends, group, position, shown)
+        group = position
+        kept_starts.append(start)
+        kept.append(position)
+    if len(starts) - group > 1:
+        kept[-1] = _kept(symbols, order, starts, ends, group, len(starts), shown)
+    return kept_starts, [ends[position] for position in kept], [order[p] for p in kept]
+
+
+def _kept(symbols: SymbolLists, order: list[int], starts: list[int], ends: list[int],
+          first: int, end: int, shown: Callable[[str], str] | None) -> int:
+    """The position :func:`.perf_rules.better` keeps of ``first`` to ``end`` (one start):
+    the first that no later one beats. What needs no name (a size, then the binding:
+    weak, local, global) ranks them; only those ranked first compare their names."""
+    bindings = symbols.bindings
+    ranks = [(ends[p] > starts[p]) * 4 + (bindings[order[p]] != 2) * 2
+             + (bindings[order[p]] == 1) for p in range(first, end)]
+    top = max(ranks)
+    tied = [first + k for k, rank in enumerate(ranks) if rank == top]
+    best = tied[0]
+    facts = _facts(symbols, order, starts, ends, best)
+    for position in tied[1:]:
+        other = _facts(symbols, order, starts, ends, position)
+        if not better(facts, other, shown):
+            best, facts = position, other
+    return best
+
+
+def _facts(symbols: SymbolLists, order: list[int], starts: list[int], ends: list[int],
+           position: int) -> tuple[bool, str, str]:
+    original = order[position]
+    return (ends[position] > starts[position], BINDING_NAMES[symbols.bindings[original]],
+            symbols.name(original))
+
+
+def chosen_names(symbols: SymbolLists, shown: Callable[[str], str] | None) -> dict[int, str]:
+    """Start -> name of perf's table of ``symbols``."""
+    starts, _, kept = chosen(symbols, shown)
+    return {start: symbols.name(index) for start, index in zip(starts, kept, strict=True)}
+
+
+def chosen_entry(symbols: SymbolLists, shown: Callable[[str], str] | None) -> bytes:
+    """perf's table of ``symbols`` as a cache entry's bytes (:mod:`.table_bytes`): names
+    that are not UTF-8 as decoded with replacement and encoded again."""
+    starts, ends, kept = chosen(symbols, shown)
+    names = [symbols.names[index] for index in kept]
+    blob = b"".join(names)
+    if not blob.isascii():
+        names = [name.decode("utf-8", "replace").encode() for name in names]
+        blob = b"".join(names)
+    offsets = array("I", accumulate(map(len, names), initial=0))
+    return entry_of(array("Q", starts).tobytes(), array("Q", ends).tobytes(),
+                    offsets.tobytes(), blob)
