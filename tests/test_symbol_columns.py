@@ -1,4 +1,4 @@
-"""The two readings of a symbol table (``symbols._load_symbols``: one by one, and as
+"""The two readings of a symbol table (``symbols._load_symbols``: as lists, and as
 columns when a batch run has numpy loaded) give the same table: on every ELF file of the
 fixtures (x86-64, AArch64 with its mapping symbols, s390x big-endian; objects, libraries
 and programs), on the larger binaries of this machine, and on hostile tables (names not
