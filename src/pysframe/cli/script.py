@@ -199,6 +199,7 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
 
     from ..report.perf_script import name_width, perf_script_text
     from ..sources.perf_data import estimated_samples
+    from ..symbolize.symbols_prefetch import prefetch_symbols
 
     if jobs < 2 or unwinder.keep is not None or unwinder.stitcher is not None:
         return None
@@ -207,8 +208,11 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
         return None
     bounds = share_bounds(count, jobs)
     width = name_width(data.attrs)
+    files = [(entry.filename, entry.build_id) for entry in data.build_ids()
+             if not entry.kernel and entry.filename.startswith("/")]
+    helper = prefetch_symbols(files, unwinder.finder, symbolizer.debug)
     records = unwinder.from_first_sample()  # each worker goes on from here
-    _read_before_fork(data, unwinder, symbolizer)
+    _read_before_fork(files, unwinder, symbolizer, helper)
 
     def texts(first: int, last: int) -> Iterator[str]:
         samples = _located(path, unwinder.samples(first, last, records))
@@ -222,17 +226,23 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
                     lambda: bool(data.skipped))
 
 
-def _read_before_fork(data: Any, unwinder: Any, symbolizer: Any) -> None:
+def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
+                      symbolizer: Any, helper: Any = None) -> None:
     """Read now, in the process the -j workers fork from, what each of them would read
     again (on a first run: make again) for its share: the symbol table and the function
-    index of each file the recording's samples hit (its build-id table). The Lua
-    fixture's first run, -j 2 without this, had taken 286 ms against 232 with -j 1, and
-    was left to one process; with it, -j 2: 263 ms against 337 with -j 1 (10 alternating
-    runs, in a slower spell)."""
+    index of each file the recording's samples hit (``files``: its build-id table). The
+    Lua fixture's first run, -j 2 without this, had taken 286 ms against 232 with -j 1,
+    and was left to one process; with it, -j 2: 263 ms against 337 with -j 1 (10
+    alternating runs, in a slower spell). On a first run, ``helper`` (if any) makes the
+    larger symbol tables meanwhile (:mod:`pysframe.symbolize.symbols_prefetch`): the
+    others are read first, then its own once it has ended."""
     from ..format.lookup import SFrameLookup
 
-    files = [(entry.filename, entry.build_id) for entry in data.build_ids()
-             if not entry.kernel and entry.filename.startswith("/")]
+    theirs = helper.files if helper is not None else []
+    symbolizer.read_tables(unwinder.finder.opened(
+        [file for file in files if file not in theirs]))
+    if helper is not None:
+        helper.wait()
     modules = unwinder.finder.opened(files)
     symbolizer.read_tables(modules)
     for module in modules:

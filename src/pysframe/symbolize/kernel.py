@@ -307,7 +307,7 @@ def prefetch(recorded_build_id: bytes | None = None) -> None:
         status = 1
         try:
             os.close(read_end)
-            _detach_standard_streams()
+            detach_standard_streams()
             table = load_kallsyms()
             if table is not None:
                 store(KALLSYMS_KIND, build_id, table.entry(), _source(boot))
@@ -318,7 +318,7 @@ def prefetch(recorded_build_id: bytes | None = None) -> None:
     _making = (build_id, pid, read_end)
 
 
-def _detach_standard_streams() -> None:
+def detach_standard_streams() -> None:
     """Standard input and outputs on /dev/null: a reader of the command's output (a pipe)
     sees its end when the command ends, not when this child does."""
     null = os.open(os.devnull, os.O_RDWR)

@@ -436,6 +436,11 @@ def _cache_kind(separate: str | None) -> str:
     return cache_entry("symbols", separate is not None, f"s{_CACHE_FORMAT}")
 
 
+def symbols_cache_kinds() -> tuple[str, str]:
+    """The cache kinds a table may be kept as (from a separate debug file, or not)."""
+    return _cache_kind("separate"), _cache_kind(None)
+
+
 def _cache_path(build_id: bytes, separate: str | None = None) -> str | None:
     """Where the symbol table of ``build_id`` is kept (it may not exist)."""
     return entry_path(_cache_kind(separate), build_id)

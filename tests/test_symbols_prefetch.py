@@ -1,0 +1,94 @@
+"""A first run's larger symbol tables made by a helper process while `script` follows the
+recording to its first sample (pysframe.symbolize.symbols_prefetch): the helper makes
+them into the private cache, the process the -j workers fork from reads them back; the
+text is the one of a warm run and of -j 1, and a helper that makes nothing costs only its
+time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from pysframe.cli.script import ENGINE_VARIABLE, run_script
+from pysframe.symbolize import symbols_prefetch
+
+RECORDING = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
+
+
+def test_the_child_takes_the_largest_files_up_to_two_thirds_of_the_bytes(
+        tmp_path: Path) -> None:
+    files = []
+    for name, size in (("small", 100), ("large", 700), ("medium", 150), ("gone", 0)):
+        path = tmp_path / name
+        if size:
+            path.write_bytes(b"x" * size)
+        files.append((str(path), name.encode()))
+    share = symbols_prefetch.child_share(files)
+    assert [Path(path).name for path, _ in share] == ["large"]  # 700 of 950 bytes
+    files[1] = (str(tmp_path / "gone"), b"large")  # no file: no size
+    assert [Path(path).name for path, _ in symbols_prefetch.child_share(files)] == [
+        "medium", "small"]  # 150 of 250 bytes (less than 2/3), then 250
+    assert symbols_prefetch.child_share([]) == []
+
+
+def _helpers(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The files of each helper the runs fork (an empty list: none forked)."""
+    from pysframe.cli import script  # noqa: F401  (imports prefetch_symbols where used)
+
+    made: list[list[str]] = []
+    real = symbols_prefetch.prefetch_symbols
+
+    def spied(*args: object, **kwargs: object) -> object:
+        helper = real(*args, **kwargs)  # type: ignore[arg-type]
+        made.append([Path(path).name for path, _ in helper.files] if helper else [])
+        return helper
+
+    monkeypatch.setattr(symbols_prefetch, "prefetch_symbols", spied)
+    return made
+
+
+def _texts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[bytes]:
+    """The text of a first run, a warm one (both -j 2) and one with -j 1."""
+    if not RECORDING.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
+    texts = []
+    for run in ("first", "warm", "one"):
+        output = tmp_path / f"{run}.txt"
+        assert run_script(str(RECORDING), binaries=[str(RECORDING.parent)],
+                          output=str(output), show_stops=False, report=lambda message: None,
+                          jobs=1 if run == "one" else 2) == 0
+        texts.append(output.read_bytes())
+    return texts
+
+
+def _cached_all(tmp_path: Path) -> bool:
+    from pysframe.sources.perf_data import open_perf_data
+
+    with open_perf_data(str(RECORDING)) as data:
+        files = [(entry.filename, entry.build_id) for entry in data.build_ids()
+                 if not entry.kernel and entry.filename.startswith("/")]
+    return symbols_prefetch.uncached(files) == []
+
+
+def test_a_first_run_makes_libcs_table_in_a_helper(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    helpers = _helpers(monkeypatch)
+    first, warm, one = _texts(monkeypatch, tmp_path)
+    assert helpers == [["libc.so.6"], []]  # the first run's, none on the warm run
+    assert first == warm == one
+    assert _cached_all(tmp_path)
+
+
+def test_a_helper_that_makes_nothing_costs_only_its_time(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    """The child ends without making its table (as if it failed): the parent makes it."""
+    helpers = _helpers(monkeypatch)
+    monkeypatch.setattr(symbols_prefetch, "_make", lambda *args: None)
+    first, warm, one = _texts(monkeypatch, tmp_path)
+    assert helpers[0] == ["libc.so.6"]
+    assert first == warm == one
+    assert _cached_all(tmp_path)
