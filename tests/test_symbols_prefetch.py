@@ -92,3 +92,23 @@ def test_a_helper_that_makes_nothing_costs_only_its_time(monkeypatch: pytest.Mon
     assert helpers[0] == ["libc.so.6"]
     assert first == warm == one
     assert _cached_all(tmp_path)
+
+
+def test_no_helper_when_the_cache_cannot_be_written(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """A cache root that is a file: what a helper made would be lost (and made again by
+    the parent), so none is forked; the text is -j 1's."""
+    helpers = _helpers(monkeypatch)
+    if not RECORDING.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    (tmp_path / "cache").write_text("not a directory\n")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
+    texts = []
+    for jobs in (2, 1):
+        output = tmp_path / f"j{jobs}.txt"
+        run_script(str(RECORDING), binaries=[str(RECORDING.parent)], output=str(output),
+                   show_stops=False, report=lambda message: None, jobs=jobs)
+        texts.append(output.read_bytes())
+    assert helpers == [[]]
+    assert texts[0] == texts[1] and texts[0]

@@ -9,7 +9,8 @@ kallsyms, a child makes the larger tables that are not in the private cache and 
 them there while this process follows the recording to its first sample (and checks the
 binaries' own tables) and then makes the smaller ones; this process then waits for the
 child and reads its tables back from the cache, as a warm run does. Nothing is forked on
-a warm run (each binary's entry is there), on one CPU, or while the kallsyms child runs.
+a warm run (each binary's entry is there), on one CPU, while the kallsyms child runs, or
+when the cache cannot be written.
 
 The Lua fixture's first run (-j 2): the workers were forked ~4 ms sooner with the child
 making every table (this process waited 7-9 ms for it: a fork costs both processes copies
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from ..cachedir import entry_path
+from ..cachedir import entry_path, open_directory
 from ..cpus import usable_cpus
 from ..errors import PysframeError
 from .kernel import detach_standard_streams, prefetching
@@ -77,7 +78,7 @@ def prefetch_symbols(files: Sequence[tuple[str, bytes | None]], finder: Finder,
     ``debug``), or None when none is needed or possible. It forks: call it before any
     thread is started."""
     missing = child_share(uncached(files))
-    if not missing or usable_cpus() < 2 or prefetching():
+    if not missing or usable_cpus() < 2 or prefetching() or not _writable():
         return None
     read_end, write_end = os.pipe()
     try:
@@ -117,6 +118,16 @@ def child_share(files: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
         share.append(file)
         taken += sizes[file]
     return share
+
+
+def _writable() -> bool:
+    """Whether the tables' directory in the cache can be used (else what the child made
+    would be lost, and made again here)."""
+    directory = open_directory("symbols", create=True)
+    if directory is None:
+        return False
+    os.close(directory)
+    return True
 
 
 def _make(finder: Finder, path: str, build_id: bytes, debug: DebugFiles) -> None:
