@@ -112,3 +112,19 @@ def test_no_helper_when_the_cache_cannot_be_written(monkeypatch: pytest.MonkeyPa
         texts.append(output.read_bytes())
     assert helpers == [[]]
     assert texts[0] == texts[1] and texts[0]
+
+
+def test_phase_times_of_a_first_and_a_warm_run(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """PYSFRAME_PHASE_TIMES (bench/perf_script.py's breakdown) on the -j 2 path, whose
+    symbolizer is then a timed one: a first run (a helper forked) and a warm one print
+    their phases and the same text as without."""
+    from pysframe.cli.script import PHASES_VARIABLE
+
+    plain = _texts(monkeypatch, tmp_path / "plain")
+    monkeypatch.setenv(PHASES_VARIABLE, "1")
+    capsys.readouterr()
+    timed = _texts(monkeypatch, tmp_path / "timed")
+    assert timed == plain
+    assert capsys.readouterr().err.count("phases: setup ") == 3

@@ -210,7 +210,7 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
     width = name_width(data.attrs)
     files = [(entry.filename, entry.build_id) for entry in data.build_ids()
              if not entry.kernel and entry.filename.startswith("/")]
-    helper = prefetch_symbols(files, unwinder.finder, symbolizer.debug)
+    helper = prefetch_symbols(files, unwinder.finder, unwinder.debug_files)
     records = unwinder.from_first_sample()  # each worker goes on from here
     _read_before_fork(files, unwinder, symbolizer, helper)
 
