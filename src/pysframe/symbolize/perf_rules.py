@@ -1,6 +1,13 @@
-"""perf's rules for ELF symbols, for both readings of a symbol table (:mod:`.symbols`,
-:mod:`.perf_symbols`): the sections it takes symbols from, and its choice between two
-symbols that start at one address (its ``choose_best_symbol``)."""
+"""perf's rules for ELF symbols, for both readings of a symbol table (:mod:`.symbol_lists`,
+:mod:`.perf_symbols`): the symbols it takes, and its choice between two symbols that start
+at one address (its ``choose_best_symbol``).
+
+The symbols perf 6.1 takes (symbol-elf.c, checked with perf on hand-made files): named
+FUNC, IFUNC and OBJECT symbols and NOTYPE labels, defined in a section that is loaded
+(SHF_ALLOC); a label only if it is not hidden or internal and its section's name contains
+"text" or "data" (``_start`` of ld.so, a label in ``.text``; not ``__bss_start``, not a
+label in ``.mycode``). ARM mapping symbols (``$a``, ``$d``, ``$t``, ``$x``) are not
+symbols."""
 
 from __future__ import annotations
 

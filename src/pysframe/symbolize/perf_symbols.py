@@ -2,14 +2,13 @@
 columns (numpy) rather than one object per symbol.
 
 A first run builds the table of every binary a recording names: cc1's 28k symbols took
-113 ms one by one (:func:`.symbols._function_symbols` and :class:`.symbols.SymbolTable`: a
-record each, sorted and compared), 31 ms as columns. Only the names that need looking at
-are decoded: those at an address several symbols share (perf's choice compares names),
-and those that are not plain ASCII (decoded with replacement, as one by one). The rules
-are the one-by-one reading's, and tests/test_symbol_columns.py holds the two equal; the
-table comes out as a cache entry's bytes (:mod:`.table_bytes`), the layout a warm run
-reads in place. Used only where numpy is loaded already (a batch run): importing it takes
-longer than reading most tables.
+113 ms as a record each, sorted and compared, 31 ms as columns. Only the names that need
+looking at are decoded: those at an address several symbols share (perf's choice compares
+names), and those that are not plain ASCII (decoded with replacement). The rules are
+:mod:`.perf_rules`', the same as the lists reading's (:mod:`.symbol_lists`), and
+tests/test_symbol_columns.py holds the two equal; the table comes out as a cache entry's
+bytes (:mod:`.table_bytes`), the layout a warm run reads in place. Used only where numpy
+is loaded already (a batch run): importing it takes longer than reading most tables.
 """
 
 from __future__ import annotations
@@ -92,9 +91,8 @@ def _no_symbols() -> PerfSymbols:
 
 
 def perf_symbols(image: ElfImage, section_name: str) -> PerfSymbols:
-    """The symbols perf 6.1 takes from ``section_name``, in file order: those that
-    :func:`.symbols._function_symbols` takes with ``perf`` (see there). None found (no such
-    table, or one running past the file) gives no symbols."""
+    """The symbols perf 6.1 takes from ``section_name`` (:mod:`.perf_rules`), in file
+    order; none for no such table, or one running past the file."""
     section = image.section_header(section_name)
     if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
         return _no_symbols()

@@ -73,9 +73,8 @@ def _no_symbols() -> SymbolLists:
 
 
 def symbol_lists(image: ElfImage, section_name: str) -> SymbolLists:
-    """The symbols perf 6.1 takes from ``section_name``, in file order (the rules of
-    :func:`.symbols._function_symbols` with ``perf``); none for no such table, or one
-    running past the file."""
+    """The symbols perf 6.1 takes from ``section_name`` (:mod:`.perf_rules`), in file
+    order; none for no such table, or one running past the file."""
     section = image.section_header(section_name)
     if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
         return _no_symbols()

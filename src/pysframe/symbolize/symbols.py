@@ -4,7 +4,7 @@ Sources: the first ``.symtab`` that :class:`~pysframe.elf.debuginfo.DebugFiles` 
 (the file's own, a twin with the same build id, a separate debug file, debuginfod),
 else the file's ``.dynsym``; plus ``name@plt`` entries synthesized from ``.rela.plt`` (and
 for ``.plt.got``, from ``.rela.dyn``).
-perf takes functions, objects and NOTYPE labels (see :func:`_function_symbols`).
+perf takes functions, objects and NOTYPE labels (see :mod:`.perf_rules`).
 When several symbols start at one address, perf's rule picks one: a sized
 symbol over an empty one, non-weak over weak, global over local, fewer
 leading underscores, then the longer name (of the demangled names). Symbols
@@ -25,18 +25,13 @@ from ..elf.debuginfo import DebugFiles
 from ..elf.headers import (
     BINDING_NAMES,
     LAST_ADDRESS,
-    SHN_LORESERVE,
     SHT_DYNSYM,
     SHT_NOBITS,
     SHT_SYMTAB,
     STT_FILE,
     STT_FUNC,
     STT_GNU_IFUNC,
-    STT_NOTYPE,
-    STT_OBJECT,
     STT_SECTION,
-    STV_HIDDEN,
-    STV_INTERNAL,
     Layout,
     SectionHeader,
     read_file_header,
@@ -54,7 +49,7 @@ if TYPE_CHECKING:
     from .perf_symbols import PerfSymbols
     from .symbol_lists import SymbolLists
 
-    #: What a symbol table is read into (one by one, as lists or as columns).
+    #: What a symbol table is read into (records, lists or columns).
     _Read = TypeVar("_Read", list["Symbol"], PerfSymbols, SymbolLists)
 
 
@@ -169,17 +164,12 @@ def _binding(value: int) -> str:
     return BINDING_NAMES[value] if value < len(BINDING_NAMES) else "STB_LOCAL"
 
 
-def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
-                      strict: bool = False) -> list[Symbol]:
+def _function_symbols(image: ElfImage, section_name: str, *, strict: bool = False
+                      ) -> list[Symbol]:
     """FUNC and IFUNC symbols of a symbol table, read with ``struct`` (pyelftools' per-symbol
-    parsing takes 0.2 s for libc's debug symbols, the bulk of a whole ``sframe script`` run).
-
-    With ``perf``, the symbols perf 6.1 takes (symbol-elf.c, checked with perf on
-    hand-made files): named FUNC, IFUNC and OBJECT symbols and NOTYPE labels, defined in a
-    section that is loaded (SHF_ALLOC); a label only if it is not hidden or internal and
-    its section's name contains "text" or "data" (``_start`` of ld.so, a label in
-    ``.text``; not ``__bss_start``, not a label in ``.mycode``). ARM mapping symbols
-    (``$a``, ``$d``, ``$t``, ``$x``) are not symbols."""
+    parsing takes 0.2 s for libc's debug symbols). The symbols perf takes (functions,
+    objects, labels: :mod:`.perf_rules`) are read by :mod:`.symbol_lists` and
+    :mod:`.perf_symbols`."""
     section = image.section_header(section_name)
     if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
         return []
@@ -199,38 +189,16 @@ def _function_symbols(image: ElfImage, section_name: str, *, perf: bool = False,
                            f"a whole number of entries", start)
         return []
     names = data[names_at:names_at + names_size]
-    if perf:
-        from .perf_rules import taken_sections
-
-        loaded, labelled = taken_sections(image)
-    else:
-        loaded, labelled = [], []
-    mapping_symbols = perf and image.machine in ("EM_ARM", "EM_AARCH64")
     out = []
     for fields in entry.iter_unpack(data[start:start + size]):
         if wide:
-            name_offset, info, other, shndx, value, length = fields
+            name_offset, info, _other, shndx, value, length = fields
         else:
-            name_offset, value, length, info, other, shndx = fields
-        kind = info & 0xF
-        if shndx == 0:
-            continue
-        if perf:
-            if (name_offset == 0 or shndx >= SHN_LORESERVE or shndx >= len(loaded)
-                    or not loaded[shndx]):
-                continue
-            if kind == STT_NOTYPE:
-                if not labelled[shndx] or (other & 3) in (STV_HIDDEN, STV_INTERNAL):
-                    continue
-            elif kind not in (STT_FUNC, STT_GNU_IFUNC, STT_OBJECT):
-                continue
-        elif kind not in (STT_FUNC, STT_GNU_IFUNC):
+            name_offset, value, length, info, _other, shndx = fields
+        if shndx == 0 or info & 0xF not in (STT_FUNC, STT_GNU_IFUNC):
             continue
         end = names.find(b"\0", name_offset)
         name = names[name_offset:end if end >= 0 else None].decode("utf-8", "replace")
-        if mapping_symbols and name[:1] == "$" and name[1:2] in ("a", "d", "t", "x") \
-                and name[2:3] in ("", "."):
-            continue
         # An end past 2**64 (a hostile size) is the last address: a table keeps uint64s.
         out.append(Symbol(value, min(value + length, LAST_ADDRESS), name, _binding(info >> 4),
                           length))
@@ -247,12 +215,10 @@ def symbols_file(image: ElfImage, debug: DebugFiles | None) -> str | None:
     return found if found is not None and found != image.path else None
 
 
-def _best_function_symbols(image: ElfImage, separate: str | None, *, perf: bool = False
-                           ) -> list[Symbol]:
-    """Function symbols (with ``perf``: every symbol perf takes, see
-    :func:`_function_symbols`) from the best source (see :func:`_best_source`)."""
-    return _best_source(image, separate,
-                        lambda found, name: _function_symbols(found, name, perf=perf))
+def _best_function_symbols(image: ElfImage, separate: str | None) -> list[Symbol]:
+    """Function symbols (:func:`_function_symbols`) from the best source (see
+    :func:`_best_source`)."""
+    return _best_source(image, separate, _function_symbols)
 
 
 def _best_source(image: ElfImage, separate: str | None,
