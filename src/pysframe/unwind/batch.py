@@ -206,16 +206,6 @@ def _whole_mapping(table: FlatTable | None, mapping: Mapping) -> int | None:
     return None
 
 
-def _distinct(values: npt.NDArray[np.int64]) -> list[int]:
-    """The distinct values, in order: ``np.unique``'s, without its test for a masked array,
-    which imports ``numpy.ma`` (~5 ms of every process's first chunk)."""
-    ordered = np.sort(values)
-    if not ordered.size:
-        return []
-    distinct: list[int] = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))].tolist()
-    return distinct
-
-
 def _shared_buffer(samples: Sequence[BatchSample]
                    ) -> tuple[npt.NDArray[np.uint8], list[int]] | None:
     """The one buffer every copy is a view of, and each copy's offset in it (None if not)."""
@@ -315,7 +305,9 @@ class BatchUnwinder:
         """The rule words of ``pcs`` as a snapshot made now would give them (MASK words
         resolved), from each mapping's table as it is now."""
         words = np.full(len(pcs), KIND_NONE, np.uint64)
-        for index in _distinct(mappings):
+        # (return_index: np.unique then skips its masked-array test, which imports numpy.ma,
+        # ~5 ms of a process's first chunk)
+        for index in np.unique(mappings, return_index=True)[0].tolist():
             at = np.flatnonzero(mappings == index)
             mapping = space.mappings[index]
             module = mapping.module
