@@ -21,6 +21,7 @@ from itertools import compress, islice
 from ..cachedir import Source, describe, load_mapped, open_directory, store
 from ..elf.headers import find_build_id
 from ..errors import PysframeError
+from ..helper_child import HelperChild, start_helper
 from ..inputs import read_text
 from .symbols import SymbolTable
 from .table_bytes import entry, intact
@@ -266,10 +267,8 @@ def _source(boot: bytes) -> Source:
     return describe(0, [boot, KALLSYMS_KIND.encode()])
 
 
-#: The child process :func:`prefetch` started: (the kernel's build id, its pid, the read
-#: end of a pipe whose write end only the child holds, so that reading it returns once the
-#: child has ended: in the process that forked it and in any forked from that one).
-_making: tuple[bytes, int, int] | None = None
+#: The child :func:`prefetch` started: (the kernel's build id, the child).
+_making: tuple[bytes, HelperChild] | None = None
 
 
 def prefetch(recorded_build_id: bytes | None = None) -> None:
@@ -296,47 +295,22 @@ def prefetch(recorded_build_id: bytes | None = None) -> None:
     if directory is None:
         return
     os.close(directory)
-    read_end, write_end = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read_end)
-        os.close(write_end)
-        return
-    if pid == 0:  # the child: the entry made, nothing else (no exit handlers, no flushes)
-        status = 1
-        try:
-            os.close(read_end)
-            detach_standard_streams()
-            table = load_kallsyms()
-            if table is not None:
-                store(KALLSYMS_KIND, build_id, table.entry(), _source(boot))
-                status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    _making = (build_id, pid, read_end)
 
+    def make() -> bool:
+        table = load_kallsyms()
+        if table is None:
+            return False
+        store(KALLSYMS_KIND, build_id, table.entry(), _source(boot))
+        return True
 
-def detach_standard_streams() -> None:
-    """Standard input and outputs on /dev/null: a reader of the command's output (a pipe)
-    sees its end when the command ends, not when this child does."""
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    if null > 2:
-        os.close(null)
+    child = start_helper(make)
+    if child is not None:
+        _making = (build_id, child)
 
 
 def _child_done() -> bool:
-    """Whether the child of :func:`prefetch` has ended (its pipe reads at its end)."""
-    if _making is None:
-        return True
-    import select
-
-    poller = select.poll()
-    poller.register(_making[2], select.POLLIN)
-    return bool(poller.poll(0))  # POLLHUP once the child (the only writer) has ended
+    """Whether the child of :func:`prefetch` has ended."""
+    return _making is None or _making[1].done()
 
 
 def prefetching() -> bool:
@@ -350,15 +324,9 @@ def _child_ended() -> None:
     global _making
     if _making is None:
         return
-    _, pid, read_end = _making
+    _, child = _making
     _making = None
-    try:
-        os.read(read_end, 1)  # returns at the child's end: EOF
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass  # forked from the process that started it: not ours to reap
-    finally:
-        os.close(read_end)
+    child.wait()
 
 
 def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> bytes | None:

@@ -25,7 +25,8 @@ import os
 from ..cachedir import entry_path, open_directory
 from ..cpus import usable_cpus
 from ..errors import PysframeError
-from .kernel import detach_standard_streams, prefetching
+from ..helper_child import HelperChild, start_helper
+from .kernel import prefetching
 from .symbols import load_symbols, symbols_cache_kinds
 
 TYPE_CHECKING = False
@@ -46,20 +47,14 @@ CHILD_SHARE = 2 / 3
 
 
 class SymbolsHelper:
-    """The child making the tables of ``files``: :meth:`wait` returns once it has ended
-    (its pipe's write end is only the child's: a read returns at its end)."""
+    """The child making the tables of ``files``."""
 
-    def __init__(self, pid: int, read_end: int, files: list[tuple[str, bytes]]) -> None:
-        self.pid, self.read_end, self.files = pid, read_end, files
+    def __init__(self, child: HelperChild, files: list[tuple[str, bytes]]) -> None:
+        self.child, self.files = child, files
 
     def wait(self) -> None:
-        try:
-            os.read(self.read_end, 1)
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
-        finally:
-            os.close(self.read_end)
+        """Wait for the child's end."""
+        self.child.wait()
 
 
 def uncached(files: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, bytes]]:
@@ -80,25 +75,14 @@ def prefetch_symbols(files: Sequence[tuple[str, bytes | None]], finder: Finder,
     missing = child_share(uncached(files))
     if not missing or usable_cpus() < 2 or prefetching() or not _writable():
         return None
-    read_end, write_end = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read_end)
-        os.close(write_end)
-        return None
-    if pid == 0:  # the child: the entries made, nothing else (no exit handlers, no flushes)
-        status = 1
-        try:
-            os.close(read_end)
-            detach_standard_streams()
-            for path, build_id in missing:
-                _make(finder, path, build_id, debug)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    return SymbolsHelper(pid, read_end, missing)
+
+    def make() -> bool:
+        for path, build_id in missing:
+            _make(finder, path, build_id, debug)
+        return True
+
+    child = start_helper(make)
+    return SymbolsHelper(child, missing) if child is not None else None
 
 
 def child_share(files: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:

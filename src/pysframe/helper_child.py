@@ -1,0 +1,81 @@
+"""A helper child: work done in a forked process while the one that forked it goes on,
+for what it leaves in the private cache (a first run's kallsyms, :func:`pysframe.symbolize.
+kernel.prefetch`; a first run's larger symbol tables, :mod:`pysframe.symbolize.
+symbols_prefetch`).
+
+The child's standard streams are on /dev/null (a reader of the command's output, a pipe,
+sees its end when the command ends, not when the child does), it runs no exit handlers
+and flushes nothing. It holds the only write end of a pipe, so a read of the other end
+returns once it has ended: in the process that forked it, and in any forked from that
+one (which cannot reap it).
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class HelperChild:
+    """A running helper: :meth:`done` asks without waiting, :meth:`wait` waits for its end
+    (once)."""
+
+    def __init__(self, pid: int, read_end: int) -> None:
+        self.pid, self.read_end = pid, read_end
+
+    def done(self) -> bool:
+        """Whether the child has ended (its pipe reads at its end)."""
+        if self.read_end < 0:
+            return True
+        import select
+
+        poller = select.poll()
+        poller.register(self.read_end, select.POLLIN)
+        return bool(poller.poll(0))  # POLLHUP once the child (the only writer) has ended
+
+    def wait(self) -> None:
+        """Wait for the child's end (reaped if it is this process's)."""
+        if self.read_end < 0:
+            return
+        read_end, self.read_end = self.read_end, -1
+        try:
+            os.read(read_end, 1)  # returns at the child's end: EOF
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass  # forked from the process that started it: not ours to reap
+        finally:
+            os.close(read_end)
+
+
+def start_helper(work: Callable[[], bool]) -> HelperChild | None:
+    """A child doing ``work`` (its exit status 0 when it says True), or None when no
+    process can be forked. It forks: call it before any thread is started."""
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read_end)
+            _detach_standard_streams()
+            status = 0 if work() else 1
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    return HelperChild(pid, read_end)
+
+
+def _detach_standard_streams() -> None:
+    """Standard input and outputs on /dev/null."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
