@@ -1,7 +1,7 @@
 """A helper child: work done in a forked process while the one that forked it goes on,
-for what it leaves in the private cache (a first run's kallsyms, :func:`pysframe.symbolize.
-kernel.prefetch`; a first run's larger symbol tables, :mod:`pysframe.symbolize.
-symbols_prefetch`).
+for what it leaves in the private cache (a first run's kallsyms:
+:func:`pysframe.symbolize.kernel.prefetch`; a first run's larger symbol tables:
+:mod:`pysframe.symbolize.symbols_prefetch`).
 
 The child's standard streams are on /dev/null (a reader of the command's output, a pipe,
 sees its end when the command ends, not when the child does), it runs no exit handlers

@@ -123,18 +123,19 @@ def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, trunca
     base = starts[group.rows] + 1 + extra
     kept = np.flatnonzero(keep & (counts > 0))
     if kept.size:
-        width = int(counts[kept].max())
+        kept_counts = counts[kept]
+        width = int(kept_counts.max())
         columns = np.arange(width)
-        valid = columns[None, :] < counts[kept][:, None]
+        valid = columns[None, :] < kept_counts[:, None]
         # Callers print as their return address - 1 (inside the call); frame 0 as it is.
         printed = np.where(valid, result.pcs[kept, :width] - (columns > 0).astype(np.uint64),
                            np.uint64(0))
-        chains, chain_of = _chains(printed, counts[kept])
+        chains, chain_of = _chains(printed, kept_counts)
         rows, columns = np.nonzero(valid[chains])
         values = printed[chains][rows, columns]
         lines = _named(values, kept[chains][rows], columns, group, symbolizer, lines_cache,
                        indexes).tolist()
-        bounds = np.concatenate(([0], np.cumsum(counts[kept][chains]))).tolist()
+        bounds = np.concatenate(([0], np.cumsum(kept_counts[chains]))).tolist()
         blocks = np.empty(len(chains), dtype=object)
         blocks[:] = ["\n".join(lines[a:b]) for a, b in pairwise(bounds)]
         items[base[kept]] = blocks[chain_of]
