@@ -4,11 +4,11 @@ declines, for the record path, the recordings it does not take."""
 
 from __future__ import annotations
 
-import lzma
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.support.perf_text import held_to_perfs_text
 
 from conftest import FIXTURES, REPO
 from pysframe.cli.script import ENGINE_VARIABLE, run_script
@@ -225,26 +225,6 @@ def test_jobs_text_copied_to_standard_output_in_order(monkeypatch: pytest.Monkey
     assert captured.getvalue().encode() == expected
 
 
-def _held_to_perfs_text(path: Path, text: bytes) -> None:
-    """The oracle: perf's own text of the recording (RECORD.txt: `perf script --no-inline`
-    of perf.data, `perf script` of perf.fp.data), sample block by sample block, held as
-    test_unwind_perf holds the one-process path (kernel frames by address: the recording
-    machine's kallsyms named them)."""
-    theirs = (path.parent / "perf-script.no-inline.txt").read_text() if path.name == "perf.data" \
-        else lzma.open(path.parent / "perf.fp-script.txt.xz", "rt").read()
-    ours, their_blocks = text.decode().split("\n\n"), theirs.split("\n\n")
-    assert len(ours) == len(their_blocks)
-
-    def without_kernel_symbols(block: str) -> list[str]:
-        return [line.split(" ", 1)[0] if "[kernel.kallsyms]" in line else line
-                for line in block.splitlines()]
-
-    same = sum(without_kernel_symbols(a) == without_kernel_symbols(b)
-               for a, b in zip(ours, their_blocks, strict=True))
-    assert same >= 0.995 * len(their_blocks)
-    assert sum(a == b for a, b in zip(ours, their_blocks, strict=True)) >= 0.99 * len(their_blocks)
-
-
 @pytest.mark.parametrize("path", [p for p in RECORDINGS if p.parent.name.startswith("lua")],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_the_sample_by_sample_path_split_between_jobs_prints_the_same(
@@ -267,7 +247,7 @@ def test_the_sample_by_sample_path_split_between_jobs_prints_the_same(
         texts.append(output.read_bytes())
     assert split == [3]
     assert texts[0] == texts[1] and texts[0].count(b"cpu-clock") > 1000
-    _held_to_perfs_text(path, texts[1])
+    held_to_perfs_text(path, texts[1])
 
 
 @pytest.mark.parametrize("count", [1000, 3171, 66069])
@@ -351,7 +331,7 @@ def test_a_first_run_is_split_too_the_tables_read_before_the_fork(
         if run == "first":
             first_calls, _ = calls.read_text().splitlines(), calls.unlink()
     assert split == [2, 2] and texts[0] == texts[1] == texts[2]
-    _held_to_perfs_text(path, texts[0])  # (the first run's text)
+    held_to_perfs_text(path, texts[0])  # (the first run's text)
     assert {line.split()[0] for line in first_calls} == {str(os.getpid())}, first_calls
     read = [line.split(" ", 2)[2] for line in first_calls if " load_symbols " in line]
     assert len(read) == len(set(read)) == 3  # lua, libc, ld.so: each once
@@ -376,7 +356,7 @@ def test_the_record_walk_split_between_two_processes_prints_perfs_text(
                report=lambda message: None, jobs=2)
     assert joins == [True]
     assert output.read_bytes() == alone
-    _held_to_perfs_text(path, output.read_bytes())
+    held_to_perfs_text(path, output.read_bytes())
 
 
 def test_chains_told_apart_when_their_hashes_collide() -> None:
@@ -419,4 +399,4 @@ def test_colliding_chain_hashes_print_perfs_text(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(perf_script_chunks, "_MIX", np.zeros_like(perf_script_chunks._MIX))
     colliding = _text(path, "vector", monkeypatch, tmp_path)
     assert colliding == scalar
-    _held_to_perfs_text(path, colliding)
+    held_to_perfs_text(path, colliding)

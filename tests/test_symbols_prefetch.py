@@ -1,14 +1,15 @@
 """A first run's larger symbol tables made by a helper process while `script` follows the
 recording to its first sample (pysframe.symbolize.symbols_prefetch): the helper makes
 them into the private cache, the process the -j workers fork from reads them back; the
-text is the one of a warm run and of -j 1, and a helper that makes nothing costs only its
-time."""
+text is the one of a warm run and of -j 1, held to perf's own text of the recording, and
+a helper that makes nothing costs only its time."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from tests.support.perf_text import held_to_perfs_text
 
 from conftest import FIXTURES
 from pysframe.cli.script import ENGINE_VARIABLE, run_script
@@ -80,6 +81,7 @@ def test_a_first_run_makes_libcs_table_in_a_helper(monkeypatch: pytest.MonkeyPat
     first, warm, one = _texts(monkeypatch, tmp_path)
     assert helpers == [["libc.so.6"], []]  # the first run's, none on the warm run
     assert first == warm == one
+    held_to_perfs_text(RECORDING, first)
     assert _cached_all(tmp_path)
 
 
@@ -91,6 +93,7 @@ def test_a_helper_that_makes_nothing_costs_only_its_time(monkeypatch: pytest.Mon
     first, warm, one = _texts(monkeypatch, tmp_path)
     assert helpers[0] == ["libc.so.6"]
     assert first == warm == one
+    held_to_perfs_text(RECORDING, first)
     assert _cached_all(tmp_path)
 
 
@@ -111,7 +114,8 @@ def test_no_helper_when_the_cache_cannot_be_written(monkeypatch: pytest.MonkeyPa
                    show_stops=False, report=lambda message: None, jobs=jobs)
         texts.append(output.read_bytes())
     assert helpers == [[]]
-    assert texts[0] == texts[1] and texts[0]
+    assert texts[0] == texts[1]
+    held_to_perfs_text(RECORDING, texts[0])
 
 
 def test_phase_times_of_a_first_and_a_warm_run(monkeypatch: pytest.MonkeyPatch,
@@ -127,4 +131,5 @@ def test_phase_times_of_a_first_and_a_warm_run(monkeypatch: pytest.MonkeyPatch,
     capsys.readouterr()
     timed = _texts(monkeypatch, tmp_path / "timed")
     assert timed == plain
+    held_to_perfs_text(RECORDING, timed[0])
     assert capsys.readouterr().err.count("phases: setup ") == 3
