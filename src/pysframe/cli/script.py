@@ -67,6 +67,9 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         from ..symbolize.kernel import prefetching
     except ImportError:  # no numpy
         return None
+    from ..heap import keep_freed_memory
+
+    keep_freed_memory()  # (each chunk's arrays: the next chunk's, not new pages)
     # The record walk in two processes, unless a first run's kernel symbols are being made
     # in a child meanwhile: three on two CPUs, the walk took 116-123 ms against 80-83 alone
     # (the system-wide recording).
