@@ -68,8 +68,11 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
         placed.append((group, keep, counts, truncated, extra))
     starts = np.zeros(n, np.int64)
     starts[1:] = np.cumsum(sizes)[:-1]
-    items = np.empty(int(sizes.sum()), dtype=object)
+    # (one item more, "": the text's last newline comes from the join, not from a copy
+    # of the whole text with "\n" added)
+    items = np.empty(int(sizes.sum()) + 1, dtype=object)
     items[starts + sizes - 1] = ""
+    items[-1] = ""
     for index, unwound in chunk.scalar.items():
         items[starts[index]] = format_sample(unwound, symbolizer, lines_cache, kernel,
                                              max_stack, name_width)[:-1]
@@ -82,7 +85,7 @@ def chunk_text(chunk: Chunk, arrays: SampleArrays, symbolizer: Symbolizer,
                                          name_width)
     for index, lines in kernel_of.items():
         items[starts[index] + 1:starts[index] + 1 + len(lines)] = lines
-    return "\n".join(items.tolist()) + "\n"
+    return "\n".join(items.tolist())
 
 
 def _kernel(arrays: SampleArrays, sample: int, kernel: SymbolTable | None,
