@@ -117,8 +117,9 @@ class VectorSession:
     def _chunk(self, start: int, end: int) -> Chunk:
         begin = perf_counter()
         arrays, session = self.arrays, self.session
-        comms: list[str] = []
-        snapshot_of: list[AddressSpace] = []
+        #: Each sample's (thread name, snapshot) as an index into ``described``.
+        codes: list[npt.NDArray[np.int64]] = []
+        described: list[tuple[str, AddressSpace]] = []
         snapshots: dict[int, AddressSpace] = {}
         events = arrays.events
         position = start
@@ -127,36 +128,40 @@ class VectorSession:
             stop = end
             if self._next_event < len(events):
                 stop = min(end, max(events[self._next_event][0], position + 1))
-            self._describe(position, stop, comms, snapshot_of, snapshots)
+            codes.append(self._describe(position, stop, described, snapshots))
             position = stop
-        chunk = Chunk(start, end, comms, [], {})
-        self._unwind(chunk, snapshot_of)
+        code = np.concatenate(codes) if codes else np.zeros(0, np.int64)
+        comms = [comm for comm, _ in described]
+        chunk = Chunk(start, end, list(map(comms.__getitem__, code.tolist())), [], {})
+        self._unwind(chunk, code, described)
         if session.unwind_seconds is not None:
             session.unwind_seconds += perf_counter() - begin
         return chunk
 
-    def _describe(self, start: int, end: int, comms: list[str],
-                  snapshot_of: list[AddressSpace], snapshots: dict[int, AddressSpace]) -> None:
-        """Thread names and address-space snapshots of samples ``start`` to ``end`` (no
-        side-band record falls between them): computed once per thread."""
+    def _describe(self, start: int, end: int, described: list[tuple[str, AddressSpace]],
+                  snapshots: dict[int, AddressSpace]) -> npt.NDArray[np.int64]:
+        """The thread name and address-space snapshot of samples ``start`` to ``end`` (no
+        side-band record falls between them), computed once per thread and added to
+        ``described``; each sample's index there."""
         session = self.session
-        pids = self.arrays.pid[start:end].tolist()
-        tids = self.arrays.tid[start:end].tolist()
-        known: dict[tuple[int, int], tuple[str, AddressSpace]] = {}
-        for pid, tid in zip(pids, tids, strict=True):
-            found = known.get((pid, tid))
-            if found is None:
-                space = session._space(pid)
-                snapshot = snapshots.get(space.version)
-                if snapshot is None:
-                    snapshot = snapshots[space.version] = space.copy()
-                comm = (session.comms.get(tid) or (session.comms.get(pid) if tid >= 0 else None)
-                        or ("swapper" if tid == 0 else f":{tid}"))
-                found = known[(pid, tid)] = (comm, snapshot)
-            comms.append(found[0])
-            snapshot_of.append(found[1])
+        pids, tids = self.arrays.pid[start:end], self.arrays.tid[start:end]
+        # (a thread by its (pid, tid) pair as one number, found for all samples at once)
+        keys = (pids.astype(np.int64) << 32) | (tids.astype(np.int64) & 0xFFFFFFFF)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        offset = len(described)
+        for pid, tid in zip(pids[first].tolist(), tids[first].tolist(), strict=True):
+            space = session._space(pid)
+            snapshot = snapshots.get(space.version)
+            if snapshot is None:
+                snapshot = snapshots[space.version] = space.copy()
+            comm = (session.comms.get(tid) or (session.comms.get(pid) if tid >= 0 else None)
+                    or ("swapper" if tid == 0 else f":{tid}"))
+            described.append((comm, snapshot))
+        codes: npt.NDArray[np.int64] = inverse.reshape(-1).astype(np.int64) + offset
+        return codes
 
-    def _unwind(self, chunk: Chunk, snapshot_of: list[AddressSpace]) -> None:
+    def _unwind(self, chunk: Chunk, code: npt.NDArray[np.int64],
+                described: list[tuple[str, AddressSpace]]) -> None:
         arrays = self.arrays
         start, end = chunk.start, chunk.end
         plain = arrays.regs_pos[start:end] < 0
@@ -167,18 +172,12 @@ class VectorSession:
             registers = arrays.registers(positions, start, end)
         for index in np.flatnonzero(plain).tolist():
             chunk.scalar[index] = self._scalar(start + index, chunk.comms[index],
-                                               snapshot_of[index])
-        by_space: dict[int, list[int]] = {}
-        for index, space in enumerate(snapshot_of):
-            if not plain[index]:
-                by_space.setdefault(id(space), []).append(index)
-        for indices in by_space.values():
-            space = snapshot_of[indices[0]]
-            if len(indices) < self.batch_from:
-                for index in indices:
+                                               described[int(code[index])][1])
+        for space, rows in _by_space(code, described, ~plain):
+            if len(rows) < self.batch_from:
+                for index in rows.tolist():
                     chunk.scalar[index] = self._scalar(start + index, chunk.comms[index], space)
                 continue
-            rows = np.array(indices, np.int64)
             pc, sp, fp = (values[rows] for values in registers)
             stacks = (arrays.stack_pos[start:end][rows], arrays.stack_len[start:end][rows],
                       self._file)
@@ -199,6 +198,31 @@ class VectorSession:
         assert isinstance(sample, Sample)
         unwound = session.unwind_in(sample, space, comm)
         return unwound
+
+
+def _by_space(code: npt.NDArray[np.int64], described: list[tuple[str, AddressSpace]],
+              taken: npt.NDArray[np.bool_]
+              ) -> list[tuple[AddressSpace, npt.NDArray[np.int64]]]:
+    """The ``taken`` samples grouped by snapshot: each snapshot with its samples' indices
+    in the chunk (in order), the snapshots in the order of their first sample."""
+    index_of: dict[int, int] = {}
+    spaces: list[AddressSpace] = []
+    for _, space in described:
+        if index_of.setdefault(id(space), len(spaces)) == len(spaces):
+            spaces.append(space)
+    indices = np.flatnonzero(taken)
+    if len(spaces) == 1 or not len(indices):
+        return [(spaces[0], indices)] if len(indices) else []
+    space_code = np.array([index_of[id(space)] for _, space in described], np.int64)
+    of_sample = space_code[code[indices]]
+    order = np.argsort(of_sample, kind="stable")  # (each group's samples stay in order)
+    values, starts, counts = np.unique(of_sample[order], return_index=True,
+                                       return_counts=True)
+    groups = [(spaces[value], indices[order[first:first + count]])
+              for value, first, count in zip(values.tolist(), starts.tolist(),
+                                             counts.tolist(), strict=True)]
+    groups.sort(key=lambda group: int(group[1][0]))
+    return groups
 
 
 __all__ = ["BATCH_FROM", "CHUNK", "PERF_REGS", "Chunk", "Group", "VectorSession"]
