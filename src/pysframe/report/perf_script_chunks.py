@@ -128,14 +128,15 @@ def _place(items: Any, starts: Any, group: Group, keep: Any, counts: Any, trunca
     if kept.size:
         kept_counts = counts[kept]
         width = int(kept_counts.max())
-        columns = np.arange(width)
-        valid = columns[None, :] < kept_counts[:, None]
+        # Chains are told apart on the frames as unwound (a row's frames past its count
+        # are 0, and the count is part of the chain), then only each distinct chain's
+        # frames are made printed pcs: not the whole depth-wide matrix.
+        unwound = (result.pcs[:, :width] if kept.size == len(counts)
+                   else result.pcs[kept, :width])
+        chains, chain_of = _chains(unwound, kept_counts)
+        rows, columns = np.nonzero(np.arange(width)[None, :] < kept_counts[chains][:, None])
         # Callers print as their return address - 1 (inside the call); frame 0 as it is.
-        printed = np.where(valid, result.pcs[kept, :width] - (columns > 0).astype(np.uint64),
-                           np.uint64(0))
-        chains, chain_of = _chains(printed, kept_counts)
-        rows, columns = np.nonzero(valid[chains])
-        values = printed[chains][rows, columns]
+        values = unwound[chains][rows, columns] - (columns > 0).astype(np.uint64)
         lines = _named(values, kept[chains][rows], columns, group, symbolizer, lines_cache,
                        indexes).tolist()
         bounds = np.concatenate(([0], np.cumsum(kept_counts[chains]))).tolist()
@@ -162,17 +163,17 @@ def _multipliers(count: int, state: int = 0x5F3A) -> Any:
 _MIX = _multipliers(128)
 
 
-def _chains(printed: Any, counts: Any) -> tuple[Any, Any]:
-    """(rows of ``printed`` that each start a distinct chain, in order; each row's index
+def _chains(frames: Any, counts: Any) -> tuple[Any, Any]:
+    """(rows of ``frames`` that each start a distinct chain, in order; each row's index
     among them). Rows are told apart by a hash of their frames, every row then compared
     with the one it was matched to: a row that differs (a collision) is a chain of its
     own."""
-    width = printed.shape[1]
+    width = frames.shape[1]
     mix = _MIX[:width] if width <= len(_MIX) else np.resize(_MIX, width)
-    hashes = (printed * mix).sum(axis=1) + counts.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    hashes = (frames * mix).sum(axis=1) + counts.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
     matched = first[inverse.reshape(-1)]
-    differ = np.flatnonzero((printed != printed[matched]).any(axis=1)
+    differ = np.flatnonzero((frames != frames[matched]).any(axis=1)
                             | (counts != counts[matched]))
     if differ.size:
         matched[differ] = differ
