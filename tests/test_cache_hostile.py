@@ -577,3 +577,22 @@ def test_a_binary_unchanged_since_its_entry_is_not_hashed_again(
     renamed = _patched(LUA, tmp_path / "renamed", ".strtab", replace=(b"lua", b"LUA"))
     os.replace(renamed, binary)
     assert any(name.startswith("LUA") for name in load_symbols(ElfImage(str(binary))).names)
+
+
+def test_blake2b_digest_is_hashlibs_without_loading_openssl() -> None:
+    """The flat tables' function digests (cache keys) are BLAKE2b as hashlib computes them;
+    a batch run's start no longer imports hashlib for them (~2 ms: OpenSSL)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from pysframe.cachedir import blake2b_digest
+
+    for data in (b"", b"x" * 3, bytes(range(256)) * 300):
+        for size in (16, 32):
+            assert blake2b_digest(data, size) == hashlib.blake2b(data, digest_size=size).digest()
+            assert blake2b_digest(memoryview(data), size) == blake2b_digest(data, size)
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, pysframe.unwind.flat_cache as f; "
+         "print('hashlib' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"

@@ -76,6 +76,16 @@ def _digest_for(size: int) -> Any:
     return hashlib.sha256()
 
 
+def blake2b_digest(data: bytes | bytearray | memoryview, size: int) -> bytes:
+    """BLAKE2b of ``data`` in ``size`` bytes, by the interpreter's own module when it has
+    one (the same digest as hashlib's, without loading OpenSSL)."""
+    if _small_digest is not None:
+        return bytes(_small_digest(data, digest_size=size).digest())
+    import hashlib
+
+    return hashlib.blake2b(data, digest_size=size).digest()
+
+
 def digest_of(data: bytes | memoryview = b"") -> Any:
     """The hash object of ``data`` whose 32-byte digest the cache keeps."""
     digest = _digest_for(len(data))

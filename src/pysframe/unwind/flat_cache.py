@@ -19,14 +19,13 @@ run also take the rows another flattened (:mod:`pysframe.made_exchange`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 
 import numpy as np
 
 from ..cache_merge import merge_into
-from ..cachedir import describe, entry_path, load, store
+from ..cachedir import blake2b_digest, describe, entry_path, load, store
 from ..format.constants import ABI
 from ..format.lookup import SFrameLookup
 from ..made_exchange import shared
@@ -45,7 +44,11 @@ _MASK = struct.Struct("<QQQQ")  # start, end, rep_size, rows
 def _entry_id(section: memoryview, build_id: bytes | None) -> bytes:
     # No build id (numpy's bundled OpenBLAS: 366k rows, 4.7 s to flatten): the section's
     # own digest names the entry (the source digest checks it anyway).
-    return build_id or hashlib.sha256(section).digest()[:20]
+    if build_id:
+        return build_id
+    import hashlib  # (here only: it loads OpenSSL, ~2 ms of every batch run's start)
+
+    return hashlib.sha256(section).digest()[:20]
 
 
 def flat_is_cached(lookup: SFrameLookup, build_id: bytes | None) -> bool:
@@ -120,7 +123,7 @@ _OPENED: dict[tuple[bytes, ABI], FunctionRows] = {}
 
 
 def _function_digest(lookup: SFrameLookup) -> bytes:
-    return hashlib.blake2b(lookup.reader.data, digest_size=16).digest()
+    return blake2b_digest(lookup.reader.data, 16)
 
 
 class FunctionRows:
