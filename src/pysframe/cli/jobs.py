@@ -5,8 +5,9 @@ The ranges are independent once each starts from the state before it (the caller
 every other one by a child forked before any of them starts (one range each, or ranges
 claimed one at a time as the processes go: :func:`in_order`), into memory (a memfd) and,
 past :data:`IN_MEMORY` bytes, an unnamed temporary file, read back in order when its turn
-comes. Forking (not spawning) shares the opened recording, the loaded tables and caches
-at no cost. A child's stderr goes to a file of its own, handed on here once it has ended
+comes (or, when the text goes to a descriptor, kept by the process that made it and
+written by it in its turn: :mod:`.jobs_turns`). Forking (not spawning) shares the opened
+recording, the loaded tables and caches at no cost. A child's stderr goes to a file of its own, handed on here once it has ended
 (see :func:`in_order`); a child that fails says why there, and the run then ends with
 that child's status.
 """
@@ -19,6 +20,7 @@ import sys
 
 from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
+from .jobs_turns import KeptRanges, Turns, cut_short, end_cut_short, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing imports re: ~5 ms of a small recording's run)
@@ -45,8 +47,9 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     """The texts of ``ranges`` in order; ``statuses`` gets each child's exit status (1 when
     ``failed()`` says it reported a problem). Each child calls ``finish`` (if given) when its
     text is made (it ends without the exit functions: e.g. to keep what it cached). With
-    ``copy``, a child's text is not yielded but handed over file by file (rewound), once
-    everything before it was yielded (see :func:`copier`). ``started(k)`` (if given) is
+    ``copy`` (a :class:`Copier`: the text goes to a descriptor), only this process's first
+    share is yielded: every later range is written to the descriptor by the process that
+    made it, in its turn (:func:`_in_turns`). ``started(k)`` (if given) is
     called first in process k (this one: 0, once every child is forked); ``produced()``
     here once this process's ranges are made, before the children are waited for (what
     this process keeps at exit is kept while they work). What a child writes on stderr is
@@ -68,6 +71,10 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     claimed = processes is not None
     if claimed and not 0 < count <= 255:
         raise ValueError(f"{count} ranges to claim (1 to 255)")
+    if isinstance(copy, Copier) and 1 < count <= 255:
+        yield from _in_turns(ranges, produce, failed, statuses, copy, finish, started,
+                             produced, forward, processes)
+        return
     share = max(1, count // processes) if processes is not None else min(1, count)
     tokens = _tokens(range(share, count)) if claimed else None
     outputs: list[list[int]] = [[] for _ in ranges[:share]] + [
@@ -110,6 +117,70 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
                 *(fd for files in outputs for fd in files)])
 
 
+def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterator[str]],
+              failed: Callable[[], bool], statuses: list[int], copy: Copier,
+              finish: Callable[[], None] | None, started: Callable[[int], None] | None,
+              produced: Callable[[], None] | None, forward: Callable[[str], None] | None,
+              processes: int | None) -> Iterator[str]:
+    """:func:`in_order` when the text goes to a descriptor (``copy``): the ranges after
+    this process's first share are kept by the process that made each and written by it
+    in their turn (:mod:`.jobs_turns`); only this process's first share is yielded."""
+    count = len(ranges)
+    share = max(1, count // processes) if processes is not None else 1
+    tokens = _tokens(range(share, count)) if processes is not None else None
+    workers = processes if processes is not None else count
+    limit = IN_MEMORY // workers  # (each process's own text held in memory, at most)
+    turns = Turns(workers - 1)
+    children: list[tuple[int, int, list[int]]] = []
+
+    def worker(number: int) -> Callable[[], None]:
+        def work() -> None:
+            turns.in_child(number)
+            if started is not None:
+                started(number)
+            kept = KeptRanges(limit)
+            for each in _claims(tokens) if tokens is not None else (number,):
+                kept.make(each, produce(*ranges[each]))
+            _courtesy(finish)
+            turns.serve(kept, copy.target)
+
+        return work
+
+    mine = KeptRanges(limit)
+    try:
+        for number in range(1, workers):
+            children.append((*_fork(worker(number), failed), []))
+        turns.in_parent()
+        if started is not None:
+            started(0)
+        yield from produce(ranges[0][0], ranges[share - 1][1])
+        for each in _claims(tokens) if tokens is not None else ():
+            mine.make(each, produce(*ranges[each]))
+        if produced is not None:
+            produced()
+        turns.hand_on(range(share, count), mine, copy.target, copy.flush)
+        turns.close()  # (the children end)
+        for pid, errors, _ in children:
+            _reap(pid, errors, statuses, forward)
+            _close([errors])
+            children = children[1:]
+    finally:
+        _end(children)
+        turns.close()
+        mine.close()
+        _close([tokens] if tokens is not None else [])
+
+
+def _courtesy(finish: Callable[[], None] | None) -> None:
+    """``finish()`` if given, its failure ignored: keeping a cache is a courtesy, the
+    text is made."""
+    if finish is not None:
+        try:
+            finish()
+        except Exception:
+            pass
+
+
 def _tokens(claims: range) -> int:
     """The read end of a pipe holding one byte per range to claim (a one-byte read claims
     one), which no one can write to any more."""
@@ -142,6 +213,9 @@ def _reap(pid: int, errors: int, statuses: list[int],
     status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     statuses.append(status)
     _forward(errors, forward)
+    if cut_short(status):  # it wrote its text in its turn, and the reader had gone
+        end_cut_short()
+        raise BrokenPipeError("the output's reader went away")
     if status not in (0, EXIT_INVALID):
         raise CommandError(f"a worker process failed (exit status {status})", status
                            if status > 0 else EXIT_INVALID)
@@ -190,19 +264,23 @@ def _close(files: list[int]) -> None:
         os.close(fd)
 
 
-def copier(stream: IO[str]) -> Callable[[int], None] | None:
-    """What hands a child's text to ``stream`` as bytes, the kernel copying its file to
-    the stream's descriptor (``os.sendfile``) after the text written before it is flushed:
-    the children's half of a large recording's text (~50 MB) is then neither decoded nor
-    encoded again here. None for a stream without a descriptor of its own (a test's
-    capture, a StringIO)."""
-    try:
-        target = stream.fileno()
-    except (OSError, ValueError, AttributeError):
-        return None
+class Copier:
+    """Hands text to a stream's descriptor ``target`` as bytes: a file's, copied by the
+    kernel (``os.sendfile``), or a child's, written by the child in its turn
+    (:mod:`.jobs_turns`), in both cases after what was written to the stream before is
+    flushed: the children's half of a large recording's text (~50 MB) is then neither
+    decoded nor encoded again here."""
 
-    def copy(source: int) -> None:
-        stream.flush()
+    def __init__(self, stream: IO[str], target: int) -> None:
+        self.stream, self.target = stream, target
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __call__(self, source: int) -> None:
+        """The file ``source`` copied to the descriptor, from its current offset."""
+        self.stream.flush()
+        target = self.target
         size, done = os.fstat(source).st_size, 0
         try:
             while done < size:
@@ -215,11 +293,16 @@ def copier(stream: IO[str]) -> Callable[[int], None] | None:
                 raise  # EPIPE and the like: as a write would fail
         os.lseek(source, done, os.SEEK_SET)  # what is left (sendfile refused it): written
         while piece := os.read(source, _PIECE):
-            view = memoryview(piece)
-            while view:
-                view = view[os.write(target, view):]
+            write_all(target, piece)
 
-    return copy
+
+def copier(stream: IO[str]) -> Copier | None:
+    """The :class:`Copier` of ``stream``; None for a stream without a descriptor of its own
+    (a test's capture, a StringIO)."""
+    try:
+        return Copier(stream, stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _fork(work: Callable[[], None], failed: Callable[[], bool],
@@ -241,11 +324,7 @@ def _fork(work: Callable[[], None], failed: Callable[[], bool],
             return 0
 
         status = guarded(run)
-        if finish is not None:
-            try:
-                finish()
-            except Exception:  # keeping a cache is a courtesy: the text is made
-                pass
+        _courtesy(finish)
         if status == 0 and failed():
             status = EXIT_INVALID
         sys.stderr.flush()

@@ -1,0 +1,149 @@
+"""``-j`` to a descriptor (cli.jobs_turns): each process writes the ranges it made itself,
+in their turn, into the descriptor it shares with this process. The text is every range's
+in order, each once, whichever process made it, held in memory or spilled; a failing
+child ends the run with its status and nothing is left behind; a reader that goes away
+ends the run as SIGPIPE ends C tools, whichever process was writing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from pysframe.cli import jobs, jobs_turns
+from pysframe.cli.errors import CommandError
+
+
+def _ranges(count: int, size: int = 10) -> list[tuple[int, int]]:
+    return [(k * size, (k + 1) * size) for k in range(count)]
+
+
+def _produce(slow: set[int] | None = None) -> tuple[object, object]:
+    numbers: list[int] = []
+
+    def started(number: int) -> None:
+        numbers[:] = [number]
+
+    def produce(first: int, last: int) -> Iterator[str]:
+        if slow and first in slow:
+            time.sleep(0.3)
+        for sample in range(first, last):
+            yield f"sample {sample} by {numbers[0]} in {os.getpid()}\n"
+
+    return produce, started
+
+
+def _to_file(path: Path, ranges: list[tuple[int, int]], produce: object, started: object,
+             statuses: list[int], processes: int | None) -> list[tuple[int, int, int]]:
+    """The ranges' text through in_order into the file ``path`` (this process writing what
+    is yielded, as ``sframe script`` does), as (sample, process number, pid) lines."""
+    with open(path, "w", encoding="utf-8") as stream:
+        copy = jobs.copier(stream)
+        assert isinstance(copy, jobs.Copier)
+        for text in jobs.in_order(ranges, produce, lambda: False, statuses,  # type: ignore[arg-type]
+                                  copy=copy, started=started,  # type: ignore[arg-type]
+                                  processes=processes):
+            stream.write(text)
+    return [(int(words[1]), int(words[3]), int(words[5]))
+            for words in (line.split() for line in path.read_text().splitlines())]
+
+
+@pytest.mark.parametrize("processes", [None, 2, 3, 4])
+@pytest.mark.parametrize("in_memory", [jobs.IN_MEMORY, 0, 2000])
+def test_every_range_once_in_order_written_by_its_maker(
+        processes: int | None, in_memory: int, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """Held in memory, spilled from the start (0), or spilled midway (2,000 bytes of
+    ~3,800 a process): the same text. Each line was written by the process that made it
+    (its pid is in it), not copied by this one; without ``processes``, one range each."""
+    monkeypatch.setattr(jobs, "IN_MEMORY", in_memory)
+    produce, started = _produce()
+    statuses: list[int] = []
+    count = 12 if processes is not None else 3
+    lines = _to_file(tmp_path / "out.txt", _ranges(count), produce, started, statuses,
+                     processes)
+    assert [sample for sample, _, _ in lines] == list(range(10 * count))
+    assert statuses == [0] * ((processes or count) - 1)
+    makers = {pid for _, _, pid in lines}
+    assert len(makers) == len({number for _, number, _ in lines})
+    if processes is None:  # one range a process: three makers
+        assert len(makers) == 3
+
+
+def test_a_slow_process_leaves_the_claims_to_the_others(tmp_path: Path) -> None:
+    produce, started = _produce(slow={0})
+    lines = _to_file(tmp_path / "out.txt", _ranges(6), produce, started, [], 3)
+    assert [sample for sample, _, _ in lines] == list(range(60))
+    assert os.getpid() not in {pid for sample, _, pid in lines if sample >= 20}
+
+
+def test_a_failing_child_ends_the_run_and_nothing_is_left(tmp_path: Path) -> None:
+    descriptors = len(os.listdir("/proc/self/fd"))
+
+    def produce(first: int, last: int) -> Iterator[str]:
+        if first == 0:
+            time.sleep(0.3)  # (the child claims the others meanwhile)
+        if first == 60:
+            raise CommandError("range 6 cannot be made", 4)
+        yield f"{first}\n"
+
+    statuses: list[int] = []
+    with pytest.raises(CommandError) as failed:
+        _to_file(tmp_path / "out.txt", _ranges(8), produce, None, statuses, 2)
+    assert failed.value.exit_code == 4 and statuses == [4]
+    # This process's share (one text: "0") is out; nothing of the failed child's, as when
+    # its text went through a memfd (its status is reported before its text is handed on).
+    assert (tmp_path / "out.txt").read_text().split() == ["0"]
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
+def test_kept_ranges_spill_in_order(tmp_path: Path) -> None:
+    kept = jobs_turns.KeptRanges(limit=5)
+    kept.make(3, iter(["abc", "de", "fgh", "ij"]))
+    kept.make(1, iter(["x"]))
+    assert kept.numbers() == [1, 3]
+    with open(tmp_path / "out", "wb") as out:
+        kept.write(3, out.fileno())
+        kept.write(1, out.fileno())
+    assert (tmp_path / "out").read_bytes() == b"abcdefghijx"
+    assert kept.files == {} and kept.held == 0
+
+
+#: A run whose reader goes away after this process's first range, while the child holds
+#: the next: the child, writing in its turn, is ended by SIGPIPE, and so is this process.
+_CUT_SHORT = """
+import signal, sys, time
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # (as the sframe command has it)
+from pysframe.cli import jobs
+
+def produce(first, last):
+    yield "x" * 100
+    if first == 0:
+        sys.stdout.flush()
+        time.sleep(0.5)  # (the reader reads the 100 bytes and goes away meanwhile)
+
+for text in jobs.in_order([(0, 1), (1, 2)], produce, lambda: False, [],
+                          copy=jobs.copier(sys.stdout), processes=2):
+    sys.stdout.write(text)
+sys.stdout.flush()
+print("not ended", file=sys.stderr)
+"""
+
+
+def test_the_readers_end_ends_the_run_as_sigpipe_does() -> None:
+    run = subprocess.Popen([sys.executable, "-c", _CUT_SHORT], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, cwd=REPO)
+    assert run.stdout is not None and run.stderr is not None
+    assert run.stdout.read(100) == b"x" * 100
+    run.stdout.close()
+    errors = run.stderr.read()
+    assert run.wait(timeout=30) == -13
+    assert errors == b""
