@@ -60,8 +60,9 @@ def test_every_range_once_in_order_written_by_its_maker(
         processes: int | None, in_memory: int, monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
     """Held in memory, spilled from the start (0), or spilled midway (2,000 bytes of
-    ~3,800 a process): the same text. Each line was written by the process that made it
-    (its pid is in it), not copied by this one; without ``processes``, one range each."""
+    ~3,800 a process): the same text. Without ``processes`` (one range a process: the
+    sample-by-sample path's shares) the children's text is copied here from memfds, as
+    before the turns; the text is the same."""
     monkeypatch.setattr(jobs, "IN_MEMORY", in_memory)
     produce, started = _produce()
     statuses: list[int] = []
@@ -105,11 +106,15 @@ def test_a_failing_child_ends_the_run_and_nothing_is_left(tmp_path: Path) -> Non
         os.waitpid(-1, os.WNOHANG)
 
 
-def test_kept_ranges_spill_in_order(tmp_path: Path) -> None:
+def test_kept_ranges_spill_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Texts are kept in pieces of about PIECE bytes (here 3: "abc", "defgh", "ij"): the
+    first fits in memory (limit 5), the rest of the range goes to its file, after it."""
+    monkeypatch.setattr(jobs_turns, "PIECE", 3)
     kept = jobs_turns.KeptRanges(limit=5)
     kept.make(3, iter(["abc", "de", "fgh", "ij"]))
     kept.make(1, iter(["x"]))
     assert kept.numbers() == [1, 3]
+    assert kept.texts[3] == [b"abc"] and 3 in kept.files and kept.texts[1] == [b"x"]
     with open(tmp_path / "out", "wb") as out:
         kept.write(3, out.fileno())
         kept.write(1, out.fileno())
@@ -147,3 +152,13 @@ def test_the_readers_end_ends_the_run_as_sigpipe_does() -> None:
     errors = run.stderr.read()
     assert run.wait(timeout=30) == -13
     assert errors == b""
+
+
+def test_the_jobs_modules_import_no_enum() -> None:
+    """``signal``'s enums cost ~3 ms of every -j run's start (the sample-by-sample path's
+    whole run is ~100 ms): the turns take ``_signal``'s plain functions (c_signal)."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, pysframe.cli.jobs; "
+         "print(sorted({'enum', 'signal'} & set(sys.modules)))"],
+        capture_output=True, text=True, check=True, cwd=REPO)
+    assert loaded.stdout.strip() == "[]"
