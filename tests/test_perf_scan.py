@@ -106,8 +106,8 @@ def test_a_candidate_that_is_no_boundary_is_walked_alone(
     monkeypatch.setattr(perf_scan, "candidate", lambda buffer, start, end: inside)
     ended: list[int] = []
     end = perf_scan._end
-    monkeypatch.setattr(perf_scan, "_end", lambda pid, memory: (ended.append(pid),
-                                                                 end(pid, memory)))
+    monkeypatch.setattr(perf_scan, "_end", lambda pid, memory, ready: (
+        ended.append(pid), end(pid, memory, ready)))
     assert_same(arrays_of(LUA, split=True), arrays_of(LUA, split=False))
     assert split_always == [] and len(ended) == 1
     with pytest.raises(ChildProcessError):
@@ -119,7 +119,7 @@ def test_a_child_that_fails_leaves_its_half_to_the_parent(
         monkeypatch: pytest.MonkeyPatch, split_always: list[bool], status: int) -> None:
     """A child that ends without a result (status 0, nothing written) or fails."""
     monkeypatch.setattr(perf_scan, "_child",
-                        lambda data, blocks, boundary, memory: os._exit(status))
+                        lambda data, blocks, boundary, memory, written: os._exit(status))
     assert_same(arrays_of(LUA, split=True), arrays_of(LUA, split=False))
     assert split_always == [False]
 
@@ -148,3 +148,27 @@ def test_one_usable_cpu_walks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "fork", lambda: forks.append(1) or os.getpid())
     assert_same(arrays_of(LUA, split=True), arrays_of(LUA, split=False))
     assert forks == []
+
+
+def test_a_child_that_says_ready_over_a_damaged_result_leaves_its_half_to_the_parent(
+        monkeypatch: pytest.MonkeyPatch, split_always: list[bool]) -> None:
+    """The parent reads the result when the child says it is written (not once the child
+    has ended): bytes that do not unpickle are no result; the child is reaped anyway."""
+
+    def child(data: object, blocks: object, boundary: int, memory: int, written: int) -> None:
+        os.write(memory, b"not a pickle")
+        os.write(written, b"\1")
+        os._exit(0)
+
+    monkeypatch.setattr(perf_scan, "_child", child)
+    assert_same(arrays_of(LUA, split=True), arrays_of(LUA, split=False))
+    assert split_always == [False]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
+def test_the_child_of_a_joined_walk_is_reaped(split_always: list[bool]) -> None:
+    assert_same(arrays_of(LUA, split=True), arrays_of(LUA, split=False))
+    assert split_always == [True]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
