@@ -71,10 +71,6 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     claimed = processes is not None
     if claimed and not 0 < count <= 255:
         raise ValueError(f"{count} ranges to claim (1 to 255)")
-    # Ranges claimed as the processes go, to a descriptor: written by their makers in
-    # their turns. One range a process (the sample-by-sample path's shares) stays as it
-    # was: there the child is done well before this process and its text is small (the
-    # Lua recording's: 2.3 MB), and waiting for it to write and end cost ~5 ms.
     if claimed and isinstance(copy, Copier) and count > 1:
         yield from _in_turns(ranges, produce, failed, statuses, copy, finish, started,
                              produced, forward, processes)
@@ -126,9 +122,13 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
               finish: Callable[[], None] | None, started: Callable[[int], None] | None,
               produced: Callable[[], None] | None, forward: Callable[[str], None] | None,
               processes: int | None) -> Iterator[str]:
-    """:func:`in_order` when the text goes to a descriptor (``copy``): the ranges after
-    this process's first share are kept by the process that made each and written by it
-    in their turn (:mod:`.jobs_turns`); only this process's first share is yielded."""
+    """:func:`in_order` when ranges are claimed and the text goes to a descriptor
+    (``copy``): the ranges after this process's first share are kept by the process that
+    made each and written by it in their turn (:mod:`.jobs_turns`); only this process's
+    first share is yielded. (One range a process, the sample-by-sample path's shares,
+    stays with the memfds: there the child is done well before this process and its text
+    is small, the Lua recording's 2.3 MB, and waiting for it to write and end cost ~3.5
+    ms.)"""
     count = len(ranges)
     share = max(1, count // processes) if processes is not None else 1
     tokens = _tokens(range(share, count)) if processes is not None else None
