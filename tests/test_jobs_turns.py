@@ -164,3 +164,25 @@ def test_the_jobs_modules_import_no_enum() -> None:
          "print(sorted({'enum', 'signal'} & (set(sys.modules) - before)))"],
         capture_output=True, text=True, check=True, cwd=REPO)
     assert loaded.stdout.strip() == "[]"
+
+
+def test_kept_text_past_held_goes_to_a_memfd_then_to_a_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past HELD bytes in memory (here 4), a range's text goes to a memfd while the
+    process's spilled text is under its limit (here 6), then to an unnamed file; the
+    ranges come out whole and in order."""
+    monkeypatch.setattr(jobs_turns, "PIECE", 1)
+    monkeypatch.setattr(jobs_turns, "HELD", 4)
+    kept = jobs_turns.KeptRanges(limit=6)
+    kept.make(0, iter(["ab", "cd", "ef"]))  # "ab", "cd" held; "ef" to a memfd
+    kept.make(1, iter(["gh", "ij"]))  # spilled 2 < 6: a memfd
+    kept.make(2, iter(["kl", "mn", "op"]))  # spilled 6: an unnamed file
+    kinds = {number: os.readlink(f"/proc/self/fd/{fd}") for number, fd in kept.files.items()}
+    assert kept.texts[0] == [b"ab", b"cd"] and kept.texts[1] == kept.texts[2] == []
+    assert kinds[0].startswith("/memfd:") and kinds[1].startswith("/memfd:")
+    assert not kinds[2].startswith("/memfd:")
+    with open(tmp_path / "out", "wb") as out:
+        for number in (0, 1, 2):
+            kept.write(number, out.fileno())
+    assert (tmp_path / "out").read_bytes() == b"abcdefghijklmnop"
+    kept.close()
