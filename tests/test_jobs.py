@@ -9,33 +9,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from tests.support.job_ranges import lines as _lines
+from tests.support.job_ranges import producer
+from tests.support.job_ranges import ranges as _ranges
 
 from pysframe.cli import jobs
 from pysframe.cli.errors import CommandError
-
-
-def _ranges(count: int, size: int = 10) -> list[tuple[int, int]]:
-    return [(k * size, (k + 1) * size) for k in range(count)]
-
-
-def _produce(slow: set[int] | None = None) -> tuple[list[int], object]:
-    numbers: list[int] = []  # the process's number (started), set in each process
-
-    def started(number: int) -> None:
-        numbers[:] = [number]
-
-    def produce(first: int, last: int) -> Iterator[str]:
-        if slow and first in slow:
-            time.sleep(0.3)
-        for sample in range(first, last):
-            yield f"sample {sample} by {numbers[0]} in {os.getpid()}\n"
-
-    return numbers, (produce, started)
-
-
-def _lines(text: str) -> list[tuple[int, int, int]]:
-    return [(int(words[1]), int(words[3]), int(words[5]))
-            for words in (line.split() for line in text.splitlines())]
 
 
 @pytest.mark.parametrize("processes", [1, 2, 3, 4])
@@ -45,7 +24,7 @@ def test_the_ranges_come_in_order_each_made_once(processes: int, in_memory: int,
     """Every sample once, in order, whether each range's text is held in memory, in its
     file, or spilled midway; statuses of the children all 0."""
     monkeypatch.setattr(jobs, "IN_MEMORY", in_memory)
-    _, (produce, started) = _produce()
+    produce, started = producer()
     statuses: list[int] = []
     text = "".join(jobs.in_order(_ranges(12), produce, lambda: False, statuses,  # type: ignore[arg-type]
                                  started=started, processes=processes))  # type: ignore[arg-type]
@@ -61,14 +40,14 @@ def test_a_slow_process_leaves_the_other_ranges_to_the_others() -> None:
     """This process's share (the first 2 of 6 ranges, 3 processes) takes long: the
     children claim all the rest meanwhile; a slow claimed range leaves the rest to the
     other process, this one too once its share is made."""
-    _, (produce, started) = _produce(slow={0})
+    produce, started = producer(slow={0})
     text = "".join(jobs.in_order(_ranges(6), produce, lambda: False, [],  # type: ignore[arg-type]
                                  started=started, processes=3))  # type: ignore[arg-type]
     lines = _lines(text)
     assert [sample for sample, _, _ in lines] == list(range(60))
     assert {pid for sample, _, pid in lines if sample < 20} == {os.getpid()}
     assert os.getpid() not in {pid for sample, _, pid in lines if sample >= 20}
-    _, (produce, started) = _produce(slow={40})  # (the first range claimed)
+    produce, started = producer(slow={40})  # (the first range claimed)
     text = "".join(jobs.in_order(_ranges(8), produce, lambda: False, [],  # type: ignore[arg-type]
                                  started=started, processes=2))  # type: ignore[arg-type]
     lines = _lines(text)

@@ -14,29 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.job_ranges import lines, producer
+from tests.support.job_ranges import ranges as _ranges
 
 from conftest import REPO
 from pysframe.cli import jobs, jobs_turns
 from pysframe.cli.errors import CommandError
-
-
-def _ranges(count: int, size: int = 10) -> list[tuple[int, int]]:
-    return [(k * size, (k + 1) * size) for k in range(count)]
-
-
-def _produce(slow: set[int] | None = None) -> tuple[object, object]:
-    numbers: list[int] = []
-
-    def started(number: int) -> None:
-        numbers[:] = [number]
-
-    def produce(first: int, last: int) -> Iterator[str]:
-        if slow and first in slow:
-            time.sleep(0.3)
-        for sample in range(first, last):
-            yield f"sample {sample} by {numbers[0]} in {os.getpid()}\n"
-
-    return produce, started
 
 
 def _to_file(path: Path, ranges: list[tuple[int, int]], produce: object, started: object,
@@ -50,8 +33,7 @@ def _to_file(path: Path, ranges: list[tuple[int, int]], produce: object, started
                                   copy=copy, started=started,  # type: ignore[arg-type]
                                   processes=processes):
             stream.write(text)
-    return [(int(words[1]), int(words[3]), int(words[5]))
-            for words in (line.split() for line in path.read_text().splitlines())]
+    return lines(path.read_text())
 
 
 @pytest.mark.parametrize("processes", [None, 2, 3, 4])
@@ -64,7 +46,7 @@ def test_every_range_once_in_order_written_by_its_maker(
     sample-by-sample path's shares) the children's text is copied here from memfds, as
     before the turns; the text is the same."""
     monkeypatch.setattr(jobs, "IN_MEMORY", in_memory)
-    produce, started = _produce()
+    produce, started = producer()
     statuses: list[int] = []
     count = 12 if processes is not None else 3
     lines = _to_file(tmp_path / "out.txt", _ranges(count), produce, started, statuses,
@@ -78,7 +60,7 @@ def test_every_range_once_in_order_written_by_its_maker(
 
 
 def test_a_slow_process_leaves_the_claims_to_the_others(tmp_path: Path) -> None:
-    produce, started = _produce(slow={0})
+    produce, started = producer(slow={0})
     lines = _to_file(tmp_path / "out.txt", _ranges(6), produce, started, [], 3)
     assert [sample for sample, _, _ in lines] == list(range(60))
     assert os.getpid() not in {pid for sample, _, pid in lines if sample >= 20}
