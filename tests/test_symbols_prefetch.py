@@ -56,6 +56,7 @@ def _texts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[bytes]:
         pytest.skip("no fixture recordings (../shared/fixtures) here")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
+    tmp_path.mkdir(parents=True, exist_ok=True)  # (-o opens its file before the run)
     texts = []
     for run in ("first", "warm", "one"):
         output = tmp_path / f"{run}.txt"
@@ -107,6 +108,7 @@ def test_no_helper_when_the_cache_cannot_be_written(monkeypatch: pytest.MonkeyPa
     (tmp_path / "cache").write_text("not a directory\n")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
+    tmp_path.mkdir(parents=True, exist_ok=True)  # (-o opens its file before the run)
     texts = []
     for jobs in (2, 1):
         output = tmp_path / f"j{jobs}.txt"

@@ -367,10 +367,9 @@ def _run_script(path: str, *, binaries: list[str], output: str | None, show_stop
     import os
     import time
 
-    from ..report.perf_script import name_width, perf_script_text
     from ..symbolize.kernel import kernel_symbols_for
     from ..symbolize.symbolizer import Symbolizer
-    from .files import refuse_inputs, write_output
+    from .files import refuse_inputs
 
     start = time.perf_counter()
     if output is not None:
@@ -388,36 +387,13 @@ def _run_script(path: str, *, binaries: list[str], output: str | None, show_stop
             unwinder.unwind_seconds = 0.0
             symbolizer = phases.timed_symbolizer(symbolizer)
         statuses: list[int] = []
-        skipped_reported = False
-        arrays_start = time.perf_counter()
-        chunks = _vector_text(data, unwinder, symbolizer, kernel, jobs or default_jobs(),
-                              problems, statuses, phases, show_stops,
-                              sys.stdout if output is None else None)
-        if chunks is not None:
-            if phases is not None:  # numpy's import and the array scan are the scan's
-                phases.seconds["read"] += time.perf_counter() - arrays_start
-                chunks = phases.timed(chunks, "read")
-        elif not show_stops and (chunks := _scalar_jobs(
+        with _output(output, path) as stream:
+            chunks, skipped_reported = _texts(
                 path, data, unwinder, symbolizer, kernel, jobs or default_jobs(), problems,
-                statuses, max_stack, report, sys.stdout if output is None else None)
-                ) is not None:
-            skipped_reported = True  # by the last worker, which read every record
-            if phases is not None:
-                chunks = phases.timed(chunks, "read")
-        else:
-            samples = _located(path, unwinder.samples())
-            if phases is not None:
-                samples = phases.timed(samples, "read")
-            if show_stops:
-                samples = _with_stops(samples)
-            chunks = perf_script_text(samples, kernel, problems, symbolizer=symbolizer,
-                                      max_stack=max_stack, name_width=name_width(data.attrs))
-        if output is None:
-            write = sys.stdout.write
+                statuses, phases, show_stops, max_stack, report, stream)
+            write = stream.write
             for chunk in chunks:
                 write(chunk)
-        else:
-            write_output(output, (chunk.encode() for chunk in chunks), inputs=[path])
         if not skipped_reported:
             report_skipped(path, data, report)
         missing = report_missing_deferred(path, unwinder, report)
@@ -426,6 +402,59 @@ def _run_script(path: str, *, binaries: list[str], output: str | None, show_stop
         phases.report(time.perf_counter() - start, unwinder.unwind_seconds or 0.0)
     failed = data.skipped or problems or any(statuses) or missing
     return EXIT_INVALID if failed else EXIT_OK
+
+
+def _output(output: str | None, path: str) -> Any:
+    """The text's stream, as a context: standard output, or the file ``output`` (replaced
+    or written through at the end, see :mod:`.output_stream`: a descriptor of its own, to
+    which the ``-j`` workers write as to standard output)."""
+    if output is None:
+        return _Standard()
+    from .output_stream import OutputStream
+
+    return OutputStream(output, [path])
+
+
+class _Standard:
+    """Standard output as a context (left open)."""
+
+    def __enter__(self) -> Any:
+        return sys.stdout
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+def _texts(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: int,
+           problems: Problems, statuses: list[int], phases: Phases | None, show_stops: bool,
+           max_stack: int, report: Any, stream: Any) -> tuple[Iterator[str], bool]:
+    """The text in chunks, by the batch pipeline, the sample-by-sample path split between
+    ``jobs`` processes or in this one; and whether the records skipped were reported
+    already (by the last worker, which read every record). ``stream``: where the text
+    goes (the workers' text is written or copied to it as bytes)."""
+    import time
+
+    from ..report.perf_script import name_width, perf_script_text
+
+    arrays_start = time.perf_counter()
+    chunks = _vector_text(data, unwinder, symbolizer, kernel, jobs, problems, statuses,
+                          phases, show_stops, stream)
+    if chunks is not None:
+        if phases is not None:  # numpy's import and the array scan are the scan's
+            phases.seconds["read"] += time.perf_counter() - arrays_start
+            chunks = phases.timed(chunks, "read")
+        return chunks, False
+    if not show_stops and (chunks := _scalar_jobs(
+            path, data, unwinder, symbolizer, kernel, jobs, problems, statuses, max_stack,
+            report, stream)) is not None:
+        return (phases.timed(chunks, "read") if phases is not None else chunks), True
+    samples = _located(path, unwinder.samples())
+    if phases is not None:
+        samples = phases.timed(samples, "read")
+    if show_stops:
+        samples = _with_stops(samples)
+    return perf_script_text(samples, kernel, problems, symbolizer=symbolizer,
+                            max_stack=max_stack, name_width=name_width(data.attrs)), False
 
 
 def report_skipped(path: str, data: Any, report: Any) -> None:
