@@ -168,3 +168,35 @@ def test_kept_text_past_held_goes_to_a_memfd_then_to_a_file(
             kept.write(number, out.fileno())
     assert (tmp_path / "out").read_bytes() == b"abcdefghijklmnop"
     kept.close()
+
+
+#: A run whose child's turn fails to write (/dev/full): this process's first range is
+#: empty, so the child is the first to write.
+_FULL = """
+import sys, time
+from pysframe.cli import jobs
+from pysframe.cli.errors import guarded
+
+def produce(first, last):
+    if first == 0:
+        time.sleep(0.3)  # (the child claims the other range meanwhile)
+    yield "" if first == 0 else "x" * 100
+
+def run():
+    with open("/dev/full", "w") as stream:
+        stream.output_name = "OUT"  # (as cli.output_stream names the -o file)
+        for text in jobs.in_order([(0, 1), (1, 2)], produce, lambda: False, [],
+                                  copy=jobs.copier(stream), processes=2):
+            stream.write(text)
+    return 0
+
+sys.exit(guarded(run))
+"""
+
+
+def test_a_childs_failed_write_names_the_output_file() -> None:
+    run = subprocess.run([sys.executable, "-c", _FULL], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert run.returncode == 2
+    assert "OUT: cannot write: No space left on device" in run.stderr
+    assert "a worker process failed (exit status 2)" in run.stderr

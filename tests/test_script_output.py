@@ -121,3 +121,15 @@ def test_a_fifo_is_written_through(tmp_path: Path) -> None:
     assert command.wait(timeout=120) == 0
     assert text.startswith(b"lua ") and text.endswith(b"\n\n")
     assert fifo.exists() and not fifo.is_file()
+
+
+def test_a_failed_write_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """-o onto a full device: one line naming it, exit 2 (as write_output said it), on the
+    batch pipeline and on the sample-by-sample path."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for engine in ("vector", "scalar"):
+        run = sframe("script", str(LUA / "perf.data"), "--binaries", str(LUA), "-o",
+                     "/dev/full", env={**env, ENGINE_VARIABLE: engine})
+        assert run.returncode == 2
+        assert run.stderr.strip().splitlines() == [
+            "sframe: /dev/full: cannot write: No space left on device"], run.stderr

@@ -146,7 +146,7 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
             for each in _claims(tokens) if tokens is not None else (number,):
                 kept.make(each, produce(*ranges[each]))
             _courtesy(finish)
-            turns.serve(kept, copy.target)
+            turns.serve(kept, copy.target, copy.label)
 
         return work
 
@@ -277,6 +277,9 @@ class Copier:
 
     def __init__(self, stream: IO[str], target: int) -> None:
         self.stream, self.target = stream, target
+        #: The output file's name (set by :class:`.output_stream.OutputStream`; None:
+        #: standard output).
+        self.label: str | None = getattr(stream, "output_name", None)
 
     def flush(self) -> None:
         self.stream.flush()

@@ -24,6 +24,7 @@ import os
 
 from .. import c_signal as signal  # (the standard module's enums: ~3 ms of imports)
 from ..made_exchange import unnamed_file
+from .errors import EXIT_UNREADABLE, CommandError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing imports re: see records)
@@ -153,13 +154,21 @@ class Turns:
         self.pipes = [(report_r, -1, -1, turns_w)
                       for report_r, _, _, turns_w in self.pipes]
 
-    def serve(self, kept: KeptRanges, target: int) -> None:
+    def serve(self, kept: KeptRanges, target: int, label: str | None = None) -> None:
         """In a child, its ranges made: say which it holds, then write each to ``target``
-        when given its turn, saying so, until the turns end."""
+        when given its turn, saying so, until the turns end. ``label``: the output file's
+        name, for the one line a failed write says (None: standard output, which the
+        command's error handler names)."""
         _, report, turns, _ = self.pipes[0]
         write_all(report, bytes([*kept.numbers(), END]))
         while turn := os.read(turns, 1):
-            kept.write(turn[0], target)
+            try:
+                kept.write(turn[0], target)
+            except OSError as error:
+                if label is None:
+                    raise
+                raise CommandError(f"{label}: cannot write: {error.strerror or error}",
+                                   EXIT_UNREADABLE) from None
             write_all(report, turn)
 
     def hand_on(self, numbers: Iterable[int], mine: KeptRanges, target: int,

@@ -44,6 +44,7 @@ class OutputStream:
             raise _cannot_write(self.path, error) from None
         self.stream = open(fd, "w", encoding="utf-8", errors="surrogateescape",
                            closefd=True)
+        self.stream.output_name = self.path  # type: ignore[attr-defined]  # (see Copier)
         return self.stream
 
     def _open(self) -> int:
@@ -94,11 +95,18 @@ class OutputStream:
             _close_quietly(self.stream)
             raise _cannot_write(self.path, failure) from None
         finally:
-            if temporary is not None:  # (a failed run, or a failed write: nothing kept)
-                try:
-                    os.unlink(temporary)
-                except OSError:
-                    pass
+            self._drop(temporary)
+        if isinstance(error, OSError) and error.filename is None:
+            # (a write to the file failed during the run: said of the file, as write_output
+            # says it; an error that names a file is another file's)
+            raise _cannot_write(self.path, error) from None
+
+    def _drop(self, temporary: str | None) -> None:
+        if temporary is not None:  # (a failed run, or a failed write: nothing kept)
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
 
 
 def _close_quietly(stream: io.TextIOWrapper) -> None:
