@@ -1,11 +1,11 @@
 """``-j`` to a descriptor: each process writes the ranges it made itself, in their turn.
 
 When ranges are claimed as the processes go (the batch pipeline) and the text goes to a
-descriptor of its own (standard output: a file, a pipe), a child
-keeps the text of the ranges it makes (encoded, in memory; past a limit, in an unnamed
-file), says which ranges it holds once it has made them, and writes each one to the
-descriptor it shares with this process when this process gives it the turn; this process
-writes its own in theirs. The output is the ranges' text in order, as when every child's
+descriptor of its own (standard output, or ``-o``'s file: a file, a pipe), a child keeps
+the text of the ranges it makes (encoded, in memory up to :data:`HELD`; past it, in a
+memfd, then in an unnamed file), says which ranges it holds once it has made them, and
+writes each one to the descriptor it shares with this process when this process gives it
+the turn; this process writes its own in theirs. The output is the ranges' text in order, as when every child's
 text went through a memfd that this process copied at the end: on the deep recording of
 bench/perf_script.py that copy was ~28 MB written into memfds by the child (~20 ms of its
 time) and then, once both processes were done, ~35 ms of ``sendfile`` and freeing here,
