@@ -4,7 +4,8 @@
 work shows there as waiting. This runs the command in this interpreter with a timestamp
 (ms since start, after the interpreter's own start-up) written to stderr at each step:
 numpy and our modules imported, the record scan's start and end, each fork, each chunk
-unwound (by which process), a child reaped, each child range handed on to stdout, the
+unwound (by which process), a child reaped, each child range handed on to stdout (or,
+with the batch pipeline's turns, each range written by its maker in its turn), the
 exit handlers, each process's end. The wrapped functions are the real ones, called
 unchanged; only the marks are added. The text goes to --output (default /dev/null).
 
@@ -73,6 +74,16 @@ def instrument() -> None:
         mark(f"a range handed on ({1e3 * (time.perf_counter() - begin):.1f} ms)")
 
     jobs._handed_on = timed_handed_on
+    from pysframe.cli import jobs_turns
+
+    write = jobs_turns.KeptRanges.write
+
+    def timed_write(self: Any, number: int, target: int) -> None:
+        begin = time.perf_counter()
+        write(self, number, target)
+        mark(f"range {number} written in its turn ({1e3 * (time.perf_counter() - begin):.1f} ms)")
+
+    jobs_turns.KeptRanges.write = timed_write  # type: ignore[method-assign]
     fork = os.fork
 
     def timed_fork() -> int:
