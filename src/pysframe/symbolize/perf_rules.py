@@ -12,11 +12,29 @@ symbols."""
 from __future__ import annotations
 
 from ..elf import ElfImage
-from ..elf.headers import SHF_ALLOC
+from ..elf.headers import SHF_ALLOC, SHT_DYNSYM, SHT_SYMTAB
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+
+def symbol_section(image: ElfImage, section_name: str) -> tuple[bytes, bytes] | None:
+    """(the entries, the string table's bytes) of the symbol table ``section_name``, for
+    both readings; None for no such table, one whose string table is past the section
+    headers, either running past the file, or entries of another size than the layout's."""
+    section = image.section_header(section_name)
+    if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
+        return None
+    sections = image.section_headers()
+    if section.link >= len(sections):
+        return None
+    strtab, data = sections[section.link], image.data
+    start, size = section.offset, section.size
+    if (start + size > len(data) or strtab.offset + strtab.size > len(data)
+            or size % image.header.layout.symbol.size):
+        return None
+    return bytes(data[start:start + size]), bytes(data[strtab.offset:strtab.offset + strtab.size])
 
 
 def taken_sections(image: ElfImage) -> tuple[list[bool], list[bool]]:

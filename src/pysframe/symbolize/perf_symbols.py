@@ -22,8 +22,6 @@ from ..elf.headers import (
     BINDING_NAMES,
     LAST_ADDRESS,
     SHN_LORESERVE,
-    SHT_DYNSYM,
-    SHT_SYMTAB,
     STT_FUNC,
     STT_GNU_IFUNC,
     STT_NOTYPE,
@@ -31,7 +29,7 @@ from ..elf.headers import (
     STV_HIDDEN,
     STV_INTERNAL,
 )
-from .perf_rules import better, taken_sections
+from .perf_rules import better, symbol_section, taken_sections
 from .table_bytes import entry_of
 
 
@@ -93,20 +91,12 @@ def _no_symbols() -> PerfSymbols:
 def perf_symbols(image: ElfImage, section_name: str) -> PerfSymbols:
     """The symbols perf 6.1 takes from ``section_name`` (:mod:`.perf_rules`), in file
     order; none for no such table, or one running past the file."""
-    section = image.section_header(section_name)
-    if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
+    found = symbol_section(image, section_name)
+    if found is None:
         return _no_symbols()
-    sections = image.section_headers()
-    if section.link >= len(sections):
-        return _no_symbols()
-    strtab, data = sections[section.link], image.data
-    layout = image.header.layout
-    start, size = section.offset, section.size
-    if (start + size > len(data) or strtab.offset + strtab.size > len(data)
-            or size % layout.symbol.size):
-        return _no_symbols()
-    table = np.frombuffer(data[start:start + size], _dtype(layout.wide, layout.order))
-    blob = bytes(data[strtab.offset:strtab.offset + strtab.size])
+    entries, blob = found
+    layout, sections = image.header.layout, image.section_headers()
+    table = np.frombuffer(entries, _dtype(layout.wide, layout.order))
     taken, labels = taken_sections(image)
     loaded, labelled = np.array([*taken, False]), np.array([*labels, False])
     # Section indexes past the headers (and SHN_* above them) point at the False at the end.

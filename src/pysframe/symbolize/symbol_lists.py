@@ -23,8 +23,6 @@ from ..elf.headers import (
     BINDING_NAMES,
     LAST_ADDRESS,
     SHN_LORESERVE,
-    SHT_DYNSYM,
-    SHT_SYMTAB,
     STT_FUNC,
     STT_GNU_IFUNC,
     STT_NOTYPE,
@@ -32,7 +30,7 @@ from ..elf.headers import (
     STV_HIDDEN,
     STV_INTERNAL,
 )
-from .perf_rules import better, taken_sections
+from .perf_rules import better, symbol_section, taken_sections
 from .table_bytes import entry_of
 
 TYPE_CHECKING = False
@@ -75,18 +73,11 @@ def _no_symbols() -> SymbolLists:
 def symbol_lists(image: ElfImage, section_name: str) -> SymbolLists:
     """The symbols perf 6.1 takes from ``section_name`` (:mod:`.perf_rules`), in file
     order; none for no such table, or one running past the file."""
-    section = image.section_header(section_name)
-    if section is None or section.type not in (SHT_SYMTAB, SHT_DYNSYM):
+    section = symbol_section(image, section_name)
+    if section is None:
         return _no_symbols()
-    sections = image.section_headers()
-    if section.link >= len(sections):
-        return _no_symbols()
-    strtab, data, layout = sections[section.link], image.data, image.header.layout
-    start, size = section.offset, section.size
-    if (start + size > len(data) or strtab.offset + strtab.size > len(data)
-            or size % layout.symbol.size):
-        return _no_symbols()
-    heads, values, lengths = _columns(image, data[start:start + size])
+    entries, string_table = section
+    heads, values, lengths = _columns(image, entries)
     loaded, labelled = taken_sections(image)
     count = min(len(loaded), SHN_LORESERVE)
     taken = [shndx != 0 and head & 0xFFFFFFFF != 0 and shndx < count and loaded[shndx] and (
@@ -95,7 +86,7 @@ def symbol_lists(image: ElfImage, section_name: str) -> SymbolLists:
         for head in heads for shndx, kind in ((head >> 48, (head >> 32) & 0xF),)]
     heads = list(compress(heads, taken))
     # (a NUL after the strings: a name runs to the next NUL; one past the strings is empty)
-    strings = data[strtab.offset:strtab.offset + strtab.size] + b"\0"
+    strings = string_table + b"\0"
     names = [strings[at:strings.find(b"\0", at)]
              for at in [head & 0xFFFFFFFF for head in heads]]
     starts = list(compress(values, taken))
