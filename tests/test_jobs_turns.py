@@ -184,7 +184,7 @@ def produce(first, last):
 
 def run():
     with open("/dev/full", "w") as stream:
-        stream.output_name = "OUT"  # (as cli.output_stream names the -o file)
+        stream.output_name = "OUT"  # (as cli.files.Output names the -o file)
         for text in jobs.in_order([(0, 1), (1, 2)], produce, lambda: False, [],
                                   copy=jobs.copier(stream), processes=2):
             stream.write(text)

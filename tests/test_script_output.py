@@ -1,6 +1,6 @@
 """``sframe script -o FILE``: the text written into a temporary file beside FILE, the -j
 workers writing their own part to it as they do to standard output
-(cli.output_stream), then renamed over FILE once the run has succeeded; a link, a device
+(cli.files.Output), then renamed over FILE once the run has succeeded; a link, a device
 or a FIFO is written through, a directory refused, an input never overwritten; a failed
 run leaves FILE as it was and no temporary file."""
 

@@ -218,13 +218,14 @@ def test_set_id_bits_go_with_an_owner_that_cannot_be_given(tmp_path: Path,
     """Not root: the file stays ours, and a set-user-ID (set-group-ID) bit is not kept on
     a file of another owner (group) than the one it was given for."""
     from pysframe import cachedir
+    from pysframe.cli.files import write_output
 
     def refused(fd: int, uid: int, gid: int) -> None:
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(cachedir.os, "fchown", refused)
     target = tmp_path / "out"
-    cachedir.write_atomically(str(target), b"data", 0o6755, owner=(os.geteuid() + 1, 4321))
+    write_output(str(target), b"data", mode=0o6755, owner=(os.geteuid() + 1, 4321))
     assert stat.S_IMODE(target.stat().st_mode) == 0o755
-    cachedir.write_atomically(str(target), b"data", 0o6755, owner=(os.geteuid(), 4321))
+    write_output(str(target), b"data", mode=0o6755, owner=(os.geteuid(), 4321))
     assert stat.S_IMODE(target.stat().st_mode) == 0o4755

@@ -40,11 +40,12 @@ import sys
 import time
 
 from .errors import PysframeError
+from .fd_io import write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from typing import Any, BinaryIO, TypeVar
+    from typing import IO, Any, TypeVar
 
 
 def _interpreters_blake2b() -> Any:
@@ -571,9 +572,7 @@ def _write_entry(directory: int, name: str, data: bytes) -> None:
     try:
         try:
             os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
         finally:
             os.close(fd)
         os.rename(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
@@ -730,36 +729,7 @@ def _map_entry(directory: int, name: str) -> mmap | None:
         os.close(fd)
 
 
-def write_atomically(path: str, data: bytes | Iterable[bytes], mode: int | None = None,
-                     owner: tuple[int, int] | None = None) -> None:
-    """Write ``data`` (bytes, or chunks of them: a large output is never whole in memory)
-    to ``path`` through a temporary file beside it and a rename, so no
-    reader ever sees a partial file. ``mode``: the new file's permissions (default: what
-    ``open`` would give, 0666 less the umask). ``owner``: (uid, gid) the new file is
-    given where this process may (root; a group of ours), else left ours, and then the
-    set-user-ID and set-group-ID bits of ``mode`` are dropped with the owner they belong
-    to. Raises ``OSError``; the temporary file is removed on every failure."""
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".sframe-tmp-", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            write_chunks(out, data)
-            if mode is None:
-                umask = os.umask(0)
-                os.umask(umask)
-                mode = 0o666 & ~umask
-            if owner is not None:
-                mode = _give_owner(out.fileno(), owner, mode)
-            os.fchmod(out.fileno(), mode)  # after fchown, which clears set-ID bits
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
-def _give_owner(fd: int, owner: tuple[int, int], mode: int) -> int:
+def give_owner(fd: int, owner: tuple[int, int], mode: int) -> int:
     """Give the file ``fd`` the owner (uid, gid) as far as this process may; ``mode``
     without the set-ID bits of an owner it could not give."""
     uid, gid = owner
@@ -779,7 +749,7 @@ def _give_owner(fd: int, owner: tuple[int, int], mode: int) -> int:
         return kept & ~stat.S_ISUID if uid != status.st_uid else kept
 
 
-def write_chunks(out: BinaryIO, data: bytes | Iterable[bytes]) -> None:
+def write_chunks(out: IO[bytes], data: bytes | Iterable[bytes]) -> None:
     """Write ``data``, bytes or chunks of them, to ``out``."""
     if isinstance(data, bytes | bytearray | memoryview):
         out.write(data)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import struct
 
+from .fd_io import write_all
+
 #: key length, data length (NO_ROWS: the function has no rows), index position.
 _RECORD = struct.Struct("<HIQ")
 NO_ROWS = 0xFFFFFFFF
@@ -73,10 +75,8 @@ class MadeExchange:
         if self.broken or len(key) > _MOST_KEY or (data is not None and len(data) >= NO_ROWS):
             return
         record = _RECORD.pack(len(key), NO_ROWS if data is None else len(data), position)
-        view = memoryview(record + key + (data or b""))
         try:
-            while view:
-                view = view[os.write(self.files[self.mine], view):]
+            write_all(self.files[self.mine], record + key + (data or b""))
         except OSError:
             self.broken = True  # (a full disk: the others make their own)
 

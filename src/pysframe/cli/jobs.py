@@ -14,13 +14,13 @@ that child's status.
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 
+from ..fd_io import copy_file, write_all
 from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
-from .jobs_turns import KeptRanges, Turns, cut_short, end_cut_short, write_all
+from .jobs_turns import KeptRanges, Turns, cut_short, end_cut_short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing imports re: ~5 ms of a small recording's run)
@@ -71,7 +71,7 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
     claimed = processes is not None
     if claimed and not 0 < count <= 255:
         raise ValueError(f"{count} ranges to claim (1 to 255)")
-    if claimed and isinstance(copy, Copier) and count > 1:
+    if processes is not None and isinstance(copy, Copier) and count > 1:
         yield from _in_turns(ranges, produce, failed, statuses, copy, finish, started,
                              produced, forward, processes)
         return
@@ -121,7 +121,7 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
               failed: Callable[[], bool], statuses: list[int], copy: Copier,
               finish: Callable[[], None] | None, started: Callable[[int], None] | None,
               produced: Callable[[], None] | None, forward: Callable[[str], None] | None,
-              processes: int | None) -> Iterator[str]:
+              processes: int) -> Iterator[str]:
     """:func:`in_order` when ranges are claimed and the text goes to a descriptor
     (``copy``): the ranges after this process's first share are kept by the process that
     made each and written by it in their turn (:mod:`.jobs_turns`); only this process's
@@ -130,11 +130,10 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
     is small, the Lua recording's 2.3 MB, and waiting for it to write and end cost ~3.5
     ms.)"""
     count = len(ranges)
-    share = max(1, count // processes) if processes is not None else 1
-    tokens = _tokens(range(share, count)) if processes is not None else None
-    workers = processes if processes is not None else count
-    limit = IN_MEMORY // workers  # (each process's own text held in memory, at most)
-    turns = Turns(workers - 1)
+    share = max(1, count // processes)
+    tokens = _tokens(range(share, count))
+    limit = IN_MEMORY // processes  # (each process's own text held in memory, at most)
+    turns = Turns(processes - 1)
     children: list[tuple[int, int, list[int]]] = []
 
     def worker(number: int) -> Callable[[], None]:
@@ -143,7 +142,7 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
             if started is not None:
                 started(number)
             kept = KeptRanges(limit)
-            for each in _claims(tokens) if tokens is not None else (number,):
+            for each in _claims(tokens):
                 kept.make(each, produce(*ranges[each]))
             _courtesy(finish)
             turns.serve(kept, copy.target, copy.label)
@@ -152,13 +151,13 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
 
     mine = KeptRanges(limit)
     try:
-        for number in range(1, workers):
+        for number in range(1, processes):
             children.append((*_fork(worker(number), failed), []))
         turns.in_parent()
         if started is not None:
             started(0)
         yield from produce(ranges[0][0], ranges[share - 1][1])
-        for each in _claims(tokens) if tokens is not None else ():
+        for each in _claims(tokens):
             mine.make(each, produce(*ranges[each]))
         if produced is not None:
             produced()
@@ -172,7 +171,7 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
         _end(children)
         turns.close()
         mine.close()
-        _close([tokens] if tokens is not None else [])
+        _close([tokens])
 
 
 def _courtesy(finish: Callable[[], None] | None) -> None:
@@ -277,30 +276,16 @@ class Copier:
 
     def __init__(self, stream: IO[str], target: int) -> None:
         self.stream, self.target = stream, target
-        #: The output file's name (set by :class:`.output_stream.OutputStream`; None:
-        #: standard output).
+        #: The output file's name (set by :class:`.files.Output`; None: standard output).
         self.label: str | None = getattr(stream, "output_name", None)
 
     def flush(self) -> None:
         self.stream.flush()
 
     def __call__(self, source: int) -> None:
-        """The file ``source`` copied to the descriptor, from its current offset."""
+        """The whole file ``source`` copied to the descriptor."""
         self.stream.flush()
-        target = self.target
-        size, done = os.fstat(source).st_size, 0
-        try:
-            while done < size:
-                sent = os.sendfile(target, source, done, size - done)
-                if not sent:
-                    break
-                done += sent
-        except OSError as error:
-            if error.errno not in (errno.EINVAL, errno.ENOSYS):
-                raise  # EPIPE and the like: as a write would fail
-        os.lseek(source, done, os.SEEK_SET)  # what is left (sendfile refused it): written
-        while piece := os.read(source, _PIECE):
-            write_all(target, piece)
+        copy_file(source, self.target)
 
 
 def copier(stream: IO[str]) -> Copier | None:
@@ -363,6 +348,4 @@ class _Spilling:
         if self.held + len(data) > self.limit:
             self.at = len(self.files) - 1
         self.held += len(data)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.files[self.at], view):]
+        write_all(self.files[self.at], data)

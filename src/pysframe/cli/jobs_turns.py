@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 from .. import c_signal as signal  # (the standard module's enums: ~3 ms of imports)
+from ..fd_io import copy_file, write_all
 from ..made_exchange import unnamed_file
 from .errors import EXIT_UNREADABLE, CommandError
 
@@ -32,16 +33,8 @@ if TYPE_CHECKING:  # (typing imports re: see records)
 
 #: Ends a child's list of the ranges it holds (ranges are numbered 0 to 254).
 END = 255
-#: Text kept (and written) in pieces of about this many bytes; read back from a spilled
-#: range's file this many at a time.
+#: Text kept (and written) in pieces of about this many bytes.
 PIECE = 1 << 20
-
-
-def write_all(target: int, data: bytes | memoryview) -> None:
-    """``data`` written whole to ``target`` (a pipe or socket may take it in parts)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(target, view):]
 
 
 #: A process's kept text held in its own memory up to this many bytes (the deep
@@ -109,9 +102,7 @@ class KeptRanges:
         spilled = self.files.pop(number, None)
         if spilled is not None:
             try:
-                os.lseek(spilled, 0, os.SEEK_SET)
-                while piece := os.read(spilled, PIECE):
-                    write_all(target, piece)
+                copy_file(spilled, target)
             finally:
                 os.close(spilled)
 

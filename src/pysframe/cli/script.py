@@ -406,13 +406,13 @@ def _run_script(path: str, *, binaries: list[str], output: str | None, show_stop
 
 def _output(output: str | None, path: str) -> Any:
     """The text's stream, as a context: standard output, or the file ``output`` (replaced
-    or written through at the end, see :mod:`.output_stream`: a descriptor of its own, to
+    or written through at the end, see :class:`.files.Output`: a descriptor of its own, to
     which the ``-j`` workers write as to standard output)."""
     if output is None:
         return _Standard()
-    from .output_stream import OutputStream
+    from .files import Output
 
-    return OutputStream(output, [path])
+    return Output(output, [path], text=True)
 
 
 class _Standard:

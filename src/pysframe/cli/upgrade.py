@@ -7,7 +7,6 @@ import os
 import stat
 import sys
 
-from ..cachedir import write_atomically
 from .errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, CommandError
 from .files import read_file, write_output
 
@@ -84,12 +83,8 @@ def _replace(path: str, data: bytes, status: os.stat_result) -> None:
     if os.path.islink(path):
         raise CommandError(f"{path}: is a symbolic link: name the file itself, or write "
                            "elsewhere with -o", EXIT_UNREADABLE)
-    try:
-        write_atomically(path, data, stat.S_IMODE(status.st_mode),
-                         owner=(status.st_uid, status.st_gid))
-    except OSError as error:
-        raise CommandError(f"{path}: cannot write: {error.strerror or error}",
-                           EXIT_UNREADABLE) from None
+    write_output(path, data, mode=stat.S_IMODE(status.st_mode),
+                 owner=(status.st_uid, status.st_gid))
 
 
 def _about(path: str, error: Exception) -> str:

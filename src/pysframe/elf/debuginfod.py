@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cachedir import cache_root, open_directory
 from ..errors import PysframeError
+from ..fd_io import write_all
 
 if TYPE_CHECKING:
     from urllib.request import OpenerDirector, Request
@@ -329,9 +330,7 @@ def _copy(response: Any, fd: int, start: float, limits: Limits) -> int:
         if received > limits.max_size:
             raise DownloadError(f"sent more than the {limits.max_size} bytes allowed "
                                 f"(DEBUGINFOD_MAXSIZE)")
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, chunk)
 
 
 def _opener(deadline: float) -> OpenerDirector:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..fd_io import write_all
 from .perf_file import perf_data_chunks
 
 #: Bytes gathered before they are written to the scratch file, and read back per chunk.
@@ -66,11 +67,8 @@ class RecordSpool:
             self._flush()
 
     def _flush(self) -> None:
-        view = memoryview(self._buffer)
-        while view:
-            done = os.write(self._fd, view)
-            view = view[done:]
-            self._written += done
+        write_all(self._fd, self._buffer)
+        self._written += len(self._buffer)
         self._buffer = bytearray()
 
     def in_time_order(self) -> Iterator[bytes]:

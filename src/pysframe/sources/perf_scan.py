@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..cpus import usable_cpus
+from ..fd_io import write_all
 from .perf_data import RELEASE_STEP, PerfData
 from .perf_records import (
     RECORD_COMPRESSED,
@@ -229,9 +230,7 @@ def _child(data: PerfData, blocks: Any, boundary: int, memory: int, written: int
             "attr": data.attrs.index(attr) if done and attr is not None else -1,
             "parts": {name: np.concatenate(values) if values else None
                       for name, values in blocks.parts.items()} if done else {}}
-        payload = memoryview(pickle.dumps(found, protocol=5))
-        while payload:
-            payload = payload[os.write(memory, payload):]
+        write_all(memory, pickle.dumps(found, protocol=5))
         os.write(written, b"\1")
         status = 0
     finally:
