@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.hostile import sframe
+from tests.support.perf_text import held_to_perfs_text
 
 from conftest import FIXTURES
 from pysframe.cli.script import ENGINE_VARIABLE, run_script
@@ -49,6 +50,7 @@ def test_workers_write_the_file_in_order(engine: str, tmp_path: Path,
     assert run_script(str(LUA / "perf.data"), binaries=[str(LUA)], output=str(target),
                       show_stops=False, report=lambda message: None, jobs=3) == 0
     assert target.read_bytes() == expected
+    held_to_perfs_text(LUA / "perf.data", target.read_bytes())  # (the oracle: perf's text)
     assert target.stat().st_ino != old_inode
     umask = os.umask(0)
     os.umask(umask)
