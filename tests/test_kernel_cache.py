@@ -181,6 +181,39 @@ def test_a_child_that_made_nothing_leaves_the_reading_here(
     assert table.lookup(0xffffffff81000000) == ("_stext", 0) and fake_kernel == [1]
 
 
+@pytest.mark.parametrize("readable", [True, False])
+def test_a_batch_run_reads_kallsyms_in_a_child_while_numpy_is_imported(
+        fake_kernel: list[int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        readable: bool) -> None:
+    """With numpy next (the batch pipeline), a first child reads kallsyms while this
+    process imports numpy, and the child forked then makes the entry of that text as
+    arrays: not counted as a long child (a split record walk goes on); this process never
+    reads kallsyms. A text the first child could not read is read by the second."""
+    pytest.importorskip("numpy")
+    monkeypatch.setattr(kernel, "_making", None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    here = os.getpid()
+    reads: list[int] = []
+
+    def text(path: str = "") -> bytes | None:
+        if os.getpid() == here:
+            reads.append(here)
+        if path:  # (the fake kernel's, read by load_kallsyms)
+            return Path(path).read_bytes()
+        return b"ffffffff81000000 T _stext\nffffffff81000200 T schedule\n" if readable else None
+
+    monkeypatch.setattr(kernel, "_kallsyms_text", text)
+    kernel.prefetch(numpy_next=True)
+    assert kernel._making is not None and kernel._long is not readable
+    if readable:
+        assert not kernel.prefetching()
+    table = kernel.kernel_symbols_for(BUILD_ID)
+    assert table is not None and table.lookup(0xffffffff81000210) == ("schedule", 0x10)
+    assert reads == [] and fake_kernel == [0]  # read by the children only
+    if not readable:  # (the fake kernel's own kallsyms, read by the second child)
+        assert table.lookup(0xffffffff81000101) == ("helper", 1)
+
+
 def test_the_child_keeps_no_standard_output_open(fake_kernel: list[int],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader of the command's output sees its end when the command ends: the child,
@@ -352,7 +385,8 @@ def test_script_asks_for_the_child_only_when_the_recording_may_use_it(
     from pysframe.sources.perf_records import BuildIdEntry
 
     asked: list[bytes | None] = []
-    monkeypatch.setattr(kernel, "prefetch", asked.append)
+    monkeypatch.setattr(kernel, "prefetch",
+                        lambda build_id, numpy_next=False: asked.append(build_id))
 
     class Recording:
         def __init__(self, entries: list[BuildIdEntry]) -> None:

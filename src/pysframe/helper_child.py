@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 
 class HelperChild:
     """A running helper: :meth:`done` asks without waiting, :meth:`wait` waits for its end
-    (once)."""
+    (once) and says whether its work was done."""
 
     def __init__(self, pid: int, read_end: int) -> None:
         self.pid, self.read_end = pid, read_end
+        #: Whether it ended with its work done (known once :meth:`wait` reaped it).
+        self.succeeded = False
 
     def done(self) -> bool:
         """Whether the child has ended (its pipe reads at its end)."""
@@ -36,18 +38,21 @@ class HelperChild:
         poller.register(self.read_end, select.POLLIN)
         return bool(poller.poll(0))  # POLLHUP once the child (the only writer) has ended
 
-    def wait(self) -> None:
-        """Wait for the child's end (reaped if it is this process's)."""
+    def wait(self) -> bool:
+        """Wait for the child's end (reaped if it is this process's); whether it did its
+        work (False too when it was another process's to reap)."""
         if self.read_end < 0:
-            return
+            return self.succeeded
         read_end, self.read_end = self.read_end, -1
         try:
             os.read(read_end, 1)  # returns at the child's end: EOF
-            os.waitpid(self.pid, 0)
+            _, status = os.waitpid(self.pid, 0)
+            self.succeeded = os.waitstatus_to_exitcode(status) == 0
         except ChildProcessError:
             pass  # forked from the process that started it: not ours to reap
         finally:
             os.close(read_end)
+        return self.succeeded
 
 
 def start_helper(work: Callable[[], bool]) -> HelperChild | None:

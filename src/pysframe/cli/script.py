@@ -42,6 +42,15 @@ VECTOR_FROM = 64 << 20
 CLAIMED_RANGES = 64
 
 
+def _batched(data: Any) -> bool:
+    """Whether the batch pipeline takes this recording, unless it is filtered (see
+    :data:`ENGINE_VARIABLE`)."""
+    import os
+
+    chosen = os.environ.get(ENGINE_VARIABLE, "")
+    return chosen == "vector" or (chosen != "scalar" and data.data_size >= VECTOR_FROM)
+
+
 def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: int,
                  problems: Problems, statuses: list[int], phases: Phases | None = None,
                  show_stops: bool = False, stream: Any = None) -> Iterator[str] | None:
@@ -52,11 +61,8 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     import os
     import time
 
-    chosen = os.environ.get(ENGINE_VARIABLE, "")
-    if chosen == "scalar" or (chosen != "vector" and data.data_size < VECTOR_FROM):
-        return None
-    if unwinder.keep is not None:  # filtered: the samples left are unwound one by one
-        return None
+    if not _batched(data) or unwinder.keep is not None:  # (filtered: the samples left are
+        return None                                       # unwound one by one)
     try:
         from ..report.event_names import event_name
         from ..report.perf_script import name_width
@@ -71,8 +77,9 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
 
     keep_freed_memory()  # (each chunk's arrays: the next chunk's, not new pages)
     # The record walk in two processes, unless a first run's kernel symbols are being made
-    # in a child meanwhile: three on two CPUs, the walk took 116-123 ms against 80-83 alone
-    # (the system-wide recording).
+    # the long way in a child meanwhile: three on two CPUs, the walk took 116-123 ms
+    # against 80-83 alone (the system-wide recording). The child of a batch run parses a
+    # text read before (~30 ms): the walk is split.
     arrays = sample_arrays(data, split=jobs >= 2 and not prefetching())
     if arrays is None:
         return None
@@ -81,7 +88,8 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     width = name_width(data.attrs)
     lines: dict[int, dict[int, str]] = {}
     indexes: LineIndexes = {}  # the lines as sorted arrays, kept across chunks
-    session = VectorSession(unwinder, arrays, 1 if chosen == "vector" else BATCH_FROM)
+    every_group = os.environ.get(ENGINE_VARIABLE) == "vector"
+    session = VectorSession(unwinder, arrays, 1 if every_group else BATCH_FROM)
 
     def texts(first: int, last: int) -> Iterator[str]:
         for chunk in session.chunks(first, last):
@@ -275,7 +283,8 @@ def open_recording(path: str, binaries: list[str], problems: Problems,
 
     data = open_perf_data(path)
     if kallsyms:
-        _prefetch(data)
+        unfiltered = not filters or all(value is None for value in filters.values())
+        _prefetch(data, numpy_next=unfiltered and _batched(data))
     from ..session.perf import PerfUnwinder, recorded_files
     from ..session.tables import GeneratedTables
     from .progress import TableBar
@@ -304,16 +313,18 @@ def recorded_kernel(entries: list[Any]) -> bytes | None:
                  if entry.kernel and entry.filename == "[kernel.kallsyms]"), None)
 
 
-def _prefetch(data: Any) -> None:
+def _prefetch(data: Any, numpy_next: bool = False) -> None:
     """A first run: the running kernel's symbols made in a child while the recording is
     opened (:func:`~pysframe.symbolize.kernel.prefetch`), unless the recording cannot use
     them: it names another kernel, or names the binaries its samples hit (perf's build-id
-    table) but nothing of a kernel. One that names nothing (``perf record -B``) may."""
+    table) but nothing of a kernel. One that names nothing (``perf record -B``) may.
+    ``numpy_next``: the batch pipeline takes it (numpy is imported there, and kallsyms
+    read meanwhile)."""
     from ..symbolize.kernel import prefetch
 
     entries = data.build_ids()
     if not entries or any(entry.kernel for entry in entries):
-        prefetch(recorded_kernel(entries))
+        prefetch(recorded_kernel(entries), numpy_next=numpy_next)
 
 
 def _sample_filter(filters: Filters | None, data: Any) -> Any:

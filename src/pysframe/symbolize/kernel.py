@@ -21,6 +21,7 @@ from itertools import compress, islice
 from ..cachedir import Source, describe, load_mapped, open_directory, store
 from ..elf.headers import find_build_id
 from ..errors import PysframeError
+from ..fd_io import write_all
 from ..helper_child import HelperChild, start_helper
 from ..inputs import read_text
 from .symbols import SymbolTable
@@ -65,22 +66,43 @@ _OTHER_SPACES = (b"\r", b"\x0b", b"\x0c")
 
 def kallsyms_payload(path: str = "/proc/kallsyms") -> bytes | None:
     """The cache entry's bytes (see :data:`_PREFIX`) of kallsyms' text symbols, as
-    :func:`load_kallsyms` chooses them; None if unreadable, hidden or not text.
+    :func:`load_kallsyms` chooses them; None if unreadable, hidden or not text."""
+    data = _kallsyms_text(path)
+    return payload_of(data) if data is not None else None
 
-    The kernel's own layout (``%px %c %s``, then a tab and ``[module]`` for a module's
-    symbol, left out like perf's vmlinux map) is read a column at a time, as bytes, and
-    the entry made of them, the names never made strings (~100 ms for 120,000 lines, the
-    read's ~40 ms besides; ~180 ms line by line); text in another layout is read line
-    by line."""
+
+def _kallsyms_text(path: str = "/proc/kallsyms") -> bytes | None:
+    """kallsyms' bytes (None: unreadable, or too large to be a kernel's)."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(_KALLSYMS_LIMIT + 1)
-        if len(data) > _KALLSYMS_LIMIT:
-            return None
+    except OSError:
+        return None
+    return data if len(data) <= _KALLSYMS_LIMIT else None
+
+
+def payload_of(data: bytes) -> bytes | None:
+    """The entry of kallsyms' text ``data`` (None: hidden or not text). In a process that
+    has numpy imported, the kernel's own layout is read as arrays (:func:`_read_with_numpy`,
+    ~25 ms for 120,000 lines, besides the read's ~40 ms); without it, as bytes a column
+    at a time (:func:`_read_in_python`, ~65 ms). The same entry either way."""
+    if data.isascii() and "numpy" in sys.modules:  # (never imported for this)
+        read = _read_with_numpy(data)
+        if read is not None:
+            return read[0]
+    return _read_in_python(data)
+
+
+def _read_in_python(data: bytes) -> bytes | None:
+    """The entry of kallsyms' text (None: hidden or not text): the kernel's own layout
+    (``%px %c %s``, then a tab and ``[module]`` for a module's symbol, left out like
+    perf's vmlinux map) read a column at a time, as bytes, the names never made strings;
+    text in another layout line by line (~180 ms for 120,000 lines)."""
+    try:
         found = _columns(data) if data.isascii() else None
         if found is None:
             found = _line_by_line(data.decode())
-    except (OSError, ValueError):
+    except ValueError:
         return None
     if found is None:
         return None
@@ -90,18 +112,27 @@ def kallsyms_payload(path: str = "/proc/kallsyms") -> bytes | None:
     return _perf_payload(starts, names)
 
 
+def _layout(data: bytes) -> tuple[int, int] | None:
+    """(the addresses' width, where the first module's line starts) of kallsyms in the
+    kernel's layout as far as its first line and its whitespace show it; None if not."""
+    width = data.find(b" ")
+    if any(space in data for space in _OTHER_SPACES) or width <= 0 or width % 2 or width > 16:
+        return None
+    tab = data.find(b"\t")
+    return width, data.rfind(b"\n", 0, tab) + 1 if tab >= 0 else len(data)
+
+
 def _columns(data: bytes) -> tuple[array[int], list[bytes]] | None:
     """(addresses, names) of the text symbols of kallsyms in the kernel's layout (each
     address as wide as the first line's), in file order; lines of another layout are not
     symbols. None when ``data`` is not in that layout: addresses or names that are not
     plain ones (no spaces, no control characters), or lines ended otherwise than by a
     bare newline. The lines before the first module's (the kernel's own, nearly all of
-    them) are split at once; those from it on, one at a time."""
-    width = data.find(b" ")
-    if any(space in data for space in _OTHER_SPACES) or width <= 0 or width % 2 or width > 16:
+    them) are split at once; those from it on, one at a time (:func:`_late_symbols`)."""
+    layout = _layout(data)
+    if layout is None:
         return None
-    tab = data.find(b"\t")
-    cut = data.rfind(b"\n", 0, tab) + 1 if tab >= 0 else len(data)
+    width, cut = layout
     core = data[:cut]
     lines = core.count(b"\n") + (not core.endswith(b"\n") and bool(core))
     fields = core.split()
@@ -112,23 +143,43 @@ def _columns(data: bytes) -> tuple[array[int], list[bytes]] | None:
         return None  # not one plain address, type and name with single spaces a line
     text = list(map(_TEXT_KINDS.__contains__, kinds))
     addresses, names = list(compress(addresses, text)), list(compress(names, text))
-    name_at = width + 3
-    for line in data[cut:].split(b"\n"):  # the modules' lines, and any after them
+    late = _late_symbols(data, width, cut)
+    if late is None:
+        return None
+    for address, name_start, name_end in late:
+        addresses.append(address)
+        names.append(data[name_start:name_end])
+    if not names:
+        return None
+    starts = _hex_addresses(addresses, width)
+    return (starts, names) if starts is not None else None
+
+
+def _late_symbols(data: bytes, width: int, cut: int) -> list[tuple[bytes, int, int]] | None:
+    """The text symbols of the lines from ``cut`` on (the modules' and any after them) in
+    the kernel's layout and not a module's (no tab): (address, where the name starts and
+    ends in ``data``); None if one's name is not a plain one."""
+    found = []
+    name_at, line_start = width + 3, cut
+    for line in data[cut:].split(b"\n"):
         if line[width:name_at] in _TYPES and b"\t" not in line:
             name = line[name_at:]
             if not name or len(name.split()) != 1 or len(name) != len(name.strip()):
                 return None
-            addresses.append(line[:width])
-            names.append(name)
-    if not names:
-        return None
+            found.append((line[:width], line_start + name_at, line_start + len(line)))
+        line_start += len(line) + 1
+    return found
+
+
+def _hex_addresses(addresses: list[bytes], width: int) -> array[int] | None:
+    """Hex addresses of ``width`` digits as an array; None if one is not."""
     try:
         raw = bytes.fromhex(b"".join(addresses).decode())
     except ValueError:
         return None
     if len(raw) * 2 != width * len(addresses):  # fromhex skips whitespace
         return None
-    return _addresses(raw, width // 2), names
+    return _addresses(raw, width // 2)
 
 
 def _addresses(raw: bytes, size: int) -> array[int]:
@@ -142,6 +193,34 @@ def _addresses(raw: bytes, size: int) -> array[int]:
         return starts
     return array("Q", [int.from_bytes(raw[k:k + size], "big")
                        for k in range(0, len(raw), size)])
+
+
+def _read_with_numpy(data: bytes) -> tuple[bytes | None] | None:
+    """(the entry, None if there is none: addresses hidden) of kallsyms in the kernel's
+    layout read by :mod:`.kallsyms_columns`, the same as :func:`_columns` and
+    :func:`_perf_payload` make it; None when not in that layout (read as any text)."""
+    import numpy as np
+
+    from .kallsyms_columns import core_symbols, payload
+
+    layout = _layout(data)
+    if layout is None:
+        return None
+    width, cut = layout
+    core, late = core_symbols(data, width, cut), _late_symbols(data, width, cut)
+    if core is None or late is None:
+        return None
+    addresses, name_starts, name_ends = core
+    if late:
+        more = _hex_addresses([address for address, _, _ in late], width)
+        if more is None:
+            return None
+        addresses = np.concatenate([addresses, np.frombuffer(more, np.uint64)])
+        name_starts = np.concatenate([name_starts, [start for _, start, _ in late]])
+        name_ends = np.concatenate([name_ends, [end for _, _, end in late]])
+    if not len(addresses):
+        return None
+    return (payload(addresses, name_starts, name_ends, data) if addresses.any() else None,)
 
 
 def _line_by_line(text: str) -> tuple[array[int], list[bytes]] | None:
@@ -161,7 +240,7 @@ def _line_by_line(text: str) -> tuple[array[int], list[bytes]] | None:
     return starts, names
 
 
-def _perf_payload(starts: array[int], names: list[bytes]) -> bytes:
+def _perf_payload(starts: array[int], names: list[bytes]) -> bytes | None:
     """The entry of the table :class:`SymbolTable` makes of size-less symbols (``starts``,
     ``names`` in file order): sorted by address (stable), the last of each address kept,
     each ending where the next starts and the last one page past its page
@@ -178,8 +257,11 @@ def _perf_payload(starts: array[int], names: list[bytes]) -> bytes:
     if not all(rising):  # aliases: each address's last one kept
         rising.append(True)
         starts, names = array("Q", compress(starts, rising)), list(compress(names, rising))
+    end = (starts[-1] + 0xFFF) // 0x1000 * 0x1000 + 0x1000
+    if end >> 64:
+        return None  # (the last symbol in the last page: no end to give it)
     ends = starts[1:]
-    ends.append((starts[-1] + 0xFFF) // 0x1000 * 0x1000 + 0x1000)
+    ends.append(end)
     return entry(starts, ends, names)
 
 
@@ -269,9 +351,12 @@ def _source(boot: bytes) -> Source:
 
 #: The child :func:`prefetch` started: (the kernel's build id, the child).
 _making: tuple[bytes, HelperChild] | None = None
+#: Whether that child reads kallsyms itself, in Python (~0.1 s of a CPU), rather than
+#: parsing as arrays a text read before it was forked (~30 ms).
+_long = False
 
 
-def prefetch(recorded_build_id: bytes | None = None) -> None:
+def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False) -> None:
     """Start making the running kernel's cache entry in a child process when the cache has
     none for this boot (a first run: reading kallsyms, ~0.1-0.2 s, then writing the entry),
     so that it is made on another CPU while the recording is opened and its first samples
@@ -281,8 +366,13 @@ def prefetch(recorded_build_id: bytes | None = None) -> None:
     recording of another kernel (``recorded_build_id``, as :func:`kernel_symbols_for`
     takes it), which never uses the entry: the child would only take CPU time from the
     run (on a machine whose second CPU is a hyperthread, the Lua fixture's first run
-    took ~15 ms longer with it)."""
-    global _making
+    took ~15 ms longer with it).
+
+    ``numpy_next``: the caller imports numpy next anyway (the batch pipeline). It is
+    imported here while a first child reads kallsyms (~40 ms, on a CPU this process does
+    not use yet), and the child forked after both reads the text as arrays: it takes a
+    CPU ~30 ms, not ~110 (:func:`prefetching` then does not say it is running)."""
+    global _making, _long
     if _making is not None or (os.cpu_count() or 1) < 2:
         return
     build_id, boot = running_kernel_build_id(), _boot_id()
@@ -295,17 +385,61 @@ def prefetch(recorded_build_id: bytes | None = None) -> None:
     if directory is None:
         return
     os.close(directory)
+    text = _read_importing_numpy() if numpy_next else None
 
     def make() -> bool:
-        table = load_kallsyms()
-        if table is None:
+        if text is not None:
+            payload = payload_of(text)
+        else:
+            table = load_kallsyms()
+            payload = table.entry() if table is not None else None
+        if payload is None:
             return False
-        store(KALLSYMS_KIND, build_id, table.entry(), _source(boot))
+        store(KALLSYMS_KIND, build_id, payload, _source(boot))
         return True
 
     child = start_helper(make)
     if child is not None:
-        _making = (build_id, child)
+        _making, _long = (build_id, child), text is None
+
+
+def _read_importing_numpy() -> bytes | None:
+    """kallsyms' text, read by a child while numpy is imported here (None: unreadable, or
+    no numpy: the child of :func:`prefetch` then reads it itself). In a child, the read
+    (~40 ms, the kernel's: a page of text a call) is out of this process's address space
+    and lock; a thread here took ~90 ms, against the import's own mappings and code."""
+    import mmap
+
+    try:
+        memory = os.memfd_create("pysframe-kallsyms", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
+    try:
+        reader = start_helper(lambda: _copy_kallsyms(memory))
+        if reader is None:
+            return None
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            return None
+        finally:
+            copied = reader.wait()
+        size = os.fstat(memory).st_size
+        if not copied or not 0 < size <= _KALLSYMS_LIMIT:
+            return None
+        with mmap.mmap(memory, size, prot=mmap.PROT_READ) as view:
+            return view[:]
+    finally:
+        os.close(memory)
+
+
+def _copy_kallsyms(target: int) -> bool:
+    """kallsyms' text written to the descriptor ``target`` (False: unreadable)."""
+    data = _kallsyms_text()
+    if data is None:
+        return False
+    write_all(target, data)
+    return True
 
 
 def _child_done() -> bool:
@@ -314,9 +448,10 @@ def _child_done() -> bool:
 
 
 def prefetching() -> bool:
-    """Whether the child of :func:`prefetch` is still making the kernel's entry (it takes a
-    CPU: work that would be split over the CPUs has one fewer)."""
-    return not _child_done()
+    """Whether the child of :func:`prefetch` is still making the kernel's entry the long
+    way, reading kallsyms in Python (it takes a CPU for ~0.1 s: work that would be split
+    over the CPUs has one fewer)."""
+    return _long and not _child_done()
 
 
 def _child_ended() -> None:
