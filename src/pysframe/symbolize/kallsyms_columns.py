@@ -12,6 +12,7 @@ By hand because no library reads kallsyms into arrays.
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from .table_bytes import entry_of
 
@@ -51,14 +52,12 @@ def core_symbols(data: bytes, width: int, cut: int
         return None  # (two spaces a line, where they belong: none in a name)
     symbols = np.isin(text[starts + width + 1], _TEXT_KINDS)
     starts, ends = starts[symbols], ends[symbols]
-    digits = _DIGITS[text[starts[:, None] + np.arange(width)]]
+    digits = _DIGITS[sliding_window_view(text, width)[starts]]  # (a row a line)
     if (digits == 16).any():
         return None
-    addresses = np.zeros(len(starts), np.uint64)
-    for column in digits.T.astype(np.uint64):
-        addresses <<= np.uint64(4)
-        addresses |= column
-    return addresses, starts + width + 3, ends
+    packed = np.zeros((len(starts), 8), np.uint8)  # big-endian, two digits a byte
+    packed[:, 8 - width // 2:] = (digits[:, 0::2] << 4) | digits[:, 1::2]
+    return packed.view(">u8").ravel().astype(np.uint64), starts + width + 3, ends
 
 
 def payload(addresses: NDArray[np.uint64], name_starts: NDArray[np.int64],
@@ -83,6 +82,9 @@ def payload(addresses: NDArray[np.uint64], name_starts: NDArray[np.int64],
     lengths = name_ends - name_starts
     offsets = np.zeros(len(addresses) + 1, np.uint32)
     np.cumsum(lengths, out=offsets[1:])
-    at = np.repeat(name_starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
+    # Each name byte's place in ``names``: its name's start, less where the name goes,
+    # plus where the byte goes (32-bit: the text is far under 4 GiB).
+    shift = (name_starts - offsets[:-1]).astype(np.int32)
+    at = np.repeat(shift, lengths) + np.arange(int(offsets[-1]), dtype=np.int32)
     blob = np.frombuffer(names, np.uint8)[at].tobytes()
     return entry_of(addresses.tobytes(), ends.tobytes(), offsets.tobytes(), blob)
