@@ -42,11 +42,12 @@ def core_symbols(data: bytes, width: int, cut: int
     if cut <= 0 or data[cut - 1] != _NEWLINE:
         return None
     text = np.frombuffer(data, np.uint8, cut)
-    ends = np.flatnonzero(text == _NEWLINE)
+    found = text == _NEWLINE  # (one mask for both: each is a page fault a 4 KiB in a child)
+    ends = np.flatnonzero(found)
     starts = np.empty_like(ends)
     starts[0], starts[1:] = 0, ends[:-1] + 1
     if ((ends - starts < width + 4).any()
-            or np.count_nonzero(text == _SPACE) != 2 * len(ends)
+            or np.count_nonzero(np.equal(text, _SPACE, out=found)) != 2 * len(ends)
             or (text[starts + width] != _SPACE).any()
             or (text[starts + width + 2] != _SPACE).any()):
         return None  # (two spaces a line, where they belong: none in a name)
@@ -79,12 +80,14 @@ def payload(addresses: NDArray[np.uint64], name_starts: NDArray[np.int64],
         return None
     ends = np.empty_like(addresses)
     ends[:-1], ends[-1] = addresses[1:], end
-    lengths = name_ends - name_starts
     offsets = np.zeros(len(addresses) + 1, np.uint32)
-    np.cumsum(lengths, out=offsets[1:])
-    # Each name byte's place in ``names``: its name's start, less where the name goes,
-    # plus where the byte goes (32-bit: the text is far under 4 GiB).
-    shift = (name_starts - offsets[:-1]).astype(np.int32)
-    at = np.repeat(shift, lengths) + np.arange(int(offsets[-1]), dtype=np.int32)
+    np.cumsum(name_ends - name_starts, out=offsets[1:])
+    # Each name byte's place in ``names``, summed up in place: one past the byte before,
+    # but at a name's first byte, the step from the name before's end to its start (a
+    # name is never empty; 32-bit: the text is under 256 MiB).
+    at = np.ones(int(offsets[-1]), np.int32)
+    at[0] = name_starts[0]
+    at[offsets[1:-1].astype(np.intp)] = name_starts[1:] - name_ends[:-1] + 1
+    np.cumsum(at, out=at)
     blob = np.frombuffer(names, np.uint8)[at].tobytes()
     return entry_of(addresses.tobytes(), ends.tobytes(), offsets.tobytes(), blob)
