@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .perf_rules import last_end
 from .table_bytes import entry_of
 
 TYPE_CHECKING = False
@@ -75,7 +76,7 @@ def payload(addresses: NDArray[np.uint64], name_starts: NDArray[np.int64],
     last = np.ones(len(addresses), bool)
     np.not_equal(addresses[1:], addresses[:-1], out=last[:-1])
     addresses, name_starts, name_ends = addresses[last], name_starts[last], name_ends[last]
-    end = (int(addresses[-1]) + 0xFFF) // 0x1000 * 0x1000 + 0x1000
+    end = last_end(int(addresses[-1]))
     if end >> 64:
         return None
     ends = np.empty_like(addresses)

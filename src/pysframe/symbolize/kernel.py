@@ -250,6 +250,8 @@ def _perf_payload(starts: array[int], names: list[bytes]) -> bytes | None:
     import operator
     from array import array
 
+    from .perf_rules import last_end
+
     rising = list(map(operator.lt, starts, islice(starts, 1, None)))
     if not all(rising) and any(map(operator.gt, starts, islice(starts, 1, None))):
         order = sorted(range(len(starts)), key=starts.__getitem__)
@@ -259,7 +261,7 @@ def _perf_payload(starts: array[int], names: list[bytes]) -> bytes | None:
     if not all(rising):  # aliases: each address's last one kept
         rising.append(True)
         starts, names = array("Q", compress(starts, rising)), list(compress(names, rising))
-    end = (starts[-1] + 0xFFF) // 0x1000 * 0x1000 + 0x1000
+    end = last_end(starts[-1])
     if end >> 64:
         return None  # (the last symbol in the last page: no end to give it)
     ends = starts[1:]

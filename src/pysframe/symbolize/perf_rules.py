@@ -12,11 +12,33 @@ symbols."""
 from __future__ import annotations
 
 from ..elf import ElfImage
-from ..elf.headers import SHF_ALLOC, SHT_DYNSYM, SHT_SYMTAB
+from ..elf.headers import (
+    SHF_ALLOC,
+    SHT_DYNSYM,
+    SHT_SYMTAB,
+    STT_FUNC,
+    STT_GNU_IFUNC,
+    STT_OBJECT,
+    STV_HIDDEN,
+    STV_INTERNAL,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+
+#: The kinds of symbol perf takes besides NOTYPE labels, and the visibilities that keep a
+#: label out.
+TAKEN_KINDS = (STT_FUNC, STT_GNU_IFUNC, STT_OBJECT)
+UNSEEN = (STV_HIDDEN, STV_INTERNAL)
+
+
+def last_end(start: int) -> int:
+    """Where perf ends the last symbol of a table when it has no size (its
+    ``symbols__fixup_end``): one page past the page it starts in (past 64 bits for a
+    symbol in the last page: each caller says what it does then)."""
+    return (start + 0xFFF) // 0x1000 * 0x1000 + 0x1000
 
 
 def symbol_section(image: ElfImage, section_name: str) -> tuple[bytes, bytes] | None:

@@ -22,14 +22,9 @@ from ..elf.headers import (
     BINDING_NAMES,
     LAST_ADDRESS,
     SHN_LORESERVE,
-    STT_FUNC,
-    STT_GNU_IFUNC,
     STT_NOTYPE,
-    STT_OBJECT,
-    STV_HIDDEN,
-    STV_INTERNAL,
 )
-from .perf_rules import better, symbol_section, taken_sections
+from .perf_rules import TAKEN_KINDS, UNSEEN, better, last_end, symbol_section, taken_sections
 from .table_bytes import entry_of
 
 
@@ -103,10 +98,9 @@ def perf_symbols(image: ElfImage, section_name: str) -> PerfSymbols:
     shndx = np.minimum(table["shndx"].astype(np.int64), len(sections))
     shndx[table["shndx"] >= SHN_LORESERVE] = len(sections)
     kind, visibility = table["info"] & 0xF, table["other"] & 3
-    label_ok = labelled[shndx] & (visibility != STV_HIDDEN) & (visibility != STV_INTERNAL)
+    label_ok = labelled[shndx] & ~np.isin(visibility, UNSEEN)
     keep = ((table["shndx"] != 0) & (table["name"] != 0) & loaded[shndx]
-            & np.where(kind == STT_NOTYPE, label_ok,
-                       (kind == STT_FUNC) | (kind == STT_GNU_IFUNC) | (kind == STT_OBJECT)))
+            & np.where(kind == STT_NOTYPE, label_ok, np.isin(kind, TAKEN_KINDS)))
     table = table[keep]
     at, sizes = _name_places(blob, table["name"].astype(np.int64))
     if image.machine in ("EM_ARM", "EM_AARCH64"):
@@ -147,8 +141,7 @@ def chosen(symbols: PerfSymbols, shown: Callable[[str], str] | None
     if len(starts):
         following = np.empty_like(starts)
         following[:-1] = starts[1:]
-        last = int(starts[-1])
-        following[-1] = min((last + 0xFFF) // 0x1000 * 0x1000 + 0x1000, LAST_ADDRESS)
+        following[-1] = min(last_end(int(starts[-1])), LAST_ADDRESS)
         ends = np.where(starts == ends, following, ends)
     first = np.ones(len(starts), bool)
     first[1:] = starts[1:] != starts[:-1]

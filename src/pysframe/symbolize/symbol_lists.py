@@ -23,23 +23,14 @@ from ..elf.headers import (
     BINDING_NAMES,
     LAST_ADDRESS,
     SHN_LORESERVE,
-    STT_FUNC,
-    STT_GNU_IFUNC,
     STT_NOTYPE,
-    STT_OBJECT,
-    STV_HIDDEN,
-    STV_INTERNAL,
 )
-from .perf_rules import better, symbol_section, taken_sections
+from .perf_rules import TAKEN_KINDS, UNSEEN, better, last_end, symbol_section, taken_sections
 from .table_bytes import entry_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-
-_TAKEN_KINDS = (STT_FUNC, STT_GNU_IFUNC, STT_OBJECT)
-_UNSEEN = (STV_HIDDEN, STV_INTERNAL)
-
 
 class SymbolLists:
     """Symbols in file order: ``starts``, ``ends``, ``bindings`` (index into
@@ -81,8 +72,8 @@ def symbol_lists(image: ElfImage, section_name: str) -> SymbolLists:
     loaded, labelled = taken_sections(image)
     count = min(len(loaded), SHN_LORESERVE)
     taken = [shndx != 0 and head & 0xFFFFFFFF != 0 and shndx < count and loaded[shndx] and (
-        (labelled[shndx] and (head >> 40) & 3 not in _UNSEEN) if kind == STT_NOTYPE
-        else kind in _TAKEN_KINDS)
+        (labelled[shndx] and (head >> 40) & 3 not in UNSEEN) if kind == STT_NOTYPE
+        else kind in TAKEN_KINDS)
         for head in heads for shndx, kind in ((head >> 48, (head >> 32) & 0xF),)]
     heads = list(compress(heads, taken))
     # (a NUL after the strings: a name runs to the next NUL; one past the strings is empty)
@@ -140,7 +131,7 @@ def chosen(symbols: SymbolLists, shown: Callable[[str], str] | None
     ends = [symbols.ends[i] for i in order]
     following = starts[1:]
     if starts:
-        following.append(min((starts[-1] + 0xFFF) // 0x1000 * 0x1000 + 0x1000, LAST_ADDRESS))
+        following.append(min(last_end(starts[-1]), LAST_ADDRESS))
     ends = [after if start == end else end
             for start, end, after in zip(starts, ends, following, strict=True)]
     kept_starts: list[int] = []

@@ -68,10 +68,12 @@ def _fixed_ends(starts: list[int], ends: list[int]) -> list[int]:
     one starts; the last one, one page past the page it starts in. Done before
     duplicates are removed, as perf does, so of several empty symbols at one address only
     the last one gets a size (and so is kept)."""
+    from .perf_rules import last_end  # (a warm run reads tables made before)
+
     last = len(starts) - 1
     for i in [i for i, (start, end) in enumerate(zip(starts, ends, strict=True))
               if start == end]:
-        ends[i] = starts[i + 1] if i < last else (starts[i] + 0xFFF) // 0x1000 * 0x1000 + 0x1000
+        ends[i] = starts[i + 1] if i < last else last_end(starts[i])
     return ends
 
 
