@@ -412,8 +412,6 @@ def _read_importing_numpy() -> bytes | None:
     no numpy: the child of :func:`prefetch` then reads it itself). In a child, the read
     (~40 ms, the kernel's: a page of text a call) is out of this process's address space
     and lock; a thread here took ~90 ms, against the import's own mappings and code."""
-    import mmap
-
     try:
         memory = os.memfd_create("pysframe-kallsyms", os.MFD_CLOEXEC)
     except (AttributeError, OSError):
@@ -431,8 +429,8 @@ def _read_importing_numpy() -> bytes | None:
         size = os.fstat(memory).st_size
         if not copied or not 0 < size <= _KALLSYMS_LIMIT:
             return None
-        with mmap.mmap(memory, size, prot=mmap.PROT_READ) as view:
-            return view[:]
+        text = os.pread(memory, size, 0)
+        return text if len(text) == size else None
     finally:
         os.close(memory)
 
