@@ -6,6 +6,7 @@ against the symbols of the binary before it was stripped, on a recording made th
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -134,16 +135,24 @@ def without_callchains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     return found
 
 
+@pytest.mark.parametrize("engine", [None, "vector"], ids=["default", "batch"])
 @pytest.mark.parametrize("name", ["ids", "no-ids"])
 def test_kernel_frames_without_callchains_as_perf_names_them(
-        without_callchains: dict[str, Path], name: str) -> None:
+        without_callchains: dict[str, Path], name: str, engine: str | None,
+        tmp_path: Path) -> None:
+    """On a first run (an empty cache): the sample-by-sample path reads kallsyms in
+    Python; the batch pipeline reads it in a child while numpy is imported and parses it
+    as arrays (-B: in this process, as arrays); either way, perf's names."""
     path = without_callchains[name]
     theirs = subprocess.run([need_perf(), "script", "-i", str(path)], capture_output=True,
                             text=True, check=True, timeout=120).stdout
     kernel = [line for line in theirs.splitlines() if line.endswith("([kernel.kallsyms])")]
     assert len(kernel) > 50 and not any("[unknown]" in line for line in kernel)
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    if engine is not None:
+        env["PYSFRAME_ENGINE"] = engine
     ours = subprocess.run([sys.executable, "-m", "pysframe", "script", str(path)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     assert ours.returncode == 0, ours.stderr
     assert as_perf61(ours.stdout.splitlines(), theirs.splitlines()) == theirs.splitlines()
     # the profile's leaves are the functions perf names, kernel ones marked _[k]
