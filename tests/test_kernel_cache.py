@@ -8,6 +8,7 @@ import select
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -212,6 +213,38 @@ def test_a_batch_run_reads_kallsyms_in_a_child_while_numpy_is_imported(
     assert reads == [] and fake_kernel == [0]  # read by the children only
     if not readable:  # (the fake kernel's own kallsyms, read by the second child)
         assert table.lookup(0xffffffff81000101) == ("helper", 1)
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_only_the_child_parsing_a_read_text_yields_the_cpus(
+        fake_kernel: list[int], monkeypatch: pytest.MonkeyPatch, readable: bool) -> None:
+    """The child that parses a text read before it was forked (~30 ms, while the record
+    walk runs in two processes) runs at a lower priority than this process; the child
+    that reads kallsyms itself, whose names the run may want at once, does not."""
+    pytest.importorskip("numpy")
+    monkeypatch.setattr(kernel, "_making", None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    here = os.nice(0)
+    seen_read, seen_write = os.pipe()
+
+    def noting(inner: Any) -> Any:
+        def call(*args: Any) -> Any:
+            os.write(seen_write, b"%d\n" % os.nice(0))
+            return inner(*args)
+        return call
+
+    monkeypatch.setattr(kernel, "payload_of", noting(kernel.payload_of))
+    monkeypatch.setattr(kernel, "load_kallsyms", noting(kernel.load_kallsyms))
+    monkeypatch.setattr(kernel, "_kallsyms_text", lambda path="": (
+        Path(path).read_bytes() if path else
+        b"ffffffff81000000 T _stext\n" if readable else None))
+    kernel.prefetch(numpy_next=True)
+    kernel._child_ended()
+    os.close(seen_write)
+    with os.fdopen(seen_read, "rb") as seen:
+        niceness = [int(line) for line in seen]
+    expected = min(here + kernel.PARSER_NICENESS, 19) if readable else here
+    assert niceness and set(niceness) == {expected}  # (load_kallsyms calls payload_of)
 
 
 def test_the_child_keeps_no_standard_output_open(fake_kernel: list[int],
