@@ -177,8 +177,11 @@ _TO_THE_END = 1 << 62
 #: are smaller by that much. Measured on the Lua fixture, warm, -j 2
 #: (bench/script_timeline.py): with equal shares the child, which follows the parent's
 #: samples first, ended 25-28 ms after the parent; with the parent's share 58% of the
-#: samples the two ended within 6-18 ms of each other, 13-18 ms sooner.
-FOLLOW_COST = 0.28
+#: samples (0.28) the child ended 2-6 ms before the parent in 12 runs of 12 (the parent
+#: also hands on the child's text and keeps what it made). At 0.20 (the parent's share
+#: 55.6%) runs took 1.3-2.8% less warm (per-run ratios, three sets of 21-25 alternating
+#: runs against 0.28 and 0.14) and 2.4% less on a first run (15 runs).
+FOLLOW_COST = 0.20
 
 
 def share_bounds(count: int, jobs: int, follow_cost: float = FOLLOW_COST) -> list[int]:
