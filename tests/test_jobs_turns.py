@@ -80,12 +80,80 @@ def test_a_failing_child_ends_the_run_and_nothing_is_left(tmp_path: Path) -> Non
     with pytest.raises(CommandError) as failed:
         _to_file(tmp_path / "out.txt", _ranges(8), produce, None, statuses, 2)
     assert failed.value.exit_code == 4 and statuses == [4]
-    # This process's share (one text: "0") is out; nothing of the failed child's, as when
-    # its text went through a memfd (its status is reported before its text is handed on).
+    # This process's share (one text: "0") is out; nothing of the failed child's: it
+    # failed while this process made its share, before any of its ranges had a turn.
     assert (tmp_path / "out.txt").read_text().split() == ["0"]
     assert len(os.listdir("/proc/self/fd")) == descriptors
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
+
+
+def test_a_childs_ranges_go_out_while_this_process_makes_its_own(tmp_path: Path) -> None:
+    """Turns are given as ranges are made: the child's first two ranges (made while this
+    process made its share) are in the file while this process is still making the range
+    it claimed after its share, not once it has made every range."""
+    out = tmp_path / "out.txt"
+    seen: list[str] = []
+    numbers: list[int] = []
+
+    def started(number: int) -> None:
+        numbers[:] = [number]
+
+    def produce(first: int, last: int) -> Iterator[str]:
+        if numbers[0] == 0 and first == 0:
+            time.sleep(0.25)  # (this process's share: the child makes ranges 1 and 2)
+        elif numbers[0] == 0:  # the range this process claimed after its share
+            time.sleep(0.5)  # (the child is given its turns meanwhile)
+            seen.append(out.read_text())
+        else:
+            time.sleep(0.1)
+        for sample in range(first, last):
+            yield f"sample {sample} by {numbers[0]} in {os.getpid()}\n"
+
+    statuses: list[int] = []
+    found = _to_file(out, _ranges(6), produce, started, statuses, 2)
+    assert [sample for sample, _, _ in found] == list(range(60)) and statuses == [0]
+    assert seen and "sample 10 " in seen[0] and "sample 20 " in seen[0]
+
+
+def test_a_dead_child_stops_the_turns_while_another_waits_for_its_own() -> None:
+    """A child that dies on the range after this process's share, while another holds
+    the later ranges and waits for their turns: the run ends with the dead child's status
+    (no wait for a range no one will make), the text only this process's share, and
+    nothing is left running."""
+    run = subprocess.run([sys.executable, "-c", _DEAD_CHILD], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["4", "0", "no-child-left"]
+
+
+_DEAD_CHILD = """
+import os, sys, tempfile, time
+from pysframe.cli import jobs
+from pysframe.cli.errors import CommandError
+
+def produce(first, last):
+    if first == 0:
+        time.sleep(0.3)  # (the children claim every other range meanwhile)
+    if first == 10:
+        raise CommandError("range 1 cannot be made", 4)
+    yield f"{first}\\n"
+
+with tempfile.TemporaryFile("w+") as stream:
+    try:
+        for text in jobs.in_order([(k * 10, k * 10 + 10) for k in range(6)], produce,
+                                  lambda: False, [], copy=jobs.copier(stream), processes=3):
+            stream.write(text)
+    except CommandError as error:
+        print(error.exit_code)
+    stream.flush()
+    stream.seek(0)
+    print(stream.read().strip())
+try:
+    os.waitpid(-1, os.WNOHANG)
+except ChildProcessError:
+    print("no-child-left")
+"""
 
 
 def test_kept_ranges_spill_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
