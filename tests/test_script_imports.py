@@ -3,7 +3,8 @@ it reads use the project's record classes, not ``dataclasses`` (with ``inspect``
 ``dis`` and ``tokenize``: ~9 ms of a run measured against perf); a warm run through the
 installed ``sframe`` command imports neither ``typing`` nor ``re`` (~3 ms together; pip's
 wrapper of an entry point imports ``re``), nor ``tempfile`` or ``shutil`` (~4.5 ms, for the
-vDSO's copy), nor ``ctypes`` (~1.3 ms, for the demangler: the Lua program's names are C's). Not a timing: the list of modules, so that the imports cannot grow
+vDSO's copy), nor ``ctypes`` (~1.3 ms, for the demangler: the Lua program's names are C's), nor
+``select`` (~0.4 ms: only a batch run's turns wait on several children). Not a timing: the list of modules, so that the imports cannot grow
 unnoticed. Also: the cyclic collector is off for ``stack`` alone (internal consistency:
 the probe reads ``gc.isenabled()`` at exit)."""
 
@@ -25,7 +26,7 @@ UNWANTED = ("dataclasses", "inspect", "ast", "elftools")
 #: enum, functools, collections, array and operator cost ~6 ms together: see
 #: pysframe.enums and the modules that import array where they make one).
 UNWANTED_WARM = (*UNWANTED, "typing", "re", "tempfile", "shutil", "ctypes", "enum", "functools",
-                 "collections", "array", "operator")
+                 "collections", "array", "operator", "select")
 
 def _probe(unwanted: tuple[str, ...], run: str) -> str:
     """A program that runs ``run`` and, at exit, prints the ``unwanted`` modules then
