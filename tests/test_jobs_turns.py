@@ -116,17 +116,8 @@ def test_a_childs_ranges_go_out_while_this_process_makes_its_own(tmp_path: Path)
     assert seen and "sample 10 " in seen[0] and "sample 20 " in seen[0]
 
 
-def test_a_dead_child_stops_the_turns_while_another_waits_for_its_own() -> None:
-    """A child that dies on the range after this process's share, while another holds
-    the later ranges and waits for their turns: the run ends with the dead child's status
-    (no wait for a range no one will make), the text only this process's share, and
-    nothing is left running."""
-    run = subprocess.run([sys.executable, "-c", _DEAD_CHILD], capture_output=True, text=True,
-                         cwd=REPO, timeout=60)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["4", "0", "no-child-left"]
-
-
+#: Three processes: a child dies on range 1 (the first after this process's share) while the
+#: other holds ranges 2-5 and waits for their turns.
 _DEAD_CHILD = """
 import os, sys, tempfile, time
 from pysframe.cli import jobs
@@ -154,6 +145,17 @@ try:
 except ChildProcessError:
     print("no-child-left")
 """
+
+
+def test_a_dead_child_stops_the_turns_while_another_waits_for_its_own() -> None:
+    """A child that dies on the range after this process's share, while another holds
+    the later ranges and waits for their turns: the run ends with the dead child's status
+    (no wait for a range no one will make), the text only this process's share, and
+    nothing is left running."""
+    run = subprocess.run([sys.executable, "-c", _DEAD_CHILD], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["4", "0", "no-child-left"]
 
 
 def test_kept_ranges_spill_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
