@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..fd_io import copy_file, write_all
+from ..fd_io import PIECE, copy_file, write_all
 from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
 from .jobs_turns import KeptRanges, Turns, cut_short, end_cut_short
@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # (typing imports re: ~5 ms of a small recording's run)
     from collections.abc import Callable, Iterator
     from typing import IO
 
-#: Bytes read back from a child's file at a time.
-_PIECE = 1 << 20
 #: A child's text is kept in memory up to this many bytes, the rest in a temporary file
 #: (which the kernel may write out under memory pressure). Written to a file on a
 #: disk-backed /tmp, a child's 54 MB of a 66k-sample recording's text took ~110 ms
@@ -244,7 +242,7 @@ def _handed_on(files: list[int], copy: Callable[[int], None] | None) -> Iterator
         if copy is not None:
             copy(fd)
         else:
-            while piece := os.read(fd, _PIECE):
+            while piece := os.read(fd, PIECE):
                 yield piece.decode("utf-8", "surrogateescape")
 
 
@@ -265,7 +263,7 @@ def _forward(errors: int, forward: Callable[[str], None] | None) -> None:
     stderr)."""
     os.lseek(errors, 0, os.SEEK_SET)
     pieces = []
-    while piece := os.read(errors, _PIECE):
+    while piece := os.read(errors, PIECE):
         pieces.append(piece)
     for line in b"".join(pieces).decode("utf-8", "surrogateescape").splitlines(keepends=True):
         if forward is None:

@@ -31,11 +31,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing imports re: see records)
     from collections.abc import Callable, Iterator
 
-#: A child's report, two bytes a message: a range it has made (kept until its turn), a
-#: range it wrote in its turn (ranges are numbered 0 to 254), or the end of its ranges
-#: while it still holds some (one that holds none ends: this process may be gone, and a
-#: write would meet SIGPIPE; the end of its report says it is done).
-MADE, WRITTEN, DONE = b"m", b"w", b"e\0"
+#: A child's report, two bytes a message, a kind and a range (numbered 0 to 254): a range
+#: it has made (kept until its turn), a range it wrote in its turn, or the end of its
+#: ranges (range 0) while it still holds some (one that holds none ends: this process
+#: may be gone, and a write would meet SIGPIPE; the end of its report says it is done).
+MADE, WRITTEN, DONE = b"m", b"w", b"e"
 #: Text kept (and written) in pieces of about this many bytes.
 PIECE = 1 << 20
 
@@ -128,7 +128,7 @@ class Turns:
     this process waited, ~12 ms, and then took ~7 ms more to end (its address space freed),
     the other CPU idle all along. A child ends once every range it holds is written."""
 
-    def __init__(self, children: int, first: int = 0, count: int = 0) -> None:
+    def __init__(self, children: int, first: int, count: int) -> None:
         #: Per child: (report's read end, report's write end, turns' read end, turns' write end).
         self.pipes: list[tuple[int, int, int, int]] = []
         #: The next range to write (those before it are out), and the end of the ranges.
@@ -190,7 +190,7 @@ class Turns:
         _, report, turns, _ = self.pipes[0]
         if not kept.numbers():
             return
-        write_all(report, DONE)
+        write_all(report, DONE + b"\0")
         os.set_blocking(turns, True)
         while kept.numbers() and (asked := os.read(turns, 256)):
             self._write(asked, kept, target, label)
@@ -289,7 +289,7 @@ class Turns:
             kind, number = said[at:at + 1], said[at + 1]
             if kind == MADE:
                 self._held[number] = child
-            elif kind == DONE[:1]:
+            elif kind == DONE:
                 self._done.add(child)
             elif kind == WRITTEN and number == self.next:
                 self.next += 1
@@ -311,10 +311,14 @@ class _WritingTurns:
     kill it), and the output's reader gone ending it as SIGPIPE would have."""
 
     def __enter__(self) -> None:
-        self.previous = _ignore_sigpipe()
+        try:
+            self.previous: object = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        except ValueError:  # (not the main thread: left as it is)
+            self.previous = None
 
     def __exit__(self, kind: object, error: object, _: object) -> None:
-        _restore_sigpipe(self.previous)
+        if self.previous is not None:
+            signal.signal(signal.SIGPIPE, self.previous)  # type: ignore[arg-type]
         if isinstance(error, BrokenPipeError):
             end_cut_short()
 
@@ -329,16 +333,3 @@ def end_cut_short() -> None:
     """End this process as SIGPIPE ends it (the command's default: quietly, as C tools
     end), when the output's reader went away; returns if SIGPIPE is ignored here."""
     os.kill(os.getpid(), signal.SIGPIPE)
-
-
-def _ignore_sigpipe() -> object:
-    """SIGPIPE ignored (writes to a pipe with no reader fail with EPIPE); what it was."""
-    try:
-        return signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    except ValueError:  # (not the main thread: left as it is)
-        return None
-
-
-def _restore_sigpipe(previous: object) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGPIPE, previous)  # type: ignore[arg-type]
