@@ -10,6 +10,7 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -68,6 +69,29 @@ def test_batch_equals_scalar(path: Path) -> None:
         if path.parent.name.startswith("lua"):
             assert handed <= max(total // 20, 1), (handed, total)
         assert handed < total or not total, (handed, total)
+
+
+@pytest.mark.skipif(not LUA, reason="no fixture recordings (../shared/fixtures) here")
+def test_a_pc_pending_in_a_snapshot_goes_to_made_once(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    """A first run: the fixture's libc has no .sframe, so its functions are made on demand
+    as the batch meets them, each step a frame deeper, in a snapshot made before. A pc is
+    asked of ``made`` once in a snapshot, not at every step that meets it again; the
+    chains stay the scalar tracer's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing made yet
+    asked: list[tuple[int, int]] = []
+    made = BatchUnwinder.made
+
+    def counted(self: BatchUnwinder, space: Any, mappings: Any, pcs: Any) -> Any:
+        asked.extend({(id(space), pc) for pc in pcs.tolist()})  # (once a call)
+        return made(self, space, mappings, pcs)
+
+    monkeypatch.setattr(BatchUnwinder, "made", counted)
+    with collected(LUA[0]) as (session, snapshots):
+        for snapshot in snapshots:
+            assert_same(session.unwinder, snapshot, snapshot.samples)
+    assert len(asked) > 100  # (libc's functions, and its pcs in many chains)
+    assert len(asked) == len(set(asked))
 
 
 def fp_based_pcs(snapshot: Snapshot) -> list[int]:
