@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import struct
+import subprocess
+import sys
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -245,6 +249,40 @@ def test_only_the_child_parsing_a_read_text_yields_the_cpus(
         niceness = [int(line) for line in seen]
     expected = min(here + kernel.PARSER_NICENESS, 19) if readable else here
     assert niceness and set(niceness) == {expected}  # (load_kallsyms calls payload_of)
+
+
+#: A run that starts the child and ends without a kernel lookup (its samples filtered out),
+#: while the child is still reading a kallsyms that takes a minute; it prints the child's pid.
+UNUSED_CHILD = """
+import os, time
+from pysframe.symbolize import kernel
+kernel.running_kernel_build_id = lambda: bytes(range(20))
+kernel._boot_id = lambda: b"01234567-89ab-cdef-0123-456789abcdef"
+os.cpu_count = lambda: 2
+kernel.load_kallsyms = lambda path="": time.sleep(60)
+kernel.prefetch()
+print(kernel._making[1].pid, flush=True)
+"""
+
+
+def test_a_child_no_lookup_waited_for_is_stopped_and_reaped_at_exit(tmp_path: Path) -> None:
+    """No process is left after the command: not the child still running (it is stopped,
+    the command does not wait a minute for it), nor one ended and not reaped."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", UNUSED_CHILD], capture_output=True,
+                          text=True, timeout=50,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout)
+    try:
+        assert time.monotonic() - started < 30
+        assert not os.path.exists(f"/proc/{pid}")  # (reaped: not even a zombie)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)  # (the child of a run that left it)
+        except ProcessLookupError:
+            pass
+    assert not list((tmp_path / "cache").rglob(".tmp-*"))
 
 
 def test_the_child_keeps_no_standard_output_open(fake_kernel: list[int],

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+from . import c_signal as signal
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,6 +39,15 @@ class HelperChild:
         poller = select.poll()
         poller.register(self.read_end, select.POLLIN)
         return bool(poller.poll(0))  # POLLHUP once the child (the only writer) has ended
+
+    def stop(self) -> None:
+        """Ask the child to end now (it leaves nothing half-written: see
+        :func:`start_helper`), if it has not ended; :meth:`wait` then reaps it."""
+        if self.read_end >= 0 and not self.done():
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def wait(self) -> bool:
         """Wait for the child's end (reaped if it is this process's); whether it did its
@@ -69,12 +80,19 @@ def start_helper(work: Callable[[], bool]) -> HelperChild | None:
         status = 1
         try:
             os.close(read_end)
+            signal.signal(signal.SIGTERM, _stopped)
             _detach_standard_streams()
             status = 0 if work() else 1
         finally:
             os._exit(status)
     os.close(write_end)
     return HelperChild(pid, read_end)
+
+
+def _stopped(_signal: int, _frame: object) -> None:
+    """SIGTERM in a helper (:meth:`HelperChild.stop`): an exception, so that what it was
+    writing is removed on the way out (a cache entry's temporary file), then its exit."""
+    raise SystemExit(1)
 
 
 def _detach_standard_streams() -> None:

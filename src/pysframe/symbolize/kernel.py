@@ -16,6 +16,7 @@ and mapped when read back, checked by its CRC and its shape
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from itertools import compress, islice
@@ -407,6 +408,7 @@ def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False
     child = start_helper(make)
     if child is not None:
         _making, _long = (build_id, child), text is None
+        atexit.register(_end_unused_child)
 
 
 #: The niceness of the child that parses a text read before it was forked. Its ~30 ms
@@ -483,6 +485,20 @@ def _child_ended() -> None:
         return
     _, child = _making
     _making = None
+    child.wait()
+
+
+def _end_unused_child() -> None:
+    """At exit, the child of :func:`prefetch` when no lookup waited for it (the samples
+    never reached the kernel: filtered out, or none there): stopped if it still runs, and
+    reaped, not left running after the command, nor unreaped (a zombie where init does not
+    reap). Its entry was not needed by this run; the next one that needs it makes it."""
+    global _making
+    if _making is None:
+        return
+    _, child = _making
+    _making = None
+    child.stop()
     child.wait()
 
 
