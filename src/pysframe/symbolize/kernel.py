@@ -408,16 +408,17 @@ def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False
     child = start_helper(make)
     if child is not None:
         _making, _long = (build_id, child), text is None
-        atexit.register(_end_unused_child)
+        atexit.register(_child_ended, stop=True)
 
 
-#: The niceness of the child that parses a text read before it was forked. Its ~30 ms
-#: land while the record walk runs in two processes; at the default priority the three
-#: share two CPUs and the walk is what waits. Lowered, it runs where a CPU is free (the
-#: walk's gaps, a process waiting) and is done long before the first kernel name is
-#: needed: the deep recording's first run took 2.3% less (median of 21 alternating runs
-#: of per-run ratios; 453 -> 430 ms medians). Not for the child that reads kallsyms in
-#: Python (~0.1 s): the sample-by-sample path may want its names within a few samples.
+#: The niceness of the child that parses a text read before it was forked: its ~30 ms
+#: land while the record walk runs in two processes. The deep recording's first run took
+#: 2.3% less with it (median of 21 alternating runs of per-run ratios; 453 -> 430 ms
+#: medians), though on this machine's kernel the child is not held back: it keeps a CPU
+#: of its own while the two walkers share the other (their wall time ~16 ms over their
+#: CPU time each); its CPU time is what a first run pays. Not for the child that reads
+#: kallsyms in Python (~0.1 s): the sample-by-sample path may want its names within a
+#: few samples.
 PARSER_NICENESS = 19
 
 
@@ -478,27 +479,20 @@ def prefetching() -> bool:
     return _long and not _child_done()
 
 
-def _child_ended() -> None:
-    """Wait for the child of :func:`prefetch` to end (reaped if it is this process's)."""
+def _child_ended(stop: bool = False) -> None:
+    """Wait for the child of :func:`prefetch` to end (reaped if it is this process's);
+    with ``stop``, ask it to end first if it still runs. At exit (``stop``, registered by
+    :func:`prefetch`), a child no lookup waited for (the samples never reached the kernel:
+    filtered out, or none there) is not left running after the command, nor unreaped (a
+    zombie where init does not reap): its entry was not needed by this run, and the next
+    one that needs it makes it."""
     global _making
     if _making is None:
         return
     _, child = _making
     _making = None
-    child.wait()
-
-
-def _end_unused_child() -> None:
-    """At exit, the child of :func:`prefetch` when no lookup waited for it (the samples
-    never reached the kernel: filtered out, or none there): stopped if it still runs, and
-    reaped, not left running after the command, nor unreaped (a zombie where init does not
-    reap). Its entry was not needed by this run; the next one that needs it makes it."""
-    global _making
-    if _making is None:
-        return
-    _, child = _making
-    _making = None
-    child.stop()
+    if stop:
+        child.stop()
     child.wait()
 
 
