@@ -77,12 +77,19 @@ def test_a_pc_pending_in_a_snapshot_goes_to_made_once(monkeypatch: pytest.Monkey
     """A first run: the fixture's libc has no .sframe, so its functions are made on demand
     as the batch meets them, each step a frame deeper, in a snapshot made before. A pc is
     asked of ``made`` once in a snapshot, not at every step that meets it again; the
-    chains stay the scalar tracer's."""
+    chains stay the scalar tracer's, and the batch pipeline's text of a first run is
+    perf's own (its `perf script --no-inline` of the recording)."""
+    from tests.support.perf_text import held_to_perfs_text
+
+    from pysframe.cli.script import ENGINE_VARIABLE, run_script
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing made yet
     asked: list[tuple[int, int]] = []
+    spaces: list[Any] = []  # (kept alive: their ids are not reused)
     made = BatchUnwinder.made
 
     def counted(self: BatchUnwinder, space: Any, mappings: Any, pcs: Any) -> Any:
+        spaces.append(space)
         asked.extend({(id(space), pc) for pc in pcs.tolist()})  # (once a call)
         return made(self, space, mappings, pcs)
 
@@ -92,6 +99,15 @@ def test_a_pc_pending_in_a_snapshot_goes_to_made_once(monkeypatch: pytest.Monkey
             assert_same(session.unwinder, snapshot, snapshot.samples)
     assert len(asked) > 100  # (libc's functions, and its pcs in many chains)
     assert len(asked) == len(set(asked))
+
+    asked.clear()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another"))  # a first run again
+    monkeypatch.setenv(ENGINE_VARIABLE, "vector")
+    output = tmp_path / "first-run.txt"
+    run_script(str(LUA[0]), binaries=[str(LUA[0].parent)], output=str(output),
+               show_stops=False, report=lambda message: None, jobs=1)
+    assert len(asked) > 100 and len(asked) == len(set(asked))
+    held_to_perfs_text(LUA[0], output.read_bytes())
 
 
 def fp_based_pcs(snapshot: Snapshot) -> list[int]:
