@@ -90,5 +90,5 @@ def payload(addresses: NDArray[np.uint64], name_starts: NDArray[np.int64],
     at[0] = name_starts[0]
     at[offsets[1:-1].astype(np.intp)] = name_starts[1:] - name_ends[:-1] + 1
     np.cumsum(at, out=at)
-    blob = np.frombuffer(names, np.uint8)[at].tobytes()
-    return entry_of(addresses.tobytes(), ends.tobytes(), offsets.tobytes(), blob)
+    blob = np.frombuffer(names, np.uint8)[at]
+    return entry_of(addresses.data, ends.data, offsets.data, blob.data)  # (one copy, there)

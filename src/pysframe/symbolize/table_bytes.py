@@ -36,14 +36,22 @@ def entry(starts: array[int], ends: array[int], names: list[bytes]) -> bytes:
     return entry_of(starts.tobytes(), ends.tobytes(), offsets.tobytes(), b"".join(names))
 
 
-def entry_of(starts: bytes, ends: bytes, offsets: bytes, names: bytes) -> bytes:
-    """The entry of a table's arrays as bytes in this machine's order (uint64 starts and
-    ends, uint32 offsets of the names, one more than the symbols) and its names' bytes."""
+def entry_of(starts: bytes | memoryview, ends: bytes | memoryview,
+             offsets: bytes | memoryview, names: bytes | memoryview) -> bytes:
+    """The entry of a table's arrays in this machine's order (uint64 starts and ends,
+    uint32 offsets of the names, one more than the symbols) and its names' bytes, each as
+    bytes or a view of contiguous memory (a numpy array's ``data``). The CRC is chained
+    over the parts and they are copied once, behind the prefix: kallsyms' entry is ~5 MB,
+    and each copy of it cost a first run ~1.5 ms and ~1,300 page faults in the child
+    making it."""
     import zlib  # here: a warm run reads entries, and only the kernel's check their CRC
 
-    body = b"".join([starts, ends, offsets, names])
-    count = struct.pack("=Q", len(starts) // 8)
-    return PREFIX.pack(zlib.crc32(body, zlib.crc32(count)), len(starts) // 8) + body
+    parts = [starts, ends, offsets, names]
+    count = memoryview(starts).nbytes // 8
+    crc = zlib.crc32(struct.pack("=Q", count))
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return b"".join([PREFIX.pack(crc, count), *parts])
 
 
 def intact(payload: memoryview) -> bool:
