@@ -193,7 +193,8 @@ def test_a_batch_run_reads_kallsyms_in_a_child_while_numpy_is_imported(
     """With numpy next (the batch pipeline), a first child reads kallsyms while this
     process imports numpy, and the child forked then makes the entry of that text as
     arrays: not counted as a long child (a split record walk goes on); this process never
-    reads kallsyms. A text the first child could not read is read by the second."""
+    reads kallsyms. A text the first child could not read is read by the second (as
+    arrays too: numpy is imported by then)."""
     pytest.importorskip("numpy")
     monkeypatch.setattr(kernel, "_making", None)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
@@ -209,14 +210,50 @@ def test_a_batch_run_reads_kallsyms_in_a_child_while_numpy_is_imported(
 
     monkeypatch.setattr(kernel, "_kallsyms_text", text)
     kernel.prefetch(numpy_next=True)
-    assert kernel._making is not None and kernel._long is not readable
-    if readable:
-        assert not kernel.prefetching()
+    assert kernel._making is not None and not kernel._long and not kernel.prefetching()
     table = kernel.kernel_symbols_for(BUILD_ID)
     assert table is not None and table.lookup(0xffffffff81000210) == ("schedule", 0x10)
     assert reads == [] and fake_kernel == [0]  # read by the children only
     if not readable:  # (the fake kernel's own kallsyms, read by the second child)
         assert table.lookup(0xffffffff81000101) == ("helper", 1)
+
+
+def test_this_process_does_not_wait_for_the_text_being_read(
+        fake_kernel: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """prefetch() returns while the first child is still reading kallsyms (held here at a
+    gate): the child that parses it waits for it, not this process, which goes on to the
+    recording; both children are reaped once the table is used."""
+    pytest.importorskip("numpy")
+    monkeypatch.setattr(kernel, "_making", None)
+    monkeypatch.setattr(kernel, "_reader", None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    gate_read, gate_write = os.pipe()
+
+    def held(path: str = "") -> bytes | None:
+        if path:
+            return Path(path).read_bytes()
+        # (in the first child: until the test lets it go, or 20 s: a process that waits
+        # for it is not held for ever)
+        select.select([gate_read], [], [], 20)
+        return b"ffffffff81000000 T _stext\nffffffff81000300 T held_fn\n"
+
+    monkeypatch.setattr(kernel, "_kallsyms_text", held)
+    try:
+        started = time.monotonic()
+        kernel.prefetch(numpy_next=True)
+        assert time.monotonic() - started < 10
+        reader, making = kernel._reader, kernel._making
+        assert making is not None and reader is not None
+        assert not reader.done() and not making[1].done()  # both wait for the gate
+    finally:
+        os.write(gate_write, b"x")
+    table = kernel.kernel_symbols_for(BUILD_ID)
+    assert table is not None and table.lookup(0xffffffff81000310) == ("held_fn", 0x10)
+    assert kernel._making is None and kernel._reader is None and fake_kernel == [0]
+    for child in (reader, making[1]):
+        assert not os.path.exists(f"/proc/{child.pid}")  # reaped, not a zombie
+    os.close(gate_read)
+    os.close(gate_write)
 
 
 @pytest.mark.parametrize("readable", [True, False])

@@ -357,8 +357,10 @@ def _source(boot: bytes) -> Source:
 #: The child :func:`prefetch` started: (the kernel's build id, the child).
 _making: tuple[bytes, HelperChild] | None = None
 #: Whether that child reads kallsyms itself, in Python (~0.1 s of a CPU), rather than
-#: parsing as arrays a text read before it was forked (~30 ms).
+#: parsing as arrays a text read by another child (~30 ms).
 _long = False
+#: The child reading kallsyms' text for it (:class:`_KallsymsRead`), to reap.
+_reader: HelperChild | None = None
 
 
 def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False) -> None:
@@ -375,10 +377,12 @@ def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False
 
     ``numpy_next``: the caller imports numpy next anyway (the batch pipeline). It is
     imported here while a first child reads kallsyms (~40 ms, on a CPU this process does
-    not use yet), and the child forked after both reads the text as arrays: it takes a
-    CPU ~30 ms, not ~110 (:func:`prefetching` then does not say it is running), at a
-    lower priority than the run's own processes (:data:`PARSER_NICENESS`)."""
-    global _making, _long
+    not use yet), and the child forked after the import reads the text as arrays once the
+    first one has written it: it takes a CPU ~30 ms, not ~110 (:func:`prefetching` then
+    does not say it is running), at a lower priority than the run's own processes
+    (:data:`PARSER_NICENESS`). This process waits for neither: it goes on to the
+    recording (see :class:`_KallsymsRead`)."""
+    global _making, _long, _reader
     if _making is not None or (os.cpu_count() or 1) < 2:
         return
     build_id, boot = running_kernel_build_id(), _boot_id()
@@ -391,9 +395,10 @@ def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False
     if directory is None:
         return
     os.close(directory)
-    text = _read_importing_numpy() if numpy_next else None
+    read = _read_importing_numpy() if numpy_next else None
 
     def make() -> bool:
+        text = read.text() if read is not None else None
         if text is not None:
             _yield_to_the_run()
             payload = payload_of(text)
@@ -406,8 +411,12 @@ def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False
         return True
 
     child = start_helper(make)
+    if read is not None:
+        read.close()  # (the child has its own copy of the descriptor)
+        _reader = read.reader
     if child is not None:
-        _making, _long = (build_id, child), text is None
+        _making, _long = (build_id, child), read is None
+    if child is not None or read is not None:
         atexit.register(_child_ended, stop=True)
 
 
@@ -430,40 +439,71 @@ def _yield_to_the_run() -> None:
         pass
 
 
-def _read_importing_numpy() -> bytes | None:
-    """kallsyms' text, read by a child while numpy is imported here (None: unreadable, or
-    no numpy: the child of :func:`prefetch` then reads it itself). In a child, the read
-    (~40 ms, the kernel's: a page of text a call) is out of this process's address space
-    and lock; a thread here took ~90 ms, against the import's own mappings and code."""
+class _KallsymsRead:
+    """kallsyms' text as a child reads it into a memory file: the text from byte 8 on,
+    then its size in bytes 0-7, written last (0: nothing read). The child of
+    :func:`prefetch` forked after numpy's import waits for it there, not this process:
+    this one had waited 0-6 ms for the read (median ~3.5, the deep bench recording's
+    first runs) and copied the text out (~3 ms), before it could go on."""
+
+    def __init__(self, memory: int, reader: HelperChild) -> None:
+        self.memory, self.reader = memory, reader
+
+    def text(self) -> bytes | None:
+        """The text once the reader has ended (None: it read none). In a process forked
+        from the one that started the reader (which reaps it)."""
+        self.reader.wait()
+        try:
+            size = int.from_bytes(os.pread(self.memory, _SIZE_BYTES, 0), sys.byteorder)
+            if not 0 < size <= _KALLSYMS_LIMIT or os.fstat(
+                    self.memory).st_size != _SIZE_BYTES + size:
+                return None
+            text = os.pread(self.memory, size, _SIZE_BYTES)
+            return text if len(text) == size else None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        os.close(self.memory)
+
+
+#: The bytes before the text in the memory file of :class:`_KallsymsRead`: its size.
+_SIZE_BYTES = 8
+
+
+def _read_importing_numpy() -> _KallsymsRead | None:
+    """kallsyms' text being read by a child while numpy is imported here (None: no memory
+    file, no child or no numpy: the child of :func:`prefetch` then reads it itself). In a
+    child, the read (~40 ms, the kernel's: a page of text a call) is out of this process's
+    address space and lock; a thread here took ~90 ms, against the import's own mappings
+    and code."""
     try:
         memory = os.memfd_create("pysframe-kallsyms", os.MFD_CLOEXEC)
     except (AttributeError, OSError):
         return None
-    try:
-        reader = start_helper(lambda: _copy_kallsyms(memory))
-        if reader is None:
-            return None
-        try:
-            import numpy  # noqa: F401
-        except ImportError:
-            return None
-        finally:
-            copied = reader.wait()
-        size = os.fstat(memory).st_size
-        if not copied or not 0 < size <= _KALLSYMS_LIMIT:
-            return None
-        text = os.pread(memory, size, 0)
-        return text if len(text) == size else None
-    finally:
+    reader = start_helper(lambda: _copy_kallsyms(memory))
+    if reader is None:
         os.close(memory)
+        return None
+    read = _KallsymsRead(memory, reader)
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        read.close()
+        reader.wait()
+        return None
+    return read
 
 
 def _copy_kallsyms(target: int) -> bool:
-    """kallsyms' text written to the descriptor ``target`` (False: unreadable)."""
+    """kallsyms' text written to the memory file ``target`` as :class:`_KallsymsRead`
+    reads it (False: unreadable)."""
     data = _kallsyms_text()
     if data is None:
         return False
+    os.lseek(target, _SIZE_BYTES, os.SEEK_SET)
     write_all(target, data)
+    os.pwrite(target, len(data).to_bytes(_SIZE_BYTES, sys.byteorder), 0)
     return True
 
 
@@ -480,20 +520,25 @@ def prefetching() -> bool:
 
 
 def _child_ended(stop: bool = False) -> None:
-    """Wait for the child of :func:`prefetch` to end (reaped if it is this process's);
-    with ``stop``, ask it to end first if it still runs. At exit (``stop``, registered by
+    """Wait for the child of :func:`prefetch` to end (reaped if it is this process's),
+    and for the one that read kallsyms for it; with ``stop``, ask them to end first if
+    they still run. At exit (``stop``, registered by
     :func:`prefetch`), a child no lookup waited for (the samples never reached the kernel:
     filtered out, or none there) is not left running after the command, nor unreaped (a
     zombie where init does not reap): its entry was not needed by this run, and the next
     one that needs it makes it."""
-    global _making
-    if _making is None:
-        return
-    _, child = _making
-    _making = None
-    if stop:
-        child.stop()
-    child.wait()
+    global _making, _reader
+    if _making is not None:
+        _, child = _making
+        _making = None
+        if stop:
+            child.stop()
+        child.wait()
+    if _reader is not None:  # (ended by now, but at exit: the child waits for it)
+        reader, _reader = _reader, None
+        if stop:
+            reader.stop()
+        reader.wait()
 
 
 def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> bytes | None:
