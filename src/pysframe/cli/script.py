@@ -79,7 +79,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     # The record walk in two processes, unless a first run's kernel symbols are being made
     # the long way in a child meanwhile: three on two CPUs, the walk took 116-123 ms
     # against 80-83 alone (the system-wide recording). The child of a batch run parses a
-    # text read before (~30 ms): the walk is split.
+    # text another child read (~30 ms): the walk is split.
     arrays = sample_arrays(data, split=jobs >= 2 and not prefetching())
     if arrays is None:
         return None

@@ -420,7 +420,7 @@ def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False
         atexit.register(_child_ended, stop=True)
 
 
-#: The niceness of the child that parses a text read before it was forked: its ~30 ms
+#: The niceness of the child that parses a text another child read: its ~30 ms
 #: land while the record walk runs in two processes. The deep recording's first run took
 #: 2.3% less with it (median of 21 alternating runs of per-run ratios; 453 -> 430 ms
 #: medians), though on this machine's kernel the child is not held back: it keeps a CPU
