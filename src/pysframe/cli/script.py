@@ -56,7 +56,10 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
                  show_stops: bool = False, stream: Any = None) -> Iterator[str] | None:
     """The text in chunks from the batch pipeline, when it takes this recording (None: the
     sample-by-sample path does), made by ``jobs`` processes; with ``stream`` (where the
-    text goes), the other processes' text is copied to it as bytes, not yielded."""
+    text goes), the other processes' text is copied to it as bytes, not yielded. When it
+    takes it, it makes the binaries' tables ready (``open_recording``'s
+    ``tables_later``), from the walk's mappings or, giving the recording back, as
+    ``open_recording`` would have."""
     import gc
     import os
     import time
@@ -72,6 +75,7 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
         from ..sources.perf_records import SAMPLE_CPU
         from ..symbolize.kernel import prefetching
     except ImportError:  # no numpy
+        _tables_ready(data, unwinder)
         return None
     from ..heap import keep_freed_memory
 
@@ -81,6 +85,8 @@ def _vector_text(data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jobs: i
     # against 80-83 alone (the system-wide recording). The child of a batch run parses a
     # text another child read (~30 ms): the walk is split.
     arrays = sample_arrays(data, split=jobs >= 2 and not prefetching())
+    _tables_ready(data, unwinder, None if arrays is None else
+                  [record for _, record in arrays.events])
     if arrays is None:
         return None
     attr = arrays.attr
@@ -277,18 +283,21 @@ Filters = dict[str, str | None]
 
 def open_recording(path: str, binaries: list[str], problems: Problems,
                    merge_callchains: bool = True, max_stack: int = 127,
-                   filters: Filters | None = None, kallsyms: bool = False
-                   ) -> tuple[Any, Any]:
+                   filters: Filters | None = None, kallsyms: bool = False,
+                   tables_later: bool = False) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder (keeping the samples ``filters`` select),
     or a one-line CommandError. ``kallsyms``: the running kernel's symbols are made in a
-    child meanwhile on a first run, if the recording may need them (:func:`_prefetch`)."""
+    child meanwhile on a first run, if the recording may need them (:func:`_prefetch`).
+    ``tables_later``: the caller makes the binaries' tables ready itself when the batch
+    pipeline takes the recording (:func:`_tables_ready`), once its walk has read the
+    mappings; else they are here (:func:`_tables_ready`)."""
     from ..sources.perf_data import open_perf_data
 
     data = open_perf_data(path)
+    unfiltered = not filters or all(value is None for value in filters.values())
     if kallsyms:
-        unfiltered = not filters or all(value is None for value in filters.values())
         _prefetch(data, numpy_next=unfiltered and _batched(data))
-    from ..session.perf import PerfUnwinder, recorded_files
+    from ..session.perf import PerfUnwinder
     from ..session.tables import GeneratedTables
     from .progress import TableBar
 
@@ -304,10 +313,21 @@ def open_recording(path: str, binaries: list[str], problems: Problems,
         data.close()
         raise CommandError(f"{path}: {error}", EXIT_INVALID) from None
     unwinder.keep = keep
-
-    # First run: the binaries' tables, generated in parallel before unwinding.
-    unwinder.finder.prefetch(recorded_files(data), progress=sys.stderr.isatty())
+    if not (tables_later and unfiltered and _batched(data)):
+        _tables_ready(data, unwinder)
     return data, unwinder
+
+
+def _tables_ready(data: Any, unwinder: Any, records: Any = None) -> None:
+    """First run: the tables of the binaries the recording maps first, generated in
+    parallel before unwinding (only those made whole: the others are made a function at a
+    time, when needed). Found in ``records`` when the walk has read them (the batch
+    pipeline), else by reading the start of the records for their mappings: ~10 ms of
+    every run of the deep bench recording (64 MB of 8 KB samples, their pages faulted in
+    once more), before the walk that reads them all anyway."""
+    from ..session.perf import recorded_files
+
+    unwinder.finder.prefetch(recorded_files(data, records), progress=sys.stderr.isatty())
 
 
 def recorded_kernel(entries: list[Any]) -> bytes | None:
@@ -392,7 +412,7 @@ def _run_script(path: str, *, binaries: list[str], output: str | None, show_stop
     phases = Phases() if os.environ.get(PHASES_VARIABLE) else None
     data, unwinder = open_recording(path, binaries, problems, merge_callchains, max_stack,
                                     {"pid": pids, "tid": tids, "comms": comms, "time": times},
-                                    kallsyms=True)
+                                    kallsyms=True, tables_later=True)
     with data:
         kernel = kernel_symbols_for(recorded_kernel(data.build_ids()))
         symbolizer = Symbolizer(problems, debug=unwinder.debug_files)

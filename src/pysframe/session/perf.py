@@ -560,13 +560,22 @@ def recorded_frames(sample: Sample, space: AddressSpace, limit: int | None = Non
 SCAN_LIMIT = 64 << 20
 
 
-def recorded_files(data: PerfData) -> list[tuple[str, bytes | None]]:
+def recorded_files(data: PerfData, records: Iterable[Record] | None = None
+                   ) -> list[tuple[str, bytes | None]]:
     """(path, build id) of the user-space ELF files a recording maps or has build ids
-    for (the start of the records only, see :data:`SCAN_LIMIT`)."""
+    for (the start of the records only, see :data:`SCAN_LIMIT`). ``records``: the
+    recording's records, read already (any order: those past the limit are left out, the
+    others taken in file order); else the start of the file is read for its mappings."""
     found: dict[str, bytes | None] = {
         entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
     end = data.data_offset + SCAN_LIMIT
-    for record in data.records(frozenset((RECORD_MMAP, RECORD_MMAP2)), until=end):
+    if records is None:
+        records = data.records(frozenset((RECORD_MMAP, RECORD_MMAP2)), until=end)
+    else:
+        records = sorted((record for record in records
+                          if isinstance(record, Mmap) and record.offset < end),
+                         key=lambda record: record.offset)
+    for record in records:
         if isinstance(record, Mmap) and record.executable:
             found.setdefault(record.filename, record.build_id)
     return [(name, build_id) for name, build_id in found.items()
