@@ -322,9 +322,9 @@ def _tables_ready(data: Any, unwinder: Any, records: Any = None) -> None:
     """First run: the tables of the binaries the recording maps first, generated in
     parallel before unwinding (only those made whole: the others are made a function at a
     time, when needed). Found in ``records`` when the walk has read them (the batch
-    pipeline), else by reading the start of the records for their mappings: ~10 ms of
-    every run of the deep bench recording (64 MB of 8 KB samples, their pages faulted in
-    once more), before the walk that reads them all anyway."""
+    pipeline), else by reading the start of the records for their mappings. Read before
+    the walk, that start (64 MB of 8 KB samples) cost every run of the deep bench
+    recording ~10 ms, of which the walk then saved ~4.5 (pages it found mapped)."""
     from ..session.perf import recorded_files
 
     unwinder.finder.prefetch(recorded_files(data, records), progress=sys.stderr.isatty())

@@ -522,11 +522,10 @@ def prefetching() -> bool:
 def _child_ended(stop: bool = False) -> None:
     """Wait for the child of :func:`prefetch` to end (reaped if it is this process's),
     and for the one that read kallsyms for it; with ``stop``, ask them to end first if
-    they still run. At exit (``stop``, registered by
-    :func:`prefetch`), a child no lookup waited for (the samples never reached the kernel:
-    filtered out, or none there) is not left running after the command, nor unreaped (a
-    zombie where init does not reap): its entry was not needed by this run, and the next
-    one that needs it makes it."""
+    they still run. At exit (``stop``, registered by :func:`prefetch`), a child no lookup
+    waited for (the samples never reached the kernel: filtered out, or none there) is not
+    left running after the command, nor unreaped (a zombie where init does not reap): its
+    entry was not needed by this run, and the next one that needs it makes it."""
     global _making, _reader
     if _making is not None:
         _, child = _making
