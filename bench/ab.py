@@ -17,10 +17,7 @@ whether the two outputs are the same.
 from __future__ import annotations
 
 import argparse
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,6 +26,7 @@ from common import (
     MIN_REPEATS,
     baseline_sframe,
     bench_environment,
+    measured_run,
     private_cache,
     spread,
     venv_sframe,
@@ -38,16 +36,7 @@ from common import (
 
 def run(argv: list[str], env: dict[str, str]) -> tuple[float, float, bytes]:
     """(wall seconds, CPU seconds, standard output) of one run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode not in (0, 1):
-        sys.exit(f"bench: {' '.join(argv)} failed ({done.returncode}): "
-                 f"{done.stderr.decode(errors='replace').strip()[-300:]}")
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return wall, cpu, done.stdout
+    return measured_run(argv, env, capture=True)
 
 
 def main() -> int:

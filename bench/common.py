@@ -63,6 +63,29 @@ def wall_time(argv: Sequence[str], runs: int = 5, stdout_path: Path | None = Non
     return statistics.median(times)
 
 
+def measured_run(argv: Sequence[str], env: Mapping[str, str], capture: bool = False
+                 ) -> tuple[float, float, bytes]:
+    """(wall seconds, CPU seconds, standard output) of one run of ``argv``: CPU time is
+    user + system of it and every process it waited for (``RUSAGE_CHILDREN``: our
+    helpers and workers are all waited for); its output captured with ``capture``, else
+    sent to /dev/null (b""). Exits the bench if the command fails (1, a problem reported
+    with the output still whole, is not a failure)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(list(argv), env=dict(env), check=False,
+                          stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                          stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 1):
+        sys.exit(f"bench: {' '.join(argv)} failed ({done.returncode}): "
+                 f"{done.stderr.decode(errors='replace').strip()[-300:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu, done.stdout or b""
+
+
 #: The fewest repeats a comparison prints a median and spread of.
 MIN_REPEATS = 5
 COLD, WARM = "cold", "warm"

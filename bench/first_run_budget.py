@@ -14,8 +14,9 @@ tables). This bench times, in one sitting and in alternating order:
   a first run pays for that part;
 - ours cold: an empty cache.
 
-Each run's CPU time is user + system time of the whole process tree (``os.wait4``: our
-helpers and workers are all waited for, so theirs is counted). Then it prints the
+Each run's CPU time is user + system time of the whole process tree
+(:func:`common.measured_run`: our helpers and workers are all waited for, so theirs is
+counted). Then it prints the
 budget: the goal's time (goal x perf's median) minus our warm median is what a first
 run may add; what it adds is cold minus warm, and each part's share. On a machine whose
 CPUs are all busy through a run, a first run's added CPU time, split over the CPUs, is a
@@ -35,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +47,7 @@ from common import (
     OUT,
     alternating,
     bench_environment,
+    measured_run,
     private_cache,
     spread,
     venv_sframe,
@@ -61,15 +62,8 @@ GOALS = {"small": 1.25, "large": 0.25}
 
 def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process tree) of one run, its text to /dev/null."""
-    with open(os.devnull, "wb") as sink:
-        start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=sink, stderr=subprocess.DEVNULL, env=env)
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode not in (0, 1):  # 1: a problem reported, the text still complete
-        sys.exit(f"bench: {argv[0]} failed ({child.returncode})")
-    return wall, usage.ru_utime + usage.ru_stime
+    wall, cpu, _ = measured_run(argv, env)
+    return wall, cpu
 
 
 def copy_parts(full: Path, target: Path, parts: list[str]) -> None:
