@@ -288,6 +288,38 @@ def test_only_the_child_parsing_a_read_text_yields_the_cpus(
     assert niceness and set(niceness) == {expected}  # (load_kallsyms calls payload_of)
 
 
+@pytest.mark.parametrize("readable", [True, False])
+def test_the_child_parsing_a_read_text_reuses_the_memory_it_frees(
+        fake_kernel: list[int], monkeypatch: pytest.MonkeyPatch, readable: bool) -> None:
+    """The child that parses a text another one read, with numpy (arrays of megabytes, one
+    after another), tells the allocator to keep freed memory before it parses: a freed
+    array's pages serve the next one, not new pages to fault in. The child that reads
+    kallsyms itself parses in Python and leaves the allocator as it is."""
+    pytest.importorskip("numpy")
+    monkeypatch.setattr(kernel, "_making", None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    seen_read, seen_write = os.pipe()
+
+    def noting(name: str, inner: Any) -> Any:
+        def call(*args: Any) -> Any:
+            os.write(seen_write, name.encode() + b"\n")
+            return inner(*args)
+        return call
+
+    monkeypatch.setattr(kernel, "keep_freed_memory", noting("keep", lambda: True))
+    monkeypatch.setattr(kernel, "payload_of", noting("parse", kernel.payload_of))
+    monkeypatch.setattr(kernel, "_kallsyms_text", lambda path="": (
+        Path(path).read_bytes() if path else
+        b"ffffffff81000000 T _stext\n" if readable else None))
+    kernel.prefetch(numpy_next=True)
+    kernel._child_ended()
+    os.close(seen_write)
+    with os.fdopen(seen_read, "rb") as seen:
+        calls = seen.read().decode().split()
+    assert calls[-1] == "parse"
+    assert calls == (["keep", "parse"] if readable else ["parse"])
+
+
 #: A run that starts the child and ends without a kernel lookup (its samples filtered out),
 #: while the child is still reading a kallsyms that takes a minute; it prints the child's pid.
 UNUSED_CHILD = """

@@ -1,5 +1,6 @@
 """glibc's allocator told to keep the memory the batch pipeline frees, in the ``sframe``
-command's batch pipeline only.
+command's batch pipeline, and in the child that parses kallsyms with numpy for it
+(:func:`pysframe.symbolize.kernel.prefetch`) only.
 
 Each chunk of samples allocates arrays of megabytes (a result matrix of 4,096 samples
 by the deepest chain is 4 MB) and frees them before the next. glibc serves blocks that
