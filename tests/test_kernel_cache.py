@@ -61,21 +61,24 @@ def test_another_boot_or_a_malformed_entry_reads_kallsyms_again(
     assert kernel.kernel_symbols_for(BUILD_ID) is not None and fake_kernel == [2]
     # Entries whose cache header verifies but are not tables (written by hand): not used.
     source = cachedir.describe(0, [BOOT.replace(b"0", b"f"), kernel.KALLSYMS_KIND.encode()])
-    for junk in (b"", b"\xff" * 8, _entry(2, [1, 3], [2, 4], [0, 1, 2], b"ab")[:-1],
-                 _entry(1, [5], [6], [0, 3], b"ab"), _entry(1, [5], [6], [1, 2], b"ab"),
-                 _entry(0, [], [], [0], b""), _entry(3, [5], [6], [0, 2], b"ab"),
-                 _damaged(_entry(1, [5], [6], [0, 2], b"ab"))):
-        cachedir.store(kernel.KALLSYMS_KIND, BUILD_ID, junk, source)
+    junk = (b"", b"\xff" * 8, _entry(2, [1, 3], [2, 4], [(0, 1), (1, 2)], b"ab")[:-1],
+            _entry(0, [], [], [], b""), _entry(3, [5], [6], [(0, 2)], b"ab"),
+            _entry(2, [5, 7], [7, 9], [(0, 1), (1, 2)], b"ab")[:-2],
+            _damaged(_entry(1, [5], [6], [(0, 2)], b"ab")))
+    for payload in junk:
+        cachedir.store(kernel.KALLSYMS_KIND, BUILD_ID, payload, source)
         table = kernel.kernel_symbols_for(BUILD_ID)
         assert table is not None and table.names[0] == "_stext"
-    assert fake_kernel == [2 + 8]  # each read kallsyms again
+    assert fake_kernel == [2 + len(junk)]  # each read kallsyms again
 
 
-def _entry(count: int, starts: list[int], ends: list[int], offsets: list[int], names: bytes
-           ) -> bytes:
-    """A kallsyms entry's payload made by hand, its CRC right."""
+def _entry(count: int, starts: list[int], ends: list[int], spans: list[tuple[int, int]],
+           area: bytes) -> bytes:
+    """A kallsyms entry's payload made by hand (names as ``spans`` of ``area``), its CRC
+    right."""
     body = (struct.pack(f"=Q{len(starts)}Q{len(ends)}Q", count, *starts, *ends)
-            + struct.pack(f"={len(offsets)}I", *offsets) + names)
+            + struct.pack(f"={len(spans)}I", *(first for first, _ in spans))
+            + struct.pack(f"={len(spans)}I", *(last for _, last in spans)) + area)
     return struct.pack("=I4x", zlib.crc32(body)) + body
 
 
@@ -85,11 +88,12 @@ def _damaged(payload: bytes) -> bytes:
 
 
 def test_a_hand_made_entry_out_of_order_gives_names_not_errors(fake_kernel: list[int]) -> None:
-    """The order of the starts is vouched for by the CRC only: an entry made by hand with
-    a right CRC and starts out of order names frames wrongly but never fails a lookup."""
+    """The order of the starts and the names' spans are vouched for by the CRC only: an
+    entry made by hand with a right CRC, starts out of order and spans past the names'
+    bytes (or ending before they start) names frames wrongly but never fails a lookup."""
     source = cachedir.describe(0, [BOOT, kernel.KALLSYMS_KIND.encode()])
     cachedir.store(kernel.KALLSYMS_KIND, BUILD_ID,
-                   _entry(3, [9, 2, 5], [10, 3, 7], [0, 1, 9, 3], b"abc"), source)
+                   _entry(3, [9, 2, 5], [10, 3, 7], [(0, 1), (1, 9), (3, 1)], b"abc"), source)
     table = kernel.kernel_symbols_for(BUILD_ID)
     assert table is not None and fake_kernel == [0]
     found = [table.lookup(address) for address in range(12)]
@@ -137,7 +141,7 @@ def test_kallsyms_are_read_as_perf_chooses(tmp_path: Path, text: str, in_columns
     if text.startswith(KALLSYMS[:30]):
         assert "__helper" in names and not {"helper", "mod_fn"} & set(names)
     # Unsorted, aliased, module and data lines: the payload reads back as the same table.
-    back = SymbolTable.from_entry(table.entry())
+    back = SymbolTable.from_spans(table.entry())
     assert back is not None and list(back.names) == names and list(back.ends) == ends
 
 
@@ -274,7 +278,7 @@ def test_only_the_child_parsing_a_read_text_yields_the_cpus(
             return inner(*args)
         return call
 
-    monkeypatch.setattr(kernel, "payload_of", noting(kernel.payload_of))
+    monkeypatch.setattr(kernel, "payload_parts_of", noting(kernel.payload_parts_of))
     monkeypatch.setattr(kernel, "load_kallsyms", noting(kernel.load_kallsyms))
     monkeypatch.setattr(kernel, "_kallsyms_text", lambda path="": (
         Path(path).read_bytes() if path else
@@ -285,7 +289,7 @@ def test_only_the_child_parsing_a_read_text_yields_the_cpus(
     with os.fdopen(seen_read, "rb") as seen:
         niceness = [int(line) for line in seen]
     expected = min(here + kernel.PARSER_NICENESS, 19) if readable else here
-    assert niceness and set(niceness) == {expected}  # (load_kallsyms calls payload_of)
+    assert niceness and set(niceness) == {expected}  # (load_kallsyms parses by it too)
 
 
 @pytest.mark.parametrize("readable", [True, False])
@@ -307,7 +311,7 @@ def test_the_child_parsing_a_read_text_reuses_the_memory_it_frees(
         return call
 
     monkeypatch.setattr(kernel, "keep_freed_memory", noting("keep", lambda: True))
-    monkeypatch.setattr(kernel, "payload_of", noting("parse", kernel.payload_of))
+    monkeypatch.setattr(kernel, "payload_parts_of", noting("parse", kernel.payload_parts_of))
     monkeypatch.setattr(kernel, "_kallsyms_text", lambda path="": (
         Path(path).read_bytes() if path else
         b"ffffffff81000000 T _stext\n" if readable else None))
@@ -485,6 +489,22 @@ def test_a_table_read_in_place_is_a_sequence_of_its_names() -> None:
     with pytest.raises(IndexError):
         back.names[3]
     assert back.entry() == table.entry()
+
+
+def test_a_kernel_table_read_in_place_names_spans_of_its_text() -> None:
+    """The kernel's entry keeps kallsyms' text and each name as a span of it: read back,
+    the names index as a list does, and the entry is the same bytes again."""
+    text = b"ffffffff81000000 T _stext\nffffffff81000040 d data\nffffffff81000100 t helper\n"
+    payload = kernel.payload_of(text)
+    assert payload is not None and payload.endswith(text)  # (the text whole, not copied out)
+    back = SymbolTable.from_spans(payload)
+    assert back is not None and back.payload is not None
+    assert list(back.names) == ["_stext", "helper"] and back.names[-1] == "helper"
+    assert back.names[1:] == ["helper"] and back.lookup(0xffffffff81000104) == ("helper", 4)
+    with pytest.raises(IndexError):
+        back.names[2]
+    assert back.entry() == payload
+    assert SymbolTable.from_spans(payload[:-len(text) - 1]) is None  # (arrays cut short)
 
 
 def test_no_child_for_a_recording_of_another_kernel(fake_kernel: list[int],

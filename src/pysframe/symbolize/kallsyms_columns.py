@@ -4,8 +4,9 @@
 The same cache entry :func:`~.kernel.kallsyms_payload` makes, byte for byte (the tests
 hold the two readers to each other): the kernel's lines (``%px %c %s``) before the first
 module's are checked and split as arrays over the text's bytes, the names never made
-objects; the modules' lines, and anything after them, are read one by one as there.
-~25 ms for 120,000 lines, where the column-at-a-time read in Python takes ~65 ms.
+objects (the entry keeps them as spans of the text); the modules' lines, and anything
+after them, are read one by one as there. ~15 ms for 120,000 lines, where the
+column-at-a-time read in Python takes ~65 ms.
 By hand because no library reads kallsyms into arrays.
 """
 
@@ -15,7 +16,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .perf_rules import last_end
-from .table_bytes import entry_of
+from .table_bytes import spans_entry_parts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,13 +63,14 @@ def core_symbols(data: bytes, width: int, cut: int
     return packed.view(">u8").ravel().astype(np.uint64), starts + width + 3, ends
 
 
-def payload(addresses: NDArray[np.uint64], name_starts: NDArray[np.int64],
-            name_ends: NDArray[np.int64], names: bytes) -> bytes | None:
+def payload_parts(addresses: NDArray[np.uint64], name_starts: NDArray[np.int64],
+                  name_ends: NDArray[np.int64], names: bytes
+                  ) -> list[bytes | memoryview] | None:
     """The entry of the table perf's rule makes of these size-less symbols (names at
-    ``names[name_starts[k]:name_ends[k]]``), as :func:`~.kernel._perf_payload` makes it:
-    sorted by address (stable), the last of each address kept, each ending where the
-    next starts and the last one page past its page. None when the last one's end is
-    past 64 bits."""
+    ``names[name_starts[k]:name_ends[k]]``), as :func:`~.kernel._perf_payload` makes it,
+    as its parts (:func:`~.table_bytes.spans_entry_parts`, ``names`` the area): sorted by
+    address (stable), the last of each address kept, each ending where the next starts
+    and the last one page past its page. None when the last one's end is past 64 bits."""
     if (addresses[1:] < addresses[:-1]).any():
         order = np.argsort(addresses, kind="stable")
         addresses, name_starts, name_ends = (
@@ -81,14 +83,6 @@ def payload(addresses: NDArray[np.uint64], name_starts: NDArray[np.int64],
         return None
     ends = np.empty_like(addresses)
     ends[:-1], ends[-1] = addresses[1:], end
-    offsets = np.zeros(len(addresses) + 1, np.uint32)
-    np.cumsum(name_ends - name_starts, out=offsets[1:])
-    # Each name byte's place in ``names``, summed up in place: one past the byte before,
-    # but at a name's first byte, the step from the name before's end to its start (a
-    # name is never empty; 32-bit: the text is under 256 MiB).
-    at = np.ones(int(offsets[-1]), np.int32)
-    at[0] = name_starts[0]
-    at[offsets[1:-1].astype(np.intp)] = name_starts[1:] - name_ends[:-1] + 1
-    np.cumsum(at, out=at)
-    blob = np.frombuffer(names, np.uint8)[at]
-    return entry_of(addresses.data, ends.data, offsets.data, blob.data)  # (one copy, there)
+    # (32-bit: the text is under 256 MiB)
+    return spans_entry_parts(addresses.data, ends.data, name_starts.astype(np.uint32).data,
+                             name_ends.astype(np.uint32).data, names)

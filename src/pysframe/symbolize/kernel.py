@@ -5,13 +5,14 @@ Used when the running kernel is the recorded one (same build id, from
 -B``: perf reads /proc/kallsyms then), and kallsyms shows real addresses; otherwise kernel
 frames stay ``[unknown]``, as perf prints them without symbols.
 
-Reading kallsyms takes ~60-110 ms of CPU for 120,000 lines (the kernel's ~40 ms to
-print them, then ~20 ms to parse them as arrays where numpy is imported, ~65 ms in
+Reading kallsyms takes ~55-110 ms of CPU for 120,000 lines (the kernel's ~40 ms to
+print them, then ~15 ms to parse them as arrays where numpy is imported, ~65 ms in
 Python elsewhere), at every run; so the table is kept in the private cache by kernel
 build id, valid for one boot (the addresses move with
 KASLR at each boot: ``/proc/sys/kernel/random/boot_id`` is part of the entry's source),
 and mapped when read back, checked by its CRC and its shape
-(:meth:`~.symbols.SymbolTable.from_entry`).
+(:meth:`~.symbols.SymbolTable.from_spans`). Its names are spans of kallsyms' text, kept
+whole in the entry: the names are not copied out of the text into a blob of their own.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from itertools import compress, islice
+from itertools import accumulate, compress, islice
 
-from ..cachedir import Source, describe, load_mapped, open_directory, store
+from ..cachedir import Source, describe, load_mapped, open_directory, store_parts
 from ..elf.headers import find_build_id
 from ..errors import PysframeError
 from ..fd_io import write_all
@@ -29,7 +30,7 @@ from ..heap import keep_freed_memory
 from ..helper_child import HelperChild, start_helper
 from ..inputs import read_text
 from .symbols import SymbolTable
-from .table_bytes import entry, intact
+from .table_bytes import intact, spans_entry_parts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,10 +54,10 @@ def load_kallsyms(path: str = "/proc/kallsyms") -> SymbolTable | None:
     chosen as perf chooses among aliases (:class:`SymbolTable`: kallsyms' symbols have no
     size, so of several at one address the last one in address order, file order among
     equals, is kept, and each ends where the next address starts). The table is read from
-    its cache entry's bytes (:meth:`~.symbols.SymbolTable.from_entry`), which
+    its cache entry's bytes (:meth:`~.symbols.SymbolTable.from_spans`), which
     :meth:`~.symbols.SymbolTable.entry` gives back whole."""
     payload = kallsyms_payload(path)
-    return SymbolTable.from_entry(payload) if payload is not None else None
+    return SymbolTable.from_spans(payload) if payload is not None else None
 
 
 #: The most kallsyms is read of (a kernel's is 5-20 MB): more is not a kernel's.
@@ -69,8 +70,9 @@ _OTHER_SPACES = (b"\r", b"\x0b", b"\x0c")
 
 
 def kallsyms_payload(path: str = "/proc/kallsyms") -> bytes | None:
-    """The cache entry's bytes (see :data:`_PREFIX`) of kallsyms' text symbols, as
-    :func:`load_kallsyms` chooses them; None if unreadable, hidden or not text."""
+    """The cache entry's bytes (:func:`.table_bytes.spans_entry_parts`) of kallsyms' text
+    symbols, as :func:`load_kallsyms` chooses them; None if unreadable, hidden or not
+    text."""
     data = _kallsyms_text(path)
     return payload_of(data) if data is not None else None
 
@@ -86,10 +88,18 @@ def _kallsyms_text(path: str = "/proc/kallsyms") -> bytes | None:
 
 
 def payload_of(data: bytes) -> bytes | None:
-    """The entry of kallsyms' text ``data`` (None: hidden or not text). In a process that
-    has numpy imported, the kernel's own layout is read as arrays (:func:`_read_with_numpy`,
-    ~25 ms for 120,000 lines, besides the read's ~40 ms); without it, as bytes a column
-    at a time (:func:`_read_in_python`, ~65 ms). The same entry either way."""
+    """The entry of kallsyms' text ``data`` (None: hidden or not text), joined."""
+    parts = payload_parts_of(data)
+    return b"".join(parts) if parts is not None else None
+
+
+def payload_parts_of(data: bytes) -> list[bytes | memoryview] | None:
+    """The entry of kallsyms' text ``data`` as its parts (None: hidden or not text): in
+    the kernel's layout, its names are spans of ``data``, which the entry keeps. In a
+    process that has numpy imported, that layout is read as arrays
+    (:func:`_read_with_numpy`, ~15 ms for 120,000 lines, besides the read's ~40 ms);
+    without it, as bytes a column at a time (:func:`_read_in_python`, ~65 ms). The same
+    entry either way."""
     if data.isascii() and "numpy" in sys.modules:  # (never imported for this)
         read = _read_with_numpy(data)
         if read is not None:
@@ -97,11 +107,12 @@ def payload_of(data: bytes) -> bytes | None:
     return _read_in_python(data)
 
 
-def _read_in_python(data: bytes) -> bytes | None:
-    """The entry of kallsyms' text (None: hidden or not text): the kernel's own layout
-    (``%px %c %s``, then a tab and ``[module]`` for a module's symbol, left out like
-    perf's vmlinux map) read a column at a time, as bytes, the names never made strings;
-    text in another layout line by line (~180 ms for 120,000 lines)."""
+def _read_in_python(data: bytes) -> list[bytes | memoryview] | None:
+    """The entry's parts of kallsyms' text (None: hidden or not text): the kernel's own
+    layout (``%px %c %s``, then a tab and ``[module]`` for a module's symbol, left out
+    like perf's vmlinux map) read a column at a time, as bytes, the names never made
+    strings (spans of ``data``); text in another layout line by line (~180 ms for 120,000
+    lines), its names joined into the area."""
     try:
         found = _columns(data) if data.isascii() else None
         if found is None:
@@ -110,10 +121,10 @@ def _read_in_python(data: bytes) -> bytes | None:
         return None
     if found is None:
         return None
-    starts, names = found
+    starts, spans, area = found
     if not starts or not any(starts):
         return None
-    return _perf_payload(starts, names)
+    return _perf_payload(starts, spans, area)
 
 
 def _layout(data: bytes) -> tuple[int, int] | None:
@@ -126,13 +137,14 @@ def _layout(data: bytes) -> tuple[int, int] | None:
     return width, data.rfind(b"\n", 0, tab) + 1 if tab >= 0 else len(data)
 
 
-def _columns(data: bytes) -> tuple[array[int], list[bytes]] | None:
-    """(addresses, names) of the text symbols of kallsyms in the kernel's layout (each
-    address as wide as the first line's), in file order; lines of another layout are not
-    symbols. None when ``data`` is not in that layout: addresses or names that are not
-    plain ones (no spaces, no control characters), or lines ended otherwise than by a
-    bare newline. The lines before the first module's (the kernel's own, nearly all of
-    them) are split at once; those from it on, one at a time (:func:`_late_symbols`)."""
+def _columns(data: bytes) -> tuple[array[int], list[tuple[int, int]], bytes] | None:
+    """(addresses, where each name starts and ends in ``data``, ``data``) of the text
+    symbols of kallsyms in the kernel's layout (each address as wide as the first
+    line's), in file order; lines of another layout are not symbols. None when ``data`` is
+    not in that layout: addresses or names that are not plain ones (no spaces, no control
+    characters), or lines ended otherwise than by a bare newline. The lines before the
+    first module's (the kernel's own, nearly all of them) are split at once; those from it
+    on, one at a time (:func:`_late_symbols`)."""
     layout = _layout(data)
     if layout is None:
         return None
@@ -145,18 +157,26 @@ def _columns(data: bytes) -> tuple[array[int], list[bytes]] | None:
             or set(map(len, kinds)) - {1}
             or sum(map(len, names)) + (width + 4) * lines - len(core) not in (0, 1)):
         return None  # not one plain address, type and name with single spaces a line
+    # Line k's name starts after k lines before it (each its address, two spaces, a type
+    # letter, a newline: width + 4 bytes besides its name) and their names.
+    lengths = list(map(len, names))
+    befores = accumulate(lengths, initial=0)  # (one more than the lines: the last unused)
+    firsts = [width + 3 + k * (width + 4) + before
+              for k, before in zip(range(len(lengths)), befores, strict=False)]
     text = list(map(_TEXT_KINDS.__contains__, kinds))
-    addresses, names = list(compress(addresses, text)), list(compress(names, text))
+    addresses = list(compress(addresses, text))
+    spans = [(first, first + length)
+             for first, length in compress(zip(firsts, lengths, strict=True), text)]
     late = _late_symbols(data, width, cut)
     if late is None:
         return None
     for address, name_start, name_end in late:
         addresses.append(address)
-        names.append(data[name_start:name_end])
-    if not names:
+        spans.append((name_start, name_end))
+    if not spans:
         return None
     starts = _hex_addresses(addresses, width)
-    return (starts, names) if starts is not None else None
+    return (starts, spans, data) if starts is not None else None
 
 
 def _late_symbols(data: bytes, width: int, cut: int) -> list[tuple[bytes, int, int]] | None:
@@ -199,13 +219,13 @@ def _addresses(raw: bytes, size: int) -> array[int]:
                        for k in range(0, len(raw), size)])
 
 
-def _read_with_numpy(data: bytes) -> tuple[bytes | None] | None:
-    """(the entry, None if there is none: addresses hidden) of kallsyms in the kernel's
+def _read_with_numpy(data: bytes) -> tuple[list[bytes | memoryview] | None] | None:
+    """(the entry's parts, None if there is none: addresses hidden) of kallsyms in the kernel's
     layout read by :mod:`.kallsyms_columns`, the same as :func:`_columns` and
     :func:`_perf_payload` make it; None when not in that layout (read as any text)."""
     import numpy as np
 
-    from .kallsyms_columns import core_symbols, payload
+    from .kallsyms_columns import core_symbols, payload_parts
 
     layout = _layout(data)
     if layout is None:
@@ -224,11 +244,13 @@ def _read_with_numpy(data: bytes) -> tuple[bytes | None] | None:
         name_ends = np.concatenate([name_ends, [end for _, _, end in late]])
     if not len(addresses):
         return None
-    return (payload(addresses, name_starts, name_ends, data) if addresses.any() else None,)
+    return (payload_parts(addresses, name_starts, name_ends, data) if addresses.any()
+            else None,)
 
 
-def _line_by_line(text: str) -> tuple[array[int], list[bytes]] | None:
-    """The same from any text (fields split at whitespace, hex addresses)."""
+def _line_by_line(text: str) -> tuple[array[int], list[tuple[int, int]], bytes] | None:
+    """The same from any text (fields split at whitespace, hex addresses), the names
+    joined into the area."""
     from array import array
 
     starts, names = array("Q"), []
@@ -241,14 +263,16 @@ def _line_by_line(text: str) -> tuple[array[int], list[bytes]] | None:
             names.append(fields[2].encode())
     except (ValueError, OverflowError):
         return None
-    return starts, names
+    ends = list(accumulate(map(len, names)))
+    return starts, list(zip([0, *ends[:-1]], ends, strict=True)), b"".join(names)
 
 
-def _perf_payload(starts: array[int], names: list[bytes]) -> bytes | None:
-    """The entry of the table :class:`SymbolTable` makes of size-less symbols (``starts``,
-    ``names`` in file order): sorted by address (stable), the last of each address kept,
-    each ending where the next starts and the last one page past its page
-    (``_fixed_ends``)."""
+def _perf_payload(starts: array[int], spans: list[tuple[int, int]], area: bytes
+                  ) -> list[bytes | memoryview] | None:
+    """The entry's parts of the table :class:`SymbolTable` makes of size-less symbols
+    (``starts``, their names' ``spans`` of ``area``, in file order): sorted by address
+    (stable), the last of each address kept, each ending where the next starts and the
+    last one page past its page (``_fixed_ends``)."""
     import operator
     from array import array
 
@@ -258,21 +282,25 @@ def _perf_payload(starts: array[int], names: list[bytes]) -> bytes | None:
     if not all(rising) and any(map(operator.gt, starts, islice(starts, 1, None))):
         order = sorted(range(len(starts)), key=starts.__getitem__)
         starts = array("Q", map(starts.__getitem__, order))
-        names = list(map(names.__getitem__, order))
+        spans = list(map(spans.__getitem__, order))
         rising = list(map(operator.lt, starts, islice(starts, 1, None)))
     if not all(rising):  # aliases: each address's last one kept
         rising.append(True)
-        starts, names = array("Q", compress(starts, rising)), list(compress(names, rising))
+        starts, spans = array("Q", compress(starts, rising)), list(compress(spans, rising))
     end = last_end(starts[-1])
     if end >> 64:
         return None  # (the last symbol in the last page: no end to give it)
     ends = starts[1:]
     ends.append(end)
-    return entry(starts, ends, names)
+    firsts = array("I", [first for first, _ in spans])
+    lasts = array("I", [last for _, last in spans])
+    return spans_entry_parts(memoryview(starts), memoryview(ends), memoryview(firsts),
+                             memoryview(lasts), area)
 
 
-#: Kernel symbol tables in the cache: one per kernel build id (and payload format).
-KALLSYMS_KIND = "kernel/kallsyms.p4"
+#: Kernel symbol tables in the cache: one per kernel build id (and payload format; p5:
+#: names as spans of kallsyms' text, :func:`.table_bytes.spans_entry_parts`).
+KALLSYMS_KIND = "kernel/kallsyms.p5"
 
 
 def kernel_symbols_for(recorded_build_id: bytes | None) -> SymbolTable | None:
@@ -342,12 +370,12 @@ def _kallsyms_of_boot(build_id: bytes, boot: bytes) -> SymbolTable | None:
     source = _source(boot)
     payload = load_mapped(KALLSYMS_KIND, build_id, source, intact)
     if payload is not None:
-        cached = SymbolTable.from_entry(payload)
+        cached = SymbolTable.from_spans(payload)
         if cached is not None:
             return cached
     table = load_kallsyms()
     if table is not None:
-        store(KALLSYMS_KIND, build_id, table.entry(), source)
+        store_parts(KALLSYMS_KIND, build_id, [table.entry()], source, mapped=True)
     return table
 
 
@@ -406,13 +434,14 @@ def prefetch(recorded_build_id: bytes | None = None, *, numpy_next: bool = False
             # pages to fault in (the parse and the store took 32 CPU-ms against 39 in a
             # child forked as this one is, 21 alternating runs; 4,300 faults, not 8,500).
             keep_freed_memory()
-            payload = payload_of(text)
+            parts = payload_parts_of(text)
         else:
             table = load_kallsyms()
-            payload = table.entry() if table is not None else None
-        if payload is None:
+            parts = [table.entry()] if table is not None else None
+        if parts is None:
             return False
-        store(KALLSYMS_KIND, build_id, payload, _source(boot))
+        # (its parts as they are, kallsyms' text among them: never joined into one copy)
+        store_parts(KALLSYMS_KIND, build_id, parts, _source(boot), mapped=True)
         return True
 
     child = start_helper(make)

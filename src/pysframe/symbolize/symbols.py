@@ -135,6 +135,20 @@ class SymbolTable:
         table.payload = payload
         return table
 
+    @classmethod
+    def from_spans(cls, payload: bytes | memoryview) -> SymbolTable | None:
+        """The table an entry of the kernel's layout holds (names as spans of an area: see
+        :func:`.table_bytes.spans_from`), its arrays views of ``payload``, or None when it
+        is not shaped as one."""
+        from .table_bytes import spans_from
+
+        arrays = spans_from(payload)
+        if arrays is None:
+            return None
+        table = cls.from_arrays(*arrays)
+        table.payload = payload
+        return table
+
     def entry(self) -> bytes:
         """The cache entry's bytes of this table (those it was read from, when it was)."""
         if self.payload is not None:
