@@ -1,11 +1,17 @@
-"""A first run's larger symbol tables made by a helper process while `script` follows the
-recording to its first sample (pysframe.symbolize.symbols_prefetch): the helper makes
-them into the private cache, the process the -j workers fork from reads them back; the
-text is the one of a warm run and of -j 1, held to perf's own text of the recording, and
-a helper that makes nothing costs only its time."""
+"""A first run's symbol tables made by a helper process while `script` opens the
+recording and follows it to its first sample (pysframe.symbolize.symbols_prefetch): the
+helper, forked as soon as the build-id table is read, makes them into the private cache,
+the process the -j workers fork from reads them back; the text is the one of a warm run
+and of -j 1, held to perf's own text of the recording, a helper that makes nothing costs
+only its time, and one no one takes does not outlive the command."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,22 +22,8 @@ from pysframe.cli.script import ENGINE_VARIABLE, run_script
 from pysframe.symbolize import symbols_prefetch
 
 RECORDING = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
-
-
-def test_the_child_takes_the_largest_files_up_to_two_thirds_of_the_bytes(
-        tmp_path: Path) -> None:
-    files = []
-    for name, size in (("small", 100), ("large", 700), ("medium", 150), ("gone", 0)):
-        path = tmp_path / name
-        if size:
-            path.write_bytes(b"x" * size)
-        files.append((str(path), name.encode()))
-    share = symbols_prefetch.child_share(files)
-    assert [Path(path).name for path, _ in share] == ["large"]  # 700 of 950 bytes
-    files[1] = (str(tmp_path / "gone"), b"large")  # no file: no size
-    assert [Path(path).name for path, _ in symbols_prefetch.child_share(files)] == [
-        "medium", "small"]  # 150 of 250 bytes (less than 2/3), then 250
-    assert symbols_prefetch.child_share([]) == []
+#: The files of the recording's build-id table, in its order.
+FILES = ["lua", "ld-linux-x86-64.so.2", "libc.so.6"]
 
 
 def _helpers(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
@@ -76,11 +68,11 @@ def _cached_all(tmp_path: Path) -> bool:
     return symbols_prefetch.uncached(files) == []
 
 
-def test_a_first_run_makes_libcs_table_in_a_helper(monkeypatch: pytest.MonkeyPatch,
+def test_a_first_run_makes_the_tables_in_a_helper(monkeypatch: pytest.MonkeyPatch,
                                                    tmp_path: Path) -> None:
     helpers = _helpers(monkeypatch)
     first, warm, one = _texts(monkeypatch, tmp_path)
-    assert helpers == [["libc.so.6"], []]  # the first run's, none on the warm run
+    assert helpers == [FILES, []]  # the first run's, none on the warm run
     assert first == warm == one
     held_to_perfs_text(RECORDING, first)
     assert _cached_all(tmp_path)
@@ -92,7 +84,7 @@ def test_a_helper_that_makes_nothing_costs_only_its_time(monkeypatch: pytest.Mon
     helpers = _helpers(monkeypatch)
     monkeypatch.setattr(symbols_prefetch, "_make", lambda *args: None)
     first, warm, one = _texts(monkeypatch, tmp_path)
-    assert helpers[0] == ["libc.so.6"]
+    assert helpers[0] == FILES
     assert first == warm == one
     held_to_perfs_text(RECORDING, first)
     assert _cached_all(tmp_path)
@@ -135,3 +127,59 @@ def test_phase_times_of_a_first_and_a_warm_run(monkeypatch: pytest.MonkeyPatch,
     assert timed == plain
     held_to_perfs_text(RECORDING, timed[0])
     assert capsys.readouterr().err.count("phases: setup ") == 3
+
+
+def test_the_helper_is_forked_before_the_unwinder_is_made(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    """The child starts as soon as the recording's build-id table is read: before this
+    process builds its unwinder (and imports what that needs), so that it has the time to
+    make every table."""
+    from pysframe.session import perf
+
+    seen: list[bool] = []
+    real = perf.PerfUnwinder.__init__
+
+    def noted(self: perf.PerfUnwinder, *args: object, **kwargs: object) -> None:
+        seen.append(symbols_prefetch._started is not None)
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(perf.PerfUnwinder, "__init__", noted)
+    _texts(monkeypatch, tmp_path)
+    assert seen == [True, False, False]  # the first run; not the warm one nor -j 1
+
+
+#: A run that starts the helper and ends without taking it, while the helper is still
+#: making a table that takes a minute; it prints the helper's pid.
+UNTAKEN_HELPER = """
+import os, sys, time
+from pysframe.cli.script import open_recording
+from pysframe.errors import Problems
+from pysframe.symbolize import symbols_prefetch
+symbols_prefetch._make = lambda *args: time.sleep(60)
+data, _ = open_recording(sys.argv[1], [os.path.dirname(sys.argv[1])], Problems(print),
+                         split=True)
+print(symbols_prefetch._started.child.pid, flush=True)
+"""
+
+
+def test_a_helper_no_one_takes_is_stopped_and_reaped_at_exit(tmp_path: Path) -> None:
+    """A run that ends before the split (or goes another way) leaves no process: the
+    helper still running is stopped (the command does not wait a minute for it) and
+    reaped, its half-written entry removed."""
+    if not RECORDING.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", UNTAKEN_HELPER, str(RECORDING)],
+                          capture_output=True, text=True, timeout=50,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout)
+    try:
+        assert time.monotonic() - started < 30
+        assert not os.path.exists(f"/proc/{pid}")  # (reaped: not even a zombie)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)  # (the helper of a run that left it)
+        except ProcessLookupError:
+            pass
+    assert not list((tmp_path / "cache").rglob(".tmp-*"))

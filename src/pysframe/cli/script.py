@@ -219,8 +219,9 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
 
     from ..report.perf_script import name_width, perf_script_text
     from ..sources.perf_data import estimated_samples
-    from ..symbolize.symbols_prefetch import prefetch_symbols
+    from ..symbolize.symbols_prefetch import take_started
 
+    helper = take_started()  # (started by open_recording: see _prefetch_symbols)
     if jobs < 2 or unwinder.keep is not None or unwinder.stitcher is not None:
         return None
     count = estimated_samples(data)
@@ -228,9 +229,7 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
         return None
     bounds = share_bounds(count, jobs)
     width = name_width(data.attrs)
-    files = [(entry.filename, entry.build_id) for entry in data.build_ids()
-             if not entry.kernel and entry.filename.startswith("/")]
-    helper = prefetch_symbols(files, unwinder.finder, unwinder.debug_files)
+    files = recorded_files_of(data)
     records = unwinder.from_first_sample()  # each worker goes on from here
     _read_before_fork(files, unwinder, symbolizer, helper)
 
@@ -246,6 +245,32 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
                     lambda: bool(data.skipped))
 
 
+def recorded_files_of(data: Any) -> list[tuple[str, bytes | None]]:
+    """The user-space files (path, build id) of the recording's build-id table."""
+    return [(entry.filename, entry.build_id) for entry in data.build_ids()
+            if not entry.kernel and entry.filename.startswith("/")]
+
+
+def _prefetch_symbols(data: Any, binaries: list[str]) -> None:
+    """A first run that :func:`_scalar_jobs` will split: a child making the symbol tables
+    of the recording's files (:mod:`pysframe.symbolize.symbols_prefetch`), forked now,
+    as soon as they are known, with a finder of its own (as the unwinder's)."""
+    from ..sources.perf_data import estimated_samples
+    from ..sources.perf_deferred import defers_callchains
+    from ..symbolize.symbols_prefetch import prefetch_symbols
+
+    if (defers_callchains(attr.flags for attr in data.attrs)
+            or estimated_samples(data) < SCALAR_JOBS_FROM):
+        return  # (unwound in this process alone: it reads each table when it needs it)
+
+    def tools() -> Any:
+        from ..session.perf import binary_finder, recorded_build_ids
+
+        return binary_finder(recorded_build_ids(data), binaries)
+
+    prefetch_symbols(recorded_files_of(data), tools)
+
+
 def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
                       symbolizer: Any, helper: Any = None) -> None:
     """Read now, in the process the -j workers fork from, what each of them would read
@@ -254,20 +279,21 @@ def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
     Lua fixture's first run, -j 2 without this, had taken 286 ms against 232 with -j 1,
     and was left to one process; with it, -j 2: 263 ms against 337 with -j 1 (10
     alternating runs, in a slower spell). On a first run, ``helper`` (if any) makes the
-    larger symbol tables meanwhile (:mod:`pysframe.symbolize.symbols_prefetch`): the
-    others are read first, then its own once it has ended."""
+    symbol tables that are not cached meanwhile
+    (:mod:`pysframe.symbolize.symbols_prefetch`): the others and the indexes are read
+    or made first, then its tables once it has ended."""
     from ..format.lookup import SFrameLookup
 
     theirs = helper.files if helper is not None else []
     symbolizer.read_tables(unwinder.finder.opened(
         [file for file in files if file not in theirs]))
-    if helper is not None:
-        helper.wait()
     modules = unwinder.finder.opened(files)
-    symbolizer.read_tables(modules)
     for module in modules:
         if module.lookup is not None and not isinstance(module.lookup, SFrameLookup):
             module.lookup.index_ranges()  # (an on-demand table: its index made or read)
+    if helper is not None:
+        helper.wait()
+    symbolizer.read_tables(modules)
 
 
 def default_jobs() -> int:
@@ -284,19 +310,23 @@ Filters = dict[str, str | None]
 def open_recording(path: str, binaries: list[str], problems: Problems,
                    merge_callchains: bool = True, max_stack: int = 127,
                    filters: Filters | None = None, kallsyms: bool = False,
-                   tables_later: bool = False) -> tuple[Any, Any]:
+                   tables_later: bool = False, split: bool = False) -> tuple[Any, Any]:
     """The opened perf.data file and its unwinder (keeping the samples ``filters`` select),
     or a one-line CommandError. ``kallsyms``: the running kernel's symbols are made in a
     child meanwhile on a first run, if the recording may need them (:func:`_prefetch`).
     ``tables_later``: the caller makes the binaries' tables ready itself when the batch
     pipeline takes the recording (:func:`_tables_ready`), once its walk has read the
-    mappings; else they are here (:func:`_tables_ready`)."""
+    mappings; else they are here (:func:`_tables_ready`). ``split``: the caller splits
+    the sample-by-sample path between processes (:func:`_scalar_jobs`), which a first
+    run's symbol tables are made for in a child started here (:func:`_prefetch_symbols`)."""
     from ..sources.perf_data import open_perf_data
 
     data = open_perf_data(path)
     unfiltered = not filters or all(value is None for value in filters.values())
     if kallsyms:
         _prefetch(data, numpy_next=unfiltered and _batched(data))
+    if split and unfiltered and not _batched(data):
+        _prefetch_symbols(data, binaries)
     from ..session.perf import PerfUnwinder
     from ..session.tables import GeneratedTables
     from .progress import TableBar
@@ -410,9 +440,11 @@ def _run_script(path: str, *, binaries: list[str], output: str | None, show_stop
         refuse_inputs(output, [path])  # before any work
     problems = Problems(report)
     phases = Phases() if os.environ.get(PHASES_VARIABLE) else None
+    jobs = jobs or default_jobs()
     data, unwinder = open_recording(path, binaries, problems, merge_callchains, max_stack,
                                     {"pid": pids, "tid": tids, "comms": comms, "time": times},
-                                    kallsyms=True, tables_later=True)
+                                    kallsyms=True, tables_later=True,
+                                    split=jobs >= 2 and not show_stops)
     with data:
         kernel = kernel_symbols_for(recorded_kernel(data.build_ids()))
         symbolizer = Symbolizer(problems, debug=unwinder.debug_files)
@@ -423,7 +455,7 @@ def _run_script(path: str, *, binaries: list[str], output: str | None, show_stop
         statuses: list[int] = []
         with _output(output, path) as stream:
             chunks, skipped_reported = _texts(
-                path, data, unwinder, symbolizer, kernel, jobs or default_jobs(), problems,
+                path, data, unwinder, symbolizer, kernel, jobs, problems,
                 statuses, phases, show_stops, max_stack, report, stream)
             write = stream.write
             for chunk in chunks:

@@ -126,6 +126,24 @@ def sample_registers(sample: Sample, arch: str) -> Registers | None:
                      sampled=(regs, dwarf))
 
 
+def recorded_build_ids(data: PerfData) -> dict[str, bytes]:
+    """The build-id table of the recording's header (``perf buildid-list``) by file."""
+    return {entry.filename: entry.build_id for entry in data.build_ids()}
+
+
+def binary_finder(build_ids: dict[str, bytes], binaries: Iterable[str] = (),
+                  problems: Problems | None = None, tables: TableProvider | None = None
+                  ) -> tuple[BinaryFinder, DebugFiles]:
+    """The finder of a recording's binaries (those of its build-id table, the user's
+    directories ``binaries`` first), and where their separate debug files are found (the
+    same directories first), as :class:`PerfUnwinder` finds them. Tables generated and
+    cached by default (``tables``: the command's provider)."""
+    binaries = list(binaries)
+    return (BinaryFinder(binaries, build_ids, problems=problems,
+                         tables=tables or GeneratedTables(True)),
+            DebugFiles.from_environment(binaries))
+
+
 class PerfUnwinder:
     """Streams the unwound samples of a recording, in ``perf script`` order."""
 
@@ -141,14 +159,9 @@ class PerfUnwinder:
         if self.arch not in PERF_REGS:
             raise ValueError(f"unsupported architecture {self.arch}")
         #: The build-id table of the recording's header (``perf buildid-list``) by file.
-        self.build_ids = build_ids = {entry.filename: entry.build_id
-                                      for entry in data.build_ids()}
-        binaries = list(binaries)
-        #: Where the symbols of stripped binaries are found (the same directories first).
-        self.debug_files = DebugFiles.from_environment(binaries)
-        # Tables generated and cached by default (``tables``: the command's provider).
-        self.finder = BinaryFinder(binaries, build_ids, problems=problems,
-                                   tables=tables or GeneratedTables(use_cache))
+        self.build_ids = build_ids = recorded_build_ids(data)
+        self.finder, self.debug_files = binary_finder(build_ids, binaries, problems,
+                                                      tables or GeneratedTables(use_cache))
         self.problems = problems
         #: JIT code read from jitdump files, by the dump's path.
         self._jitdumps: dict[str, list[Mapping]] = {}

@@ -3,23 +3,25 @@
 ``script`` splits a recording of a thousand samples or more between ``-j`` processes
 after reading, in the process they fork from, the symbol tables of every binary its
 samples hit (:func:`pysframe.cli.script._read_before_fork`): on a first run that is the
-one long step before the fork, with the second CPU idle (the Lua fixture: libc's 8,113
-debug symbols, ~14 ms of a ~24 ms read). So, as :func:`.kernel.prefetch` does for
-kallsyms, a child makes the larger tables that are not in the private cache and keeps
-them there while this process follows the recording to its first sample (and checks the
-binaries' own tables) and then makes the smaller ones; this process then waits for the
-child and reads its tables back from the cache, as a warm run does. Nothing is forked on
-a warm run (each binary's entry is there), on one CPU, while the kallsyms child runs, or
-when the cache cannot be written.
+one long step before the fork (the Lua fixture: libc's 8,113 debug symbols, ~14 ms of a
+~24 ms read). So, as :func:`.kernel.prefetch` does for kallsyms, a child makes the
+tables that are not in the private cache and keeps them there while this process goes
+on; this process then waits for the child and reads its tables back from the cache, as
+a warm run does. Nothing is forked on a warm run (each binary's entry is there), on one
+CPU, while the kallsyms child runs, or when the cache cannot be written.
 
-The Lua fixture's first run (-j 2): the workers were forked ~4 ms sooner with the child
-making every table (this process waited 7-9 ms for it: a fork costs both processes copies
-of the pages they write), ~8 ms sooner with it making libc's alone and this process the
-others meanwhile: 125 ms against 135 (15 alternating first runs).
+The child is forked as soon as the recording's build-id table is read, before this
+process has imported what follows it to the first sample (~10 ms sooner than when it
+was forked from the ready unwinder), and makes its own finder: so it has the time to
+make every table, the smaller ones too, while this process makes the indexes. The Lua
+fixture's first run (-j 2): 127 ms against 129 with the child forked later and making
+libc's alone while this process made the others (medians of 41 alternating first runs,
+1.9% run by run); forked early but making libc's alone, it gained nothing (0.3%).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 
 from ..cachedir import entry_path, open_directory
@@ -31,7 +33,7 @@ from .symbols import load_symbols, symbols_cache_kinds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Protocol
 
     from ..elf import ElfImage
@@ -39,11 +41,6 @@ if TYPE_CHECKING:
 
     class Finder(Protocol):
         def image(self, path: str, build_id: bytes | None) -> ElfImage | None: ...
-
-
-#: The child's share of the tables to make, in bytes of their files: this process starts
-#: on its own share later (once at the first sample).
-CHILD_SHARE = 2 / 3
 
 
 class SymbolsHelper:
@@ -66,42 +63,55 @@ def uncached(files: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, bytes
         for kind in kinds)]
 
 
-def prefetch_symbols(files: Sequence[tuple[str, bytes | None]], finder: Finder,
-                     debug: DebugFiles) -> SymbolsHelper | None:
-    """A child making the larger symbol tables of ``files`` that are not cached (see
-    :func:`child_share`; found as ``finder`` finds them, their debug files through
-    ``debug``), or None when none is needed or possible. It forks: call it before any
-    thread is started."""
-    missing = child_share(uncached(files))
+#: The child :func:`prefetch_symbols` started, until :func:`take_started` takes it.
+_started: SymbolsHelper | None = None
+#: Whether the exit handler that ends a child no one took is registered.
+_handled = False
+
+
+def prefetch_symbols(files: Sequence[tuple[str, bytes | None]],
+                     tools: Callable[[], tuple[Finder, DebugFiles]]) -> SymbolsHelper | None:
+    """A child making the symbol tables of ``files`` that are not cached (found as the
+    finder that ``tools`` makes in it finds them, their debug files through the
+    ``DebugFiles`` it makes), or None when none is needed or possible; kept for
+    :func:`take_started`. A child no one takes is stopped and reaped at exit: no process
+    outlives the command. It forks: call it before any thread is started."""
+    global _started, _handled
+    _unclaimed_ended()  # (one started for an earlier run of this process, never taken)
+    missing = uncached(files)
     if not missing or usable_cpus() < 2 or prefetching() or not _writable():
         return None
 
     def make() -> bool:
+        finder, debug = tools()
         for path, build_id in missing:
             _make(finder, path, build_id, debug)
         return True
 
     child = start_helper(make)
-    return SymbolsHelper(child, missing) if child is not None else None
+    if child is None:
+        return None
+    if not _handled:
+        atexit.register(_unclaimed_ended)
+        _handled = True
+    _started = SymbolsHelper(child, missing)
+    return _started
 
 
-def child_share(files: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
-    """The largest of ``files`` (by the size of the file at the path), up to
-    :data:`CHILD_SHARE` of their bytes, at least one."""
-    sizes: dict[tuple[str, bytes], int] = {}
-    for path, build_id in files:
-        try:
-            sizes[(path, build_id)] = os.stat(path).st_size
-        except OSError:
-            sizes[(path, build_id)] = 0
-    total, taken = sum(sizes.values()), 0
-    share: list[tuple[str, bytes]] = []
-    for file in sorted(files, key=sizes.__getitem__, reverse=True):
-        if share and taken >= CHILD_SHARE * total:
-            break
-        share.append(file)
-        taken += sizes[file]
-    return share
+def take_started() -> SymbolsHelper | None:
+    """The child :func:`prefetch_symbols` started, once (None: none, or taken before)."""
+    global _started
+    helper, _started = _started, None
+    return helper
+
+
+def _unclaimed_ended() -> None:
+    """At exit (or before another is started): a child no one took (the run ended first,
+    or went another way) is asked to end and reaped."""
+    helper = take_started()
+    if helper is not None:
+        helper.child.stop()
+        helper.wait()
 
 
 def _writable() -> bool:
