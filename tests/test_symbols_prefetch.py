@@ -162,18 +162,41 @@ print(symbols_prefetch._started.child.pid, flush=True)
 """
 
 
-def test_a_helper_no_one_takes_is_stopped_and_reaped_at_exit(tmp_path: Path) -> None:
-    """A run that ends before the split (or goes another way) leaves no process: the
-    helper still running is stopped (the command does not wait a minute for it) and
-    reaped, its half-written entry removed."""
+#: A run whose split fails (the indexes made before the wait for the helper raise) while
+#: the helper is still making a table that takes a minute; it prints the helper's pid.
+FAILED_SPLIT = """
+import os, sys, time
+from pysframe.cli.script import ENGINE_VARIABLE, run_script
+from pysframe.generate import on_demand
+from pysframe.symbolize import symbols_prefetch
+symbols_prefetch._make = lambda *args: time.sleep(60)
+def failing(self):
+    print(symbols_prefetch.started().child.pid, flush=True)
+    raise RuntimeError("index")
+on_demand.OnDemandTable.index_ranges = failing
+os.environ[ENGINE_VARIABLE] = "scalar"
+try:
+    run_script(sys.argv[1], binaries=[os.path.dirname(sys.argv[1])], output=None,
+               show_stops=False, report=lambda message: None, jobs=2)
+except RuntimeError:
+    pass
+"""
+
+
+@pytest.mark.parametrize("code", [UNTAKEN_HELPER, FAILED_SPLIT], ids=["untaken", "failed"])
+def test_a_helper_no_one_takes_is_stopped_and_reaped_at_exit(tmp_path: Path,
+                                                             code: str) -> None:
+    """A run that ends before the split, fails in it or goes another way leaves no
+    process: the helper still running is stopped (the command does not wait a minute for
+    it) and reaped, its half-written entry removed."""
     if not RECORDING.exists():
         pytest.skip("no fixture recordings (../shared/fixtures) here")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", UNTAKEN_HELPER, str(RECORDING)],
+    done = subprocess.run([sys.executable, "-c", code, str(RECORDING)],
                           capture_output=True, text=True, timeout=50,
                           env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr
-    pid = int(done.stdout)
+    pid = int(done.stdout.split()[0])
     try:
         assert time.monotonic() - started < 30
         assert not os.path.exists(f"/proc/{pid}")  # (reaped: not even a zombie)

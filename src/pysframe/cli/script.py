@@ -219,9 +219,6 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
 
     from ..report.perf_script import name_width, perf_script_text
     from ..sources.perf_data import estimated_samples
-    from ..symbolize.symbols_prefetch import take_started
-
-    helper = take_started()  # (started by open_recording: see _prefetch_symbols)
     if jobs < 2 or unwinder.keep is not None or unwinder.stitcher is not None:
         return None
     count = estimated_samples(data)
@@ -231,7 +228,7 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
     width = name_width(data.attrs)
     files = recorded_files_of(data)
     records = unwinder.from_first_sample()  # each worker goes on from here
-    _read_before_fork(files, unwinder, symbolizer, helper)
+    _read_before_fork(files, unwinder, symbolizer)
 
     def texts(first: int, last: int) -> Iterator[str]:
         samples = _located(path, unwinder.samples(first, last, records))
@@ -272,18 +269,21 @@ def _prefetch_symbols(data: Any, binaries: list[str]) -> None:
 
 
 def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
-                      symbolizer: Any, helper: Any = None) -> None:
+                      symbolizer: Any) -> None:
     """Read now, in the process the -j workers fork from, what each of them would read
     again (on a first run: make again) for its share: the symbol table and the function
     index of each file the recording's samples hit (``files``: its build-id table). The
     Lua fixture's first run, -j 2 without this, had taken 286 ms against 232 with -j 1,
     and was left to one process; with it, -j 2: 263 ms against 337 with -j 1 (10
-    alternating runs, in a slower spell). On a first run, ``helper`` (if any) makes the
-    symbol tables that are not cached meanwhile
-    (:mod:`pysframe.symbolize.symbols_prefetch`): the others and the indexes are read
-    or made first, then its tables once it has ended."""
+    alternating runs, in a slower spell). On a first run, the helper that
+    :func:`open_recording` started (if any) makes the symbol tables that are not cached
+    meanwhile (:mod:`pysframe.symbolize.symbols_prefetch`): the others and the indexes
+    are read or made first, then its tables once it has ended. (Taken once ended: a run
+    that fails before leaves it to the exit handler, which stops and reaps it.)"""
     from ..format.lookup import SFrameLookup
+    from ..symbolize.symbols_prefetch import started, take_started
 
+    helper = started()
     theirs = helper.files if helper is not None else []
     symbolizer.read_tables(unwinder.finder.opened(
         [file for file in files if file not in theirs]))
@@ -293,6 +293,7 @@ def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
             module.lookup.index_ranges()  # (an on-demand table: its index made or read)
     if helper is not None:
         helper.wait()
+        take_started()
     symbolizer.read_tables(modules)
 
 

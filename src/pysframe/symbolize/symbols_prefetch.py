@@ -98,6 +98,11 @@ def prefetch_symbols(files: Sequence[tuple[str, bytes | None]],
     return _started
 
 
+def started() -> SymbolsHelper | None:
+    """The child :func:`prefetch_symbols` started, if not taken yet (it stays so)."""
+    return _started
+
+
 def take_started() -> SymbolsHelper | None:
     """The child :func:`prefetch_symbols` started, once (None: none, or taken before)."""
     global _started
