@@ -544,7 +544,11 @@ def test_every_frame_the_walker_records_follows_a_call(
     assert not shapes, "\n".join(problem for problem, _ in shapes[:20])
     assert tally.samples > 300
     if name.startswith("recursion"):
-        assert deep > 0.3 * tally.samples  # samples in leaf: 106 frames deep
+        # Samples in leaf are 106 frames deep: leaf's 200,000 iterations against rec's 101
+        # x 3,125 make ~39% of the samples (35-40% alone, 27% once in a full CI run: the
+        # same number of samples, none failing, fewer in leaf; this VM's timing varies).
+        # A walker that dropped or cut the deep chains would leave far fewer.
+        assert deep > 0.2 * tally.samples
     else:
         assert tally.kinds["plt"] + tally.kinds["tail"] > 10  # main -> qsort -> qsort_r
         assert tally.kinds["trampoline"] >= 1  # the signal handler was sampled
