@@ -492,19 +492,26 @@ def test_a_table_read_in_place_is_a_sequence_of_its_names() -> None:
 
 
 def test_a_kernel_table_read_in_place_names_spans_of_its_text() -> None:
-    """The kernel's entry keeps kallsyms' text and each name as a span of it: read back,
-    the names index as a list does, and the entry is the same bytes again."""
+    """The kernel's entry names each symbol by where it starts and ends in an area: read
+    as arrays, kallsyms' own text, kept whole; read in Python, the names joined. Read
+    back, either gives the same table, its names index as a list does, and the entry is
+    the same bytes again."""
+    pytest.importorskip("numpy")
     text = b"ffffffff81000000 T _stext\nffffffff81000040 d data\nffffffff81000100 t helper\n"
-    payload = kernel.payload_of(text)
-    assert payload is not None and payload.endswith(text)  # (the text whole, not copied out)
-    back = SymbolTable.from_spans(payload)
-    assert back is not None and back.payload is not None
-    assert list(back.names) == ["_stext", "helper"] and back.names[-1] == "helper"
-    assert back.names[1:] == ["helper"] and back.lookup(0xffffffff81000104) == ("helper", 4)
-    with pytest.raises(IndexError):
-        back.names[2]
-    assert back.entry() == payload
-    assert SymbolTable.from_spans(payload[:-len(text) - 1]) is None  # (arrays cut short)
+    read = kernel._read_with_numpy(text)
+    by_python = kernel._read_in_python(text)
+    assert read is not None and read[0] is not None and by_python is not None
+    spans, joined = b"".join(read[0]), b"".join(by_python)
+    assert spans.endswith(text) and joined.endswith(b"_stexthelper")
+    for payload in (spans, joined):
+        back = SymbolTable.from_spans(payload)
+        assert back is not None and back.payload is not None
+        assert list(back.names) == ["_stext", "helper"] and back.names[-1] == "helper"
+        assert back.names[1:] == ["helper"] and back.lookup(0xffffffff81000104) == ("helper", 4)
+        with pytest.raises(IndexError):
+            back.names[2]
+        assert back.entry() == payload
+    assert SymbolTable.from_spans(spans[:-len(text) - 1]) is None  # (arrays cut short)
 
 
 def test_no_child_for_a_recording_of_another_kernel(fake_kernel: list[int],

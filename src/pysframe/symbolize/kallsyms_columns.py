@@ -1,12 +1,12 @@
 """kallsyms' text symbols read with numpy, for a process that has numpy imported already
 (the batch pipeline's, and the child it forks to make a first run's kernel entry).
 
-The same cache entry :func:`~.kernel.kallsyms_payload` makes, byte for byte (the tests
-hold the two readers to each other): the kernel's lines (``%px %c %s``) before the first
-module's are checked and split as arrays over the text's bytes, the names never made
-objects (the entry keeps them as spans of the text); the modules' lines, and anything
-after them, are read one by one as there. ~15 ms for 120,000 lines, where the
-column-at-a-time read in Python takes ~65 ms.
+The same table :func:`~.kernel.kallsyms_payload` makes in a process without numpy (the
+tests hold the two readers' tables to each other): the kernel's lines (``%px %c %s``)
+before the first module's are checked and split as arrays over the text's bytes, the
+names never made objects (the entry keeps them as spans of the text, where the reading
+in Python joins them); the modules' lines, and anything after them, are read one by one
+as there. ~15 ms for 120,000 lines, where the column-at-a-time read in Python takes ~65 ms.
 By hand because no library reads kallsyms into arrays.
 """
 

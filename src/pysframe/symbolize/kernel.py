@@ -18,6 +18,7 @@ whole in the entry: the names are not copied out of the text into a blob of thei
 from __future__ import annotations
 
 import atexit
+import operator
 import os
 import sys
 from itertools import accumulate, compress, islice
@@ -94,12 +95,12 @@ def payload_of(data: bytes) -> bytes | None:
 
 
 def payload_parts_of(data: bytes) -> list[bytes | memoryview] | None:
-    """The entry of kallsyms' text ``data`` as its parts (None: hidden or not text): in
-    the kernel's layout, its names are spans of ``data``, which the entry keeps. In a
-    process that has numpy imported, that layout is read as arrays
-    (:func:`_read_with_numpy`, ~15 ms for 120,000 lines, besides the read's ~40 ms);
-    without it, as bytes a column at a time (:func:`_read_in_python`, ~65 ms). The same
-    entry either way."""
+    """The entry of kallsyms' text ``data`` as its parts (None: hidden or not text). In a
+    process that has numpy imported, the kernel's layout is read as arrays
+    (:func:`_read_with_numpy`, ~15 ms for 120,000 lines, besides the read's ~40 ms), the
+    names kept as spans of ``data``, which the entry keeps; without it, as bytes a column
+    at a time (:func:`_read_in_python`, ~65 ms), the names joined. The same table either
+    way."""
     if data.isascii() and "numpy" in sys.modules:  # (never imported for this)
         read = _read_with_numpy(data)
         if read is not None:
@@ -111,8 +112,8 @@ def _read_in_python(data: bytes) -> list[bytes | memoryview] | None:
     """The entry's parts of kallsyms' text (None: hidden or not text): the kernel's own
     layout (``%px %c %s``, then a tab and ``[module]`` for a module's symbol, left out
     like perf's vmlinux map) read a column at a time, as bytes, the names never made
-    strings (spans of ``data``); text in another layout line by line (~180 ms for 120,000
-    lines), its names joined into the area."""
+    strings; text in another layout line by line (~180 ms for 120,000 lines); the names
+    joined into the entry's area (:func:`_joined_names`)."""
     try:
         found = _columns(data) if data.isascii() else None
         if found is None:
@@ -121,10 +122,10 @@ def _read_in_python(data: bytes) -> list[bytes | memoryview] | None:
         return None
     if found is None:
         return None
-    starts, spans, area = found
+    starts, firsts, lasts, area = found
     if not starts or not any(starts):
         return None
-    return _perf_payload(starts, spans, area)
+    return _perf_payload(starts, firsts, lasts, area)
 
 
 def _layout(data: bytes) -> tuple[int, int] | None:
@@ -137,8 +138,8 @@ def _layout(data: bytes) -> tuple[int, int] | None:
     return width, data.rfind(b"\n", 0, tab) + 1 if tab >= 0 else len(data)
 
 
-def _columns(data: bytes) -> tuple[array[int], list[tuple[int, int]], bytes] | None:
-    """(addresses, where each name starts and ends in ``data``, ``data``) of the text
+def _columns(data: bytes) -> tuple[array[int], array[int], array[int], bytes] | None:
+    """(addresses, where each name starts and ends in an area, the area) of the text
     symbols of kallsyms in the kernel's layout (each address as wide as the first
     line's), in file order; lines of another layout are not symbols. None when ``data`` is
     not in that layout: addresses or names that are not plain ones (no spaces, no control
@@ -157,26 +158,29 @@ def _columns(data: bytes) -> tuple[array[int], list[tuple[int, int]], bytes] | N
             or set(map(len, kinds)) - {1}
             or sum(map(len, names)) + (width + 4) * lines - len(core) not in (0, 1)):
         return None  # not one plain address, type and name with single spaces a line
-    # Line k's name starts after k lines before it (each its address, two spaces, a type
-    # letter, a newline: width + 4 bytes besides its name) and their names.
-    lengths = list(map(len, names))
-    befores = accumulate(lengths, initial=0)  # (one more than the lines: the last unused)
-    firsts = [width + 3 + k * (width + 4) + before
-              for k, before in zip(range(len(lengths)), befores, strict=False)]
     text = list(map(_TEXT_KINDS.__contains__, kinds))
-    addresses = list(compress(addresses, text))
-    spans = [(first, first + length)
-             for first, length in compress(zip(firsts, lengths, strict=True), text)]
+    addresses, names = list(compress(addresses, text)), list(compress(names, text))
     late = _late_symbols(data, width, cut)
     if late is None:
         return None
     for address, name_start, name_end in late:
         addresses.append(address)
-        spans.append((name_start, name_end))
-    if not spans:
+        names.append(data[name_start:name_end])
+    if not names:
         return None
     starts = _hex_addresses(addresses, width)
-    return (starts, spans, data) if starts is not None else None
+    return (starts, *_joined_names(names)) if starts is not None else None
+
+
+def _joined_names(names: list[bytes]) -> tuple[array[int], array[int], bytes]:
+    """(where each name starts and ends in the area, the area): ``names`` one after
+    another. The reading in Python keeps its names so, not as spans of kallsyms' text as
+    :func:`_read_with_numpy` does: their places in the text took it ~15 ms more than the
+    ~65 ms of the whole reading (two more passes over its 120,000 lines)."""
+    from array import array
+
+    lasts = array("I", accumulate(map(len, names)))
+    return array("I", [0]) + lasts[:-1], lasts, b"".join(names)
 
 
 def _late_symbols(data: bytes, width: int, cut: int) -> list[tuple[bytes, int, int]] | None:
@@ -248,7 +252,7 @@ def _read_with_numpy(data: bytes) -> tuple[list[bytes | memoryview] | None] | No
             else None,)
 
 
-def _line_by_line(text: str) -> tuple[array[int], list[tuple[int, int]], bytes] | None:
+def _line_by_line(text: str) -> tuple[array[int], array[int], array[int], bytes] | None:
     """The same from any text (fields split at whitespace, hex addresses), the names
     joined into the area."""
     from array import array
@@ -263,17 +267,15 @@ def _line_by_line(text: str) -> tuple[array[int], list[tuple[int, int]], bytes] 
             names.append(fields[2].encode())
     except (ValueError, OverflowError):
         return None
-    ends = list(accumulate(map(len, names)))
-    return starts, list(zip([0, *ends[:-1]], ends, strict=True)), b"".join(names)
+    return (starts, *_joined_names(names)) if names else None
 
 
-def _perf_payload(starts: array[int], spans: list[tuple[int, int]], area: bytes
+def _perf_payload(starts: array[int], firsts: array[int], lasts: array[int], area: bytes
                   ) -> list[bytes | memoryview] | None:
     """The entry's parts of the table :class:`SymbolTable` makes of size-less symbols
-    (``starts``, their names' ``spans`` of ``area``, in file order): sorted by address
-    (stable), the last of each address kept, each ending where the next starts and the
-    last one page past its page (``_fixed_ends``)."""
-    import operator
+    (``starts``, their names at ``area[firsts[k]:lasts[k]]``, in file order): sorted by
+    address (stable), the last of each address kept, each ending where the next starts
+    and the last one page past its page (``_fixed_ends``)."""
     from array import array
 
     from .perf_rules import last_end
@@ -282,18 +284,19 @@ def _perf_payload(starts: array[int], spans: list[tuple[int, int]], area: bytes
     if not all(rising) and any(map(operator.gt, starts, islice(starts, 1, None))):
         order = sorted(range(len(starts)), key=starts.__getitem__)
         starts = array("Q", map(starts.__getitem__, order))
-        spans = list(map(spans.__getitem__, order))
+        firsts = array("I", map(firsts.__getitem__, order))
+        lasts = array("I", map(lasts.__getitem__, order))
         rising = list(map(operator.lt, starts, islice(starts, 1, None)))
     if not all(rising):  # aliases: each address's last one kept
         rising.append(True)
-        starts, spans = array("Q", compress(starts, rising)), list(compress(spans, rising))
+        starts = array("Q", compress(starts, rising))
+        firsts = array("I", compress(firsts, rising))
+        lasts = array("I", compress(lasts, rising))
     end = last_end(starts[-1])
     if end >> 64:
         return None  # (the last symbol in the last page: no end to give it)
     ends = starts[1:]
     ends.append(end)
-    firsts = array("I", [first for first, _ in spans])
-    lasts = array("I", [last for _, last in spans])
     return spans_entry_parts(memoryview(starts), memoryview(ends), memoryview(firsts),
                              memoryview(lasts), area)
 
