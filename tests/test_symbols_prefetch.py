@@ -22,8 +22,8 @@ from pysframe.cli.script import ENGINE_VARIABLE, run_script
 from pysframe.symbolize import symbols_prefetch
 
 RECORDING = FIXTURES / "real" / "lua-2.46-x86_64" / "perf.data"
-#: The files of the recording's build-id table, in its order.
-FILES = ["lua", "ld-linux-x86-64.so.2", "libc.so.6"]
+#: The files of the recording's build-id table, largest first (the helper's order).
+FILES = ["libc.so.6", "ld-linux-x86-64.so.2", "lua"]
 
 
 def _helpers(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
@@ -206,3 +206,55 @@ def test_a_helper_no_one_takes_is_stopped_and_reaped_at_exit(tmp_path: Path,
         except ProcessLookupError:
             pass
     assert not list((tmp_path / "cache").rglob(".tmp-*"))
+
+
+def test_each_file_is_claimed_once_by_one_of_two_processes() -> None:
+    """The numbers of the files to make, shared by the helper and this process: every
+    number is claimed exactly once, whichever process reads it, and then both see the
+    end without waiting."""
+    claims = symbols_prefetch.Claims(500)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        mine = []
+        while (number := claims.next()) is not None:
+            mine.append(number)
+        os.write(write_end, b",".join(b"%d" % k for k in mine))
+        os._exit(0)
+    os.close(write_end)
+    ours = []
+    while (number := claims.next()) is not None:
+        ours.append(number)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as child:
+        theirs = [int(k) for k in child.read().split(b",") if k]
+    claims.close()
+    assert sorted(ours + theirs) == list(range(500))
+    assert claims.next() is None
+
+
+#: Where the helper notes the files it makes (the test's file, in the environment).
+NOTED = "PYSFRAME_TEST_HELPER_FILES"
+
+
+def test_this_process_makes_the_files_the_helper_has_not_begun(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The helper begins with the largest file (libc's) and takes its time; the process
+    that waits for it meanwhile claims the two others and makes them itself. The text is
+    the warm run's and -j 1's, held to perf's."""
+    notes = tmp_path / "helper-files"
+
+    def slow(finder: object, path: str, build_id: bytes, debug: object) -> None:
+        with open(os.environ[NOTED], "a") as noted:
+            noted.write(Path(path).name + "\n")
+        time.sleep(2)  # (makes nothing: this process makes what is left at the end)
+
+    monkeypatch.setenv(NOTED, str(notes))
+    monkeypatch.setattr(symbols_prefetch, "_make", slow)
+    helpers = _helpers(monkeypatch)
+    first, warm, one = _texts(monkeypatch, tmp_path / "runs")
+    assert helpers[0] == FILES
+    assert notes.read_text().split() == ["libc.so.6"]  # the others were made here
+    assert first == warm == one
+    held_to_perfs_text(RECORDING, first)
+    assert _cached_all(tmp_path / "runs")

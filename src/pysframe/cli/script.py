@@ -278,8 +278,9 @@ def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
     alternating runs, in a slower spell). On a first run, the helper that
     :func:`open_recording` started (if any) makes the symbol tables that are not cached
     meanwhile (:mod:`pysframe.symbolize.symbols_prefetch`): the others and the indexes
-    are read or made first, then its tables once it has ended. (Taken once ended: a run
-    that fails before leaves it to the exit handler, which stops and reaps it.)"""
+    are read or made first, then those it has not begun are made here, then its tables
+    read once it has ended. (Taken once ended: a run that fails before leaves it to the
+    exit handler, which stops and reaps it.)"""
     from ..format.lookup import SFrameLookup
     from ..symbolize.symbols_prefetch import started, take_started
 
@@ -291,7 +292,9 @@ def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
     for module in modules:
         if module.lookup is not None and not isinstance(module.lookup, SFrameLookup):
             module.lookup.index_ranges()  # (an on-demand table: its index made or read)
-    if helper is not None:
+    if helper is not None:  # (the files it has not begun: made here meanwhile)
+        while (number := helper.claims.next()) is not None:
+            symbolizer.read_tables(unwinder.finder.opened([helper.files[number]]))
         helper.wait()
         take_started()
     symbolizer.read_tables(modules)

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 
 from ..cachedir import entry_path, open_directory
 from ..cpus import usable_cpus
 from ..errors import PysframeError
+from ..fd_io import write_all
 from ..helper_child import HelperChild, start_helper
 from .kernel import prefetching
 from .symbols import load_symbols, symbols_cache_kinds
@@ -44,14 +46,44 @@ if TYPE_CHECKING:
 
 
 class SymbolsHelper:
-    """The child making the tables of ``files``."""
+    """The child making the tables of ``files``, and the files neither it nor this process
+    has claimed yet (:class:`Claims`)."""
 
-    def __init__(self, child: HelperChild, files: list[tuple[str, bytes]]) -> None:
-        self.child, self.files = child, files
+    def __init__(self, child: HelperChild, files: list[tuple[str, bytes]],
+                 claims: Claims) -> None:
+        self.child, self.files, self.claims = child, files, claims
 
     def wait(self) -> None:
         """Wait for the child's end."""
         self.child.wait()
+        self.claims.close()
+
+
+class Claims:
+    """The numbers of files still to make, shared by the processes making them: each
+    number is claimed once, by whichever process reads it first from a pipe written whole
+    before the fork (4 bytes a read: one pipe read takes them whole). The pipe's write end
+    is closed in both processes, so an empty pipe reads as its end: nothing waits. By hand:
+    two processes sharing one queue of work is what a pipe is."""
+
+    def __init__(self, count: int) -> None:
+        self.read_end, write_end = os.pipe()
+        try:
+            write_all(write_end, b"".join(k.to_bytes(4, sys.byteorder) for k in range(count)))
+        finally:
+            os.close(write_end)
+
+    def next(self) -> int | None:
+        """A number no one has claimed (None: none left)."""
+        if self.read_end < 0:
+            return None
+        claimed = os.read(self.read_end, 4)
+        return int.from_bytes(claimed, sys.byteorder) if len(claimed) == 4 else None
+
+    def close(self) -> None:
+        if self.read_end >= 0:
+            os.close(self.read_end)
+            self.read_end = -1
 
 
 def uncached(files: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, bytes]]:
@@ -63,6 +95,9 @@ def uncached(files: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, bytes
         for kind in kinds)]
 
 
+#: The most files a child is given (their numbers fill a pipe before the fork, 4 bytes
+#: each, under its 64 KiB: a recording naming more leaves the rest to this process).
+MAX_CLAIMS = 4096
 #: The child :func:`prefetch_symbols` started, until :func:`take_started` takes it.
 _started: SymbolsHelper | None = None
 #: Whether the exit handler that ends a child no one took is registered.
@@ -78,24 +113,39 @@ def prefetch_symbols(files: Sequence[tuple[str, bytes | None]],
     outlives the command. It forks: call it before any thread is started."""
     global _started, _handled
     _unclaimed_ended()  # (one started for an earlier run of this process, never taken)
-    missing = uncached(files)
+    missing = _largest_first(uncached(files))[:MAX_CLAIMS]
     if not missing or usable_cpus() < 2 or prefetching() or not _writable():
         return None
+    claims = Claims(len(missing))
 
     def make() -> bool:
         finder, debug = tools()
-        for path, build_id in missing:
+        while (number := claims.next()) is not None:
+            path, build_id = missing[number]
             _make(finder, path, build_id, debug)
         return True
 
     child = start_helper(make)
     if child is None:
+        claims.close()
         return None
     if not _handled:
         atexit.register(_unclaimed_ended)
         _handled = True
-    _started = SymbolsHelper(child, missing)
+    _started = SymbolsHelper(child, missing, claims)
     return _started
+
+
+def _largest_first(files: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """``files`` by the size of the file at the path, largest first (the child starts on
+    those; this process, when it comes to claim some, takes the smaller ones left)."""
+    def size(file: tuple[str, bytes]) -> int:
+        try:
+            return os.stat(file[0]).st_size
+        except OSError:
+            return 0
+
+    return sorted(files, key=size, reverse=True)
 
 
 def started() -> SymbolsHelper | None:
@@ -115,6 +165,7 @@ def _unclaimed_ended() -> None:
     or went another way) is asked to end and reaped."""
     helper = take_started()
     if helper is not None:
+        helper.claims.close()
         helper.child.stop()
         helper.wait()
 
