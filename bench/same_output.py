@@ -4,13 +4,18 @@ recording, on a first run (empty private cache) and a warm one (the same cache a
 Recordings: the fixtures' (``../shared/fixtures/real/*/perf*.data``, each with the
 binaries beside it) and bench/out's, unless paths are given. Among bench/out's, one like
 a user's ``perf record -g`` of a program using many shared libraries (the sample-by-sample
-path, kernel frames, ~5,000 samples in 17 files), made as root with:
+path, kernel frames, ~4,600 samples in a dozen files), made as root with:
 
-    perf record -F 4000 -g -o bench/out/python-g.data -- .venv/bin/python -c "import numpy,
-        hashlib, zlib, lzma, bz2, zstandard; a = numpy.random.rand(300, 300); [(numpy.linalg.inv(a),
-        hashlib.sha256(b'x' * 10**6).digest(), zlib.compress(b'y' * 10**6), lzma.compress(
-        b'z' * 200000), bz2.compress(b'w' * 300000), zstandard.ZstdCompressor().compress(
-        b'v' * 2 * 10**6)) for _ in range(60)]"
+    cat > /tmp/work.py <<'EOF'
+    import bz2, hashlib, lzma, zlib
+    import numpy, zstandard
+    a = numpy.random.rand(300, 300)
+    for _ in range(60):
+        numpy.linalg.inv(a); hashlib.sha256(b"x" * 10**6).digest(); zlib.compress(b"y" * 10**6)
+        lzma.compress(b"z" * 200000); bz2.compress(b"w" * 300000)
+        zstandard.ZstdCompressor().compress(b"v" * 2 * 10**6)
+    EOF
+    perf record -F 4000 -g -o bench/out/python-g.data -- .venv/bin/python /tmp/work.py
 
 Ours is the installed console
 script; the other checkout's ``src`` runs first on PYTHONPATH (bench/common.py). Prints one
