@@ -87,10 +87,12 @@ def blake2b_digest(data: bytes | bytearray | memoryview, size: int) -> bytes:
     return hashlib.blake2b(data, digest_size=size).digest()
 
 
-def digest_of(data: bytes | memoryview = b"") -> Any:
-    """The hash object of ``data`` whose 32-byte digest the cache keeps."""
-    digest = _digest_for(len(data))
-    digest.update(data)
+def digest_of(*parts: bytes | memoryview) -> Any:
+    """The hash object of ``parts`` one after another (none: no bytes) whose 32-byte digest
+    the cache keeps."""
+    digest = _digest_for(sum(memoryview(part).nbytes for part in parts))
+    for part in parts:
+        digest.update(part)
     return digest
 
 
@@ -386,16 +388,10 @@ def open_directory(*names: str, create: bool = False) -> int | None:
 
 def _header(kind: str, build_id: bytes, source: Source,
             payload: Sequence[bytes | memoryview], mapped: bool = False) -> bytes:
-    size = sum(memoryview(part).nbytes for part in payload)
-    payload_digest = _NONE
-    if not mapped:
-        digest = _digest_for(size)
-        for part in payload:
-            digest.update(part)
-        payload_digest = digest.digest()
     return _HEADER.pack(_MAGIC, ENTRY_FORMAT, kind.encode(), len(build_id), build_id,
                         source.size, source.digest, source.stamp or _NONE, source.late_digest(),
-                        size, payload_digest)
+                        sum(memoryview(part).nbytes for part in payload),
+                        _NONE if mapped else digest_of(*payload).digest())
 
 
 def store(kind: str, build_id: bytes, payload: bytes, source: Source) -> None:

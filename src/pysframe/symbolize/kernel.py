@@ -11,8 +11,9 @@ Python elsewhere), at every run; so the table is kept in the private cache by ke
 build id, valid for one boot (the addresses move with
 KASLR at each boot: ``/proc/sys/kernel/random/boot_id`` is part of the entry's source),
 and mapped when read back, checked by its CRC and its shape
-(:meth:`~.symbols.SymbolTable.from_spans`). Its names are spans of kallsyms' text, kept
-whole in the entry: the names are not copied out of the text into a blob of their own.
+(:meth:`~.symbols.SymbolTable.from_spans`). Its names are spans of an area of bytes: where
+numpy reads kallsyms, its text, kept whole (the names not copied out into a blob of their
+own); where Python does, the names joined (:func:`_joined_names`).
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ def _perf_payload(starts: array[int], firsts: array[int], lasts: array[int], are
 
 
 #: Kernel symbol tables in the cache: one per kernel build id (and payload format; p5:
-#: names as spans of kallsyms' text, :func:`.table_bytes.spans_entry_parts`).
+#: names as spans of an area, :func:`.table_bytes.spans_entry_parts`).
 KALLSYMS_KIND = "kernel/kallsyms.p5"
 
 

@@ -128,12 +128,7 @@ class SymbolTable:
         is not shaped as one (see :func:`.table_bytes.arrays_from`)."""
         from .table_bytes import arrays_from
 
-        arrays = arrays_from(payload, empty_ok=empty_ok)
-        if arrays is None:
-            return None
-        table = cls.from_arrays(*arrays)
-        table.payload = payload
-        return table
+        return cls._read_in_place(payload, arrays_from(payload, empty_ok=empty_ok))
 
     @classmethod
     def from_spans(cls, payload: bytes | memoryview) -> SymbolTable | None:
@@ -142,7 +137,12 @@ class SymbolTable:
         is not shaped as one."""
         from .table_bytes import spans_from
 
-        arrays = spans_from(payload)
+        return cls._read_in_place(payload, spans_from(payload))
+
+    @classmethod
+    def _read_in_place(cls, payload: bytes | memoryview,
+                       arrays: tuple[Sequence[int], Sequence[int], Sequence[str]] | None
+                       ) -> SymbolTable | None:
         if arrays is None:
             return None
         table = cls.from_arrays(*arrays)

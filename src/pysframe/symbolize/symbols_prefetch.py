@@ -113,9 +113,10 @@ def prefetch_symbols(files: Sequence[tuple[str, bytes | None]],
     outlives the command. It forks: call it before any thread is started."""
     global _started, _handled
     _unclaimed_ended()  # (one started for an earlier run of this process, never taken)
-    missing = _largest_first(uncached(files))[:MAX_CLAIMS]
+    missing = uncached(files)
     if not missing or usable_cpus() < 2 or prefetching() or not _writable():
         return None
+    missing = _largest_first(missing)[:MAX_CLAIMS]
     claims = Claims(len(missing))
 
     def make() -> bool:

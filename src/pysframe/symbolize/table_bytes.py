@@ -9,12 +9,13 @@ few of its names, and libc's 5,000 symbols took ~1.7 ms to unmarshal and check a
 at every run (``sframe stack`` is measured against gdb).
 
 The kernel's table (:mod:`.kernel`) has its own layout: the same prefix, starts and ends,
-then where each name starts and ends in an area of bytes (uint32 each), then the area,
-kallsyms' text itself (:func:`spans_entry_parts`, :func:`spans_from`). It is mapped and
-checked by the CRC; an ELF file's (:mod:`.symbols`) is read through the cache's digest,
-which vouches for it the same way. :meth:`.symbols.SymbolTable.from_entry`,
-:meth:`~.symbols.SymbolTable.from_spans` and :meth:`~.symbols.SymbolTable.entry` read
-and write a table so.
+then where each name starts and ends in an area of bytes (uint32 each), then the area
+(kallsyms' text itself where numpy read it: :func:`spans_entry_parts`, :func:`spans_from`).
+It is mapped and checked by the CRC; an ELF file's (:mod:`.symbols`) is read through the
+cache's digest, which vouches for it the same way. Both are read as spans
+(:class:`SpanNames`; an ELF file's entry's offsets are the spans' ends and starts).
+:meth:`.symbols.SymbolTable.from_entry`, :meth:`~.symbols.SymbolTable.from_spans` and
+:meth:`~.symbols.SymbolTable.entry` read and write a table so.
 """
 
 from __future__ import annotations
@@ -47,14 +48,7 @@ def entry_of(starts: bytes | memoryview, ends: bytes | memoryview,
     over the parts and they are copied once, behind the prefix: kallsyms' entry is ~5 MB,
     and each copy of it cost a first run ~1.5 ms and ~1,300 page faults in the child
     making it."""
-    import zlib  # here: a warm run reads entries, and only the kernel's check their CRC
-
-    parts = [starts, ends, offsets, names]
-    count = memoryview(starts).nbytes // 8
-    crc = zlib.crc32(struct.pack("=Q", count))
-    for part in parts:
-        crc = zlib.crc32(part, crc)
-    return b"".join([PREFIX.pack(crc, count), *parts])
+    return b"".join(_prefixed([starts, ends, offsets, names]))
 
 
 def spans_entry_parts(starts: bytes | memoryview, ends: bytes | memoryview,
@@ -63,14 +57,18 @@ def spans_entry_parts(starts: bytes | memoryview, ends: bytes | memoryview,
     """The entry of a table whose names are spans of a byte ``area``, as its parts (the
     prefix, then each given part, not joined): uint64 starts and ends, uint32 ``firsts``
     and ``lasts`` (name k is ``area[firsts[k]:lasts[k]]``), then the area. The kernel's
-    table (:mod:`.kernel`): its names are spans of kallsyms' own text, which is kept
-    whole, so a first run makes no name blob (~9-13 ms and ~1,200-2,400 page faults of
-    its ~35 CPU-ms, in the child that parses it) and writes the parts as they are. The
-    CRC is chained over them."""
-    import zlib
+    table (:mod:`.kernel`): read with numpy, its names are spans of kallsyms' own text,
+    which is kept whole, so a first run makes no name blob (~9-13 ms and ~1,200-2,400 page faults of
+    its ~35 CPU-ms, in the child that parses it) and writes the parts as they are."""
+    return _prefixed([starts, ends, firsts, lasts, area])
 
-    parts = [starts, ends, firsts, lasts, area]
-    count = memoryview(starts).nbytes // 8
+
+def _prefixed(parts: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """The prefix, then ``parts`` (the first the uint64 starts: their count): the CRC
+    chained over the count and the parts, none copied."""
+    import zlib  # here: a warm run reads entries, and only the kernel's check their CRC
+
+    count = memoryview(parts[0]).nbytes // 8
     crc = zlib.crc32(struct.pack("=Q", count))
     for part in parts:
         crc = zlib.crc32(part, crc)
@@ -91,30 +89,10 @@ else:  # collections.abc.Sequence would import collections (~1 ms of a `sframe s
     _Names = object
 
 
-class EntryNames(_Names):
-    """Names decoded on demand from the entry's bytes (a table is printed from a few). A
-    sequence of str: iterated by index (the sequence protocol) and sliced."""
-
-    def __init__(self, offsets: Sequence[int], blob: bytes | memoryview) -> None:
-        self._offsets, self._blob = offsets, blob
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        count = len(self)
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError(f"symbol {index} of {count}")
-        offsets = self._offsets
-        return str(self._blob[offsets[index]:offsets[index + 1]], "utf-8", "replace")
-
-
 class SpanNames(_Names):
-    """Names decoded on demand from spans of an entry's area (see :func:`spans_from`)."""
+    """Names decoded on demand from spans of an entry's bytes, name k at
+    ``area[firsts[k]:lasts[k]]`` (a table is printed from a few). A sequence of str:
+    iterated by index (the sequence protocol) and sliced."""
 
     def __init__(self, firsts: Sequence[int], lasts: Sequence[int],
                  area: bytes | memoryview) -> None:
@@ -156,7 +134,7 @@ def spans_from(payload: bytes | memoryview, *, empty_ok: bool = False
 
 
 def arrays_from(payload: bytes | memoryview, *, empty_ok: bool = False
-                ) -> tuple[Sequence[int], Sequence[int], EntryNames] | None:
+                ) -> tuple[Sequence[int], Sequence[int], SpanNames] | None:
     """The starts, ends and names of an intact entry, views of ``payload``, or None if it
     is not shaped as one (or holds no symbol, unless ``empty_ok``). The order of the
     starts is not checked here (a pass over them costs what reading in place saved): the
@@ -176,4 +154,4 @@ def arrays_from(payload: bytes | memoryview, *, empty_ok: bool = False
     offsets = view[first + 16 * count:names_at].cast("I")
     if offsets[0] != 0 or offsets[-1] != len(view) - names_at:
         return None
-    return starts, ends, EntryNames(offsets, view[names_at:])
+    return starts, ends, SpanNames(offsets[:-1], offsets[1:], view[names_at:])
