@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import struct
-import subprocess
-import sys
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.left_behind import ends_leaving_nothing
 
 from pysframe import cachedir
 from pysframe.symbolize import kernel
@@ -260,26 +259,26 @@ def test_this_process_does_not_wait_for_the_text_being_read(
     os.close(gate_write)
 
 
-@pytest.mark.parametrize("readable", [True, False])
-def test_only_the_child_parsing_a_read_text_yields_the_cpus(
-        fake_kernel: list[int], monkeypatch: pytest.MonkeyPatch, readable: bool) -> None:
-    """The child that parses a text read before it was forked (~30 ms, while the record
-    walk runs in two processes) runs at a lower priority than this process; the child
-    that reads kallsyms itself, whose names the run may want at once, does not."""
+def _noted_by_the_child(monkeypatch: pytest.MonkeyPatch, readable: bool,
+                        noting: list[tuple[str, Callable[[], str], Callable[..., Any]]]
+                        ) -> list[str]:
+    """What the child of a first run's prefetch (numpy next) noted, in order: each of
+    ``noting`` is (a function of the kernel module replaced, the note a call of it writes
+    first, what the call then does). ``readable``: kallsyms can be read (the child parses
+    the text another read), else not (it reads kallsyms itself)."""
     pytest.importorskip("numpy")
     monkeypatch.setattr(kernel, "_making", None)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    here = os.nice(0)
     seen_read, seen_write = os.pipe()
 
-    def noting(inner: Any) -> Any:
+    def noted(note: Callable[[], str], inner: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
-            os.write(seen_write, b"%d\n" % os.nice(0))
+            os.write(seen_write, note().encode() + b"\n")
             return inner(*args)
         return call
 
-    monkeypatch.setattr(kernel, "payload_parts_of", noting(kernel.payload_parts_of))
-    monkeypatch.setattr(kernel, "load_kallsyms", noting(kernel.load_kallsyms))
+    for name, note, inner in noting:
+        monkeypatch.setattr(kernel, name, noted(note, inner))
     monkeypatch.setattr(kernel, "_kallsyms_text", lambda path="": (
         Path(path).read_bytes() if path else
         b"ffffffff81000000 T _stext\n" if readable else None))
@@ -287,7 +286,20 @@ def test_only_the_child_parsing_a_read_text_yields_the_cpus(
     kernel._child_ended()
     os.close(seen_write)
     with os.fdopen(seen_read, "rb") as seen:
-        niceness = [int(line) for line in seen]
+        return seen.read().decode().split()
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_only_the_child_parsing_a_read_text_yields_the_cpus(
+        fake_kernel: list[int], monkeypatch: pytest.MonkeyPatch, readable: bool) -> None:
+    """The child that parses a text read before it was forked (~30 ms, while the record
+    walk runs in two processes) runs at a lower priority than this process; the child
+    that reads kallsyms itself, whose names the run may want at once, does not."""
+    here = os.nice(0)
+    noted = _noted_by_the_child(monkeypatch, readable, [
+        ("payload_parts_of", lambda: str(os.nice(0)), kernel.payload_parts_of),
+        ("load_kallsyms", lambda: str(os.nice(0)), kernel.load_kallsyms)])
+    niceness = [int(note) for note in noted]
     expected = min(here + kernel.PARSER_NICENESS, 19) if readable else here
     assert niceness and set(niceness) == {expected}  # (load_kallsyms parses by it too)
 
@@ -299,27 +311,9 @@ def test_the_child_parsing_a_read_text_reuses_the_memory_it_frees(
     after another), tells the allocator to keep freed memory before it parses: a freed
     array's pages serve the next one, not new pages to fault in. The child that reads
     kallsyms itself parses in Python and leaves the allocator as it is."""
-    pytest.importorskip("numpy")
-    monkeypatch.setattr(kernel, "_making", None)
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    seen_read, seen_write = os.pipe()
-
-    def noting(name: str, inner: Any) -> Any:
-        def call(*args: Any) -> Any:
-            os.write(seen_write, name.encode() + b"\n")
-            return inner(*args)
-        return call
-
-    monkeypatch.setattr(kernel, "keep_freed_memory", noting("keep", lambda: True))
-    monkeypatch.setattr(kernel, "payload_parts_of", noting("parse", kernel.payload_parts_of))
-    monkeypatch.setattr(kernel, "_kallsyms_text", lambda path="": (
-        Path(path).read_bytes() if path else
-        b"ffffffff81000000 T _stext\n" if readable else None))
-    kernel.prefetch(numpy_next=True)
-    kernel._child_ended()
-    os.close(seen_write)
-    with os.fdopen(seen_read, "rb") as seen:
-        calls = seen.read().decode().split()
+    calls = _noted_by_the_child(monkeypatch, readable, [
+        ("keep_freed_memory", lambda: "keep", lambda: True),
+        ("payload_parts_of", lambda: "parse", kernel.payload_parts_of)])
     assert calls[-1] == "parse"
     assert calls == (["keep", "parse"] if readable else ["parse"])
 
@@ -341,21 +335,7 @@ print(kernel._making[1].pid, flush=True)
 def test_a_child_no_lookup_waited_for_is_stopped_and_reaped_at_exit(tmp_path: Path) -> None:
     """No process is left after the command: not the child still running (it is stopped,
     the command does not wait a minute for it), nor one ended and not reaped."""
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", UNUSED_CHILD], capture_output=True,
-                          text=True, timeout=50,
-                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
-    assert done.returncode == 0, done.stderr
-    pid = int(done.stdout)
-    try:
-        assert time.monotonic() - started < 30
-        assert not os.path.exists(f"/proc/{pid}")  # (reaped: not even a zombie)
-    finally:
-        try:
-            os.kill(pid, signal.SIGKILL)  # (the child of a run that left it)
-        except ProcessLookupError:
-            pass
-    assert not list((tmp_path / "cache").rglob(".tmp-*"))
+    ends_leaving_nothing(UNUSED_CHILD, [], tmp_path / "cache")
 
 
 def test_the_child_keeps_no_standard_output_open(fake_kernel: list[int],

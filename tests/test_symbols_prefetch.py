@@ -8,13 +8,11 @@ only its time, and one no one takes does not outlive the command."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.support.left_behind import ends_leaving_nothing
 from tests.support.perf_text import held_to_perfs_text
 
 from conftest import FIXTURES
@@ -191,21 +189,7 @@ def test_a_helper_no_one_takes_is_stopped_and_reaped_at_exit(tmp_path: Path,
     it) and reaped, its half-written entry removed."""
     if not RECORDING.exists():
         pytest.skip("no fixture recordings (../shared/fixtures) here")
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", code, str(RECORDING)],
-                          capture_output=True, text=True, timeout=50,
-                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
-    assert done.returncode == 0, done.stderr
-    pid = int(done.stdout.split()[0])
-    try:
-        assert time.monotonic() - started < 30
-        assert not os.path.exists(f"/proc/{pid}")  # (reaped: not even a zombie)
-    finally:
-        try:
-            os.kill(pid, signal.SIGKILL)  # (the helper of a run that left it)
-        except ProcessLookupError:
-            pass
-    assert not list((tmp_path / "cache").rglob(".tmp-*"))
+    ends_leaving_nothing(code, [str(RECORDING)], tmp_path / "cache")
 
 
 def test_each_file_is_claimed_once_by_one_of_two_processes() -> None:
