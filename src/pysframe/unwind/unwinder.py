@@ -10,6 +10,12 @@ inline (the hot loop :func:`_run_defaults`: step()'s arithmetic and checks for t
 rule shape, kept equal to it by ``tests/test_step.py`` through the batch engine and by the
 scalar/batch comparisons). Registers other than SP/FP (and the link register) are known
 only in the topmost frame.
+
+Chains are not memoized. Taking the outer frames of an earlier sample's chain, where
+this sample's stack holds the same words, reused 80% of the Lua fixture recording's 66k
+frames. It still cost more than it saved: a frame stepped here costs ~0.35 us, and the
+memo ~4 us a sample (a probe per frame, one comparison of the words, keeping the chain).
+End to end, it was 5-9% slower.
 """
 
 from __future__ import annotations
