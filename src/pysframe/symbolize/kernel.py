@@ -76,7 +76,8 @@ def kallsyms_payload(path: str = "/proc/kallsyms") -> bytes | None:
     symbols, as :func:`load_kallsyms` chooses them; None if unreadable, hidden or not
     text."""
     data = _kallsyms_text(path)
-    return payload_of(data) if data is not None else None
+    parts = payload_parts_of(data) if data is not None else None
+    return b"".join(parts) if parts is not None else None
 
 
 def _kallsyms_text(path: str = "/proc/kallsyms") -> bytes | None:
@@ -87,12 +88,6 @@ def _kallsyms_text(path: str = "/proc/kallsyms") -> bytes | None:
     except OSError:
         return None
     return data if len(data) <= _KALLSYMS_LIMIT else None
-
-
-def payload_of(data: bytes) -> bytes | None:
-    """The entry of kallsyms' text ``data`` (None: hidden or not text), joined."""
-    parts = payload_parts_of(data)
-    return b"".join(parts) if parts is not None else None
 
 
 def payload_parts_of(data: bytes) -> list[bytes | memoryview] | None:
