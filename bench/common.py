@@ -11,6 +11,7 @@ bytecode is cached (``__pycache__``) in both, as an installed package has it."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import statistics
@@ -181,6 +182,12 @@ def print_table(figures: Mapping[str, Mapping[str, Sequence[float]]], unit: str 
 
 
 VENV = OUT / "venv"
+#: The interpreter our command runs on, when set: its own virtual environment,
+#: bench/out/venv-<hash of its real path> (python -m venv; pip install -e), whatever runs
+#: the bench. The interpreter is part of the figure: here pyenv's 3.11.7, built without
+#: PGO and LTO and with a shared libpython, runs the Lua recording ~12% slower than the
+#: distribution's /usr/bin/python3.11 (built with both, libpython linked in).
+PYTHON_VARIABLE = "PYSFRAME_BENCH_PYTHON"
 
 
 def bench_environment() -> dict[str, str]:
@@ -193,29 +200,46 @@ def bench_environment() -> dict[str, str]:
 
 @functools.cache
 def venv_sframe() -> list[str]:
-    """Our installed console script, bytecode compiled, as a user runs it: the ``sframe``
-    beside this interpreter when the bench runs in a virtual environment that has this
-    checkout installed (``. .venv/bin/activate``), else one made once in bench/out/venv
-    (python -m venv of the real interpreter; pip install -e). Never a pyenv shim (a bash
-    script, ~60-100 ms a start) or the first ``sframe`` on PATH."""
+    """Our installed console script, bytecode compiled, as a user runs it: with
+    :data:`PYTHON_VARIABLE` set, the one in that interpreter's virtual environment; else
+    the ``sframe`` beside this interpreter when the bench runs in a virtual environment
+    that has this checkout installed (``. .venv/bin/activate``), else one made once in
+    bench/out/venv (python -m venv of the real interpreter; pip install -e). Never a pyenv
+    shim (a bash script, ~60-100 ms a start) or the first ``sframe`` on PATH. Which
+    interpreter it is goes to stderr, with the figures."""
     beside = Path(sys.executable).with_name("sframe")
-    if sys.prefix != sys.base_prefix and beside.is_file() and _installed_from_here(
+    chosen = os.environ.get(PYTHON_VARIABLE)
+    if chosen:
+        base = Path(chosen).resolve()
+        venv = OUT / f"venv-{hashlib.sha256(str(base).encode()).hexdigest()[:12]}"
+        script, python = _made_venv(venv, base)
+    elif sys.prefix != sys.base_prefix and beside.is_file() and _installed_from_here(
             Path(sys.executable)):
         script, python = beside, Path(sys.executable)
     else:
-        script, python = VENV / "bin" / "sframe", VENV / "bin" / "python"
-        marker = VENV / "installed-from"
-        if not script.exists() or not marker.exists() or marker.read_text() != str(REPO):
-            base = (Path(sys.base_prefix) / "bin"
-                    / f"python{sys.version_info[0]}.{sys.version_info[1]}")
-            print(f"making {VENV} (python -m venv; pip install -e {REPO}) ...", file=sys.stderr)
-            subprocess.run([str(base), "-m", "venv", "--clear", str(VENV)], check=True)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(REPO)],
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            marker.write_text(str(REPO))
+        script, python = _made_venv(VENV, Path(sys.base_prefix) / "bin"
+                                    / f"python{sys.version_info[0]}.{sys.version_info[1]}")
     subprocess.run([str(python), "-m", "compileall", "-q", str(REPO / "src" / "pysframe")],
                    check=True, stdout=subprocess.DEVNULL, env=bench_environment())
+    version = subprocess.run([str(python), "-c", "import sys; print(sys.version.split()[0])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    print(f"sframe: {script} (Python {version}, {Path(python).resolve()})", file=sys.stderr)
     return [str(script)]
+
+
+def _made_venv(venv: Path, base: Path) -> tuple[Path, Path]:
+    """(script, python) of ``venv``, made from the interpreter ``base`` with this checkout
+    installed, unless it was made so before."""
+    script, python = venv / "bin" / "sframe", venv / "bin" / "python"
+    marker = venv / "installed-from"
+    made_from = f"{REPO}\n{base}"
+    if not script.exists() or not marker.exists() or marker.read_text() != made_from:
+        print(f"making {venv} ({base} -m venv; pip install -e {REPO}) ...", file=sys.stderr)
+        subprocess.run([str(base), "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(REPO)],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        marker.write_text(made_from)
+    return script, python
 
 
 def _installed_from_here(python: Path) -> bool:
