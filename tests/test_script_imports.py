@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from tests.support.oracles import unavailable
 
+import pysframe
 from conftest import FIXTURES
 
 LUA = FIXTURES / "real" / "lua-2.46-x86_64"
@@ -28,12 +29,19 @@ UNWANTED = ("dataclasses", "inspect", "ast", "elftools")
 UNWANTED_WARM = (*UNWANTED, "typing", "re", "tempfile", "shutil", "ctypes", "enum", "functools",
                  "collections", "array", "operator", "select")
 
+#: Where pysframe is imported from: the probes run without ``site`` (``python -S``), so a
+#: module that a site-packages .pth file imports at start-up (this machine's sandbox imports
+#: ``operator``) cannot hide one our command imports.
+SOURCE = str(Path(pysframe.__file__).resolve().parents[1])
+
+
 def _probe(unwanted: tuple[str, ...], run: str) -> str:
-    """A program that runs ``run`` and, at exit, prints the ``unwanted`` modules then
-    loaded. entry.main() ends the process with os._exit after running the exit functions;
-    modules a site-packages .pth file imported before the probe are not counted."""
+    """A program, run with ``python -S`` (see :data:`SOURCE`), that runs ``run`` and, at
+    exit, prints the ``unwanted`` modules then loaded. entry.main() ends the process with
+    os._exit after running the exit functions."""
     return f"""
 import atexit, sys
+sys.path.insert(0, {SOURCE!r})
 before = set(sys.modules)
 def unwanted():
     found = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {unwanted!r})
@@ -60,7 +68,7 @@ def test_a_first_script_makes_its_tables_without_dataclasses(tmp_path: Path) -> 
     env = {key: value for key, value in os.environ.items() if key != "DEBUGINFOD_URLS"}
     env["XDG_CACHE_HOME"] = str(tmp_path)  # empty: every table and symbol made here
     args = [str(LUA / "perf.data"), "--binaries", str(LUA)]
-    first = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True,
+    first = subprocess.run([sys.executable, "-S", "-c", PROBE, *args], capture_output=True,
                            text=True, timeout=300, env=env, check=False)
     assert first.returncode == 0, first.stderr
     assert first.stderr.splitlines()[-1] == "unwanted: ", first.stderr
@@ -71,7 +79,7 @@ def test_a_first_script_makes_its_tables_without_dataclasses(tmp_path: Path) -> 
     command = Path(sys.executable).with_name("sframe")
     if not command.is_file():
         unavailable(f"no sframe command beside {sys.executable} (pip install -e .)")
-    warm = subprocess.run([sys.executable, "-c", SCRIPT_PROBE, str(command), *args],
+    warm = subprocess.run([sys.executable, "-S", "-c", SCRIPT_PROBE, str(command), *args],
                           capture_output=True, text=True, timeout=300, env=env, check=False)
     assert warm.returncode == 0, warm.stderr
     assert warm.stderr.splitlines()[-1] == "unwanted: ", warm.stderr

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+import pysframe
+
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 only")
 
 #: Modules of the table generator and of CFI parsing that the cache readers may import
@@ -34,11 +36,13 @@ UNWANTED_TOP = ("elftools", "numpy", "click", "rich", "hashlib", "_hashlib", "da
                 "operator", "heapq")
 
 #: entry.main() ends the process with os._exit after running the exit functions: the
-#: probe registers one that prints the unwanted modules then loaded. Those the interpreter
-#: had imported before (a site-packages .pth file's: a sandbox's certificate set-up imports
-#: typing and re) are not the command's.
+#: probe registers one that prints the unwanted modules then loaded. It runs without
+#: ``site`` (``python -S``, pysframe's directory put on the path by hand): a module a
+#: site-packages .pth file imports at start-up (a sandbox's certificate set-up imports
+#: typing, re and operator) would otherwise hide the same import by the command.
 PROBE = f"""
 import atexit, sys
+sys.path.insert(0, {str(Path(pysframe.__file__).resolve().parents[1])!r})
 before = set(sys.modules)
 def unwanted():
     found = sorted(m for m in set(sys.modules) - before
@@ -65,7 +69,7 @@ def test_a_warm_stack_imports_only_what_it_uses(tmp_path: Path) -> None:
         if first.returncode == 2 and "not permitted" in first.stderr:
             pytest.skip("ptrace is not permitted here")
         assert first.returncode == 0, first.stderr
-        warm = subprocess.run([sys.executable, "-c", PROBE, str(sleeper.pid)],
+        warm = subprocess.run([sys.executable, "-S", "-c", PROBE, str(sleeper.pid)],
                               capture_output=True, text=True, timeout=120, env=env,
                               check=False)
     finally:
