@@ -356,12 +356,22 @@ def _tables_ready(data: Any, unwinder: Any, records: Any = None) -> None:
     """First run: the tables of the binaries the recording maps first, generated in
     parallel before unwinding (only those made whole: the others are made a function at a
     time, when needed). Found in ``records`` when the walk has read them (the batch
-    pipeline), else by reading the start of the records for their mappings. Read before
-    the walk, that start (64 MB of 8 KB samples) cost every run of the deep bench
-    recording ~10 ms, of which the walk then saved ~4.5 (pages it found mapped)."""
+    pipeline). Else the files of the build-id table (the binaries perf saw samples in)
+    first, and the start of the records is read for the other mappings only when the
+    warm-up generated tables for those files: otherwise (a warm run, tables made a
+    function at a time, or one missing, made where it is needed) a file only mapped
+    there gets its table when it is first needed, as a file mapped later does. That reading touched every record of the Lua recording (~3
+    ms of a warm run's ~85, before the fork). Read before the batch pipeline's walk, the
+    start (64 MB of 8 KB samples) cost every run of the deep bench recording ~10 ms, of
+    which the walk then saved ~4.5 (pages it found mapped)."""
     from ..session.perf import recorded_files
 
-    unwinder.finder.prefetch(recorded_files(data, records), progress=sys.stderr.isatty())
+    progress = sys.stderr.isatty()
+    if records is None:
+        named = recorded_files(data, ())
+        if named and not unwinder.finder.prefetch(named, progress=progress):
+            return
+    unwinder.finder.prefetch(recorded_files(data, records), progress=progress)
 
 
 def recorded_kernel(entries: list[Any]) -> bytes | None:
