@@ -12,6 +12,11 @@ import struct
 
 from ..records import record_class
 
+TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 # Record types.
 RECORD_MMAP = 1
 RECORD_LOST = 2
@@ -225,10 +230,105 @@ def id_word(sample_type: int) -> int | None:
     return None
 
 
+#: The Sample fields the fixed-size fields may fill, in record and constructor order.
+_PREFIX_NAMES = ("ip", "pid", "tid", "time", "addr", "id", "cpu", "period")
+#: What a sample of these types holds is read by the general parse alone.
+_GENERAL_ONLY = SAMPLE_READ | SAMPLE_RAW | SAMPLE_BRANCH_STACK
+
+if TYPE_CHECKING:
+    SampleParser = Callable[[memoryview, int, int, int, int], "Sample | None"]
+
+
+def sample_parser(attr: EventAttr) -> SampleParser | None:
+    """The samples of ``attr`` read with their layout worked out once (None for the sample
+    types :data:`_GENERAL_ONLY` names): the fixed-size fields, the callchain, the user
+    registers and the stack copy, each checked to lie in the record, and the Sample made
+    by one constructor call (compiled for the event's fields, as :mod:`pysframe.records`
+    compiles ``__init__``). Half the general parse's time (the Lua recording's samples:
+    1.0 against 1.9 us each). A record that fails a check gives None: the general parse
+    reads it then, and raises the error that says what is wrong (the same text either
+    way)."""
+    sample_type = attr.sample_type
+    if sample_type & _GENERAL_ONLY:
+        return None
+    prefix, names = _prefix_layout(sample_type)
+    read_prefix, prefix_end = prefix.unpack_from, 8 + prefix.size
+    read_word = _U64.unpack_from
+    register_count = attr.sample_regs_user.bit_count()
+    read_registers = struct.Struct(f"<{register_count}Q").unpack_from
+    register_bytes = 8 * register_count
+    chained = bool(sample_type & SAMPLE_CALLCHAIN)
+    registered = bool(sample_type & SAMPLE_REGS_USER)
+    stacked = bool(sample_type & SAMPLE_STACK_USER)
+    make = _sample_maker(names, attr)
+
+    def parse(buffer: memoryview, misc: int, offset: int, size: int, base: int
+              ) -> Sample | None:
+        end = offset + size
+        position = offset + prefix_end
+        if position > end or end > len(buffer):
+            return None
+        fields = read_prefix(buffer, offset + 8)
+        callchain: tuple[int, ...] = ()
+        if chained:
+            if position + 8 > end:
+                return None
+            count = read_word(buffer, position)[0]
+            position += 8
+            if position + 8 * count > end:
+                return None
+            callchain = struct.unpack_from(f"<{count}Q", buffer, position)
+            position += 8 * count
+        regs_abi, regs = 0, ()
+        if registered:
+            if position + 8 > end:
+                return None
+            regs_abi = read_word(buffer, position)[0]
+            position += 8
+            if regs_abi:
+                if position + register_bytes > end:
+                    return None
+                regs = read_registers(buffer, position)
+                position += register_bytes
+        stack, dyn_size, stack_offset = None, 0, -1
+        if stacked:
+            if position + 8 > end:
+                return None
+            stack_size = read_word(buffer, position)[0]
+            position += 8
+            if stack_size:
+                if position + stack_size + 8 > end:
+                    return None
+                dyn_size = min(read_word(buffer, position + stack_size)[0], stack_size)
+                stack = buffer[position:position + dyn_size]
+                if not base:  # a record of the file itself (base 0), not of inflated data
+                    stack_offset = position
+        return make(base + offset, misc, fields, callchain, regs_abi, regs, stack, dyn_size,
+                    stack_offset)
+
+    return parse
+
+
+def _sample_maker(names: tuple[str, ...], attr: EventAttr) -> Callable[..., Sample]:
+    """A function making a Sample of ``attr`` from its fixed-size fields (``names``, in
+    record order) and the rest, in one constructor call (our own text, compiled once per
+    event)."""
+    fields = ", ".join(f"fields[{names.index(name)}]" if name in names else "0"
+                       for name in _PREFIX_NAMES)
+    source = ("def make(offset, misc, fields, callchain, regs_abi, regs, stack, dyn_size,"
+              " stack_offset):\n"
+              f"    return Sample(offset, misc, {fields}, callchain, (), regs_abi, regs, stack,"
+              " dyn_size, attr, stack_offset)\n")
+    scope: dict[str, Any] = {"Sample": Sample, "attr": attr}
+    exec(source, scope)
+    made: Callable[..., Sample] = scope["make"]
+    return made
+
+
 class RecordParser:
     """Parses single records with the recording's event attributes."""
 
-    __slots__ = ("attrs", "by_id")
+    __slots__ = ("_parsers", "attrs", "by_id")
 
     def __init__(self, attrs: list[EventAttr]) -> None:
         self.attrs = attrs
@@ -236,6 +336,9 @@ class RecordParser:
         for attr in attrs:
             for identifier in attr.ids:
                 self.by_id[identifier] = attr
+        #: Each event's :func:`sample_parser` (None: its samples take the general parse),
+        #: by ``id`` of the event (made at its first sample).
+        self._parsers: dict[int, SampleParser | None] = {}
 
     def _attr_for(self, buffer: memoryview, offset: int, size: int) -> EventAttr:
         """The event of the sample at ``offset``: the one its IDENTIFIER names (the first
@@ -355,7 +458,22 @@ class RecordParser:
 
     def _sample(self, buffer: memoryview, misc: int, offset: int, size: int,
                 base: int) -> Sample:
-        attr = self._attr_for(buffer, offset, size)
+        attrs = self.attrs
+        attr = attrs[0] if len(attrs) == 1 else self._attr_for(buffer, offset, size)
+        try:
+            parser = self._parsers[id(attr)]
+        except KeyError:
+            parser = self._parsers[id(attr)] = sample_parser(attr)
+        if parser is not None:
+            sample = parser(buffer, misc, offset, size, base)
+            if sample is not None:
+                return sample
+        return self._general_sample(attr, buffer, misc, offset, size, base)
+
+    def _general_sample(self, attr: EventAttr, buffer: memoryview, misc: int, offset: int,
+                        size: int, base: int) -> Sample:
+        """Any sample, read field by field (:func:`sample_parser`'s fallback: it raises
+        the error that says what is wrong with a malformed one)."""
         sample_type = attr.sample_type
         end = offset + size
         sample = Sample(base + offset, misc, attr=attr)
