@@ -244,10 +244,11 @@ def sample_parser(attr: EventAttr) -> SampleParser | None:
     types :data:`_GENERAL_ONLY` names): the fixed-size fields, the callchain, the user
     registers and the stack copy, each checked to lie in the record, and the Sample made
     by one constructor call (compiled for the event's fields, as :mod:`pysframe.records`
-    compiles ``__init__``). Half the general parse's time (the Lua recording's samples:
-    1.0 against 1.9 us each). A record that fails a check gives None: the general parse
-    reads it then, and raises the error that says what is wrong (the same text either
-    way)."""
+    compiles ``__init__``). The Lua recording's samples took 1.3 us each against 1.9 for
+    the general parse (Debian's Python 3.11; 1.75 against 2.85 with pyenv's). A record
+    that fails a check gives None: the general parse reads it then, and raises the error
+    that says what is wrong (the same text either way). The text compiled is ours: the
+    names come from :data:`_PREFIX_FIELDS`, never from the recording."""
     sample_type = attr.sample_type
     if sample_type & _GENERAL_ONLY:
         return None
