@@ -1,8 +1,8 @@
 """Bench: `sframe script` against `perf script --no-inline` on the same recordings, in one run.
 
-Two recordings (issue 13):
-- small: the Lua fixture recording (../shared/fixtures/real/lua-2.46-x86_64); goal: no
-  slower than perf;
+Two recordings (issue 13, goals as issue 29 restated them):
+- small: the Lua fixture recording (../shared/fixtures/real/lua-2.46-x86_64); goal: at
+  most 1.25x perf's time, first run included (a speed ratio of at least 0.8);
 - large: at least --samples (default 50,000) `--call-graph dwarf` samples of bench/deep.c
   (threads recursing 10-70 calls deep, no frame pointers), recorded here with perf into
   bench/out/ and deleted afterwards (--keep keeps it); goal: at least 4x perf's speed.
@@ -57,6 +57,8 @@ from common import (
     with_cache,
 )
 
+#: The small recording's goal, as a speed ratio: at most 1.25x perf's time (issue 29).
+SMALL_GOAL = 0.8
 #: perf's cpu-clock frequency for the large recording, per thread.
 FREQUENCY = 4000
 THREADS = 2
@@ -156,7 +158,8 @@ def compare(name: str, data: Path, ours_argv: list[str], perf_argv: list[str], r
         speed = [(our_frames / a) / (their_frames / b) for a, b in
                  zip(columns["sframe script"], columns["perf script --no-inline"], strict=True)]
         print(f"  {state} cache: speed ratio sframe/perf (frames per second, run by run) "
-              f"{spread(speed, '.2f')} (goal >= {goal:g}: "
+              f"{spread(speed, '.2f')}, {1 / statistics.median(speed):.2f}x perf's time "
+              f"(goal >= {goal:g}: "
               f"{'met' if statistics.median(speed) >= goal else 'NOT met'} by the median)")
     if baseline is not None:
         same_as_baseline = baseline_out.read_bytes() == ours_out.read_bytes()
@@ -196,7 +199,7 @@ def main() -> int:
     subprocess.run([perf, "buildid-cache", "--add", str(recording / "lua")], check=False,
                    stderr=subprocess.DEVNULL)
     compare("small", data, [*sframe, "script", str(data), "--binaries", str(recording)],
-            [perf, "script", "--no-inline", "-i", str(data)], args.runs, 1.0, baseline)
+            [perf, "script", "--no-inline", "-i", str(data)], args.runs, SMALL_GOAL, baseline)
     if args.small_only:
         return 0
     large = deep_recording(perf, args.samples, args.reuse)
