@@ -21,7 +21,14 @@ in both. A last warm run of ours with PYSFRAME_PHASE_TIMES=1 prints where its ti
 (setup, scan, unwind, symbolize, output).
 
     env -u PYTHONDONTWRITEBYTECODE python3 bench/perf_script.py [--recording DIR] [--runs N]
-        [--samples N] [--keep] [--reuse] [--small-only] [--baseline SRC]
+        [--samples N] [--keep] [--reuse] [--small-only] [--reread] [--baseline SRC]
+
+``--reread`` first drops each recording's pages from the page cache and reads it once,
+front to back: both tools then map it as a first read leaves it. The page cache's layout
+moves the figures: the deep recording as perf record's writes (or a copy) left it took us
+337 ms against perf's 1,430 (4.24x); read again from the disk, 306 against 1,383 (4.52x),
+the larger folios a sequential read makes costing fewer page faults (our system time
+0.10 s instead of 0.16), and in a slower sitting 409-456 ms against 1,580 (3.5-3.8x).
 
 ``--baseline SRC`` also times another checkout's pysframe (its ``src`` first on PYTHONPATH,
 run through pip's entry-point wrapper as those checkouts installed it) in the same repeats,
@@ -123,6 +130,18 @@ def deep_recording(perf: str, samples: int, reuse: bool = False) -> Path:
     return target
 
 
+def reread(path: Path) -> None:
+    """Drop ``path``'s pages from the page cache (clean pages: no root needed) and read it
+    once, front to back, as a first read after the recording left the cache would."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        while os.read(fd, 1 << 20):
+            pass
+    finally:
+        os.close(fd)
+
+
 def compare(name: str, data: Path, ours_argv: list[str], perf_argv: list[str], runs: int,
             goal: float, baseline: tuple[list[str], dict[str, str]] | None = None) -> None:
     """Both commands, cold and warm (bench/common.py: alternating order, ``runs`` repeats),
@@ -185,6 +204,8 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="use the large recording a run with --keep left")
     parser.add_argument("--small-only", action="store_true")
+    parser.add_argument("--reread", action="store_true",
+                        help="drop each recording from the page cache and read it once first")
     parser.add_argument("--baseline", type=Path, default=None, metavar="SRC",
                         help="another checkout's src, timed too (see above)")
     args = parser.parse_args()
@@ -198,11 +219,17 @@ def main() -> int:
     data = recording / "perf.data"
     subprocess.run([perf, "buildid-cache", "--add", str(recording / "lua")], check=False,
                    stderr=subprocess.DEVNULL)
+    print("page cache: " + ("each recording dropped and read once, front to back (--reread)"
+                            if args.reread else "the recordings' pages as they are"))
+    if args.reread:
+        reread(data)
     compare("small", data, [*sframe, "script", str(data), "--binaries", str(recording)],
             [perf, "script", "--no-inline", "-i", str(data)], args.runs, SMALL_GOAL, baseline)
     if args.small_only:
         return 0
     large = deep_recording(perf, args.samples, args.reuse)
+    if args.reread:
+        reread(large)
     try:
         compare("large", large, [*sframe, "script", str(large)],
                 [perf, "script", "--no-inline", "-i", str(large)], args.runs, 4.0, baseline)
