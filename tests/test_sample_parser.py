@@ -57,14 +57,15 @@ def _both(parser: RecordParser, attr: EventAttr, buffer: memoryview, misc: int, 
             _outcome(lambda: parser._general_sample(attr, buffer, misc, offset, size, base)))
 
 
-@pytest.mark.parametrize("name", ["lua-2.46-x86_64"])
-def test_every_fixture_sample_is_the_general_parse(name: str) -> None:
-    path = FIXTURES / "real" / name / "perf.data"
+@pytest.mark.parametrize(("name", "count"), [("perf.data", 3171), ("perf.fp.data", 3122)])
+def test_every_fixture_sample_is_the_general_parse(name: str, count: int) -> None:
+    """The dwarf recording (registers and stack copies) and the frame-pointer one (neither)."""
+    path = FIXTURES / "real" / "lua-2.46-x86_64" / name
     with open_perf_data(str(path)) as data:
         parser, buffer = data._parser, data.buffer
         assert parser is not None and len(data.attrs) == 1
         attr = data.attrs[0]
-        assert sample_parser(attr) is not None  # (the common dwarf shape takes it)
+        assert sample_parser(attr) is not None  # (both common shapes take it)
         offset, end, samples = data.data_offset, data.data_offset + data.data_size, 0
         while offset + 8 <= end:
             kind, misc, size = RECORD_HEADER.unpack_from(buffer, offset)
@@ -73,7 +74,7 @@ def test_every_fixture_sample_is_the_general_parse(name: str) -> None:
                 assert ours == general and ours[0] == "sample", offset
                 samples += 1
             offset += size
-        assert samples == 3171
+        assert samples == count
 
 
 def test_types_it_leaves_to_the_general_parse() -> None:
