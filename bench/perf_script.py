@@ -25,10 +25,12 @@ in both. A last warm run of ours with PYSFRAME_PHASE_TIMES=1 prints where its ti
 
 ``--reread`` first drops each recording's pages from the page cache and reads it once,
 front to back: both tools then map it as a first read leaves it. The page cache's layout
-moves the figures: the deep recording as perf record's writes (or a copy) left it took us
-337 ms against perf's 1,430 (4.24x); read again from the disk, 306 against 1,383 (4.52x),
-the larger folios a sequential read makes costing fewer page faults (our system time
-0.10 s instead of 0.16), and in a slower sitting 409-456 ms against 1,580 (3.5-3.8x).
+moves the figures: a copy of the deep recording made with cp (its pages made by writes,
+as perf record's are) took us 337 ms against perf's 1,430 (4.24x); the recording read
+again from the disk, 306 against 1,383 (4.52x) in the same repeats, the larger folios a
+sequential read makes costing fewer page faults (our system time 0.10 s instead of
+0.16); and the recording as it was, in a slower sitting, 409-456 ms against 1,580
+(3.5-3.8x).
 
 ``--baseline SRC`` also times another checkout's pysframe (its ``src`` first on PYTHONPATH,
 run through pip's entry-point wrapper as those checkouts installed it) in the same repeats,
