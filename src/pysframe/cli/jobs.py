@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..claims import Claims
 from ..fd_io import PIECE, copy_file, write_all
 from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
@@ -74,7 +75,7 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
                              produced, forward, processes)
         return
     share = max(1, count // processes) if processes is not None else min(1, count)
-    tokens = _tokens(range(share, count)) if claimed else None
+    tokens = Claims(count, share) if claimed else None
     outputs: list[list[int]] = [[] for _ in ranges[:share]] + [
         _text_files() for _ in ranges[share:]]
     limit = IN_MEMORY // max(1, count - share) if claimed else IN_MEMORY
@@ -85,7 +86,7 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
         def work() -> None:
             if started is not None:
                 started(number)
-            for each in _claims(tokens) if tokens is not None else (number,):
+            for each in tokens if tokens is not None else (number,):
                 _write_range(produce, ranges[each], outputs[each], limit)
 
         return work
@@ -98,7 +99,7 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
             started(0)
         if ranges:
             yield from produce(ranges[0][0], ranges[share - 1][1])
-        for each in _claims(tokens) if tokens is not None else ():
+        for each in tokens if tokens is not None else ():
             _write_range(produce, ranges[each], outputs[each], limit)
         if produced is not None:
             produced()
@@ -111,8 +112,9 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
             yield from _handed_on(files, copy)
     finally:
         _end(children)
-        _close([*([tokens] if tokens is not None else []),
-                *(fd for files in outputs for fd in files)])
+        if tokens is not None:
+            tokens.close()
+        _close([fd for files in outputs for fd in files])
 
 
 def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterator[str]],
@@ -129,7 +131,7 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
     ms.)"""
     count = len(ranges)
     share = turns_share(count, processes)
-    tokens = _tokens(range(share, count))
+    tokens = Claims(count, share)
     limit = IN_MEMORY // processes  # (each process's own text held in memory, at most)
     turns = Turns(processes - 1, share, count)
     children: list[tuple[int, int, list[int]]] = []
@@ -140,7 +142,7 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
             if started is not None:
                 started(number)
             kept = KeptRanges(limit)
-            for each in _claims(tokens):
+            for each in tokens:
                 kept.make(each, produce(*ranges[each]))
                 turns.made(each)
                 turns.serve_ready(kept, copy.target, copy.label)
@@ -157,7 +159,7 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
         if started is not None:
             started(0)
         yield from produce(ranges[0][0], ranges[share - 1][1])
-        for each in _claims(tokens):
+        for each in tokens:
             turns.hand_on_ready(mine, copy.target, copy.flush)
             mine.make(each, produce(*ranges[each]))
         if produced is not None:
@@ -172,7 +174,7 @@ def _in_turns(ranges: list[tuple[int, int]], produce: Callable[[int, int], Itera
         _end(children)
         turns.close()
         mine.close()
-        _close([tokens])
+        tokens.close()
 
 
 def turns_share(count: int, processes: int) -> int:
@@ -192,24 +194,6 @@ def _courtesy(finish: Callable[[], None] | None) -> None:
             finish()
         except Exception:
             pass
-
-
-def _tokens(claims: range) -> int:
-    """The read end of a pipe holding one byte per range to claim (a one-byte read claims
-    one), which no one can write to any more."""
-    tokens, writer = os.pipe()
-    try:
-        os.write(writer, bytes(claims))
-    finally:
-        os.close(writer)
-    return tokens
-
-
-def _claims(tokens: int) -> Iterator[int]:
-    """The ranges this process claims, one at a time (none left: the pipe is empty, and no
-    one can write to it)."""
-    while token := os.read(tokens, 1):
-        yield token[0]
 
 
 def _write_range(produce: Callable[[int, int], Iterator[str]], bounds: tuple[int, int],

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 
 from ..cachedir import entry_path, open_directory
+from ..claims import MOST, Claims
 from ..cpus import usable_cpus
 from ..errors import PysframeError
-from ..fd_io import write_all
 from ..helper_child import HelperChild, start_helper
 from .kernel import prefetching
 from .symbols import load_symbols, symbols_cache_kinds
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
 
 class SymbolsHelper:
     """The child making the tables of ``files``, and the files neither it nor this process
-    has claimed yet (:class:`Claims`)."""
+    has claimed yet (:class:`~pysframe.claims.Claims`)."""
 
     def __init__(self, child: HelperChild, files: list[tuple[str, bytes]],
                  claims: Claims) -> None:
@@ -59,33 +58,6 @@ class SymbolsHelper:
         self.claims.close()
 
 
-class Claims:
-    """The numbers of files still to make, shared by the processes making them: each
-    number is claimed once, by whichever process reads it first from a pipe written whole
-    before the fork (4 bytes a read: one pipe read takes them whole). The pipe's write end
-    is closed in both processes, so an empty pipe reads as its end: nothing waits. By hand:
-    two processes sharing one queue of work is what a pipe is."""
-
-    def __init__(self, count: int) -> None:
-        self.read_end, write_end = os.pipe()
-        try:
-            write_all(write_end, b"".join(k.to_bytes(4, sys.byteorder) for k in range(count)))
-        finally:
-            os.close(write_end)
-
-    def next(self) -> int | None:
-        """A number no one has claimed (None: none left)."""
-        if self.read_end < 0:
-            return None
-        claimed = os.read(self.read_end, 4)
-        return int.from_bytes(claimed, sys.byteorder) if len(claimed) == 4 else None
-
-    def close(self) -> None:
-        if self.read_end >= 0:
-            os.close(self.read_end)
-            self.read_end = -1
-
-
 def uncached(files: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, bytes]]:
     """The files (path, build id) whose symbol table has no cache entry (of either kind:
     from a separate debug file or not); files without a build id are never cached."""
@@ -95,9 +67,9 @@ def uncached(files: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, bytes
         for kind in kinds)]
 
 
-#: The most files a child is given (their numbers fill a pipe before the fork, 4 bytes
-#: each, under its 64 KiB: a recording naming more leaves the rest to this process).
-MAX_CLAIMS = 4096
+#: The most files a child is given (:data:`pysframe.claims.MOST`: a recording naming more
+#: leaves the rest to this process).
+MAX_CLAIMS = MOST
 #: The child :func:`prefetch_symbols` started, until :func:`take_started` takes it.
 _started: SymbolsHelper | None = None
 #: Whether the exit handler that ends a child no one took is registered.
