@@ -360,10 +360,11 @@ def _tables_ready(data: Any, unwinder: Any, records: Any = None) -> None:
     first, and the start of the records is read for the other mappings only when the
     warm-up generated tables for those files: otherwise (a warm run, tables made a
     function at a time, or one missing, made where it is needed) a file only mapped
-    there gets its table when it is first needed, as a file mapped later does. That reading touched every record of the Lua recording (~3
-    ms of a warm run's ~85, before the fork). Read before the batch pipeline's walk, the
-    start (64 MB of 8 KB samples) cost every run of the deep bench recording ~10 ms, of
-    which the walk then saved ~4.5 (pages it found mapped)."""
+    there gets its table when it is first needed, as a file mapped later does. That
+    reading touched every record of the Lua recording (~3 ms of a warm run's ~85, before
+    the fork). Read before the batch pipeline's walk, the start (64 MB of 8 KB samples)
+    cost every run of the deep bench recording ~10 ms, of which the walk then saved ~4.5
+    (pages it found mapped)."""
     from ..session.perf import recorded_files
 
     progress = sys.stderr.isatty()
