@@ -261,9 +261,11 @@ def _prefetch_symbols(data: Any, binaries: list[str]) -> None:
         return  # (unwound in this process alone: it reads each table when it needs it)
 
     def tools() -> Any:
-        from ..session.perf import binary_finder, recorded_build_ids
+        from ..session.finding import binary_finder, recorded_build_ids
+        from ..unwind.provider import OwnSections
 
-        return binary_finder(recorded_build_ids(data), binaries)
+        # (no table is asked for: the child reads symbols only)
+        return binary_finder(recorded_build_ids(data), binaries, tables=OwnSections())
 
     prefetch_symbols(recorded_files_of(data), tools)
 

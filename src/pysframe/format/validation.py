@@ -14,7 +14,6 @@ finding and the checks that depend on it are skipped.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
 
 from ..records import record_class, replace
 from .constants import (
@@ -36,6 +35,10 @@ from .decode import FDEEntry, SFrameReader
 from .encode import encode
 from .errors import SFrameError
 from .model import FDE, FRE, Section
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (collections.abc imports collections: ~1 ms of a first run)
+    from collections.abc import Iterator, Sequence
 
 #: Check identifiers, in the order they run (documented in the README).
 CHECKS = {

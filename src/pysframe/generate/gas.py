@@ -22,8 +22,6 @@ in order; an advance closes the current row only if an instruction changed it
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..cfi.instructions import (
     NAMES,
     DW_CFA_AARCH64_negate_ra_state_with_pc,
@@ -56,6 +54,10 @@ from ..format.constants import ABI, DWARF_REGS, BaseReg, FDEType
 from ..format.model import FDE, FRE
 from ..format.validation import MAX_DWARF_REGNUM
 from ..records import field, record_class
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (collections.abc imports collections: ~1 ms of a first run)
+    from collections.abc import Callable
 
 DW_OP_breg0 = 0x70
 DW_OP_deref = 0x06

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..cfi.eh_frame import FDE as CFIFDE
 from ..cfi.eh_frame import (
     CFIError,
@@ -23,6 +21,10 @@ from .crt import crt_fdes
 from .errors import GenerateError
 from .gas import Skip, strip_padding, translate
 from .plt import plt_fdes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (collections.abc imports collections: ~1 ms of a first run)
+    from collections.abc import Callable
 
 PLT_SECTIONS = (".plt", ".plt.got", ".plt.sec")
 __all__ = ["PLT_SECTIONS", "GenerateError", "Generated", "abi_of", "generate"]

@@ -14,7 +14,6 @@ import os
 from itertools import chain
 from time import perf_counter
 
-from ..elf.debuginfo import DebugFiles
 from ..errors import Problems, PysframeError
 from ..format.constants import ABI
 from ..inputs import read_text
@@ -38,9 +37,9 @@ from ..sources.perf_records import (
 from ..unwind.address_space import AddressSpace, Mapping
 from ..unwind.jit_modules import JIT_FILENAME
 from ..unwind.memory import StackMemory
-from ..unwind.modules import BinaryFinder
 from ..unwind.provider import TableProvider
 from ..unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
+from .finding import binary_finder, recorded_build_ids
 from .tables import GeneratedTables
 
 TYPE_CHECKING = False  # typing is not imported at run time (see pysframe.records)
@@ -124,24 +123,6 @@ def sample_registers(sample: Sample, arch: str) -> Registers | None:
     return Registers(regs[ip] if ip >= 0 else 0, regs[sp] if sp >= 0 else 0,
                      regs[fp] if fp >= 0 else 0, regs[lr] if lr >= 0 else 0,
                      sampled=(regs, dwarf))
-
-
-def recorded_build_ids(data: PerfData) -> dict[str, bytes]:
-    """The build-id table of the recording's header (``perf buildid-list``) by file."""
-    return {entry.filename: entry.build_id for entry in data.build_ids()}
-
-
-def binary_finder(build_ids: dict[str, bytes], binaries: Iterable[str] = (),
-                  problems: Problems | None = None, tables: TableProvider | None = None
-                  ) -> tuple[BinaryFinder, DebugFiles]:
-    """The finder of a recording's binaries (those of its build-id table, the user's
-    directories ``binaries`` first), and where their separate debug files are found (the
-    same directories first), as :class:`PerfUnwinder` finds them. Tables generated and
-    cached by default (``tables``: the command's provider)."""
-    binaries = list(binaries)
-    return (BinaryFinder(binaries, build_ids, problems=problems,
-                         tables=tables or GeneratedTables(True)),
-            DebugFiles.from_environment(binaries))
 
 
 class PerfUnwinder:

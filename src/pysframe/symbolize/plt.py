@@ -15,11 +15,13 @@ raises :class:`ElfError` naming the entry's file offset.
 from __future__ import annotations
 
 import sys
-from array import array
-from collections.abc import Callable
 
 from ..elf import ElfError, ElfImage
 from ..elf.headers import SectionHeader, relocation_symbol
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (collections.abc imports collections: ~1 ms of a first run)
+    from collections.abc import Callable
 
 #: (start, end, name) of one piece of PLT code.
 PltSymbol = tuple[int, int, str]
@@ -132,13 +134,13 @@ class _RelocatedNames:
     def at_places(self, places: set[int]) -> dict[int, tuple[str | None, int]]:
         """(name, addend) of the first entry relocating each of ``places`` that has one."""
         width = 8 if self._wide else 4
-        column = array("Q" if self._wide else "I")
-        if column.itemsize != width:  # no such array type here: entry by entry
+        if sys.byteorder == "big":  # (an x86-64 file is little-endian): entry by entry
             return {place: value for place, value in self.by_slot().items() if place in places}
-        column.frombytes(self._table[:self.count * self._entry.size])
-        if sys.byteorder == "big":
-            column.byteswap()  # an x86-64 file is little-endian
-        offsets = column[::self._entry.size // width].tolist()
+        # (a view of words, not an array: importing array imports collections, ~1-2 ms
+        # of a first run)
+        words = memoryview(bytes(self._table[:self.count * self._entry.size])).cast(
+            "Q" if self._wide else "I")
+        offsets = words[::self._entry.size // width].tolist()
         # Built from the last entry back, so each place keeps its first entry.
         first = dict(zip(reversed(offsets), range(len(offsets) - 1, -1, -1), strict=True))
         return {place: self._read(first[place])[1:] for place in places if place in first}
