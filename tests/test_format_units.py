@@ -116,6 +116,23 @@ def test_relocate_moves_the_section_not_the_code(version: int, pcrel: bool) -> N
         assert decode(relocate(data, 0x5000, 1 << 46), 1 << 46).fdes[0].start == 0x2000
 
 
+@pytest.mark.parametrize(("abi", "version"), [
+    (abi, version) for abi in ABI for version in (1, 2, 3) if version > 1 or abi.is_amd64])
+@pytest.mark.parametrize("pcrel", [True, False])
+def test_fde_ranges_are_the_fdes_ranges(abi: ABI, version: int, pcrel: bool) -> None:
+    """The FDE ranges read from the start and size fields alone (a first run's merge of a
+    file's own table) are those of the FDEs decoded whole, in each version, byte order
+    and start encoding, the FDEs stored out of order too."""
+    fdes = [FDE(0x400000 + 0x40 * k, 0x20 + k, [FRE(0, (8,) if abi.is_amd64 else (0,))])
+            for k in (3, 0, 2, 1)]
+    section = Section(version=version, abi=abi, flags=F_FDE_FUNC_START_PCREL if pcrel else 0,
+                      cfa_fixed_ra_offset=-8 if abi.is_amd64 else 0, address=0x10000,
+                      fdes=fdes)
+    reader = SFrameReader(encode(section), 0x10000)
+    assert reader.fde_ranges() == [(e.start, e.start + e.size) for e in reader.fdes()]
+    assert [start for start, _ in reader.fde_ranges()] == [fde.start for fde in fdes]
+
+
 def test_gas_word_size_choice_signed_offsets_unsigned_controls() -> None:
     fde = FDE(0, 0x10, [FRE(0, (127,)), FRE(1, (128,)), FRE(2, (-32769,))])
     section = Section(version=3, abi=ABI.AMD64_ENDIAN_LITTLE, cfa_fixed_ra_offset=-8, fdes=[fde])

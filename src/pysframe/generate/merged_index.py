@@ -67,8 +67,7 @@ def merged_entries(own: list[Entry], cfi: list[Entry], plt: list[Entry], crt: li
 
     kept = [entry for entry in own if not (stubs_described and in_stub(entry[0]))]
     kept_starts = [start for start, _, _ in kept]
-    if any(overlaps(entry, kept, kept_starts) and not _inside(entry, kept)
-           for entry in cfi + plt + crt):
+    if any(_reaches_past(entry, kept, kept_starts) for entry in cfi + plt + crt):
         return None
     entries = [(start, end, own_ref(number)) for start, end, number in kept]
     entries += [entry for entry in added if not overlaps(entry, kept, kept_starts)]
@@ -82,6 +81,17 @@ def overlaps(entry: Entry, ranges: list[Entry], starts: list[int]) -> bool:
     at = bisect_right(starts, entry[0]) - 1
     return (at >= 0 and entry[0] < ranges[at][1]) or (
         at + 1 < len(ranges) and ranges[at + 1][0] < entry[1])
+
+
+def _reaches_past(entry: Entry, ranges: list[Entry], starts: list[int]) -> bool:
+    """Whether ``entry``'s range overlaps one of ``ranges`` (as :func:`overlaps`) without
+    lying inside their union (as :func:`_inside`). Most of a file's CFI FDEs lie in the
+    one own FDE of their function: seen first, without walking the ranges (~0.6 ms of
+    the Lua fixture's first run)."""
+    at = bisect_right(starts, entry[0]) - 1
+    if at >= 0 and entry[1] <= ranges[at][1]:  # (its start in that FDE: starts <= entry[0])
+        return False
+    return overlaps(entry, ranges, starts) and not _inside(entry, ranges)
 
 
 def _inside(entry: Entry, ranges: list[Entry]) -> bool:

@@ -209,9 +209,8 @@ class OnDemandTable:
             return None
         crt_from = maker.crt_from
         ld_rules = sorted(plt[:crt_from], key=lambda fde: fde.start)
-        entries = merged_entries(
-            [(entry.start, entry.start + entry.size, number)
-             for number, entry in enumerate(reader.fdes())],
+        entries = merged_entries(  # (every FDE read by own_fault: its ranges suffice)
+            [(start, end, number) for number, (start, end) in enumerate(reader.fde_ranges())],
             cfi, _refs(plt[:crt_from], 0), _refs(plt[crt_from:], crt_from),
             stubs, bool(_placeable(ld_rules, 0, VERSION_3, self._text, [])))
         return _regular_index(entries) if entries is not None else None
