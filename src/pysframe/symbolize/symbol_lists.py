@@ -78,13 +78,14 @@ def symbol_lists(image: ElfImage, section_name: str) -> SymbolLists:
     heads = list(compress(heads, taken))
     # (a NUL after the strings: a name runs to the next NUL; one past the strings is empty)
     strings = string_table + b"\0"
-    names = [strings[at:strings.find(b"\0", at)]
-             for at in [head & 0xFFFFFFFF for head in heads]]
+    find = strings.find
+    names = [strings[at:find(b"\0", at)] for at in map((0xFFFFFFFF).__and__, heads)]
     starts = list(compress(values, taken))
-    ends = [min(value + length, LAST_ADDRESS)
-            for value, length in zip(starts, compress(lengths, taken), strict=True)]
-    bindings = [binding if binding <= 2 else 0 for binding in
-                (head >> 36 & 0xF for head in heads)]
+    # (sums made in C, clamped only when one passes the last address: a hostile size)
+    ends = list(map(int.__add__, starts, compress(lengths, taken)))
+    if ends and max(ends) > LAST_ADDRESS:
+        ends = [min(end, LAST_ADDRESS) for end in ends]
+    bindings = [binding if (binding := head >> 36 & 0xF) <= 2 else 0 for head in heads]
     found = SymbolLists(starts, ends, bindings, names)
     if image.machine in ("EM_ARM", "EM_AARCH64"):
         return _without_mapping_symbols(found)
@@ -156,6 +157,13 @@ def _kept(symbols: SymbolLists, order: list[int], starts: list[int], ends: list[
     the first that no later one beats. What needs no name (a size, then the binding:
     weak, local, global) ranks them; only those ranked first compare their names."""
     bindings = symbols.bindings
+    if end - first == 2:  # (most groups: two names of one function) ranked in place
+        second = first + 1
+        a, b = bindings[order[first]], bindings[order[second]]
+        rank_a = (ends[first] > starts[first]) * 4 + (a != 2) * 2 + (a == 1)
+        rank_b = (ends[second] > starts[second]) * 4 + (b != 2) * 2 + (b == 1)
+        if rank_a != rank_b:
+            return first if rank_a > rank_b else second
     ranks = [(ends[p] > starts[p]) * 4 + (bindings[order[p]] != 2) * 2
              + (bindings[order[p]] == 1) for p in range(first, end)]
     top = max(ranks)
