@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from . import c_signal as signal
+from .cpus import place_forked
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ def start_helper(work: Callable[[], bool]) -> HelperChild | None:
         finally:
             os._exit(status)
     os.close(write_end)
+    place_forked(pid)
     return HelperChild(pid, read_end)
 
 

@@ -18,6 +18,7 @@ import os
 import sys
 
 from ..claims import Claims
+from ..cpus import place_forked
 from ..fd_io import PIECE, copy_file, write_all
 from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
@@ -300,6 +301,7 @@ def _fork(work: Callable[[], None], failed: Callable[[], bool],
     sys.stderr.flush()
     pid = os.fork()
     if pid:
+        place_forked(pid)
         return pid, errors
     status = EXIT_INVALID
     try:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..cpus import usable_cpus
+from ..cpus import place_forked, usable_cpus
 from ..fd_io import write_all
 from .perf_data import RELEASE_STEP, PerfData
 from .perf_records import (
@@ -184,6 +184,7 @@ def _split(data: PerfData, blocks: Any) -> tuple[int, int, int, int] | None:
         os.close(ready)
         _child(data, blocks, boundary, memory, written)
     os.close(written)
+    place_forked(pid)
     return boundary, pid, memory, ready
 
 
