@@ -261,15 +261,20 @@ def fde_ranges(data: bytes | memoryview, section_address: int, *, big_endian: bo
     parser = _Parser(data, section_address, big_endian, address_size, False)
     view = parser.data
     size = len(view)
-    word = struct.Struct(parser.order + "I")
-    pair = struct.Struct(parser.order + "ii")
+    word = struct.Struct(parser.order + "I").unpack_from
+    head = struct.Struct(parser.order + "II").unpack_from  # (length, CIE pointer)
+    pair = struct.Struct(parser.order + "ii").unpack_from
     #: CIE offset -> the address mask of its FDEs when they can be read in place, else 0.
     plain: dict[int, int] = {}
     found: list[tuple[int, int, int]] = []
+    append = found.append
     offset = 0
     while offset + 4 <= size:
         start = offset
-        length = word.unpack_from(view, offset)[0]
+        if offset + 8 <= size:  # (the usual entry: its length and CIE pointer in one read)
+            length, cie_id = head(view, offset)
+        else:
+            length, cie_id = word(view, offset)[0], 0
         if length == 0:
             break
         if length == 0xFFFFFFFF:  # 64-bit entries: the full parser from here on
@@ -279,11 +284,7 @@ def fde_ranges(data: bytes | memoryview, section_address: int, *, big_endian: bo
         end = offset + 4 + length
         if end > size:
             break
-        if offset + 8 > end:
-            offset = end
-            continue
-        cie_id = word.unpack_from(view, offset + 4)[0]
-        if cie_id == 0:
+        if offset + 8 > end or cie_id == 0:
             offset = end
             continue
         cie_offset = offset + 4 - cie_id
@@ -292,8 +293,8 @@ def fde_ranges(data: bytes | memoryview, section_address: int, *, big_endian: bo
             fast = plain[cie_offset] = plain_address_mask(parser, cie_offset)
         if fast and offset + 17 <= end and view[offset + 16] < 0x80 \
                 and offset + 17 + view[offset + 16] <= end:
-            begin, extent = pair.unpack_from(view, offset + 8)
-            found.append(((section_address + offset + 8 + begin) & fast, extent & fast, start))
+            begin, extent = pair(view, offset + 8)
+            append(((section_address + offset + 8 + begin) & fast, extent & fast, start))
         else:
             try:
                 fde = parser._fde(start, offset + 8, end, cie_offset)
