@@ -394,6 +394,55 @@ class SFrameReader:
             yield offset, starts.unpack_from(buf, offset)[0], count, following
             offset = following
 
+    def plainly_readable(self, used: int) -> bool:
+        """Whether this version 3 table reads whole without an error and leaves nothing to
+        look at more closely: every FDE and FRE reads as :meth:`fde` and :meth:`fre_heads`
+        read them, the FRE counts stay within the header's, every FDE is a default one
+        (a PC-masking one with a repetition size) whose rows start at strictly ascending
+        offsets (inside the function, PC-incrementing), with at most ``used`` data words
+        each. False otherwise (and for another
+        version): the caller then reads it FDE by FDE, for the exact fault. One pass, no
+        record made per FDE: a first run checks a file's own table before it uses it (the
+        Lua fixture's 705 FDEs and 6,332 rows: 1.9 against 3.1 ms)."""
+        h = self.header
+        if h.version != VERSION_3:
+            return False
+        buf = self._buf
+        attributes = _ATTR_V3[h.big_endian].unpack_from
+        fres_start, fres_end, fre_len, most = h.fres_start, h.fres_end, h.fre_len, h.num_fres
+        sizes = WORD_SIZE_OF_CODE
+        total = 0
+        for _, size, fre_off in _FDE_V3[h.big_endian].iter_unpack(buf[h.fdes_start:h.fdes_end]):
+            attribute = fres_start + fre_off
+            if fre_off > fre_len or attribute + V3_ATTR_SIZE > fres_end:
+                return False
+            count, info, info2, repeat = attributes(buf, attribute)
+            fre_type = info & INFO_FRE_TYPE_MASK
+            offset = attribute + V3_ATTR_SIZE
+            total += count
+            masking = info & INFO_PC_TYPE_BIT
+            if (fre_type > FREType.ADDR4 or (masking and not repeat) or total > most
+                    or info2 & INFO2_FDE_TYPE_MASK != FDEType.DEFAULT
+                    or count * 2 > fres_end - offset):
+                return False
+            if masking:
+                size = 1 << 32  # (a masked row's start is not bounded by the size)
+            start_size = _START_SIZE_OF_TYPE[fre_type]
+            unpack = _start_structs[(h.big_endian, start_size)].unpack_from
+            previous = -1
+            for _ in range(count):
+                info_at = offset + start_size
+                if info_at >= fres_end:
+                    return False
+                head = buf[info_at]
+                words, code = (head >> 1) & 0xF, (head >> 5) & 0x3
+                start = buf[offset] if start_size == 1 else unpack(buf, offset)[0]
+                offset = info_at + 1 + words * sizes[code] if code != 3 else fres_end + 1
+                if offset > fres_end or words > used or not previous < start <= size:
+                    return False
+                previous = start
+        return True
+
     def fres(self, fde: FDEEntry) -> Iterator[FRE]:
         """The FREs of ``fde`` in stored order."""
         offset = fde.fres_offset

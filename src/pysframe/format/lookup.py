@@ -299,6 +299,8 @@ class SFrameLookup:
         # A default row's rules fail only on words they do not use (make_row): rows
         # within this many words are not made (the check read libc's rows twice as slowly).
         used = 1 + (not self._fixed_ra) + (not self._fixed_fp)
+        if reader.plainly_readable(used):
+            return None
         try:
             for index in range(reader.num_fdes):
                 entry, risky = self._risky_rows(index, used)
