@@ -420,8 +420,8 @@ SCRIPT_COLLECTION = (50_000, 20, 100)
 #: What a run read and made, kept to the end of the process instead of freed when the run
 #: returns, when the caller ends the process then without tearing anything down (the
 #: ``sframe`` command: :func:`pysframe.cli.entry.main`). Freed object by object, the
-#: recording's process model, tables and symbols cost ~1.2 ms of the Lua fixture's run,
-#: after its text was out.
+#: recording's process model, tables and symbols cost ~0.5 ms of the Lua fixture's run
+#: after its text was out, and the collection the restored thresholds set off 0.8-1.4.
 kept_until_exit: list[object] | None = None
 #: The output name that means standard output (``report -o -``).
 STDOUT = "-"
