@@ -90,6 +90,12 @@ def better(a: Facts, b: Facts, shown: Callable[[str], str] | None = None) -> boo
         return b_binding == "STB_WEAK"
     if (a_binding == "STB_GLOBAL") != (b_binding == "STB_GLOBAL"):
         return a_binding == "STB_GLOBAL"
+    return name_first(a_name, b_name, shown)
+
+
+def name_first(a_name: str, b_name: str, shown: Callable[[str], str] | None = None) -> bool:
+    """:func:`better` between two symbols of one size and binding: whether perf keeps the
+    one named ``a_name`` (the names it prints: ``shown``'s)."""
     if shown is not None:
         a_name, b_name = shown(a_name), shown(b_name)
     if _leading_underscores(a_name) != _leading_underscores(b_name):

@@ -25,7 +25,15 @@ from ..elf.headers import (
     SHN_LORESERVE,
     STT_NOTYPE,
 )
-from .perf_rules import TAKEN_KINDS, UNSEEN, better, last_end, symbol_section, taken_sections
+from .perf_rules import (
+    TAKEN_KINDS,
+    UNSEEN,
+    better,
+    last_end,
+    name_first,
+    symbol_section,
+    taken_sections,
+)
 from .table_bytes import entry_of
 
 TYPE_CHECKING = False
@@ -165,14 +173,8 @@ def _kept(symbols: SymbolLists, order: list[int], starts: list[int], ends: list[
         if rank_a != rank_b:
             return first if rank_a > rank_b else second
         # Tied ranks: one size and binding, so better() compares the names perf shows.
-        name_a, name_b = symbols.name(order[first]), symbols.name(order[second])
-        if shown is not None:
-            name_a, name_b = shown(name_a), shown(name_b)
-        under_a = len(name_a) - len(name_a.lstrip("_"))
-        under_b = len(name_b) - len(name_b.lstrip("_"))
-        if under_a != under_b:
-            return first if under_a < under_b else second
-        return first if len(name_a) >= len(name_b) else second
+        return first if name_first(symbols.name(order[first]), symbols.name(order[second]),
+                                   shown) else second
     ranks = [(ends[p] > starts[p]) * 4 + (bindings[order[p]] != 2) * 2
              + (bindings[order[p]] == 1) for p in range(first, end)]
     top = max(ranks)
