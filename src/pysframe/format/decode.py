@@ -257,18 +257,29 @@ class SFrameReader:
             field = _FDE_V1[h.big_endian].unpack_from(self._buf, offset)[0]
         return self._absolute_start(offset, field)
 
+    def fde_starts(self) -> list[int]:
+        """Absolute start addresses of the FDEs in stored order, from one pass over the FDE
+        sub-section's start fields."""
+        h = self.header
+        size = h.fde_size
+        fmt = (">" if h.big_endian else "<") + ("q8x" if h.version == VERSION_3
+                                                 else "i" + f"{size - 4}x")
+        fields = [value for (value,) in struct.iter_unpack(fmt, self._buf[h.fdes_start:h.fdes_end])]
+        if h.flags & F_FDE_FUNC_START_PCREL:
+            first = self.address + h.fdes_start
+            return [first + i * size + field for i, field in enumerate(fields)]
+        return [self.address + field for field in fields]
+
     def fde_ranges(self) -> list[tuple[int, int]]:
         """(start, end) of every FDE in stored order, from the FDE sub-section's start and
         size fields alone (the rest of an FDE is not read, nor checked: for a table read
         whole before, as a fault check reads it). ~8x faster than :meth:`fdes` (the Lua
         fixture's 705 FDEs: ~0.1 against 0.8 ms of a first run's merge)."""
         h = self.header
-        size = h.fde_size
-        fields = self._fde_struct.iter_unpack(self._buf[h.fdes_start:h.fdes_end])
-        first = self.address + (h.fdes_start if h.flags & F_FDE_FUNC_START_PCREL else 0)
-        step = size if h.flags & F_FDE_FUNC_START_PCREL else 0
-        return [(start := first + k * step + field[0], start + field[1])
-                for k, field in enumerate(fields)]
+        starts = self.fde_starts()
+        sizes = [fields[1] for fields in
+                 self._fde_struct.iter_unpack(self._buf[h.fdes_start:h.fdes_end])]
+        return list(zip(starts, map(int.__add__, starts, sizes), strict=True))
 
     def _absolute_start(self, entry_offset: int, field: int) -> int:
         if self.header.flags & F_FDE_FUNC_START_PCREL:

@@ -15,7 +15,6 @@ once per section: the reader knows nothing of lookups.
 from __future__ import annotations
 
 import itertools
-import struct
 from bisect import bisect_right
 
 from ..enums import IntEnum
@@ -23,7 +22,6 @@ from ..records import record_class
 from .constants import (
     ABI,
     DWARF_REGS,
-    F_FDE_FUNC_START_PCREL,
     FLEX_DEREF_P,
     FLEX_REG_P,
     FLEX_REGNUM_SHIFT,
@@ -161,7 +159,7 @@ class SFrameLookup:
                                else RETAIN)
         self._s390x = abi is ABI.S390X_ENDIAN_BIG
         self._v2_s390x = self._s390x and h.version <= VERSION_2
-        starts = self._read_starts()
+        starts = reader.fde_starts()
         #: True when the stored order is ascending (what SFRAME_F_FDE_SORTED promises).
         self.sorted_verified = all(a <= b for a, b in itertools.pairwise(starts))
         if self.sorted_verified:
@@ -187,24 +185,6 @@ class SFrameLookup:
         self._bucket_shift = 62
         self._buckets: Sequence[int] = (0,)
         self._flat_rows: list[FrameRow | None] = []
-
-    def _read_starts(self) -> list[int]:
-        """Absolute start addresses in stored order, from one pass over the FDE sub-section."""
-        reader = self._reader
-        h = reader.header
-        order = ">" if h.big_endian else "<"
-        size = h.fde_size
-        if h.version == VERSION_3:
-            fmt = order + "q8x"
-        else:
-            fmt = order + "i" + f"{size - 4}x"
-        area = reader.buffer[h.fdes_start:h.fdes_end]
-        fields = [value for (value,) in struct.iter_unpack(fmt, area)]
-        base = reader.address
-        if h.flags & F_FDE_FUNC_START_PCREL:
-            first = base + h.fdes_start
-            return [first + i * size + field for i, field in enumerate(fields)]
-        return [base + field for field in fields]
 
     @property
     def reader(self) -> SFrameReader:
