@@ -185,6 +185,47 @@ def test_labels_from_the_debug_file(labels: Path, tmp_path: Path,
     assert _names_at(stripped, spots) == EXPECTED
 
 
+@pytest.mark.usefixtures("reading")
+def test_the_debug_file_is_read_once(labels: Path, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table made from a separate debug file reads that file once: the search that
+    finds it, the cache's source and the symbols share one copy (libc's 4 MB debug file
+    was opened three times on a first run, ld.so's read whole three times). The table
+    is the one made without the cache, and a cached run reads the file once too."""
+    from pysframe.elf import sections
+
+    debug = tmp_path / "lab.debug"
+    stripped = tmp_path / "lab-stripped"
+    subprocess.run(["objcopy", "--only-keep-debug", str(labels), str(debug)], check=True)
+    subprocess.run(["strip", "--strip-all", "-o", str(stripped), str(labels)], check=True)
+    build_id = ElfImage(str(labels)).build_id()
+    assert build_id
+    root = tmp_path / "root"
+    by_id = root / ".build-id" / build_id.hex()[:2] / (build_id.hex()[2:] + ".debug")
+    by_id.parent.mkdir(parents=True)
+    shutil.copy(debug, by_id)
+    monkeypatch.setenv("PYSFRAME_DEBUG_FILE_DIRECTORY", str(root))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    made = load_symbols(ElfImage(str(stripped)), use_cache=False)
+    assert made.lookup(_spots(labels)["label_spin"]) is not None  # named from the debug file
+    loaded: list[str] = []
+    real = sections.load_with_status
+
+    def counted(path: str, **options: object) -> object:
+        loaded.append(path)
+        return real(path, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sections, "load_with_status", counted)
+    for _ in ("made and kept", "read from the cache"):
+        loaded.clear()
+        table = load_symbols(ElfImage(str(stripped)))
+        assert loaded.count(str(by_id)) == 1, loaded
+        assert list(table.names) == list(made.names)
+        assert list(table.starts) == list(made.starts)
+        assert list(table.ends) == list(made.ends)
+
+
 def test_sframe_script_names_labels_as_perf(labels: Path, tmp_path: Path) -> None:
     need_perf()
     data = tmp_path / "perf.data"

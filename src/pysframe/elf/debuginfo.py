@@ -155,6 +155,11 @@ class DebugFiles:
                 return candidate
         return None
 
+    def opened(self, path: str) -> ElfImage | None:
+        """``path`` as the search opened it (None: not an ELF file): a file it found is
+        read again for its symbols and cache source without opening it again."""
+        return self._image(path)
+
     def _image(self, path: str) -> ElfImage | None:
         """``path`` opened (None: not an ELF file), the last few kept: a long search (an
         audit's thousands of binaries) must not hold every file it read."""

@@ -231,20 +231,30 @@ def symbols_file(image: ElfImage, debug: DebugFiles | None) -> str | None:
     return found if found is not None and found != image.path else None
 
 
-def _best_function_symbols(image: ElfImage, separate: str | None) -> list[Symbol]:
+def _best_function_symbols(image: ElfImage, separate: str | None,
+                           debug: DebugFiles | None = None) -> list[Symbol]:
     """Function symbols (:func:`_function_symbols`) from the best source (see
     :func:`_best_source`)."""
-    return _best_source(image, separate, _function_symbols)
+    return _best_source(image, separate, _function_symbols, debug)
+
+
+def _separate_image(path: str, debug: DebugFiles | None) -> ElfImage:
+    """The separate file ``path`` as ``debug``'s search opened it when it found it (its
+    check, its cache source and its symbols then read one copy: libc's debug file was
+    opened three times on a first run), else opened here. Raises :class:`ElfError`."""
+    image = debug.opened(path) if debug is not None else None
+    return image if image is not None else ElfImage(path)
 
 
 def _best_source(image: ElfImage, separate: str | None,
-                 read: Callable[[ElfImage, str], _Read]) -> _Read:
+                 read: Callable[[ElfImage, str], _Read],
+                 debug: DebugFiles | None = None) -> _Read:
     """What ``read`` gives of the best source that has any symbols: the ``separate``
-    file's .symtab (see :func:`symbols_file`), else the file's own .symtab, else its
-    .dynsym."""
+    file's .symtab (see :func:`symbols_file`; opened by ``debug``'s search), else the
+    file's own .symtab, else its .dynsym."""
     if separate is not None:
         try:
-            found = read(ElfImage(separate), ".symtab")
+            found = read(_separate_image(separate, debug), ".symtab")
             if len(found):
                 return found
         except ElfError:
@@ -267,7 +277,9 @@ def function_addresses(image: ElfImage, debug: DebugFiles | None = None
     :func:`_best_function_symbols` finds them), for gdb's minimal-symbol lookup by name.
     A versioned definition ("name@@VERSION", "name@VERSION") is also found as "name",
     the default version first."""
-    symbols = _best_function_symbols(image, symbols_file(image, debug))
+    if debug is None:
+        debug = DebugFiles.from_environment(network=False)
+    symbols = _best_function_symbols(image, symbols_file(image, debug), debug)
     global_names: dict[str, int] = {}
     local_names: dict[str, int] = {}
     for symbol in symbols:
@@ -288,28 +300,30 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True,
     takes ~50 ms, the cached table ~2 ms). A malformed PLT relocation table costs only
     the ``name@plt`` symbols (reported to ``problems``); a malformed symbol table raises
     :class:`ElfError`."""
+    if debug is None:
+        debug = DebugFiles.from_environment(network=False)
     separate = symbols_file(image, debug)
     build_id = image.build_id() if use_cache else None
-    source = _cache_source(image, separate) if build_id else None
+    source = _cache_source(image, separate, debug) if build_id else None
     if build_id and source is not None:
         cached = _read_cached(build_id, source, separate)
         if cached is not None:
             return cached
-    table, complete = _load_symbols(image, separate, problems)
+    table, complete = _load_symbols(image, separate, problems, debug)
     if build_id and source is not None and complete:  # a damaged file's table: not kept
         _write_cached(build_id, source, table, separate)
     return table
 
 
-def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | None
-                  ) -> tuple[SymbolTable, bool]:
+def _load_symbols(image: ElfImage, separate: str | None, problems: Problems | None,
+                  debug: DebugFiles | None = None) -> tuple[SymbolTable, bool]:
     """The table, and whether every part of it could be read. With numpy loaded already
     (a batch run), the symbols are read and chosen as columns (:mod:`.perf_symbols`: cc1's
     table in 31 ms rather than 113); otherwise as lists (:mod:`.symbol_lists`: importing
     numpy takes longer than most tables, ~50 ms). Both readings give the same table."""
     from .plt import plt_got_symbols, plt_symbols  # not on the warm path (cached tables)
 
-    reading = _AsColumns(image, separate) if _as_columns() else _AsLists(image, separate)
+    reading = (_AsColumns if _as_columns() else _AsLists)(image, separate, debug)
     complete = True
     try:
         reading.add(plt_symbols(image, reading.names_at) + plt_got_symbols(image))
@@ -336,10 +350,11 @@ def _stub_binding(name: str) -> int:
 class _AsLists:
     """perf's symbols of ``image`` read as parallel lists (:mod:`.symbol_lists`)."""
 
-    def __init__(self, image: ElfImage, separate: str | None) -> None:
+    def __init__(self, image: ElfImage, separate: str | None,
+                 debug: DebugFiles | None = None) -> None:
         from .symbol_lists import symbol_lists
 
-        self.symbols = _best_source(image, separate, symbol_lists)
+        self.symbols = _best_source(image, separate, symbol_lists, debug)
 
     def names_at(self, addresses: set[int]) -> dict[int, str]:
         from .demangling import perf_name
@@ -368,10 +383,11 @@ class _AsLists:
 class _AsColumns:
     """perf's symbols of ``image`` read as columns (:mod:`.perf_symbols`)."""
 
-    def __init__(self, image: ElfImage, separate: str | None) -> None:
+    def __init__(self, image: ElfImage, separate: str | None,
+                 debug: DebugFiles | None = None) -> None:
         from .perf_symbols import perf_symbols
 
-        self.symbols = _best_source(image, separate, perf_symbols)
+        self.symbols = _best_source(image, separate, perf_symbols, debug)
 
     def names_at(self, addresses: set[int]) -> dict[int, str]:
         import numpy as np
@@ -428,17 +444,19 @@ def _cache_path(build_id: bytes, separate: str | None = None) -> str | None:
     return entry_path(_cache_kind(separate), build_id)
 
 
-def _cache_source(image: ElfImage, separate: str | None) -> Source | None:
+def _cache_source(image: ElfImage, separate: str | None, debug: DebugFiles | None = None
+                  ) -> Source | None:
     """The bytes a symbol table of ``image`` is made from: its symbol tables, strings and
     PLT relocations, and the symbols of the ``separate`` file they come from (None when
     that file cannot be read: nothing is cached then)."""
-    from ..generate.cache import file_source, image_source
+    from ..generate.cache import image_source
 
     source = image_source(image, _SYMBOL_SECTIONS, linked=True)
     if separate is None:
         return source
     try:
-        return combine(source, file_source(separate, lambda _: _DEBUG_SECTIONS, linked=True))
+        return combine(source, image_source(_separate_image(separate, debug), _DEBUG_SECTIONS,
+                                            linked=True))
     except PysframeError:
         return None
 
