@@ -229,31 +229,55 @@ def test_an_lbr_call_stack_gives_the_user_chain_as_perf_builds_it() -> None:
     assert [frame.pc for frame in recorded_frames(sample, _space()).frames] == [0x402010]
 
 
-def test_the_running_kernels_vdso_is_read_for_its_symbols_and_cfi() -> None:
+def _vdso_module(unwinder: PerfUnwinder, build_id: bytes | None) -> Any:
+    """The module the recording's ``[vdso]`` with ``build_id`` opens as (its first
+    mapping met), or None."""
+    unwinder._give_vdso(build_id)
+    return unwinder.finder.module("[vdso]", build_id, 0x7FFF0000, 0)
+
+
+def test_the_running_kernels_vdso_is_read_for_its_symbols_and_cfi(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Samples in the vDSO (time(), clock_gettime()) are named and unwound through the
-    vDSO of this process when the recording's has the same build id."""
+    vDSO of this process when the recording's has the same build id: read from memory,
+    with no file written (a copy in a temporary directory cost ~1 ms of every run)."""
     from pysframe.elf import ElfImage
     from pysframe.session.perf import own_vdso
 
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # (no build-id cache of perf's)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     image = own_vdso()
     assert image is not None and image.startswith(b"\x7fELF")
-    unwinder = PerfUnwinder(cast(Any, _Data(DWARF_TYPE)))
-    path = unwinder._vdso_file(b"\x01" * 20)
-    assert ElfImage(path).section(".eh_frame") is not None
-    assert unwinder._vdso_file(None) == "[vdso]"  # no build id, no kernel named: not guessed
+    ours = ElfImage("[vdso]", image).build_id()
+    assert ours is not None
+    module = _vdso_module(PerfUnwinder(cast(Any, _Data(DWARF_TYPE))), ours)
+    assert module is not None and module.image.data == image
+    assert module.image.section(".eh_frame") is not None and module.lookup is not None
+    other = bytes(byte ^ 1 for byte in ours)  # another kernel's: not this one's, found nowhere
+    assert _vdso_module(PerfUnwinder(cast(Any, _Data(DWARF_TYPE))), other) is None
+    # no build id, no kernel named: not guessed
+    assert _vdso_module(PerfUnwinder(cast(Any, _Data(DWARF_TYPE))), None) is None
+    assert list(temporary.iterdir()) == []
 
 
-def test_without_build_ids_the_vdso_is_ours_only_on_the_recorded_kernel() -> None:
+def test_without_build_ids_the_vdso_is_ours_only_on_the_recorded_kernel(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A recording without build ids (perf record -B) gets this process's vDSO when it
     names the running kernel's release, and none when another kernel made it (perf takes
     its own either way, and names the other kernel's frames after this one's code)."""
     import os
 
+    from pysframe.session.perf import own_vdso
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     here = _Data(DWARF_TYPE)
     here.os_release = os.uname().release  # type: ignore[attr-defined]
-    unwinder = PerfUnwinder(cast(Any, here))  # (its vDSO file goes with it)
-    path = unwinder._vdso_file(None)
-    assert path != "[vdso]" and Path(path).read_bytes()[:4] == b"\x7fELF"
+    module = _vdso_module(PerfUnwinder(cast(Any, here)), None)
+    assert module is not None and module.image.data == own_vdso()
     elsewhere = _Data(DWARF_TYPE)
     elsewhere.os_release = os.uname().release + "-another"  # type: ignore[attr-defined]
-    assert PerfUnwinder(cast(Any, elsewhere))._vdso_file(None) == "[vdso]"
+    assert _vdso_module(PerfUnwinder(cast(Any, elsewhere)), None) is None

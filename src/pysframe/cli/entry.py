@@ -216,7 +216,7 @@ def main() -> None:
     # The interpreter's teardown (freeing every module and object: for `script`, numpy's
     # and a recording's arrays, ~30 ms of a large recording's run and ~8 ms of the Lua
     # fixture's) is skipped once the output is flushed and the exit functions have run
-    # (caches kept, vDSO copies removed: weakref finalizers run as exit functions).
+    # (caches kept).
     atexit._run_exitfuncs()
     try:  # guarded() flushed and reported already; nothing is left but what exit handlers wrote
         sys.stdout.flush()

@@ -130,21 +130,17 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
              processes: int | None = None) -> Iterator[str]:
     """The text of ``ranges`` (``texts(first, last)``), each made by a process of its own
     (:func:`.jobs.in_order`), or claimed by ``processes`` processes as they go: the
-    workers take the functions another made, each keeps what it made, and removes the
-    vDSO copies it made; a child has failed if it noted ``problems`` or ``failed()`` (if
-    given) says so."""
+    workers take the functions another made, each keeps what it made; a child has failed
+    if it noted ``problems`` or ``failed()`` (if given) says so."""
     from ..made_exchange import MadeExchange, share
-    from ..session.perf import remove_own_copies
     from ..session.tables import save_made
     from .jobs import copier, in_order
 
     workers = MadeExchange.for_workers(processes or len(ranges))
 
     def finish() -> None:
-        # A child ends with os._exit: it keeps the functions its on-demand tables made,
-        # and removes the vDSO copies it made itself.
+        # A child ends with os._exit: it keeps the functions its on-demand tables made.
         save_made()
-        remove_own_copies()
 
     shown: set[str] = set()
 

@@ -14,6 +14,7 @@ import os
 from itertools import chain
 from time import perf_counter
 
+from ..elf import ElfError, ElfImage
 from ..errors import Problems, PysframeError
 from ..format.constants import ABI
 from ..inputs import read_text
@@ -161,7 +162,9 @@ class PerfUnwinder:
         self._exec_pending: set[int] = set()
         #: The recorded vDSO's build id; our own vDSO is used when it has the same one.
         self.vdso_id = build_ids.get(VDSO)
-        self._vdso: str | None = None
+        #: The build ids (None: a recording without) the vDSO was looked at for.
+        self._vdso_given: set[bytes | None] = set()
+        self._own_vdso: ElfImage | bool | None = False  # False: not read yet
         #: Time spent unwinding (samples() adds to it when it is not None).
         self.unwind_seconds: float | None = None
         #: Which samples samples() gives (perf's --pid, --tid, --comms, --time); the
@@ -171,21 +174,25 @@ class PerfUnwinder:
         #: the processes' memory (``deferred.what_if``) follows their exec, fork and mmap.
         self.side_band_observers: list[Callable[[Record], None]] = []
 
-    def _vdso_file(self, build_id: bytes | None) -> str:
-        """A file holding this process's vDSO when it is the recorded one, for its CFI and
-        symbols; ``[vdso]`` (found nowhere) otherwise. It is the recorded one when the
-        build ids are the same (the finder checks them) or, in a recording without build
-        ids (``perf record -B``), when the recording names the running kernel's release:
-        perf then takes its own vDSO whatever kernel made the recording, and names
-        another kernel's frames after this one's code; we leave those unknown."""
+    def _give_vdso(self, build_id: bytes | None) -> None:
+        """Give the finder this process's vDSO (read from memory, no file) for ``[vdso]``
+        with ``build_id`` when it is the recorded one, for its CFI and symbols; otherwise
+        ``[vdso]`` is looked for as any binary (perf's build-id cache). It is the recorded
+        one when the build ids are the same or, in a recording without build ids (``perf
+        record -B``), when the recording names the running kernel's release: perf then
+        takes its own vDSO whatever kernel made the recording, and names another kernel's
+        frames after this one's code; we leave those unknown. (A copy in a temporary file
+        cost ~1 ms of every run: a directory made and removed, a finalizer.)"""
+        if build_id in self._vdso_given:
+            return
+        self._vdso_given.add(build_id)
         if build_id is None and not self._recorded_on_this_kernel():
-            return VDSO
-        if self._vdso is None:
-            self._vdso = VDSO
-            image = own_vdso()
-            if image is not None:
-                self._vdso = _vdso_copy(self, image)
-        return self._vdso
+            return
+        if self._own_vdso is False:
+            self._own_vdso = own_vdso_image()
+        image = self._own_vdso
+        if isinstance(image, ElfImage) and (build_id is None or image.build_id() == build_id):
+            self.finder.give(VDSO, build_id, image)
 
     def _recorded_on_this_kernel(self) -> bool:
         """Whether the recording names the running kernel's release (``uname -r``)."""
@@ -273,7 +280,7 @@ class PerfUnwinder:
                 path, build_id = record.filename, record.build_id
                 if path == VDSO:
                     build_id = build_id or self.vdso_id
-                    path = self._vdso_file(build_id)
+                    self._give_vdso(build_id)
                 module = self.finder.module(path, build_id, record.start, record.pgoff)
                 mapping = Mapping(record.start, record.start + record.length, record.pgoff,
                                   record.filename, record.build_id, module)
@@ -425,56 +432,15 @@ def perf_map_name(pid: int) -> str:
     return f"/tmp/perf-{pid}.map"
 
 
-#: The vDSO copies this process made: (process id, directory, file). A forked worker
-#: inherits its parent's list, and removes only its own (see remove_own_copies).
-_COPIES: list[tuple[int, str, str]] = []
-
-
-def _vdso_copy(owner: object, image: bytes) -> str:
-    """A file holding ``image``, in a directory of its own that only this user can enter,
-    removed with ``owner``, at exit or by :func:`remove_own_copies`. Made with ``os``
-    alone: tempfile and shutil import ~4.5 ms of modules (bz2, lzma, random), a fifth of a
-    small recording's start-up."""
-    import weakref
-
-    parent = os.environ.get("TMPDIR") or "/tmp"
-    for _ in range(100):
-        directory = os.path.join(parent, f"sframe-vdso-{os.urandom(6).hex()}")
-        try:
-            os.mkdir(directory, 0o700)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"{parent}: no free name for the vDSO's copy")
-    path = os.path.join(directory, "vdso.so")
-    made = (os.getpid(), directory, path)
-    _COPIES.append(made)
-    weakref.finalize(owner, _remove_copy, made)
-    # O_EXCL|O_NOFOLLOW: the directory is new and ours; nothing there is followed.
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with open(descriptor, "wb") as file:
-        file.write(image)
-    return path
-
-
-def remove_own_copies() -> None:
-    """Remove the vDSO copies this process made: for a forked worker, which ends with
-    ``os._exit`` (no finalizers run) while its parent still uses the parent's copies."""
-    for made in list(_COPIES):
-        _remove_copy(made)
-
-
-def _remove_copy(made: tuple[int, str, str]) -> None:
-    pid, directory, path = made
-    if pid != os.getpid() or made not in _COPIES:
-        return  # the parent's copy, seen from a forked worker; or removed already
-    _COPIES.remove(made)
-    for remove, name in ((os.unlink, path), (os.rmdir, directory)):
-        try:
-            remove(name)
-        except OSError:
-            pass
+def own_vdso_image() -> ElfImage | None:
+    """This process's vDSO as a binary (named ``[vdso]``), or None."""
+    image = own_vdso()
+    if image is None:
+        return None
+    try:
+        return ElfImage(VDSO, image)
+    except ElfError:
+        return None
 
 
 def own_vdso() -> bytes | None:

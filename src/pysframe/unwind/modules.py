@@ -58,6 +58,8 @@ class BinaryFinder:
         self.damage_outcome = DAMAGE_OUTCOME
         self._index: dict[str, list[str]] | None = None
         self._modules: dict[tuple[str, bytes | None], Module | None] = {}
+        #: Images of no file, by the (path, build id) they stand for (:meth:`give`).
+        self._given: dict[tuple[str, bytes | None], ElfImage] = {}
         #: Images found by :meth:`prefetch` (used once).
         self._prepared: dict[tuple[str, bytes | None], ElfImage] = {}
 
@@ -103,7 +105,8 @@ class BinaryFinder:
             if cached is None:
                 return None
             return _rebased(cached, self._bias(cached, start, pgoff))
-        image = self._prepared.pop(key, None) or self.image(path, build_id)
+        image = (self._prepared.pop(key, None) or self._given.get(key)
+                 or self.image(path, build_id))
         if image is None:
             self._modules[key] = None
             return None
@@ -112,6 +115,12 @@ class BinaryFinder:
                         TableGuard(self.problems, file_offset), damage)
         self._modules[key] = module
         return _rebased(module, self._bias(module, start, pgoff))
+
+    def give(self, path: str, build_id: bytes | None, image: ElfImage) -> None:
+        """Open ``image`` whenever the binary ``path`` with ``build_id`` is asked for: an
+        image of no file (this process's vDSO, read from its memory), which the caller
+        has checked is that binary."""
+        self._given[(path, build_id)] = image
 
     def opened(self, files: Iterable[tuple[str, bytes | None]]) -> list[Module]:
         """The modules of ``files`` (path, build id), each opened now if it is not yet, as
