@@ -81,3 +81,58 @@ def test_at_most_255_ranges_are_claimed() -> None:
     with pytest.raises(ValueError):
         "".join(jobs.in_order(_ranges(256), lambda first, last: iter(()), lambda: False, [],
                               processes=2))
+
+
+def test_a_child_that_has_said_its_status_is_left_to_exit(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """When the process ends right after (``sframe script``), a child's status is the byte
+    it writes as it ends, and the run goes on without waiting for the kernel to free its
+    memory; the child then exits with that very status (reaped here by the test, by the
+    system otherwise). No descriptor is left open."""
+    monkeypatch.setattr(jobs, "LEAVE_EXITING", True)
+    descriptors = len(os.listdir("/proc/self/fd"))
+    produce, started = producer()
+    statuses: list[int] = []
+    text = "".join(jobs.in_order(_ranges(6), produce, lambda: False, statuses,  # type: ignore[arg-type]
+                                 started=started))  # type: ignore[arg-type]
+    assert [sample for sample, _, _ in _lines(text)] == list(range(60))
+    assert statuses == [0] * 5
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    exits = [os.waitpid(-1, 0)[1] for _ in statuses]
+    assert [os.waitstatus_to_exitcode(status) for status in exits] == statuses
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+    def failing(first: int, last: int) -> Iterator[str]:
+        if first == 20:
+            raise CommandError("range 2 cannot be made", 4)
+        yield f"{first}\n"
+
+    with pytest.raises(CommandError) as failed:
+        "".join(jobs.in_order(_ranges(3), failing, lambda: False, statuses := []))
+    assert failed.value.exit_code == 4 and statuses == [0, 4]
+    os.waitpid(-1, 0)  # the first (said 0, left to exit); the failed one was ended
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+
+
+def test_a_child_killed_before_its_last_word_is_waited_for(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """A child that dies without saying its status (killed) is waited for, and its signal
+    fails the run as before."""
+    monkeypatch.setattr(jobs, "LEAVE_EXITING", True)
+    descriptors = len(os.listdir("/proc/self/fd"))
+
+    def produce(first: int, last: int) -> Iterator[str]:
+        if first == 10:
+            os.kill(os.getpid(), 9)
+        yield f"{first}\n"
+
+    statuses: list[int] = []
+    with pytest.raises(CommandError):
+        "".join(jobs.in_order(_ranges(2), produce, lambda: False, statuses))
+    assert statuses == [-9]
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)

@@ -166,10 +166,11 @@ def lean_call(argv: list[str]) -> Call | None:
 def _run_call(call: Call) -> int:
     name, kwargs = call
     if name == "script":
-        from . import script
+        from . import jobs, script
         from .script import run_script
 
         script.kept_until_exit = []  # (main ends the process without a teardown)
+        jobs.LEAVE_EXITING = True  # (and the system reaps a worker that has said its status)
         perf_data = kwargs.pop("perf_data")
         return run_script(perf_data, report=report, **kwargs)
     from .stack import run_stack
