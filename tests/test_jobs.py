@@ -13,6 +13,7 @@ from tests.support.job_ranges import lines as _lines
 from tests.support.job_ranges import producer
 from tests.support.job_ranges import ranges as _ranges
 
+from pysframe import helper_child
 from pysframe.cli import jobs
 from pysframe.cli.errors import CommandError
 
@@ -87,9 +88,9 @@ def test_a_child_that_has_said_its_status_is_left_to_exit(monkeypatch: pytest.Mo
                                                            ) -> None:
     """When the process ends right after (``sframe script``), a child's status is the byte
     it writes as it ends, and the run goes on without waiting for the kernel to free its
-    memory; the child then exits with that very status (reaped here by the test, by the
-    system otherwise). No descriptor is left open."""
-    monkeypatch.setattr(jobs, "LEAVE_EXITING", True)
+    memory; the child exits with that very status, and is reaped at the end
+    (``helper_child.reap_left``, as ``main`` does). No descriptor is left open."""
+    monkeypatch.setattr(helper_child, "REAP_AT_END", True)
     descriptors = len(os.listdir("/proc/self/fd"))
     produce, started = producer()
     statuses: list[int] = []
@@ -98,8 +99,11 @@ def test_a_child_that_has_said_its_status_is_left_to_exit(monkeypatch: pytest.Mo
     assert [sample for sample, _, _ in _lines(text)] == list(range(60))
     assert statuses == [0] * 5
     assert len(os.listdir("/proc/self/fd")) == descriptors
-    exits = [os.waitpid(-1, 0)[1] for _ in statuses]
+    left = list(helper_child._left)
+    assert len(left) == 5
+    exits = [os.waitpid(pid, 0)[1] for pid in left]
     assert [os.waitstatus_to_exitcode(status) for status in exits] == statuses
+    helper_child._left.clear()
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
 
@@ -111,7 +115,7 @@ def test_a_child_that_has_said_its_status_is_left_to_exit(monkeypatch: pytest.Mo
     with pytest.raises(CommandError) as failed:
         "".join(jobs.in_order(_ranges(3), failing, lambda: False, statuses := []))
     assert failed.value.exit_code == 4 and statuses == [0, 4]
-    os.waitpid(-1, 0)  # the first (said 0, left to exit); the failed one was ended
+    helper_child.reap_left()  # the first (said 0); the failed one was ended at once
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
     assert len(os.listdir("/proc/self/fd")) == descriptors
@@ -121,7 +125,7 @@ def test_a_child_killed_before_its_last_word_is_waited_for(monkeypatch: pytest.M
                                                             ) -> None:
     """A child that dies without saying its status (killed) is waited for, and its signal
     fails the run as before."""
-    monkeypatch.setattr(jobs, "LEAVE_EXITING", True)
+    monkeypatch.setattr(helper_child, "REAP_AT_END", True)
     descriptors = len(os.listdir("/proc/self/fd"))
 
     def produce(first: int, last: int) -> Iterator[str]:

@@ -8,6 +8,8 @@ only its time, and one no one takes does not outlive the command."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -242,3 +244,47 @@ def test_this_process_makes_the_files_the_helper_has_not_begun(
     assert first == warm == one
     held_to_perfs_text(RECORDING, first)
     assert _cached_all(tmp_path / "runs")
+
+
+#: `sframe script` run as the command runs (entry.main), its end checked: how many
+#: children said their status and were left to reap at the end, and whether any child
+#: is left when the process ends.
+REAPED_AT_END = """
+import os, sys
+from pysframe import helper_child
+from pysframe.cli import entry
+reap_left = helper_child.reap_left
+def counted():
+    os.write(2, f"left to reap: {len(helper_child._left)}\\n".encode())
+    reap_left()
+helper_child.reap_left = counted
+real_exit = os._exit
+def checked(status):
+    if os.getpid() == main_pid:
+        try:
+            os.waitpid(-1, os.WNOHANG)
+            os.write(2, b"a child is left\\n")
+        except ChildProcessError:
+            os.write(2, b"no child is left\\n")
+    real_exit(status)
+main_pid = os.getpid()
+os._exit = checked
+sys.argv = ["sframe", "script", sys.argv[1], "--binaries", os.path.dirname(sys.argv[1])]
+entry.main()
+"""
+
+
+def test_a_first_runs_children_are_reaped_before_it_ends(tmp_path: Path) -> None:
+    """The symbols helper and the -j worker say their status as they end; the command
+    goes on without waiting for the kernel to free their memory, and reaps them at its
+    end: none is left (not even a zombie where init would not reap it)."""
+    if not RECORDING.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    done = subprocess.run([sys.executable, "-c", REAPED_AT_END, str(RECORDING)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-800:]
+    assert "no child is left" in done.stderr, done.stderr[-800:]
+    left = int(done.stderr.split("left to reap: ")[1].split()[0])
+    assert left >= 2, done.stderr[-800:]  # the helper and the worker
+    assert done.stdout.count("\n\n") > 3000

@@ -5,9 +5,9 @@ for what it leaves in the private cache (a first run's kallsyms:
 
 The child's standard streams are on /dev/null (a reader of the command's output, a pipe,
 sees its end when the command ends, not when the child does), it runs no exit handlers
-and flushes nothing. It holds the only write end of a pipe, so a read of the other end
-returns once it has ended: in the process that forked it, and in any forked from that
-one (which cannot reap it).
+and flushes nothing. It holds the only write end of a pipe, on which it writes its status
+as it ends, so a read of the other end returns once it has ended (or been killed: EOF):
+in the process that forked it, and in any forked from that one (which cannot reap it).
 """
 
 from __future__ import annotations
@@ -22,6 +22,38 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
+#: Set when the process ends right after its command (:func:`pysframe.cli.entry.main`,
+#: which calls :func:`reap_left` last): a child (a helper, a ``-j`` worker:
+#: :mod:`pysframe.cli.jobs`) that has said its status is reaped then, not when its status
+#: is taken. Its exit, the kernel freeing its memory, took ~1-2 ms after its last word on
+#: the Lua recording, which this process spent waiting before it went on; by the end it
+#: has long happened. Otherwise (a library caller) every child is waited for at once.
+REAP_AT_END = False
+
+#: The children whose status was taken from their word, to reap at the end.
+_left: list[int] = []
+
+
+def said_status(pid: int, word: bytes) -> bool:
+    """Whether the status a child ``pid`` said (``word``: empty if it said none) stands
+    for its exit status: it is then reaped at the end (:data:`REAP_AT_END`); else the
+    caller waits for it now."""
+    if word and REAP_AT_END:
+        _left.append(pid)
+        return True
+    return False
+
+
+def reap_left() -> None:
+    """Reap the children whose status was taken from their word (each has ended, or is
+    ending: its memory being freed)."""
+    while _left:
+        try:
+            os.waitpid(_left.pop(), 0)
+        except ChildProcessError:
+            pass
+
+
 class HelperChild:
     """A running helper: :meth:`done` asks without waiting, :meth:`wait` waits for its end
     (once) and says whether its work was done."""
@@ -32,14 +64,14 @@ class HelperChild:
         self.succeeded = False
 
     def done(self) -> bool:
-        """Whether the child has ended (its pipe reads at its end)."""
+        """Whether the child has ended (its pipe has its status, or its end)."""
         if self.read_end < 0:
             return True
         import select
 
         poller = select.poll()
         poller.register(self.read_end, select.POLLIN)
-        return bool(poller.poll(0))  # POLLHUP once the child (the only writer) has ended
+        return bool(poller.poll(0))  # its word, or POLLHUP once it (the only writer) ended
 
     def stop(self) -> None:
         """Ask the child to end now (it leaves nothing half-written: see
@@ -57,9 +89,12 @@ class HelperChild:
             return self.succeeded
         read_end, self.read_end = self.read_end, -1
         try:
-            os.read(read_end, 1)  # returns at the child's end: EOF
-            _, status = os.waitpid(self.pid, 0)
-            self.succeeded = os.waitstatus_to_exitcode(status) == 0
+            word = os.read(read_end, 1)  # its status as it ends; EOF: it was killed
+            if said_status(self.pid, word):
+                self.succeeded = word == b"\0"
+            else:
+                _, status = os.waitpid(self.pid, 0)
+                self.succeeded = os.waitstatus_to_exitcode(status) == 0
         except ChildProcessError:
             pass  # forked from the process that started it: not ours to reap
         finally:
@@ -85,6 +120,10 @@ def start_helper(work: Callable[[], bool]) -> HelperChild | None:
             _detach_standard_streams()
             status = 0 if work() else 1
         finally:
+            try:
+                os.write(write_end, bytes((status,)))  # its last word
+            except OSError:
+                pass
             os._exit(status)
     os.close(write_end)
     place_forked(pid)

@@ -166,11 +166,12 @@ def lean_call(argv: list[str]) -> Call | None:
 def _run_call(call: Call) -> int:
     name, kwargs = call
     if name == "script":
-        from . import jobs, script
+        from .. import helper_child
+        from . import script
         from .script import run_script
 
         script.kept_until_exit = []  # (main ends the process without a teardown)
-        jobs.LEAVE_EXITING = True  # (and the system reaps a worker that has said its status)
+        helper_child.REAP_AT_END = True  # (main reaps a child that has said its status)
         perf_data = kwargs.pop("perf_data")
         return run_script(perf_data, report=report, **kwargs)
     from .stack import run_stack
@@ -224,4 +225,7 @@ def main() -> None:
         sys.stderr.flush()
     except OSError:
         pass
+    children = sys.modules.get("pysframe.helper_child")
+    if children is not None:  # (the children that said their status: no zombie is left)
+        children.reap_left()
     os._exit(status)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import helper_child
 from ..claims import Claims
 from ..cpus import place_forked
 from ..fd_io import PIECE, copy_file, write_all
@@ -28,13 +29,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing imports re: ~5 ms of a small recording's run)
     from collections.abc import Callable, Iterator
     from typing import IO
-
-#: Set when the process ends right after the command (:func:`pysframe.cli.entry.main`): a
-#: child that has said its status is then not waited for. Its exit, the kernel freeing
-#: its memory, took ~2 ms after its last word on the Lua recording, which this process
-#: spent waiting before it handed on the child's text; the system reaps it once this
-#: process has ended. Otherwise (a library caller) every child is waited for.
-LEAVE_EXITING = False
 
 #: The read end of each child's status pipe, by process id: the one byte it writes just
 #: before it ends (:func:`_fork`, :func:`_reap`).
@@ -227,7 +221,7 @@ def _reap(pid: int, errors: int, statuses: list[int],
             word = os.read(said, 1)  # (until its last word, or its end)
         finally:
             os.close(said)
-    if word and LEAVE_EXITING:
+    if helper_child.said_status(pid, word):
         status = word[0]
     else:
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
