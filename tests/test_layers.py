@@ -15,7 +15,7 @@ import pytest
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "pysframe"
 
 #: The data flow, earliest first. A module may import from its own stage and earlier ones.
-STAGES = ["errors", "fd_io", "claims", "cpus", "c_signal", "helper_child", "blas", "heap", "records", "enums", "exports", "inputs", "cachedir",
+STAGES = ["errors", "fd_io", "claims", "cpus", "c_signal", "helper_child", "blas", "heap", "records_ahead", "records", "enums", "exports", "inputs", "cachedir",
           "cache_merge", "made_exchange", "format", "elf", "cfi", "generate", "jit", "sources", "unwind", "session",
           "deferred", "symbolize", "audit", "report", "record", "demo", "cli", "__main__"]
 #: What the tracer never imports (issue 24, item 5): it is given its tables (a

@@ -59,6 +59,17 @@ def sources() -> list[tuple[str, list[str]]]:
     return sorted(found.items())
 
 
+def _one_line(source: str) -> str:
+    """The method's source on one line (its body's simple statements joined by ``;``):
+    the module stays short, and compiles to the same code."""
+    head, *body = source.splitlines()
+    statements = [line.strip() for line in body]
+    if not all(line.startswith("    ") for line in body) or any(
+            statement.endswith(":") for statement in statements):
+        raise ValueError(f"not a def of simple statements: {source!r}")
+    return head + " " + "; ".join(statements)
+
+
 def text() -> str:
     """The module's text."""
     parts = [HEADER]
@@ -66,8 +77,9 @@ def text() -> str:
     for number, (source, names) in enumerate(sources()):
         name = source.split("(", 1)[0].removeprefix("def ")
         lines = [f"def _made_{number}(scope):"]
-        lines += [f"    {bound} = scope[{bound!r}]" for bound in names]
-        lines += ["    " + line for line in source.splitlines()]
+        if names:
+            lines.append(f"    {', '.join(names)}, = {', '.join(f'scope[{n!r}]' for n in names)},")
+        lines.append("    " + _one_line(source))
         lines.append(f"    return {name}")
         parts.append("\n\n" + "\n".join(lines) + "\n")
         table.append(f"    {source!r}: _made_{number},")

@@ -6,1188 +6,508 @@
 
 
 def _made_0(scope):
-    _set = scope['_set']
-    def __init__(self, abi, machine, pc, sp, fp, lr, dwarf):
-        _set(self, 'abi', abi)
-        _set(self, 'machine', machine)
-        _set(self, 'pc', pc)
-        _set(self, 'sp', sp)
-        _set(self, 'fp', fp)
-        _set(self, 'lr', lr)
-        _set(self, 'dwarf', dwarf)
+    _set, = scope['_set'],
+    def __init__(self, abi, machine, pc, sp, fp, lr, dwarf): _set(self, 'abi', abi); _set(self, 'machine', machine); _set(self, 'pc', pc); _set(self, 'sp', sp); _set(self, 'fp', fp); _set(self, 'lr', lr); _set(self, 'dwarf', dwarf)
     return __init__
 
 
 def _made_1(scope):
-    _set = scope['_set']
-    def __init__(self, abi, policy, byteorder, user_limit, fallback, fallback_rule):
-        _set(self, 'abi', abi)
-        _set(self, 'policy', policy)
-        _set(self, 'byteorder', byteorder)
-        _set(self, 'user_limit', user_limit)
-        _set(self, 'fallback', fallback)
-        _set(self, 'fallback_rule', fallback_rule)
+    _set, = scope['_set'],
+    def __init__(self, abi, policy, byteorder, user_limit, fallback, fallback_rule): _set(self, 'abi', abi); _set(self, 'policy', policy); _set(self, 'byteorder', byteorder); _set(self, 'user_limit', user_limit); _set(self, 'fallback', fallback); _set(self, 'fallback_rule', fallback_rule)
     return __init__
 
 
 def _made_2(scope):
-    _MISSING = scope['_MISSING']
-    _default_aarch64 = scope['_default_aarch64']
-    _default_amd64 = scope['_default_amd64']
-    _default_args_size = scope['_default_args_size']
-    _default_as_gnu = scope['_default_as_gnu']
-    _default_changed = scope['_default_changed']
-    _default_first_row = scope['_default_first_row']
-    _default_needs_flex = scope['_default_needs_flex']
-    _default_s390x = scope['_default_s390x']
-    _factory_remembered = scope['_factory_remembered']
-    _factory_row = scope['_factory_row']
-    _factory_rows = scope['_factory_rows']
-    def __init__(self, abi, v3, sp, fp, ra, ra_tracked, flex_ok, row=_MISSING, s390x=_default_s390x, aarch64=_default_aarch64, amd64=_default_amd64, changed=_default_changed, first_row=_default_first_row, remembered=_MISSING, rows=_MISSING, needs_flex=_default_needs_flex, as_gnu=_default_as_gnu, args_size=_default_args_size):
-        self.abi = abi
-        self.v3 = v3
-        self.sp = sp
-        self.fp = fp
-        self.ra = ra
-        self.ra_tracked = ra_tracked
-        self.flex_ok = flex_ok
-        self.row = _factory_row() if row is _MISSING else row
-        self.s390x = s390x
-        self.aarch64 = aarch64
-        self.amd64 = amd64
-        self.changed = changed
-        self.first_row = first_row
-        self.remembered = _factory_remembered() if remembered is _MISSING else remembered
-        self.rows = _factory_rows() if rows is _MISSING else rows
-        self.needs_flex = needs_flex
-        self.as_gnu = as_gnu
-        self.args_size = args_size
+    _MISSING, _default_aarch64, _default_amd64, _default_args_size, _default_as_gnu, _default_changed, _default_first_row, _default_needs_flex, _default_s390x, _factory_remembered, _factory_row, _factory_rows, = scope['_MISSING'], scope['_default_aarch64'], scope['_default_amd64'], scope['_default_args_size'], scope['_default_as_gnu'], scope['_default_changed'], scope['_default_first_row'], scope['_default_needs_flex'], scope['_default_s390x'], scope['_factory_remembered'], scope['_factory_row'], scope['_factory_rows'],
+    def __init__(self, abi, v3, sp, fp, ra, ra_tracked, flex_ok, row=_MISSING, s390x=_default_s390x, aarch64=_default_aarch64, amd64=_default_amd64, changed=_default_changed, first_row=_default_first_row, remembered=_MISSING, rows=_MISSING, needs_flex=_default_needs_flex, as_gnu=_default_as_gnu, args_size=_default_args_size): self.abi = abi; self.v3 = v3; self.sp = sp; self.fp = fp; self.ra = ra; self.ra_tracked = ra_tracked; self.flex_ok = flex_ok; self.row = _factory_row() if row is _MISSING else row; self.s390x = s390x; self.aarch64 = aarch64; self.amd64 = amd64; self.changed = changed; self.first_row = first_row; self.remembered = _factory_remembered() if remembered is _MISSING else remembered; self.rows = _factory_rows() if rows is _MISSING else rows; self.needs_flex = needs_flex; self.as_gnu = as_gnu; self.args_size = args_size
     return __init__
 
 
 def _made_3(scope):
-    _default_eh_frame_hdr_size = scope['_default_eh_frame_hdr_size']
-    _default_unwinding = scope['_default_unwinding']
-    def __init__(self, address, code, name, index, timestamp, unwinding=_default_unwinding, eh_frame_hdr_size=_default_eh_frame_hdr_size):
-        self.address = address
-        self.code = code
-        self.name = name
-        self.index = index
-        self.timestamp = timestamp
-        self.unwinding = unwinding
-        self.eh_frame_hdr_size = eh_frame_hdr_size
+    _default_eh_frame_hdr_size, _default_unwinding, = scope['_default_eh_frame_hdr_size'], scope['_default_unwinding'],
+    def __init__(self, address, code, name, index, timestamp, unwinding=_default_unwinding, eh_frame_hdr_size=_default_eh_frame_hdr_size): self.address = address; self.code = code; self.name = name; self.index = index; self.timestamp = timestamp; self.unwinding = unwinding; self.eh_frame_hdr_size = eh_frame_hdr_size
     return __init__
 
 
 def _made_4(scope):
-    def __init__(self, areas, text, sframe):
-        self.areas = areas
-        self.text = text
-        self.sframe = sframe
+    def __init__(self, areas, text, sframe): self.areas = areas; self.text = text; self.sframe = sframe
     return __init__
 
 
 def _made_5(scope):
-    _default_name = scope['_default_name']
-    def __init__(self, callback, bit, name=_default_name):
-        self.callback = callback
-        self.bit = bit
-        self.name = name
+    _default_name, = scope['_default_name'],
+    def __init__(self, callback, bit, name=_default_name): self.callback = callback; self.bit = bit; self.name = name
     return __init__
 
 
 def _made_6(scope):
-    _default_cfa_deref = scope['_default_cfa_deref']
-    _default_frame_pointer = scope['_default_frame_pointer']
-    _default_outermost = scope['_default_outermost']
-    _default_ra_mangled = scope['_default_ra_mangled']
-    _set = scope['_set']
-    def __init__(self, cfa_base, cfa_offset, ra, fp, cfa_deref=_default_cfa_deref, outermost=_default_outermost, ra_mangled=_default_ra_mangled, frame_pointer=_default_frame_pointer):
-        _set(self, 'cfa_base', cfa_base)
-        _set(self, 'cfa_offset', cfa_offset)
-        _set(self, 'ra', ra)
-        _set(self, 'fp', fp)
-        _set(self, 'cfa_deref', cfa_deref)
-        _set(self, 'outermost', outermost)
-        _set(self, 'ra_mangled', ra_mangled)
-        _set(self, 'frame_pointer', frame_pointer)
+    _default_cfa_deref, _default_frame_pointer, _default_outermost, _default_ra_mangled, _set, = scope['_default_cfa_deref'], scope['_default_frame_pointer'], scope['_default_outermost'], scope['_default_ra_mangled'], scope['_set'],
+    def __init__(self, cfa_base, cfa_offset, ra, fp, cfa_deref=_default_cfa_deref, outermost=_default_outermost, ra_mangled=_default_ra_mangled, frame_pointer=_default_frame_pointer): _set(self, 'cfa_base', cfa_base); _set(self, 'cfa_offset', cfa_offset); _set(self, 'ra', ra); _set(self, 'fp', fp); _set(self, 'cfa_deref', cfa_deref); _set(self, 'outermost', outermost); _set(self, 'ra_mangled', ra_mangled); _set(self, 'frame_pointer', frame_pointer)
     return __init__
 
 
 def _made_7(scope):
-    _default_cfa_deref = scope['_default_cfa_deref']
-    _default_cfa_offset = scope['_default_cfa_offset']
-    _default_cfa_reg = scope['_default_cfa_reg']
-    _default_fp = scope['_default_fp']
-    _default_mangled = scope['_default_mangled']
-    _default_ra = scope['_default_ra']
-    _default_ra_undefined = scope['_default_ra_undefined']
-    def __init__(self, cfa_reg=_default_cfa_reg, cfa_offset=_default_cfa_offset, cfa_deref=_default_cfa_deref, fp=_default_fp, ra=_default_ra, ra_undefined=_default_ra_undefined, mangled=_default_mangled):
-        self.cfa_reg = cfa_reg
-        self.cfa_offset = cfa_offset
-        self.cfa_deref = cfa_deref
-        self.fp = fp
-        self.ra = ra
-        self.ra_undefined = ra_undefined
-        self.mangled = mangled
+    _default_cfa_deref, _default_cfa_offset, _default_cfa_reg, _default_fp, _default_mangled, _default_ra, _default_ra_undefined, = scope['_default_cfa_deref'], scope['_default_cfa_offset'], scope['_default_cfa_reg'], scope['_default_fp'], scope['_default_mangled'], scope['_default_ra'], scope['_default_ra_undefined'],
+    def __init__(self, cfa_reg=_default_cfa_reg, cfa_offset=_default_cfa_offset, cfa_deref=_default_cfa_deref, fp=_default_fp, ra=_default_ra, ra_undefined=_default_ra_undefined, mangled=_default_mangled): self.cfa_reg = cfa_reg; self.cfa_offset = cfa_offset; self.cfa_deref = cfa_deref; self.fp = fp; self.ra = ra; self.ra_undefined = ra_undefined; self.mangled = mangled
     return __init__
 
 
 def _made_8(scope):
-    _default_fde = scope['_default_fde']
-    _default_fre = scope['_default_fre']
-    _default_offset = scope['_default_offset']
-    _default_severity = scope['_default_severity']
-    _set = scope['_set']
-    def __init__(self, check, message, offset=_default_offset, fde=_default_fde, fre=_default_fre, severity=_default_severity):
-        _set(self, 'check', check)
-        _set(self, 'message', message)
-        _set(self, 'offset', offset)
-        _set(self, 'fde', fde)
-        _set(self, 'fre', fre)
-        _set(self, 'severity', severity)
+    _default_fde, _default_fre, _default_offset, _default_severity, _set, = scope['_default_fde'], scope['_default_fre'], scope['_default_offset'], scope['_default_severity'], scope['_set'],
+    def __init__(self, check, message, offset=_default_offset, fde=_default_fde, fre=_default_fre, severity=_default_severity): _set(self, 'check', check); _set(self, 'message', message); _set(self, 'offset', offset); _set(self, 'fde', fde); _set(self, 'fre', fre); _set(self, 'severity', severity)
     return __init__
 
 
 def _made_9(scope):
-    _default_sample_id = scope['_default_sample_id']
-    _default_trace = scope['_default_trace']
-    def __init__(self, cookie, pid, tid, cpu, last_time, last_offset, trace=_default_trace, sample_id=_default_sample_id):
-        self.cookie = cookie
-        self.pid = pid
-        self.tid = tid
-        self.cpu = cpu
-        self.last_time = last_time
-        self.last_offset = last_offset
-        self.trace = trace
-        self.sample_id = sample_id
+    _default_sample_id, _default_trace, = scope['_default_sample_id'], scope['_default_trace'],
+    def __init__(self, cookie, pid, tid, cpu, last_time, last_offset, trace=_default_trace, sample_id=_default_sample_id): self.cookie = cookie; self.pid = pid; self.tid = tid; self.cpu = cpu; self.last_time = last_time; self.last_offset = last_offset; self.trace = trace; self.sample_id = sample_id
     return __init__
 
 
 def _made_10(scope):
-    _default_binary = scope['_default_binary']
-    _default_reason = scope['_default_reason']
-    def __init__(self, cookie, verdict, reason=_default_reason, binary=_default_binary):
-        self.cookie = cookie
-        self.verdict = verdict
-        self.reason = reason
-        self.binary = binary
+    _default_binary, _default_reason, = scope['_default_binary'], scope['_default_reason'],
+    def __init__(self, cookie, verdict, reason=_default_reason, binary=_default_binary): self.cookie = cookie; self.verdict = verdict; self.reason = reason; self.binary = binary
     return __init__
 
 
 def _made_11(scope):
-    def __init__(self, data, offset, end, code_align, data_align, big_endian, address_size, pointer_encoding, section_address):
-        self.data = data
-        self.offset = offset
-        self.end = end
-        self.code_align = code_align
-        self.data_align = data_align
-        self.big_endian = big_endian
-        self.address_size = address_size
-        self.pointer_encoding = pointer_encoding
-        self.section_address = section_address
+    def __init__(self, data, offset, end, code_align, data_align, big_endian, address_size, pointer_encoding, section_address): self.data = data; self.offset = offset; self.end = end; self.code_align = code_align; self.data_align = data_align; self.big_endian = big_endian; self.address_size = address_size; self.pointer_encoding = pointer_encoding; self.section_address = section_address
     return __init__
 
 
 def _made_12(scope):
-    def __init__(self, eh_frame_address, eh_frame, sframe_address, sframe):
-        self.eh_frame_address = eh_frame_address
-        self.eh_frame = eh_frame
-        self.sframe_address = sframe_address
-        self.sframe = sframe
+    def __init__(self, eh_frame_address, eh_frame, sframe_address, sframe): self.eh_frame_address = eh_frame_address; self.eh_frame = eh_frame; self.sframe_address = sframe_address; self.sframe = sframe
     return __init__
 
 
 def _made_13(scope):
-    _default_fault = scope['_default_fault']
-    def __init__(self, entries, stop, methods, fault=_default_fault):
-        self.entries = entries
-        self.stop = stop
-        self.methods = methods
-        self.fault = fault
+    _default_fault, = scope['_default_fault'],
+    def __init__(self, entries, stop, methods, fault=_default_fault): self.entries = entries; self.stop = stop; self.methods = methods; self.fault = fault
     return __init__
 
 
 def _made_14(scope):
-    def __init__(self, entry, address, data):
-        self.entry = entry
-        self.address = address
-        self.data = data
+    def __init__(self, entry, address, data): self.entry = entry; self.address = address; self.data = data
     return __init__
 
 
 def _made_15(scope):
-    _MISSING = scope['_MISSING']
-    _default_valid = scope['_default_valid']
-    _factory_row_starts = scope['_factory_row_starts']
-    def __init__(self, fde, block_at, block, valid=_default_valid, row_starts=_MISSING):
-        self.fde = fde
-        self.block_at = block_at
-        self.block = block
-        self.valid = valid
-        self.row_starts = _factory_row_starts() if row_starts is _MISSING else row_starts
+    _MISSING, _default_valid, _factory_row_starts, = scope['_MISSING'], scope['_default_valid'], scope['_factory_row_starts'],
+    def __init__(self, fde, block_at, block, valid=_default_valid, row_starts=_MISSING): self.fde = fde; self.block_at = block_at; self.block = block; self.valid = valid; self.row_starts = _factory_row_starts() if row_starts is _MISSING else row_starts
     return __init__
 
 
 def _made_16(scope):
-    _default_flex = scope['_default_flex']
-    _default_func_end = scope['_default_func_end']
-    _default_outermost = scope['_default_outermost']
-    _default_pauth_key_b = scope['_default_pauth_key_b']
-    _default_ra_mangled = scope['_default_ra_mangled']
-    _default_signal = scope['_default_signal']
-    def __init__(self, fde_index, fre_index, func_start, func_size, row_start, cfa, ra, fp, outermost=_default_outermost, func_end=_default_func_end, ra_mangled=_default_ra_mangled, pauth_key_b=_default_pauth_key_b, signal=_default_signal, flex=_default_flex):
-        self.fde_index = fde_index
-        self.fre_index = fre_index
-        self.func_start = func_start
-        self.func_size = func_size
-        self.row_start = row_start
-        self.cfa = cfa
-        self.ra = ra
-        self.fp = fp
-        self.outermost = outermost
-        self.func_end = func_end
-        self.ra_mangled = ra_mangled
-        self.pauth_key_b = pauth_key_b
-        self.signal = signal
-        self.flex = flex
+    _default_flex, _default_func_end, _default_outermost, _default_pauth_key_b, _default_ra_mangled, _default_signal, = scope['_default_flex'], scope['_default_func_end'], scope['_default_outermost'], scope['_default_pauth_key_b'], scope['_default_ra_mangled'], scope['_default_signal'],
+    def __init__(self, fde_index, fre_index, func_start, func_size, row_start, cfa, ra, fp, outermost=_default_outermost, func_end=_default_func_end, ra_mangled=_default_ra_mangled, pauth_key_b=_default_pauth_key_b, signal=_default_signal, flex=_default_flex): self.fde_index = fde_index; self.fre_index = fre_index; self.func_start = func_start; self.func_size = func_size; self.row_start = row_start; self.cfa = cfa; self.ra = ra; self.fp = fp; self.outermost = outermost; self.func_end = func_end; self.ra_mangled = ra_mangled; self.pauth_key_b = pauth_key_b; self.signal = signal; self.flex = flex
     return __init__
 
 
 def _made_17(scope):
-    _MISSING = scope['_MISSING']
-    _default__container = scope['_default__container']
-    _default_damaged = scope['_default_damaged']
-    _default_disagreements = scope['_default_disagreements']
-    _default_eh_frame_bytes = scope['_default_eh_frame_bytes']
-    _default_elf = scope['_default_elf']
-    _default_files = scope['_default_files']
-    _default_files_disagreeing = scope['_default_files_disagreeing']
-    _default_functions = scope['_default_functions']
-    _default_internal = scope['_default_internal']
-    _default_invalid = scope['_default_invalid']
-    _default_kernel_checked = scope['_default_kernel_checked']
-    _default_kernel_ok = scope['_default_kernel_ok']
-    _default_no_cfi_symbols = scope['_default_no_cfi_symbols']
-    _default_not_elf = scope['_default_not_elf']
-    _default_sframe_bytes = scope['_default_sframe_bytes']
-    _default_unreadable = scope['_default_unreadable']
-    _default_unsupported = scope['_default_unsupported']
-    _default_with_sframe = scope['_default_with_sframe']
-    _default_without_sframe = scope['_default_without_sframe']
-    _factory__container_versions = scope['_factory__container_versions']
-    _factory_abis = scope['_factory_abis']
-    _factory_causes = scope['_factory_causes']
-    _factory_directories = scope['_factory_directories']
-    _factory_mixed = scope['_factory_mixed']
-    _factory_reasons = scope['_factory_reasons']
-    _factory_versions = scope['_factory_versions']
-    def __init__(self, files=_default_files, elf=_default_elf, damaged=_default_damaged, unsupported=_default_unsupported, unreadable=_default_unreadable, internal=_default_internal, not_elf=_default_not_elf, with_sframe=_default_with_sframe, versions=_MISSING, abis=_MISSING, invalid=_default_invalid, kernel_ok=_default_kernel_ok, kernel_checked=_default_kernel_checked, functions=_default_functions, without_sframe=_default_without_sframe, reasons=_MISSING, no_cfi_symbols=_default_no_cfi_symbols, disagreements=_default_disagreements, causes=_MISSING, files_disagreeing=_default_files_disagreeing, sframe_bytes=_default_sframe_bytes, eh_frame_bytes=_default_eh_frame_bytes, mixed=_MISSING, directories=_MISSING, _container=_default__container, _container_versions=_MISSING):
-        self.files = files
-        self.elf = elf
-        self.damaged = damaged
-        self.unsupported = unsupported
-        self.unreadable = unreadable
-        self.internal = internal
-        self.not_elf = not_elf
-        self.with_sframe = with_sframe
-        self.versions = _factory_versions() if versions is _MISSING else versions
-        self.abis = _factory_abis() if abis is _MISSING else abis
-        self.invalid = invalid
-        self.kernel_ok = kernel_ok
-        self.kernel_checked = kernel_checked
-        self.functions = functions
-        self.without_sframe = without_sframe
-        self.reasons = _factory_reasons() if reasons is _MISSING else reasons
-        self.no_cfi_symbols = no_cfi_symbols
-        self.disagreements = disagreements
-        self.causes = _factory_causes() if causes is _MISSING else causes
-        self.files_disagreeing = files_disagreeing
-        self.sframe_bytes = sframe_bytes
-        self.eh_frame_bytes = eh_frame_bytes
-        self.mixed = _factory_mixed() if mixed is _MISSING else mixed
-        self.directories = _factory_directories() if directories is _MISSING else directories
-        self._container = _container
-        self._container_versions = _factory__container_versions() if _container_versions is _MISSING else _container_versions
+    _MISSING, _default__container, _default_damaged, _default_disagreements, _default_eh_frame_bytes, _default_elf, _default_files, _default_files_disagreeing, _default_functions, _default_internal, _default_invalid, _default_kernel_checked, _default_kernel_ok, _default_no_cfi_symbols, _default_not_elf, _default_sframe_bytes, _default_unreadable, _default_unsupported, _default_with_sframe, _default_without_sframe, _factory__container_versions, _factory_abis, _factory_causes, _factory_directories, _factory_mixed, _factory_reasons, _factory_versions, = scope['_MISSING'], scope['_default__container'], scope['_default_damaged'], scope['_default_disagreements'], scope['_default_eh_frame_bytes'], scope['_default_elf'], scope['_default_files'], scope['_default_files_disagreeing'], scope['_default_functions'], scope['_default_internal'], scope['_default_invalid'], scope['_default_kernel_checked'], scope['_default_kernel_ok'], scope['_default_no_cfi_symbols'], scope['_default_not_elf'], scope['_default_sframe_bytes'], scope['_default_unreadable'], scope['_default_unsupported'], scope['_default_with_sframe'], scope['_default_without_sframe'], scope['_factory__container_versions'], scope['_factory_abis'], scope['_factory_causes'], scope['_factory_directories'], scope['_factory_mixed'], scope['_factory_reasons'], scope['_factory_versions'],
+    def __init__(self, files=_default_files, elf=_default_elf, damaged=_default_damaged, unsupported=_default_unsupported, unreadable=_default_unreadable, internal=_default_internal, not_elf=_default_not_elf, with_sframe=_default_with_sframe, versions=_MISSING, abis=_MISSING, invalid=_default_invalid, kernel_ok=_default_kernel_ok, kernel_checked=_default_kernel_checked, functions=_default_functions, without_sframe=_default_without_sframe, reasons=_MISSING, no_cfi_symbols=_default_no_cfi_symbols, disagreements=_default_disagreements, causes=_MISSING, files_disagreeing=_default_files_disagreeing, sframe_bytes=_default_sframe_bytes, eh_frame_bytes=_default_eh_frame_bytes, mixed=_MISSING, directories=_MISSING, _container=_default__container, _container_versions=_MISSING): self.files = files; self.elf = elf; self.damaged = damaged; self.unsupported = unsupported; self.unreadable = unreadable; self.internal = internal; self.not_elf = not_elf; self.with_sframe = with_sframe; self.versions = _factory_versions() if versions is _MISSING else versions; self.abis = _factory_abis() if abis is _MISSING else abis; self.invalid = invalid; self.kernel_ok = kernel_ok; self.kernel_checked = kernel_checked; self.functions = functions; self.without_sframe = without_sframe; self.reasons = _factory_reasons() if reasons is _MISSING else reasons; self.no_cfi_symbols = no_cfi_symbols; self.disagreements = disagreements; self.causes = _factory_causes() if causes is _MISSING else causes; self.files_disagreeing = files_disagreeing; self.sframe_bytes = sframe_bytes; self.eh_frame_bytes = eh_frame_bytes; self.mixed = _factory_mixed() if mixed is _MISSING else mixed; self.directories = _factory_directories() if directories is _MISSING else directories; self._container = _container; self._container_versions = _factory__container_versions() if _container_versions is _MISSING else _container_versions
     return __init__
 
 
 def _made_18(scope):
-    def __init__(self, header, offset, contents):
-        self.header = header
-        self.offset = offset
-        self.contents = contents
+    def __init__(self, header, offset, contents): self.header = header; self.offset = offset; self.contents = contents
     return __init__
 
 
 def _made_19(scope):
-    _set = scope['_set']
-    def __init__(self, index, offset, start, start_field, size, fre_off, num_fres, info, info2, rep_size, fres_offset):
-        _set(self, 'index', index)
-        _set(self, 'offset', offset)
-        _set(self, 'start', start)
-        _set(self, 'start_field', start_field)
-        _set(self, 'size', size)
-        _set(self, 'fre_off', fre_off)
-        _set(self, 'num_fres', num_fres)
-        _set(self, 'info', info)
-        _set(self, 'info2', info2)
-        _set(self, 'rep_size', rep_size)
-        _set(self, 'fres_offset', fres_offset)
+    _set, = scope['_set'],
+    def __init__(self, index, offset, start, start_field, size, fre_off, num_fres, info, info2, rep_size, fres_offset): _set(self, 'index', index); _set(self, 'offset', offset); _set(self, 'start', start); _set(self, 'start_field', start_field); _set(self, 'size', size); _set(self, 'fre_off', fre_off); _set(self, 'num_fres', num_fres); _set(self, 'info', info); _set(self, 'info2', info2); _set(self, 'rep_size', rep_size); _set(self, 'fres_offset', fres_offset)
     return __init__
 
 
 def _made_20(scope):
-    _set = scope['_set']
-    def __init__(self, ip, sp, fp, lr, dwarf):
-        _set(self, 'ip', ip)
-        _set(self, 'sp', sp)
-        _set(self, 'fp', fp)
-        _set(self, 'lr', lr)
-        _set(self, 'dwarf', dwarf)
+    _set, = scope['_set'],
+    def __init__(self, ip, sp, fp, lr, dwarf): _set(self, 'ip', ip); _set(self, 'sp', sp); _set(self, 'fp', fp); _set(self, 'lr', lr); _set(self, 'dwarf', dwarf)
     return __init__
 
 
 def _made_21(scope):
-    _default_lr = scope['_default_lr']
-    _default_others = scope['_default_others']
-    def __init__(self, ip, sp, fp, others=_default_others, lr=_default_lr):
-        self.ip = ip
-        self.sp = sp
-        self.fp = fp
-        self.others = others
-        self.lr = lr
+    _default_lr, _default_others, = scope['_default_lr'], scope['_default_others'],
+    def __init__(self, ip, sp, fp, others=_default_others, lr=_default_lr): self.ip = ip; self.sp = sp; self.fp = fp; self.others = others; self.lr = lr
     return __init__
 
 
 def _made_22(scope):
-    _default_offset = scope['_default_offset']
-    _default_reg = scope['_default_reg']
-    def __init__(self, kind, offset=_default_offset, reg=_default_reg):
-        self.kind = kind
-        self.offset = offset
-        self.reg = reg
+    _default_offset, _default_reg, = scope['_default_offset'], scope['_default_reg'],
+    def __init__(self, kind, offset=_default_offset, reg=_default_reg): self.kind = kind; self.offset = offset; self.reg = reg
     return __init__
 
 
 def _made_23(scope):
-    _default_deref = scope['_default_deref']
-    _default_offset = scope['_default_offset']
-    _default_regnum = scope['_default_regnum']
-    _set = scope['_set']
-    def __init__(self, kind, offset=_default_offset, regnum=_default_regnum, deref=_default_deref):
-        _set(self, 'kind', kind)
-        _set(self, 'offset', offset)
-        _set(self, 'regnum', regnum)
-        _set(self, 'deref', deref)
+    _default_deref, _default_offset, _default_regnum, _set, = scope['_default_deref'], scope['_default_offset'], scope['_default_regnum'], scope['_set'],
+    def __init__(self, kind, offset=_default_offset, regnum=_default_regnum, deref=_default_deref): _set(self, 'kind', kind); _set(self, 'offset', offset); _set(self, 'regnum', regnum); _set(self, 'deref', deref)
     return __init__
 
 
 def _made_24(scope):
-    _default_back_chain = scope['_default_back_chain']
-    _default_fp_reg = scope['_default_fp_reg']
-    _default_link_register = scope['_default_link_register']
-    _default_signed_frame_records = scope['_default_signed_frame_records']
-    _default_sp_offset = scope['_default_sp_offset']
-    _default_sp_reg = scope['_default_sp_reg']
-    _set = scope['_set']
-    def __init__(self, lookup_before_return, cfa_alignment, fp_below_sp_refused, register_rules_topmost_only, max_frames, zero_ra_ends, cfa_checked_first, no_advance_apart, fp_kept_when_unknown, refuse_bad_rules, frame_pointer_guess, wrap_addresses, sp_reg=_default_sp_reg, fp_reg=_default_fp_reg, link_register=_default_link_register, sp_offset=_default_sp_offset, signed_frame_records=_default_signed_frame_records, back_chain=_default_back_chain):
-        _set(self, 'lookup_before_return', lookup_before_return)
-        _set(self, 'cfa_alignment', cfa_alignment)
-        _set(self, 'fp_below_sp_refused', fp_below_sp_refused)
-        _set(self, 'register_rules_topmost_only', register_rules_topmost_only)
-        _set(self, 'max_frames', max_frames)
-        _set(self, 'zero_ra_ends', zero_ra_ends)
-        _set(self, 'cfa_checked_first', cfa_checked_first)
-        _set(self, 'no_advance_apart', no_advance_apart)
-        _set(self, 'fp_kept_when_unknown', fp_kept_when_unknown)
-        _set(self, 'refuse_bad_rules', refuse_bad_rules)
-        _set(self, 'frame_pointer_guess', frame_pointer_guess)
-        _set(self, 'wrap_addresses', wrap_addresses)
-        _set(self, 'sp_reg', sp_reg)
-        _set(self, 'fp_reg', fp_reg)
-        _set(self, 'link_register', link_register)
-        _set(self, 'sp_offset', sp_offset)
-        _set(self, 'signed_frame_records', signed_frame_records)
-        _set(self, 'back_chain', back_chain)
+    _default_back_chain, _default_fp_reg, _default_link_register, _default_signed_frame_records, _default_sp_offset, _default_sp_reg, _set, = scope['_default_back_chain'], scope['_default_fp_reg'], scope['_default_link_register'], scope['_default_signed_frame_records'], scope['_default_sp_offset'], scope['_default_sp_reg'], scope['_set'],
+    def __init__(self, lookup_before_return, cfa_alignment, fp_below_sp_refused, register_rules_topmost_only, max_frames, zero_ra_ends, cfa_checked_first, no_advance_apart, fp_kept_when_unknown, refuse_bad_rules, frame_pointer_guess, wrap_addresses, sp_reg=_default_sp_reg, fp_reg=_default_fp_reg, link_register=_default_link_register, sp_offset=_default_sp_offset, signed_frame_records=_default_signed_frame_records, back_chain=_default_back_chain): _set(self, 'lookup_before_return', lookup_before_return); _set(self, 'cfa_alignment', cfa_alignment); _set(self, 'fp_below_sp_refused', fp_below_sp_refused); _set(self, 'register_rules_topmost_only', register_rules_topmost_only); _set(self, 'max_frames', max_frames); _set(self, 'zero_ra_ends', zero_ra_ends); _set(self, 'cfa_checked_first', cfa_checked_first); _set(self, 'no_advance_apart', no_advance_apart); _set(self, 'fp_kept_when_unknown', fp_kept_when_unknown); _set(self, 'refuse_bad_rules', refuse_bad_rules); _set(self, 'frame_pointer_guess', frame_pointer_guess); _set(self, 'wrap_addresses', wrap_addresses); _set(self, 'sp_reg', sp_reg); _set(self, 'fp_reg', fp_reg); _set(self, 'link_register', link_register); _set(self, 'sp_offset', sp_offset); _set(self, 'signed_frame_records', signed_frame_records); _set(self, 'back_chain', back_chain)
     return __init__
 
 
 def _made_25(scope):
-    _MISSING = scope['_MISSING']
-    _default_version = scope['_default_version']
-    _factory__starts = scope['_factory__starts']
-    _factory_mappings = scope['_factory_mappings']
-    def __init__(self, mappings=_MISSING, _starts=_MISSING, version=_default_version):
-        self.mappings = _factory_mappings() if mappings is _MISSING else mappings
-        self._starts = _factory__starts() if _starts is _MISSING else _starts
-        self.version = version
+    _MISSING, _default_version, _factory__starts, _factory_mappings, = scope['_MISSING'], scope['_default_version'], scope['_factory__starts'], scope['_factory_mappings'],
+    def __init__(self, mappings=_MISSING, _starts=_MISSING, version=_default_version): self.mappings = _factory_mappings() if mappings is _MISSING else mappings; self._starts = _factory__starts() if _starts is _MISSING else _starts; self.version = version
     return __init__
 
 
 def _made_26(scope):
-    def __init__(self, name, address, code, cfi):
-        self.name = name
-        self.address = address
-        self.code = code
-        self.cfi = cfi
+    def __init__(self, name, address, code, cfi): self.name = name; self.address = address; self.code = code; self.cfi = cfi
     return __init__
 
 
 def _made_27(scope):
-    _set = scope['_set']
-    def __init__(self, name, address, file_offset, raw, relocated, has_relocations, found_by, big_endian):
-        _set(self, 'name', name)
-        _set(self, 'address', address)
-        _set(self, 'file_offset', file_offset)
-        _set(self, 'raw', raw)
-        _set(self, 'relocated', relocated)
-        _set(self, 'has_relocations', has_relocations)
-        _set(self, 'found_by', found_by)
-        _set(self, 'big_endian', big_endian)
+    _set, = scope['_set'],
+    def __init__(self, name, address, file_offset, raw, relocated, has_relocations, found_by, big_endian): _set(self, 'name', name); _set(self, 'address', address); _set(self, 'file_offset', file_offset); _set(self, 'raw', raw); _set(self, 'relocated', relocated); _set(self, 'has_relocations', has_relocations); _set(self, 'found_by', found_by); _set(self, 'big_endian', big_endian)
     return __init__
 
 
 def _made_28(scope):
-    def __init__(self, name, offset, contents):
-        self.name = name
-        self.offset = offset
-        self.contents = contents
+    def __init__(self, name, offset, contents): self.name = name; self.offset = offset; self.contents = contents
     return __init__
 
 
 def _made_29(scope):
-    def __init__(self, offset):
-        self.offset = offset
+    def __init__(self, offset): self.offset = offset
     return __init__
 
 
 def _made_30(scope):
-    _default_lsda = scope['_default_lsda']
-    def __init__(self, offset, cie, pc_begin, pc_range, instructions_start, instructions_end, lsda=_default_lsda):
-        self.offset = offset
-        self.cie = cie
-        self.pc_begin = pc_begin
-        self.pc_range = pc_range
-        self.instructions_start = instructions_start
-        self.instructions_end = instructions_end
-        self.lsda = lsda
+    _default_lsda, = scope['_default_lsda'],
+    def __init__(self, offset, cie, pc_begin, pc_range, instructions_start, instructions_end, lsda=_default_lsda): self.offset = offset; self.cie = cie; self.pc_begin = pc_begin; self.pc_range = pc_range; self.instructions_start = instructions_start; self.instructions_end = instructions_end; self.lsda = lsda
     return __init__
 
 
 def _made_31(scope):
-    _default_cpu = scope['_default_cpu']
-    _default_pid = scope['_default_pid']
-    _default_tid = scope['_default_tid']
-    _default_time = scope['_default_time']
-    def __init__(self, offset, cookie, ips, pid=_default_pid, tid=_default_tid, time=_default_time, cpu=_default_cpu):
-        self.offset = offset
-        self.cookie = cookie
-        self.ips = ips
-        self.pid = pid
-        self.tid = tid
-        self.time = time
-        self.cpu = cpu
+    _default_cpu, _default_pid, _default_tid, _default_time, = scope['_default_cpu'], scope['_default_pid'], scope['_default_tid'], scope['_default_time'],
+    def __init__(self, offset, cookie, ips, pid=_default_pid, tid=_default_tid, time=_default_time, cpu=_default_cpu): self.offset = offset; self.cookie = cookie; self.ips = ips; self.pid = pid; self.tid = tid; self.time = time; self.cpu = cpu
     return __init__
 
 
 def _made_32(scope):
-    _default_time = scope['_default_time']
-    def __init__(self, offset, lost, time=_default_time):
-        self.offset = offset
-        self.lost = lost
-        self.time = time
+    _default_time, = scope['_default_time'],
+    def __init__(self, offset, lost, time=_default_time): self.offset = offset; self.lost = lost; self.time = time
     return __init__
 
 
 def _made_33(scope):
-    _default_addr = scope['_default_addr']
-    _default_attr = scope['_default_attr']
-    _default_branches = scope['_default_branches']
-    _default_callchain = scope['_default_callchain']
-    _default_cpu = scope['_default_cpu']
-    _default_deferred_record = scope['_default_deferred_record']
-    _default_id = scope['_default_id']
-    _default_ip = scope['_default_ip']
-    _default_period = scope['_default_period']
-    _default_pid = scope['_default_pid']
-    _default_raw = scope['_default_raw']
-    _default_regs = scope['_default_regs']
-    _default_regs_abi = scope['_default_regs_abi']
-    _default_stack = scope['_default_stack']
-    _default_stack_dyn_size = scope['_default_stack_dyn_size']
-    _default_stack_offset = scope['_default_stack_offset']
-    _default_tid = scope['_default_tid']
-    _default_time = scope['_default_time']
-    def __init__(self, offset, misc, ip=_default_ip, pid=_default_pid, tid=_default_tid, time=_default_time, addr=_default_addr, id=_default_id, cpu=_default_cpu, period=_default_period, callchain=_default_callchain, branches=_default_branches, regs_abi=_default_regs_abi, regs=_default_regs, stack=_default_stack, stack_dyn_size=_default_stack_dyn_size, attr=_default_attr, stack_offset=_default_stack_offset, deferred_record=_default_deferred_record, raw=_default_raw):
-        self.offset = offset
-        self.misc = misc
-        self.ip = ip
-        self.pid = pid
-        self.tid = tid
-        self.time = time
-        self.addr = addr
-        self.id = id
-        self.cpu = cpu
-        self.period = period
-        self.callchain = callchain
-        self.branches = branches
-        self.regs_abi = regs_abi
-        self.regs = regs
-        self.stack = stack
-        self.stack_dyn_size = stack_dyn_size
-        self.attr = attr
-        self.stack_offset = stack_offset
-        self.deferred_record = deferred_record
-        self.raw = raw
+    _default_addr, _default_attr, _default_branches, _default_callchain, _default_cpu, _default_deferred_record, _default_id, _default_ip, _default_period, _default_pid, _default_raw, _default_regs, _default_regs_abi, _default_stack, _default_stack_dyn_size, _default_stack_offset, _default_tid, _default_time, = scope['_default_addr'], scope['_default_attr'], scope['_default_branches'], scope['_default_callchain'], scope['_default_cpu'], scope['_default_deferred_record'], scope['_default_id'], scope['_default_ip'], scope['_default_period'], scope['_default_pid'], scope['_default_raw'], scope['_default_regs'], scope['_default_regs_abi'], scope['_default_stack'], scope['_default_stack_dyn_size'], scope['_default_stack_offset'], scope['_default_tid'], scope['_default_time'],
+    def __init__(self, offset, misc, ip=_default_ip, pid=_default_pid, tid=_default_tid, time=_default_time, addr=_default_addr, id=_default_id, cpu=_default_cpu, period=_default_period, callchain=_default_callchain, branches=_default_branches, regs_abi=_default_regs_abi, regs=_default_regs, stack=_default_stack, stack_dyn_size=_default_stack_dyn_size, attr=_default_attr, stack_offset=_default_stack_offset, deferred_record=_default_deferred_record, raw=_default_raw): self.offset = offset; self.misc = misc; self.ip = ip; self.pid = pid; self.tid = tid; self.time = time; self.addr = addr; self.id = id; self.cpu = cpu; self.period = period; self.callchain = callchain; self.branches = branches; self.regs_abi = regs_abi; self.regs = regs; self.stack = stack; self.stack_dyn_size = stack_dyn_size; self.attr = attr; self.stack_offset = stack_offset; self.deferred_record = deferred_record; self.raw = raw
     return __init__
 
 
 def _made_34(scope):
-    def __init__(self, offset, misc, size, pid, tid, time, cpu, period, ip, chain_count, chain_pos, regs_pos, stack_pos, stack_len, events, words, attr):
-        self.offset = offset
-        self.misc = misc
-        self.size = size
-        self.pid = pid
-        self.tid = tid
-        self.time = time
-        self.cpu = cpu
-        self.period = period
-        self.ip = ip
-        self.chain_count = chain_count
-        self.chain_pos = chain_pos
-        self.regs_pos = regs_pos
-        self.stack_pos = stack_pos
-        self.stack_len = stack_len
-        self.events = events
-        self.words = words
-        self.attr = attr
+    def __init__(self, offset, misc, size, pid, tid, time, cpu, period, ip, chain_count, chain_pos, regs_pos, stack_pos, stack_len, events, words, attr): self.offset = offset; self.misc = misc; self.size = size; self.pid = pid; self.tid = tid; self.time = time; self.cpu = cpu; self.period = period; self.ip = ip; self.chain_count = chain_count; self.chain_pos = chain_pos; self.regs_pos = regs_pos; self.stack_pos = stack_pos; self.stack_len = stack_len; self.events = events; self.words = words; self.attr = attr
     return __init__
 
 
 def _made_35(scope):
-    def __init__(self, offset, pid, ppid, tid, ptid, time, exit):
-        self.offset = offset
-        self.pid = pid
-        self.ppid = ppid
-        self.tid = tid
-        self.ptid = ptid
-        self.time = time
-        self.exit = exit
+    def __init__(self, offset, pid, ppid, tid, ptid, time, exit): self.offset = offset; self.pid = pid; self.ppid = ppid; self.tid = tid; self.ptid = ptid; self.time = time; self.exit = exit
     return __init__
 
 
 def _made_36(scope):
-    _default_time = scope['_default_time']
-    def __init__(self, offset, pid, tid, comm, exec, time=_default_time):
-        self.offset = offset
-        self.pid = pid
-        self.tid = tid
-        self.comm = comm
-        self.exec = exec
-        self.time = time
+    _default_time, = scope['_default_time'],
+    def __init__(self, offset, pid, tid, comm, exec, time=_default_time): self.offset = offset; self.pid = pid; self.tid = tid; self.comm = comm; self.exec = exec; self.time = time
     return __init__
 
 
 def _made_37(scope):
-    _default_build_id = scope['_default_build_id']
-    _default_executable = scope['_default_executable']
-    _default_flags = scope['_default_flags']
-    _default_prot = scope['_default_prot']
-    _default_time = scope['_default_time']
-    def __init__(self, offset, pid, tid, start, length, pgoff, filename, prot=_default_prot, flags=_default_flags, build_id=_default_build_id, time=_default_time, executable=_default_executable):
-        self.offset = offset
-        self.pid = pid
-        self.tid = tid
-        self.start = start
-        self.length = length
-        self.pgoff = pgoff
-        self.filename = filename
-        self.prot = prot
-        self.flags = flags
-        self.build_id = build_id
-        self.time = time
-        self.executable = executable
+    _default_build_id, _default_executable, _default_flags, _default_prot, _default_time, = scope['_default_build_id'], scope['_default_executable'], scope['_default_flags'], scope['_default_prot'], scope['_default_time'],
+    def __init__(self, offset, pid, tid, start, length, pgoff, filename, prot=_default_prot, flags=_default_flags, build_id=_default_build_id, time=_default_time, executable=_default_executable): self.offset = offset; self.pid = pid; self.tid = tid; self.start = start; self.length = length; self.pgoff = pgoff; self.filename = filename; self.prot = prot; self.flags = flags; self.build_id = build_id; self.time = time; self.executable = executable
     return __init__
 
 
 def _made_38(scope):
-    _default_address_size = scope['_default_address_size']
-    _default_b_key = scope['_default_b_key']
-    _default_fde_encoding = scope['_default_fde_encoding']
-    _default_initial = scope['_default_initial']
-    _default_instructions_end = scope['_default_instructions_end']
-    _default_instructions_start = scope['_default_instructions_start']
-    _default_lsda_encoding = scope['_default_lsda_encoding']
-    _default_personality = scope['_default_personality']
-    _default_signal_frame = scope['_default_signal_frame']
-    def __init__(self, offset, version, augmentation, code_align, data_align, return_register, fde_encoding=_default_fde_encoding, lsda_encoding=_default_lsda_encoding, personality=_default_personality, signal_frame=_default_signal_frame, b_key=_default_b_key, address_size=_default_address_size, instructions_start=_default_instructions_start, instructions_end=_default_instructions_end, initial=_default_initial):
-        self.offset = offset
-        self.version = version
-        self.augmentation = augmentation
-        self.code_align = code_align
-        self.data_align = data_align
-        self.return_register = return_register
-        self.fde_encoding = fde_encoding
-        self.lsda_encoding = lsda_encoding
-        self.personality = personality
-        self.signal_frame = signal_frame
-        self.b_key = b_key
-        self.address_size = address_size
-        self.instructions_start = instructions_start
-        self.instructions_end = instructions_end
-        self.initial = initial
+    _default_address_size, _default_b_key, _default_fde_encoding, _default_initial, _default_instructions_end, _default_instructions_start, _default_lsda_encoding, _default_personality, _default_signal_frame, = scope['_default_address_size'], scope['_default_b_key'], scope['_default_fde_encoding'], scope['_default_initial'], scope['_default_instructions_end'], scope['_default_instructions_start'], scope['_default_lsda_encoding'], scope['_default_personality'], scope['_default_signal_frame'],
+    def __init__(self, offset, version, augmentation, code_align, data_align, return_register, fde_encoding=_default_fde_encoding, lsda_encoding=_default_lsda_encoding, personality=_default_personality, signal_frame=_default_signal_frame, b_key=_default_b_key, address_size=_default_address_size, instructions_start=_default_instructions_start, instructions_end=_default_instructions_end, initial=_default_initial): self.offset = offset; self.version = version; self.augmentation = augmentation; self.code_align = code_align; self.data_align = data_align; self.return_register = return_register; self.fde_encoding = fde_encoding; self.lsda_encoding = lsda_encoding; self.personality = personality; self.signal_frame = signal_frame; self.b_key = b_key; self.address_size = address_size; self.instructions_start = instructions_start; self.instructions_end = instructions_end; self.initial = initial
     return __init__
 
 
 def _made_39(scope):
-    _MISSING = scope['_MISSING']
-    _default__map = scope['_default__map']
-    _default__parser = scope['_default__parser']
-    _default__released = scope['_default__released']
-    _default_inflated = scope['_default_inflated']
-    _factory__seen = scope['_factory__seen']
-    _factory_skipped = scope['_factory_skipped']
-    def __init__(self, path, buffer, attrs, data_offset, data_size, features, skipped=_MISSING, _map=_default__map, _parser=_default__parser, _released=_default__released, _seen=_MISSING, inflated=_default_inflated):
-        self.path = path
-        self.buffer = buffer
-        self.attrs = attrs
-        self.data_offset = data_offset
-        self.data_size = data_size
-        self.features = features
-        self.skipped = _factory_skipped() if skipped is _MISSING else skipped
-        self._map = _map
-        self._parser = _parser
-        self._released = _released
-        self._seen = _factory__seen() if _seen is _MISSING else _seen
-        self.inflated = inflated
+    _MISSING, _default__map, _default__parser, _default__released, _default_inflated, _factory__seen, _factory_skipped, = scope['_MISSING'], scope['_default__map'], scope['_default__parser'], scope['_default__released'], scope['_default_inflated'], scope['_factory__seen'], scope['_factory_skipped'],
+    def __init__(self, path, buffer, attrs, data_offset, data_size, features, skipped=_MISSING, _map=_default__map, _parser=_default__parser, _released=_default__released, _seen=_MISSING, inflated=_default_inflated): self.path = path; self.buffer = buffer; self.attrs = attrs; self.data_offset = data_offset; self.data_size = data_size; self.features = features; self.skipped = _factory_skipped() if skipped is _MISSING else skipped; self._map = _map; self._parser = _parser; self._released = _released; self._seen = _factory__seen() if _seen is _MISSING else _seen; self.inflated = inflated
     return __init__
 
 
 def _made_40(scope):
-    _MISSING = scope['_MISSING']
-    _default_damage = scope['_default_damage']
-    _default_image = scope['_default_image']
-    _factory_guard = scope['_factory_guard']
-    def __init__(self, path, build_id, bias, lookup, origin, image=_default_image, guard=_MISSING, damage=_default_damage):
-        self.path = path
-        self.build_id = build_id
-        self.bias = bias
-        self.lookup = lookup
-        self.origin = origin
-        self.image = image
-        self.guard = _factory_guard() if guard is _MISSING else guard
-        self.damage = damage
+    _MISSING, _default_damage, _default_image, _factory_guard, = scope['_MISSING'], scope['_default_damage'], scope['_default_image'], scope['_factory_guard'],
+    def __init__(self, path, build_id, bias, lookup, origin, image=_default_image, guard=_MISSING, damage=_default_damage): self.path = path; self.build_id = build_id; self.bias = bias; self.lookup = lookup; self.origin = origin; self.image = image; self.guard = _factory_guard() if guard is _MISSING else guard; self.damage = damage
     return __init__
 
 
 def _made_41(scope):
-    def __init__(self, pcs, methods, mappings, count, stops, scalar, space_mappings):
-        self.pcs = pcs
-        self.methods = methods
-        self.mappings = mappings
-        self.count = count
-        self.stops = stops
-        self.scalar = scalar
-        self.space_mappings = space_mappings
+    def __init__(self, pcs, methods, mappings, count, stops, scalar, space_mappings): self.pcs = pcs; self.methods = methods; self.mappings = mappings; self.count = count; self.stops = stops; self.scalar = scalar; self.space_mappings = space_mappings
     return __init__
 
 
 def _made_42(scope):
-    def __init__(self, pid, build_id, filename, kernel):
-        self.pid = pid
-        self.build_id = build_id
-        self.filename = filename
-        self.kernel = kernel
+    def __init__(self, pid, build_id, filename, kernel): self.pid = pid; self.build_id = build_id; self.filename = filename; self.kernel = kernel
     return __init__
 
 
 def _made_43(scope):
-    _default_comms = scope['_default_comms']
-    _default_pids = scope['_default_pids']
-    _default_tids = scope['_default_tids']
-    _default_times = scope['_default_times']
-    _set = scope['_set']
-    def __init__(self, pids=_default_pids, tids=_default_tids, comms=_default_comms, times=_default_times):
-        _set(self, 'pids', pids)
-        _set(self, 'tids', tids)
-        _set(self, 'comms', comms)
-        _set(self, 'times', times)
+    _default_comms, _default_pids, _default_tids, _default_times, _set, = scope['_default_comms'], scope['_default_pids'], scope['_default_tids'], scope['_default_times'], scope['_set'],
+    def __init__(self, pids=_default_pids, tids=_default_tids, comms=_default_comms, times=_default_times): _set(self, 'pids', pids); _set(self, 'tids', tids); _set(self, 'comms', comms); _set(self, 'times', times)
     return __init__
 
 
 def _made_44(scope):
-    _default_buffer = scope['_default_buffer']
-    _default_offset = scope['_default_offset']
-    def __init__(self, registers, stack, offset=_default_offset, buffer=_default_buffer):
-        self.registers = registers
-        self.stack = stack
-        self.offset = offset
-        self.buffer = buffer
+    _default_buffer, _default_offset, = scope['_default_buffer'], scope['_default_offset'],
+    def __init__(self, registers, stack, offset=_default_offset, buffer=_default_buffer): self.registers = registers; self.stack = stack; self.offset = offset; self.buffer = buffer
     return __init__
 
 
 def _made_45(scope):
-    _default_layout = scope['_default_layout']
-    def __init__(self, sample, comm, unwind, mappings, layout=_default_layout):
-        self.sample = sample
-        self.comm = comm
-        self.unwind = unwind
-        self.mappings = mappings
-        self.layout = layout
+    _default_layout, = scope['_default_layout'],
+    def __init__(self, sample, comm, unwind, mappings, layout=_default_layout): self.sample = sample; self.comm = comm; self.unwind = unwind; self.mappings = mappings; self.layout = layout
     return __init__
 
 
 def _made_46(scope):
-    def __init__(self, samples, entries, dwarf_bytes, deferred_bytes, verdicts, causes, assume_sframe):
-        self.samples = samples
-        self.entries = entries
-        self.dwarf_bytes = dwarf_bytes
-        self.deferred_bytes = deferred_bytes
-        self.verdicts = verdicts
-        self.causes = causes
-        self.assume_sframe = assume_sframe
+    def __init__(self, samples, entries, dwarf_bytes, deferred_bytes, verdicts, causes, assume_sframe): self.samples = samples; self.entries = entries; self.dwarf_bytes = dwarf_bytes; self.deferred_bytes = deferred_bytes; self.verdicts = verdicts; self.causes = causes; self.assume_sframe = assume_sframe
     return __init__
 
 
 def _made_47(scope):
-    def __init__(self, section, reason):
-        self.section = section
-        self.reason = reason
+    def __init__(self, section, reason): self.section = section; self.reason = reason
     return __init__
 
 
 def _made_48(scope):
-    _MISSING = scope['_MISSING']
-    _factory_cfi_errors = scope['_factory_cfi_errors']
-    _factory_skipped = scope['_factory_skipped']
-    _factory_trimmed = scope['_factory_trimmed']
-    def __init__(self, section, skipped=_MISSING, cfi_errors=_MISSING, trimmed=_MISSING):
-        self.section = section
-        self.skipped = _factory_skipped() if skipped is _MISSING else skipped
-        self.cfi_errors = _factory_cfi_errors() if cfi_errors is _MISSING else cfi_errors
-        self.trimmed = _factory_trimmed() if trimmed is _MISSING else trimmed
+    _MISSING, _factory_cfi_errors, _factory_skipped, _factory_trimmed, = scope['_MISSING'], scope['_factory_cfi_errors'], scope['_factory_skipped'], scope['_factory_trimmed'],
+    def __init__(self, section, skipped=_MISSING, cfi_errors=_MISSING, trimmed=_MISSING): self.section = section; self.skipped = _factory_skipped() if skipped is _MISSING else skipped; self.cfi_errors = _factory_cfi_errors() if cfi_errors is _MISSING else cfi_errors; self.trimmed = _factory_trimmed() if trimmed is _MISSING else trimmed
     return __init__
 
 
 def _made_49(scope):
-    _default_lookup = scope['_default_lookup']
-    _default_name = scope['_default_name']
-    def __init__(self, sframe_start, sframe_end, text_start, text_end, name=_default_name, lookup=_default_lookup):
-        self.sframe_start = sframe_start
-        self.sframe_end = sframe_end
-        self.text_start = text_start
-        self.text_end = text_end
-        self.name = name
-        self.lookup = lookup
+    _default_lookup, _default_name, = scope['_default_lookup'], scope['_default_name'],
+    def __init__(self, sframe_start, sframe_end, text_start, text_end, name=_default_name, lookup=_default_lookup): self.sframe_start = sframe_start; self.sframe_end = sframe_end; self.text_start = text_start; self.text_end = text_end; self.name = name; self.lookup = lookup
     return __init__
 
 
 def _made_50(scope):
-    def __init__(self, sframe_start, sframe_size, text_start, text_size):
-        self.sframe_start = sframe_start
-        self.sframe_size = sframe_size
-        self.text_start = text_start
-        self.text_size = text_size
+    def __init__(self, sframe_start, sframe_size, text_start, text_size): self.sframe_start = sframe_start; self.sframe_size = sframe_size; self.text_start = text_start; self.text_size = text_size
     return __init__
 
 
 def _made_51(scope):
-    def __init__(self, space, order, samples):
-        self.space = space
-        self.order = order
-        self.samples = samples
+    def __init__(self, space, order, samples): self.space = space; self.order = order; self.samples = samples
     return __init__
 
 
 def _made_52(scope):
-    def __init__(self, space, rows, result):
-        self.space = space
-        self.rows = rows
-        self.result = result
+    def __init__(self, space, rows, result): self.space = space; self.rows = rows; self.result = result
     return __init__
 
 
 def _made_53(scope):
-    def __init__(self, start, end, comms, groups, scalar):
-        self.start = start
-        self.end = end
-        self.comms = comms
-        self.groups = groups
-        self.scalar = scalar
+    def __init__(self, start, end, comms, groups, scalar): self.start = start; self.end = end; self.comms = comms; self.groups = groups; self.scalar = scalar
     return __init__
 
 
 def _made_54(scope):
-    _default_name = scope['_default_name']
-    def __init__(self, start, end, executable, data, name=_default_name):
-        self.start = start
-        self.end = end
-        self.executable = executable
-        self.data = data
-        self.name = name
+    _default_name, = scope['_default_name'],
+    def __init__(self, start, end, executable, data, name=_default_name): self.start = start; self.end = end; self.executable = executable; self.data = data; self.name = name
     return __init__
 
 
 def _made_55(scope):
-    def __init__(self, start, end, name, binding, size):
-        self.start = start
-        self.end = end
-        self.name = name
-        self.binding = binding
-        self.size = size
+    def __init__(self, start, end, name, binding, size): self.start = start; self.end = end; self.name = name; self.binding = binding; self.size = size
     return __init__
 
 
 def _made_56(scope):
-    _default_device = scope['_default_device']
-    _default_inode = scope['_default_inode']
-    def __init__(self, start, end, perms, pgoff, path, device=_default_device, inode=_default_inode):
-        self.start = start
-        self.end = end
-        self.perms = perms
-        self.pgoff = pgoff
-        self.path = path
-        self.device = device
-        self.inode = inode
+    _default_device, _default_inode, = scope['_default_device'], scope['_default_inode'],
+    def __init__(self, start, end, perms, pgoff, path, device=_default_device, inode=_default_inode): self.start = start; self.end = end; self.perms = perms; self.pgoff = pgoff; self.path = path; self.device = device; self.inode = inode
     return __init__
 
 
 def _made_57(scope):
-    _default_module = scope['_default_module']
-    def __init__(self, start, end, pgoff, filename, build_id, module=_default_module):
-        self.start = start
-        self.end = end
-        self.pgoff = pgoff
-        self.filename = filename
-        self.build_id = build_id
-        self.module = module
+    _default_module, = scope['_default_module'],
+    def __init__(self, start, end, pgoff, filename, build_id, module=_default_module): self.start = start; self.end = end; self.pgoff = pgoff; self.filename = filename; self.build_id = build_id; self.module = module
     return __init__
 
 
 def _made_58(scope):
-    def __init__(self, start, end, rep_size, row_starts, words):
-        self.start = start
-        self.end = end
-        self.rep_size = rep_size
-        self.row_starts = row_starts
-        self.words = words
+    def __init__(self, start, end, rep_size, row_starts, words): self.start = start; self.end = end; self.rep_size = rep_size; self.row_starts = row_starts; self.words = words
     return __init__
 
 
 def _made_59(scope):
-    _MISSING = scope['_MISSING']
-    _default_fde_type = scope['_default_fde_type']
-    _default_fre_off = scope['_default_fre_off']
-    _default_fre_type = scope['_default_fre_type']
-    _default_pauth_key_b = scope['_default_pauth_key_b']
-    _default_pc_type = scope['_default_pc_type']
-    _default_rep_size = scope['_default_rep_size']
-    _default_signal = scope['_default_signal']
-    _factory_fres = scope['_factory_fres']
-    def __init__(self, start, size, fres=_MISSING, pc_type=_default_pc_type, fde_type=_default_fde_type, pauth_key_b=_default_pauth_key_b, signal=_default_signal, rep_size=_default_rep_size, fre_type=_default_fre_type, fre_off=_default_fre_off):
-        self.start = start
-        self.size = size
-        self.fres = _factory_fres() if fres is _MISSING else fres
-        self.pc_type = pc_type
-        self.fde_type = fde_type
-        self.pauth_key_b = pauth_key_b
-        self.signal = signal
-        self.rep_size = rep_size
-        self.fre_type = fre_type
-        self.fre_off = fre_off
+    _MISSING, _default_fde_type, _default_fre_off, _default_fre_type, _default_pauth_key_b, _default_pc_type, _default_rep_size, _default_signal, _factory_fres, = scope['_MISSING'], scope['_default_fde_type'], scope['_default_fre_off'], scope['_default_fre_type'], scope['_default_pauth_key_b'], scope['_default_pc_type'], scope['_default_rep_size'], scope['_default_signal'], scope['_factory_fres'],
+    def __init__(self, start, size, fres=_MISSING, pc_type=_default_pc_type, fde_type=_default_fde_type, pauth_key_b=_default_pauth_key_b, signal=_default_signal, rep_size=_default_rep_size, fre_type=_default_fre_type, fre_off=_default_fre_off): self.start = start; self.size = size; self.fres = _factory_fres() if fres is _MISSING else fres; self.pc_type = pc_type; self.fde_type = fde_type; self.pauth_key_b = pauth_key_b; self.signal = signal; self.rep_size = rep_size; self.fre_type = fre_type; self.fre_off = fre_off
     return __init__
 
 
 def _made_60(scope):
-    _default_base_reg = scope['_default_base_reg']
-    _default_mangled_ra = scope['_default_mangled_ra']
-    _default_word_size = scope['_default_word_size']
-    def __init__(self, start, words, base_reg=_default_base_reg, mangled_ra=_default_mangled_ra, word_size=_default_word_size):
-        self.start = start
-        self.words = words
-        self.base_reg = base_reg
-        self.mangled_ra = mangled_ra
-        self.word_size = word_size
+    _default_base_reg, _default_mangled_ra, _default_word_size, = scope['_default_base_reg'], scope['_default_mangled_ra'], scope['_default_word_size'],
+    def __init__(self, start, words, base_reg=_default_base_reg, mangled_ra=_default_mangled_ra, word_size=_default_word_size): self.start = start; self.words = words; self.base_reg = base_reg; self.mangled_ra = mangled_ra; self.word_size = word_size
     return __init__
 
 
 def _made_61(scope):
-    _default_rare_all = scope['_default_rare_all']
-    def __init__(self, starts, words, masks, rare_all=_default_rare_all):
-        self.starts = starts
-        self.words = words
-        self.masks = masks
-        self.rare_all = rare_all
+    _default_rare_all, = scope['_default_rare_all'],
+    def __init__(self, starts, words, masks, rare_all=_default_rare_all): self.starts = starts; self.words = words; self.masks = masks; self.rare_all = rare_all
     return __init__
 
 
 def _made_62(scope):
-    _MISSING = scope['_MISSING']
-    _default_cache = scope['_default_cache']
-    _default_cookie = scope['_default_cookie']
-    _default_cpu = scope['_default_cpu']
-    _default_entry = scope['_default_entry']
-    _default_exiting = scope['_default_exiting']
-    _default_kthread = scope['_default_kthread']
-    _default_task_work_queued = scope['_default_task_work_queued']
-    _default_unwind_completed = scope['_default_unwind_completed']
-    _default_unwind_mask = scope['_default_unwind_mask']
-    _factory_delivered = scope['_factory_delivered']
-    def __init__(self, tid, mm, kthread=_default_kthread, exiting=_default_exiting, cpu=_default_cpu, entry=_default_entry, unwind_mask=_default_unwind_mask, cookie=_default_cookie, cache=_default_cache, unwind_completed=_default_unwind_completed, task_work_queued=_default_task_work_queued, delivered=_MISSING):
-        self.tid = tid
-        self.mm = mm
-        self.kthread = kthread
-        self.exiting = exiting
-        self.cpu = cpu
-        self.entry = entry
-        self.unwind_mask = unwind_mask
-        self.cookie = cookie
-        self.cache = cache
-        self.unwind_completed = unwind_completed
-        self.task_work_queued = task_work_queued
-        self.delivered = _factory_delivered() if delivered is _MISSING else delivered
+    _MISSING, _default_cache, _default_cookie, _default_cpu, _default_entry, _default_exiting, _default_kthread, _default_task_work_queued, _default_unwind_completed, _default_unwind_mask, _factory_delivered, = scope['_MISSING'], scope['_default_cache'], scope['_default_cookie'], scope['_default_cpu'], scope['_default_entry'], scope['_default_exiting'], scope['_default_kthread'], scope['_default_task_work_queued'], scope['_default_unwind_completed'], scope['_default_unwind_mask'], scope['_factory_delivered'],
+    def __init__(self, tid, mm, kthread=_default_kthread, exiting=_default_exiting, cpu=_default_cpu, entry=_default_entry, unwind_mask=_default_unwind_mask, cookie=_default_cookie, cache=_default_cache, unwind_completed=_default_unwind_completed, task_work_queued=_default_task_work_queued, delivered=_MISSING): self.tid = tid; self.mm = mm; self.kthread = kthread; self.exiting = exiting; self.cpu = cpu; self.entry = entry; self.unwind_mask = unwind_mask; self.cookie = cookie; self.cache = cache; self.unwind_completed = unwind_completed; self.task_work_queued = task_work_queued; self.delivered = _factory_delivered() if delivered is _MISSING else delivered
     return __init__
 
 
 def _made_63(scope):
-    def __init__(self, tid, name, registers):
-        self.tid = tid
-        self.name = name
-        self.registers = registers
+    def __init__(self, tid, name, registers): self.tid = tid; self.name = name; self.registers = registers
     return __init__
 
 
 def _made_64(scope):
-    def __init__(self, tid, name, unwind):
-        self.tid = tid
-        self.name = name
-        self.unwind = unwind
+    def __init__(self, tid, name, unwind): self.tid = tid; self.name = name; self.unwind = unwind
     return __init__
 
 
 def _made_65(scope):
-    _default_detached = scope['_default_detached']
-    _default_ended = scope['_default_ended']
-    _default_reaped = scope['_default_reaped']
-    _default_seized = scope['_default_seized']
-    _default_signal = scope['_default_signal']
-    _default_stopped = scope['_default_stopped']
-    def __init__(self, tid, seized=_default_seized, stopped=_default_stopped, signal=_default_signal, ended=_default_ended, reaped=_default_reaped, detached=_default_detached):
-        self.tid = tid
-        self.seized = seized
-        self.stopped = stopped
-        self.signal = signal
-        self.ended = ended
-        self.reaped = reaped
-        self.detached = detached
+    _default_detached, _default_ended, _default_reaped, _default_seized, _default_signal, _default_stopped, = scope['_default_detached'], scope['_default_ended'], scope['_default_reaped'], scope['_default_seized'], scope['_default_signal'], scope['_default_stopped'],
+    def __init__(self, tid, seized=_default_seized, stopped=_default_stopped, signal=_default_signal, ended=_default_ended, reaped=_default_reaped, detached=_default_detached): self.tid = tid; self.seized = seized; self.stopped = stopped; self.signal = signal; self.ended = ended; self.reaped = reaped; self.detached = detached
     return __init__
 
 
 def _made_66(scope):
-    _default_branch_sample_type = scope['_default_branch_sample_type']
-    _default_ids = scope['_default_ids']
-    _default_name = scope['_default_name']
-    def __init__(self, type, config, sample_type, read_format, flags, sample_regs_user, sample_stack_user, ids=_default_ids, branch_sample_type=_default_branch_sample_type, name=_default_name):
-        self.type = type
-        self.config = config
-        self.sample_type = sample_type
-        self.read_format = read_format
-        self.flags = flags
-        self.sample_regs_user = sample_regs_user
-        self.sample_stack_user = sample_stack_user
-        self.ids = ids
-        self.branch_sample_type = branch_sample_type
-        self.name = name
+    _default_branch_sample_type, _default_ids, _default_name, = scope['_default_branch_sample_type'], scope['_default_ids'], scope['_default_name'],
+    def __init__(self, type, config, sample_type, read_format, flags, sample_regs_user, sample_stack_user, ids=_default_ids, branch_sample_type=_default_branch_sample_type, name=_default_name): self.type = type; self.config = config; self.sample_type = sample_type; self.read_format = read_format; self.flags = flags; self.sample_regs_user = sample_regs_user; self.sample_stack_user = sample_stack_user; self.ids = ids; self.branch_sample_type = branch_sample_type; self.name = name
     return __init__
 
 
 def _made_67(scope):
-    _MISSING = scope['_MISSING']
-    _default_address = scope['_default_address']
-    _default_aux_header = scope['_default_aux_header']
-    _default_cfa_fixed_fp_offset = scope['_default_cfa_fixed_fp_offset']
-    _default_cfa_fixed_ra_offset = scope['_default_cfa_fixed_ra_offset']
-    _default_flags = scope['_default_flags']
-    _default_tail = scope['_default_tail']
-    _factory_fdes = scope['_factory_fdes']
-    def __init__(self, version, abi, flags=_default_flags, cfa_fixed_fp_offset=_default_cfa_fixed_fp_offset, cfa_fixed_ra_offset=_default_cfa_fixed_ra_offset, fdes=_MISSING, aux_header=_default_aux_header, address=_default_address, tail=_default_tail):
-        self.version = version
-        self.abi = abi
-        self.flags = flags
-        self.cfa_fixed_fp_offset = cfa_fixed_fp_offset
-        self.cfa_fixed_ra_offset = cfa_fixed_ra_offset
-        self.fdes = _factory_fdes() if fdes is _MISSING else fdes
-        self.aux_header = aux_header
-        self.address = address
-        self.tail = tail
+    _MISSING, _default_address, _default_aux_header, _default_cfa_fixed_fp_offset, _default_cfa_fixed_ra_offset, _default_flags, _default_tail, _factory_fdes, = scope['_MISSING'], scope['_default_address'], scope['_default_aux_header'], scope['_default_cfa_fixed_fp_offset'], scope['_default_cfa_fixed_ra_offset'], scope['_default_flags'], scope['_default_tail'], scope['_factory_fdes'],
+    def __init__(self, version, abi, flags=_default_flags, cfa_fixed_fp_offset=_default_cfa_fixed_fp_offset, cfa_fixed_ra_offset=_default_cfa_fixed_ra_offset, fdes=_MISSING, aux_header=_default_aux_header, address=_default_address, tail=_default_tail): self.version = version; self.abi = abi; self.flags = flags; self.cfa_fixed_fp_offset = cfa_fixed_fp_offset; self.cfa_fixed_ra_offset = cfa_fixed_ra_offset; self.fdes = _factory_fdes() if fdes is _MISSING else fdes; self.aux_header = aux_header; self.address = address; self.tail = tail
     return __init__
 
 
 def _made_68(scope):
-    _set = scope['_set']
-    def __init__(self, version, flags, abi, cfa_fixed_fp_offset, cfa_fixed_ra_offset, auxhdr_len, num_fdes, num_fres, fre_len, fdeoff, freoff, big_endian, header_end, fdes_start, fdes_end, fres_start, fres_end):
-        _set(self, 'version', version)
-        _set(self, 'flags', flags)
-        _set(self, 'abi', abi)
-        _set(self, 'cfa_fixed_fp_offset', cfa_fixed_fp_offset)
-        _set(self, 'cfa_fixed_ra_offset', cfa_fixed_ra_offset)
-        _set(self, 'auxhdr_len', auxhdr_len)
-        _set(self, 'num_fdes', num_fdes)
-        _set(self, 'num_fres', num_fres)
-        _set(self, 'fre_len', fre_len)
-        _set(self, 'fdeoff', fdeoff)
-        _set(self, 'freoff', freoff)
-        _set(self, 'big_endian', big_endian)
-        _set(self, 'header_end', header_end)
-        _set(self, 'fdes_start', fdes_start)
-        _set(self, 'fdes_end', fdes_end)
-        _set(self, 'fres_start', fres_start)
-        _set(self, 'fres_end', fres_end)
+    _set, = scope['_set'],
+    def __init__(self, version, flags, abi, cfa_fixed_fp_offset, cfa_fixed_ra_offset, auxhdr_len, num_fdes, num_fres, fre_len, fdeoff, freoff, big_endian, header_end, fdes_start, fdes_end, fres_start, fres_end): _set(self, 'version', version); _set(self, 'flags', flags); _set(self, 'abi', abi); _set(self, 'cfa_fixed_fp_offset', cfa_fixed_fp_offset); _set(self, 'cfa_fixed_ra_offset', cfa_fixed_ra_offset); _set(self, 'auxhdr_len', auxhdr_len); _set(self, 'num_fdes', num_fdes); _set(self, 'num_fres', num_fres); _set(self, 'fre_len', fre_len); _set(self, 'fdeoff', fdeoff); _set(self, 'freoff', freoff); _set(self, 'big_endian', big_endian); _set(self, 'header_end', header_end); _set(self, 'fdes_start', fdes_start); _set(self, 'fdes_end', fdes_end); _set(self, 'fres_start', fres_start); _set(self, 'fres_end', fres_end)
     return __init__
 
 
 def _made_69(scope):
-    _default_damage = scope['_default_damage']
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, data, address, damage=_default_damage):
-        return _tuple_new(_cls, (data, address, damage, ))
+    _default_damage, _tuple_new, = scope['_default_damage'], scope['_tuple_new'],
+    def __new__(_cls, data, address, damage=_default_damage): return _tuple_new(_cls, (data, address, damage, ))
     return __new__
 
 
 def _made_70(scope):
-    _default_damage = scope['_default_damage']
-    _default_on_demand = scope['_default_on_demand']
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, data, address, damage=_default_damage, on_demand=_default_on_demand):
-        return _tuple_new(_cls, (data, address, damage, on_demand, ))
+    _default_damage, _default_on_demand, _tuple_new, = scope['_default_damage'], scope['_default_on_demand'], scope['_tuple_new'],
+    def __new__(_cls, data, address, damage=_default_damage, on_demand=_default_on_demand): return _tuple_new(_cls, (data, address, damage, on_demand, ))
     return __new__
 
 
 def _made_71(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx):
-        return _tuple_new(_cls, (layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx): return _tuple_new(_cls, (layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx, ))
     return __new__
 
 
 def _made_72(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, mapping):
-        return _tuple_new(_cls, (mapping, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, mapping): return _tuple_new(_cls, (mapping, ))
     return __new__
 
 
 def _made_73(scope):
-    _default_kind = scope['_default_kind']
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, mapping, kind=_default_kind):
-        return _tuple_new(_cls, (mapping, kind, ))
+    _default_kind, _tuple_new, = scope['_default_kind'], scope['_tuple_new'],
+    def __new__(_cls, mapping, kind=_default_kind): return _tuple_new(_cls, (mapping, kind, ))
     return __new__
 
 
 def _made_74(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, mapping, rule):
-        return _tuple_new(_cls, (mapping, rule, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, mapping, rule): return _tuple_new(_cls, (mapping, rule, ))
     return __new__
 
 
 def _made_75(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset):
-        return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset): return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, ))
     return __new__
 
 
 def _made_76(scope):
-    _default_mapping = scope['_default_mapping']
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, mapping=_default_mapping):
-        return _tuple_new(_cls, (mapping, ))
+    _default_mapping, _tuple_new, = scope['_default_mapping'], scope['_tuple_new'],
+    def __new__(_cls, mapping=_default_mapping): return _tuple_new(_cls, (mapping, ))
     return __new__
 
 
 def _made_77(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, name, offset):
-        return _tuple_new(_cls, (name, offset, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, name, offset): return _tuple_new(_cls, (name, offset, ))
     return __new__
 
 
 def _made_78(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, name, type, desc_offset, desc_size):
-        return _tuple_new(_cls, (name, type, desc_offset, desc_size, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, name, type, desc_offset, desc_size): return _tuple_new(_cls, (name, type, desc_offset, desc_size, ))
     return __new__
 
 
 def _made_79(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, number, name, type, flags, address, offset, size, link, info, entsize):
-        return _tuple_new(_cls, (number, name, type, flags, address, offset, size, link, info, entsize, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, number, name, type, flags, address, offset, size, link, info, entsize): return _tuple_new(_cls, (number, name, type, flags, address, offset, size, link, info, entsize, ))
     return __new__
 
 
 def _made_80(scope):
-    _default_a = scope['_default_a']
-    _default_b = scope['_default_b']
-    _default_block = scope['_default_block']
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, op, a=_default_a, b=_default_b, block=_default_block):
-        return _tuple_new(_cls, (op, a, b, block, ))
+    _default_a, _default_b, _default_block, _tuple_new, = scope['_default_a'], scope['_default_b'], scope['_default_block'], scope['_tuple_new'],
+    def __new__(_cls, op, a=_default_a, b=_default_b, block=_default_block): return _tuple_new(_cls, (op, a, b, block, ))
     return __new__
 
 
 def _made_81(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, order, wide, file_header, section, segment, symbol, note, word, rela):
-        return _tuple_new(_cls, (order, wide, file_header, section, segment, symbol, note, word, rela, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, order, wide, file_header, section, segment, symbol, note, word, rela): return _tuple_new(_cls, (order, wide, file_header, section, segment, symbol, note, word, rela, ))
     return __new__
 
 
 def _made_82(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, pc, method):
-        return _tuple_new(_cls, (pc, method, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, pc, method): return _tuple_new(_cls, (pc, method, ))
     return __new__
 
 
 def _made_83(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, pc, method, symbol, function, names, mapping):
-        return _tuple_new(_cls, (pc, method, symbol, function, names, mapping, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, pc, method, symbol, function, names, mapping): return _tuple_new(_cls, (pc, method, symbol, function, names, mapping, ))
     return __new__
 
 
 def _made_84(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, pc, sp, fp, lr, others):
-        return _tuple_new(_cls, (pc, sp, fp, lr, others, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, pc, sp, fp, lr, others): return _tuple_new(_cls, (pc, sp, fp, lr, others, ))
     return __new__
 
 
 def _made_85(scope):
-    _default_lr = scope['_default_lr']
-    _default_others = scope['_default_others']
-    _default_topmost = scope['_default_topmost']
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, pc, sp, fp, lr=_default_lr, others=_default_others, topmost=_default_topmost):
-        return _tuple_new(_cls, (pc, sp, fp, lr, others, topmost, ))
+    _default_lr, _default_others, _default_topmost, _tuple_new, = scope['_default_lr'], scope['_default_others'], scope['_default_topmost'], scope['_tuple_new'],
+    def __new__(_cls, pc, sp, fp, lr=_default_lr, others=_default_others, topmost=_default_topmost): return _tuple_new(_cls, (pc, sp, fp, lr, others, topmost, ))
     return __new__
 
 
 def _made_86(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, tid, name, frames, stop):
-        return _tuple_new(_cls, (tid, name, frames, stop, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, tid, name, frames, stop): return _tuple_new(_cls, (tid, name, frames, stop, ))
     return __new__
 
 
 def _made_87(scope):
-    _tuple_new = scope['_tuple_new']
-    def __new__(_cls, type, flags, offset, vaddr, filesz, memsz):
-        return _tuple_new(_cls, (type, flags, offset, vaddr, filesz, memsz, ))
+    _tuple_new, = scope['_tuple_new'],
+    def __new__(_cls, type, flags, offset, vaddr, filesz, memsz): return _tuple_new(_cls, (type, flags, offset, vaddr, filesz, memsz, ))
     return __new__
 
 
