@@ -78,6 +78,61 @@ def test_a_first_run_makes_the_tables_in_a_helper(monkeypatch: pytest.MonkeyPatc
     assert _cached_all(tmp_path)
 
 
+def test_the_helpers_tables_are_handed_over_not_read_back(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    """The first run takes the tables its helper made from the helper itself, not from
+    the cache (where each is checked as hostile input): it reads none of them back. They
+    are the cache's tables, and the text is the warm run's and perf's."""
+    from pysframe.elf import ElfImage
+    from pysframe.sources.perf_data import open_perf_data
+    from pysframe.symbolize import symbols
+
+    if not RECORDING.exists():
+        pytest.skip("no fixture recordings (../shared/fixtures) here")
+    helpers = _helpers(monkeypatch)
+    handed: list[dict[int, tuple[str, bytes]]] = []
+    real_tables = symbols_prefetch.SymbolsHelper.tables
+
+    def spied(self: symbols_prefetch.SymbolsHelper) -> dict[int, tuple[str, object]]:
+        found = real_tables(self)
+        handed.append({number: (path, table.entry()) for number, (path, table)
+                       in found.items()})
+        return found  # type: ignore[return-value]
+
+    read_back: list[bytes] = []
+    real_read = symbols._read_cached
+
+    def reading(build_id: bytes, *args: object) -> object:
+        read_back.append(build_id)
+        return real_read(build_id, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(symbols_prefetch.SymbolsHelper, "tables", spied)
+    monkeypatch.setattr(symbols, "_read_cached", reading)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(ENGINE_VARIABLE, "scalar")
+    texts = []
+    for run in ("first", "warm"):
+        output = tmp_path / f"{run}.txt"
+        assert run_script(str(RECORDING), binaries=[str(RECORDING.parent)],
+                          output=str(output), show_stops=False, report=lambda message: None,
+                          jobs=2) == 0
+        texts.append(output.read_bytes())
+        if run == "first":
+            first_reads = list(read_back)
+    assert helpers == [FILES, []]
+    assert texts[0] == texts[1]
+    held_to_perfs_text(RECORDING, texts[0])
+    with open_perf_data(str(RECORDING)) as data:
+        ids = {Path(entry.filename).name: entry.build_id for entry in data.build_ids()}
+    assert len(handed) == 1 and 0 in handed[0]  # libc's at least: the child's first
+    given = {FILES[number] for number in handed[0]}  # (numbered as the helper's files)
+    for name in given:
+        assert ids[name] not in first_reads  # not read back from the cache ...
+        assert ids[name] in read_back[len(first_reads):]  # ... as the warm run reads it
+    for path, entry in handed[0].values():
+        assert symbols.load_symbols(ElfImage(path)).entry() == entry  # the cache's table
+
+
 def test_a_helper_that_makes_nothing_costs_only_its_time(monkeypatch: pytest.MonkeyPatch,
                                                          tmp_path: Path) -> None:
     """The child ends without making its table (as if it failed): the parent makes it."""

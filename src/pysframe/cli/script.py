@@ -295,6 +295,8 @@ def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
             symbolizer.read_tables(unwinder.finder.opened([helper.files[number]]))
         helper.wait()
         take_started()
+        for number, (path, table) in helper.tables().items():
+            symbolizer.give_table(unwinder.finder.opened([helper.files[number]]), path, table)
     symbolizer.read_tables(modules)
 
 
@@ -628,6 +630,9 @@ class _TimedSymbolizer:
         begin = self.clock()
         self.inner.read_tables(modules)
         self.seconds["symbolize"] += self.clock() - begin
+
+    def give_table(self, modules: Any, path: str, table: Any) -> None:
+        self.inner.give_table(modules, path, table)
 
 
 def _located(path: str, samples: Iterator[UnwoundSample]) -> Iterator[UnwoundSample]:

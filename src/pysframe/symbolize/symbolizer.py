@@ -60,6 +60,14 @@ class Symbolizer:
         for module in modules:
             self._module_table(module)
 
+    def give_table(self, modules: Iterable[Module], path: str, table: SymbolTable) -> None:
+        """Take ``table`` as the symbol table of those of ``modules`` opened from the file
+        at ``path`` that have none yet (one this run made in another process)."""
+        for module in modules:
+            key = (module.path, module.build_id)
+            if module.image is not None and module.image.path == path and key not in self._tables:
+                self._tables[key] = table
+
     def _module_table(self, module: Module | None) -> SymbolTable | None:
         if module is None or module.image is None:
             return None

@@ -6,9 +6,11 @@ samples hit (:func:`pysframe.cli.script._read_before_fork`): on a first run that
 one long step before the fork (the Lua fixture: libc's 8,113 debug symbols, ~14 ms of a
 ~24 ms read). So, as :func:`.kernel.prefetch` does for kallsyms, a child makes the
 tables that are not in the private cache and keeps them there while this process goes
-on; this process then waits for the child and reads its tables back from the cache, as
-a warm run does. Nothing is forked on a warm run (each binary's entry is there), on one
-CPU, while the kallsyms child runs, or when the cache cannot be written.
+on; this process then waits for the child and takes the tables it hands over on a file
+only the two have (:meth:`SymbolsHelper.tables`: not read back from the cache, where
+every entry is checked as hostile input). Nothing is forked on a warm run (each binary's
+entry is there), on one CPU, while the kallsyms child runs, or when the cache cannot be
+written.
 
 The child is forked as soon as the recording's build-id table is read, before this
 process has imported what follows it to the first sample (~10 ms sooner than when it
@@ -23,14 +25,17 @@ from __future__ import annotations
 
 import atexit
 import os
+import struct
 
 from ..cachedir import entry_path, open_directory
 from ..claims import MOST, Claims
 from ..cpus import usable_cpus
 from ..errors import PysframeError
+from ..fd_io import write_all
 from ..helper_child import HelperChild, start_helper
+from ..made_exchange import unnamed_file
 from .kernel import prefetching
-from .symbols import load_symbols, symbols_cache_kinds
+from .symbols import SymbolTable, load_symbols, symbols_cache_kinds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,18 +49,62 @@ if TYPE_CHECKING:
         def image(self, path: str, build_id: bytes | None) -> ElfImage | None: ...
 
 
+#: A table handed over (:func:`_hand_over`): the file's number, the size of the path of
+#: the file it was made of, of the entry.
+_HANDED = struct.Struct("=IIQ")
+
+
 class SymbolsHelper:
     """The child making the tables of ``files``, and the files neither it nor this process
-    has claimed yet (:class:`~pysframe.claims.Claims`)."""
+    has claimed yet (:class:`~pysframe.claims.Claims`). ``handed``: a file only the two
+    processes have, where the child also writes each table it made (:meth:`tables`)."""
 
     def __init__(self, child: HelperChild, files: list[tuple[str, bytes]],
-                 claims: Claims) -> None:
-        self.child, self.files, self.claims = child, files, claims
+                 claims: Claims, handed: int) -> None:
+        self.child, self.files, self.claims, self.handed = child, files, claims, handed
 
     def wait(self) -> None:
         """Wait for the child's end."""
         self.child.wait()
         self.claims.close()
+
+    def tables(self) -> dict[int, tuple[str, SymbolTable]]:
+        """The tables the child made and handed over, by file number, with the path of the
+        file each was made of, once it has ended with its work done (none otherwise).
+        They are this run's own: not read back from the cache, where each is checked as
+        hostile input (libc's: its debug file opened and its table's shape checked, ~1 ms
+        before the workers' fork)."""
+        handed, self.handed = self.handed, -1
+        if handed < 0:
+            return {}
+        try:
+            if not self.child.wait():
+                return {}
+            os.lseek(handed, 0, os.SEEK_SET)
+            pieces = []
+            while piece := os.read(handed, 1 << 20):
+                pieces.append(piece)
+        finally:
+            os.close(handed)
+        data = memoryview(b"".join(pieces))
+        tables: dict[int, tuple[str, SymbolTable]] = {}
+        offset = 0
+        while offset + _HANDED.size <= len(data):
+            number, path_size, size = _HANDED.unpack_from(data, offset)
+            offset += _HANDED.size + path_size
+            path = bytes(data[offset - path_size:offset]).decode("utf-8", "surrogateescape")
+            table = SymbolTable.from_entry(data[offset:offset + size], empty_ok=True)
+            if table is None or offset + size > len(data) or number >= len(self.files):
+                return {}  # (cannot be, short of a bug: the tables are read from the cache)
+            tables[number] = (path, table)
+            offset += size
+        return tables
+
+    def close(self) -> None:
+        """Let go of the tables handed over (none taken)."""
+        if self.handed >= 0:
+            os.close(self.handed)
+            self.handed = -1
 
 
 def uncached(files: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, bytes]]:
@@ -90,22 +139,26 @@ def prefetch_symbols(files: Sequence[tuple[str, bytes | None]],
         return None
     missing = _largest_first(missing)[:MAX_CLAIMS]
     claims = Claims(len(missing))
+    handed = unnamed_file()
 
     def make() -> bool:
         finder, debug = tools()
         while (number := claims.next()) is not None:
             path, build_id = missing[number]
-            _make(finder, path, build_id, debug)
+            made = _make(finder, path, build_id, debug)
+            if made is not None:
+                _hand_over(handed, number, *made)
         return True
 
     child = start_helper(make)
     if child is None:
         claims.close()
+        os.close(handed)
         return None
     if not _handled:
         atexit.register(_unclaimed_ended)
         _handled = True
-    _started = SymbolsHelper(child, missing, claims)
+    _started = SymbolsHelper(child, missing, claims, handed)
     return _started
 
 
@@ -141,6 +194,7 @@ def _unclaimed_ended() -> None:
         helper.claims.close()
         helper.child.stop()
         helper.wait()
+        helper.close()
 
 
 def _writable() -> bool:
@@ -153,12 +207,22 @@ def _writable() -> bool:
     return True
 
 
-def _make(finder: Finder, path: str, build_id: bytes, debug: DebugFiles) -> None:
-    """The table of one file made and kept (a file that cannot be read is left to this
-    process, which reports it as it reads it)."""
+def _make(finder: Finder, path: str, build_id: bytes, debug: DebugFiles
+          ) -> tuple[str, SymbolTable] | None:
+    """The table of one file made and kept, and the path of the file it was made of (a
+    file that cannot be read is left to this process, which reports it as it reads it)."""
     try:
         image = finder.image(path, build_id)
         if image is not None:
-            load_symbols(image, debug=debug)
+            return image.path, load_symbols(image, debug=debug)
     except (PysframeError, OSError):
         pass
+    return None
+
+
+def _hand_over(handed: int, number: int, path: str, table: SymbolTable) -> None:
+    """Write the table of file ``number`` (made of the file at ``path``) where the process
+    that forked this one reads it (:meth:`SymbolsHelper.tables`)."""
+    entry = table.entry()
+    named = path.encode("utf-8", "surrogateescape")
+    write_all(handed, _HANDED.pack(number, len(named), len(entry)) + named + entry)
