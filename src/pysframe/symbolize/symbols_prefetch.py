@@ -30,7 +30,7 @@ import struct
 from ..cachedir import entry_path, open_directory
 from ..claims import MOST, Claims
 from ..cpus import usable_cpus
-from ..errors import PysframeError
+from ..errors import Problems, PysframeError
 from ..fd_io import write_all
 from ..helper_child import HelperChild, start_helper
 from ..made_exchange import unnamed_file
@@ -209,12 +209,16 @@ def _writable() -> bool:
 
 def _make(finder: Finder, path: str, build_id: bytes, debug: DebugFiles
           ) -> tuple[str, SymbolTable] | None:
-    """The table of one file made and kept, and the path of the file it was made of (a
-    file that cannot be read is left to this process, which reports it as it reads it)."""
+    """The table of one file made and kept, and the path of the file it was made of; None
+    for a file that cannot be read or whose table has a fault (a malformed PLT relocation
+    table: such a table is not kept), left to this process, which reports it as it makes
+    it again."""
     try:
         image = finder.image(path, build_id)
         if image is not None:
-            return image.path, load_symbols(image, debug=debug)
+            faults = Problems()
+            table = load_symbols(image, problems=faults, debug=debug)
+            return (image.path, table) if not faults else None
     except (PysframeError, OSError):
         pass
     return None
