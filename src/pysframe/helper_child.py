@@ -34,14 +34,25 @@ REAP_AT_END = False
 _left: list[int] = []
 
 
-def said_status(pid: int, word: bytes) -> bool:
-    """Whether the status a child ``pid`` said (``word``: empty if it said none) stands
-    for its exit status: it is then reaped at the end (:data:`REAP_AT_END`); else the
-    caller waits for it now."""
+def say_status(write_end: int, status: int) -> None:
+    """A child's last word: its exit status, one byte on its pipe (read by
+    :func:`status_of`), written just before it ends."""
+    try:
+        os.write(write_end, bytes((status & 0xFF,)))
+    except OSError:
+        pass
+
+
+def status_of(pid: int, read_end: int) -> int:
+    """The exit status of the child ``pid``: the byte it said on the pipe ``read_end``
+    (read until it says it, or ends), the child then reaped at the end
+    (:data:`REAP_AT_END`); else (it said nothing: killed; or a library caller) waited for
+    now. Raises ChildProcessError for a child that is not this process's."""
+    word = os.read(read_end, 1)
     if word and REAP_AT_END:
         _left.append(pid)
-        return True
-    return False
+        return word[0]
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def reap_left() -> None:
@@ -89,12 +100,7 @@ class HelperChild:
             return self.succeeded
         read_end, self.read_end = self.read_end, -1
         try:
-            word = os.read(read_end, 1)  # its status as it ends; EOF: it was killed
-            if said_status(self.pid, word):
-                self.succeeded = word == b"\0"
-            else:
-                _, status = os.waitpid(self.pid, 0)
-                self.succeeded = os.waitstatus_to_exitcode(status) == 0
+            self.succeeded = status_of(self.pid, read_end) == 0
         except ChildProcessError:
             pass  # forked from the process that started it: not ours to reap
         finally:
@@ -120,10 +126,7 @@ def start_helper(work: Callable[[], bool]) -> HelperChild | None:
             _detach_standard_streams()
             status = 0 if work() else 1
         finally:
-            try:
-                os.write(write_end, bytes((status,)))  # its last word
-            except OSError:
-                pass
+            say_status(write_end, status)
             os._exit(status)
     os.close(write_end)
     place_forked(pid)

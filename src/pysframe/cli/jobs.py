@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import helper_child
 from ..claims import Claims
 from ..cpus import place_forked
 from ..fd_io import PIECE, copy_file, write_all
+from ..helper_child import say_status, status_of
 from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
 from .jobs_turns import KeptRanges, Turns, cut_short, end_cut_short
@@ -214,17 +214,11 @@ def _reap(pid: int, errors: int, statuses: list[int],
     """Wait for a child's status; its stderr forwarded, its status noted (one that is
     neither 0 nor 1, problems reported with the text whole, is an error). The status is
     the byte the child wrote as it ended, or (none: it was killed) its exit status."""
-    said = _SAID.pop(pid, -1)
-    word = b""
-    if said >= 0:
-        try:
-            word = os.read(said, 1)  # (until its last word, or its end)
-        finally:
-            os.close(said)
-    if helper_child.said_status(pid, word):
-        status = word[0]
-    else:
-        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    said = _SAID.pop(pid)
+    try:
+        status = status_of(pid, said)
+    finally:
+        os.close(said)
     statuses.append(status)
     _forward(errors, forward)
     if cut_short(status):  # it wrote its text in its turn, and the reader had gone
@@ -347,10 +341,7 @@ def _fork(work: Callable[[], None], failed: Callable[[], bool],
             status = EXIT_INVALID
         sys.stderr.flush()
     finally:
-        try:
-            os.write(say, bytes((status & 0xFF,)))  # its last word: nothing is left to do
-        except OSError:
-            pass
+        say_status(say, status)  # (nothing is left to do)
         os._exit(status)
 
 
