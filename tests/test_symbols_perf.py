@@ -161,25 +161,33 @@ def test_hidden_label_is_not_a_symbol(labels: Path, tmp_path: Path) -> None:
     assert _names_at(patched, _spots(labels))["label_spin"] is None
 
 
-@pytest.mark.usefixtures("reading")
-def test_labels_from_the_debug_file(labels: Path, tmp_path: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stripped file whose labels are only in its debug file (as ld.so's ``_start``
-    with libc6-dbg): perf names them from the debug file, and so do we."""
+def _split_debug(labels: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                 ) -> tuple[Path, Path, Path]:
+    """(the program stripped, its debug file, where the debug directory the run searches
+    wants it by build id: not there yet)."""
     debug = tmp_path / "lab.debug"
     stripped = tmp_path / "lab-stripped"
     subprocess.run(["objcopy", "--only-keep-debug", str(labels), str(debug)], check=True)
     subprocess.run(["strip", "--strip-all", "-o", str(stripped), str(labels)], check=True)
     build_id = ElfImage(str(labels)).build_id()
     assert build_id
-    spots = _spots(labels)
     root = tmp_path / "root"
     monkeypatch.setenv("PYSFRAME_DEBUG_FILE_DIRECTORY", str(root))
     # perf's build-id cache (~/.debug, searched before the debug directories) may hold the
     # unstripped file from another test's recording: an empty home has none
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert _names_at(stripped, spots)["label_spin"] is None  # .dynsym only
     by_id = root / ".build-id" / build_id.hex()[:2] / (build_id.hex()[2:] + ".debug")
+    return stripped, debug, by_id
+
+
+@pytest.mark.usefixtures("reading")
+def test_labels_from_the_debug_file(labels: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stripped file whose labels are only in its debug file (as ld.so's ``_start``
+    with libc6-dbg): perf names them from the debug file, and so do we."""
+    stripped, debug, by_id = _split_debug(labels, tmp_path, monkeypatch)
+    spots = _spots(labels)
+    assert _names_at(stripped, spots)["label_spin"] is None  # .dynsym only
     by_id.parent.mkdir(parents=True)
     shutil.copy(debug, by_id)
     assert _names_at(stripped, spots) == EXPECTED
@@ -194,18 +202,9 @@ def test_the_debug_file_is_read_once(labels: Path, tmp_path: Path,
     is the one made without the cache, and a cached run reads the file once too."""
     from pysframe.elf import sections
 
-    debug = tmp_path / "lab.debug"
-    stripped = tmp_path / "lab-stripped"
-    subprocess.run(["objcopy", "--only-keep-debug", str(labels), str(debug)], check=True)
-    subprocess.run(["strip", "--strip-all", "-o", str(stripped), str(labels)], check=True)
-    build_id = ElfImage(str(labels)).build_id()
-    assert build_id
-    root = tmp_path / "root"
-    by_id = root / ".build-id" / build_id.hex()[:2] / (build_id.hex()[2:] + ".debug")
+    stripped, debug, by_id = _split_debug(labels, tmp_path, monkeypatch)
     by_id.parent.mkdir(parents=True)
     shutil.copy(debug, by_id)
-    monkeypatch.setenv("PYSFRAME_DEBUG_FILE_DIRECTORY", str(root))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     made = load_symbols(ElfImage(str(stripped)), use_cache=False)
     assert made.lookup(_spots(labels)["label_spin"]) is not None  # named from the debug file
