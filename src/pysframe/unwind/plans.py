@@ -1,6 +1,6 @@
 """What the tracer does at a pc (a plan), and the bounded cache of plans.
 
-A plan is decided once per (address-space layout, lookup pc) from the SFrame
+A plan is decided once per (address-space layout, return address) from the SFrame
 table and the code, then reused by every sample that returns through that pc,
 as framehop's rule cache does. Each plan is a small immutable, typed value that also
 carries the mapping of the pc; the tracer dispatches on its type. Plans are named
@@ -68,7 +68,9 @@ PLAN_CACHE_LIMIT = 16384
 
 
 class PlanCache:
-    """Plans by lookup pc, one table per address-space layout, bounded by ``limit``.
+    """Plans by return address (a topmost frame's by its pc's bitwise complement: see
+    :meth:`~.unwinder.Unwinder.unwind`), one table per address-space layout, bounded by
+    ``limit``.
 
     A layout is (space, ``space.version``): the version changes with every mapping added,
     so a plan of an older layout is never served. The cache keeps a reference to each
@@ -87,7 +89,7 @@ class PlanCache:
         return self._size
 
     def plans_for(self, space: AddressSpace) -> dict[int, Plan]:
-        """The plans of the space's current layout, by lookup pc (only to read: new plans
+        """The plans of the space's current layout, by return address (only to read: new plans
         go through :meth:`remember`)."""
         found = self._layouts.get((id(space), space.version))
         return found[1] if found is not None else {}

@@ -247,9 +247,10 @@ class Unwinder:
                     return result
                 if len(pcs) >= max_depth:
                     break
-            # Topmost plans are cached apart (by the bitwise complement of the pc, never a
-            # lookup pc): the topmost pc is exact, the other plans are for return addresses.
-            key, lookup = (~pc, pc) if topmost else (pc - 1, pc - 1)
+            # A caller's plan is cached by its return address (its rules looked up one byte
+            # before), a topmost frame's apart, by the bitwise complement of its pc (never
+            # an address): the topmost pc is exact.
+            key, lookup = (~pc, pc) if topmost else (pc, pc - 1)
             plan = plans.get(key)
             if plan is None:
                 plan = self._plan(space, pc, lookup)
@@ -362,6 +363,9 @@ class Unwinder:
                     before = space.find(pc - len(code))
                     if self._code(before, pc - len(code), len(code)) == code:
                         return SigreturnPlan(before, kind)
+            # (the return address's mapping is the lookup's, unless it starts there)
+            if at_pc is not None and at_pc.start <= lookup_pc:
+                return self._plan_in(at_pc, lookup_pc)
         return self._plan_in(space.find(lookup_pc), lookup_pc)
 
     def _code(self, mapping: Mapping | None, start: int, size: int) -> bytes | None:
@@ -437,33 +441,52 @@ def _run_defaults(plans: dict[int, Plan], pc: int, sp: int, fp: int, copy: Copy,
     """The hot path of :meth:`Unwinder.unwind`: callers whose cached plan is the default
     rule, stepped in a tight loop with the stack copy read inline (the same checks as the
     general loop, in the same order). Returns the registers at the first frame that needs
-    the general loop, and the stop reason if the chain ended."""
+    the general loop, and the stop reason if the chain ended.
+
+    SP and FP are kept as offsets into the copy: addresses are 47-bit integers, each sum
+    a new multi-digit int, where offsets are small ones. With the plans keyed by the
+    return address itself (no pc - 1 a frame) and each frame's method added once at the
+    end, the Lua recording's 62,000 frames here took 23 ms against 27. A chain that ends
+    at an outermost row ends here too, as the general loop would end it."""
     data, base, end, unpack = copy
-    pcs, methods, mappings = result.pcs, result.methods, result.mappings
-    depth = len(pcs)
+    pcs, mappings = result.pcs, result.mappings
+    add_pc, add_sp, add_mapping = pcs.append, sps.append, mappings.append
+    first = depth = len(pcs)
+    last = end - 8 - base  # (the last offset a whole word of the copy starts at)
+    at_sp, at_fp = sp - base, fp - base
+    stop = None
     while depth < max_depth:
-        plan = plans.get(pc - 1)
+        plan = plans.get(pc)
         if type(plan) is not DefaultPlan:
+            if type(plan) is RowPlan and plan.rule.outermost:  # (most chains end so: as
+                add_mapping(plan.mapping)                      # the general loop ends them)
+                stop = Stop.OUTERMOST
             break
         mapping, sp_based, cfa_offset, ra_offset, fp_offset = plan
-        cfa = (sp if sp_based else fp) + cfa_offset
-        address = cfa + ra_offset
-        mappings.append(mapping)
-        if address < base or address + 8 > end:
-            return pc, sp, fp, Stop.COPY_ENDED if address + 8 > end else Stop.MEMORY
-        new_pc = unpack(data, address - base)[0]
+        cfa = (at_sp if sp_based else at_fp) + cfa_offset
+        at = cfa + ra_offset
+        add_mapping(mapping)
+        if not 0 <= at <= last:
+            stop = Stop.COPY_ENDED if at > last else Stop.MEMORY
+            break
+        new_pc = unpack(data, at)[0]
         if fp_offset is not None:
-            address = cfa + fp_offset
-            if base <= address and address + 8 <= end:
-                fp = unpack(data, address - base)[0]
-        cfa += sp_offset
+            at = cfa + fp_offset
+            if 0 <= at <= last:
+                at_fp = unpack(data, at)[0] - base
+        if sp_offset:
+            cfa += sp_offset
         if new_pc == 0:
-            return pc, sp, fp, Stop.ZERO_PC
-        if cfa <= sp:
-            return pc, sp, fp, Stop.BACKWARDS if cfa < sp else Stop.NO_ADVANCE
-        pc, sp = new_pc, cfa
-        pcs.append(pc)
-        methods.append(_SFRAME)
-        sps.append(sp)
+            stop = Stop.ZERO_PC
+            break
+        if cfa <= at_sp:
+            stop = Stop.BACKWARDS if cfa < at_sp else Stop.NO_ADVANCE
+            break
+        pc = new_pc
+        at_sp = cfa
+        add_pc(pc)
+        add_sp(cfa + base)
         depth += 1
-    return pc, sp, fp, None
+    if depth > first:
+        result.methods += [_SFRAME] * (depth - first)
+    return pc, at_sp + base, at_fp + base, stop
