@@ -171,31 +171,50 @@ def format_sample(unwound: UnwoundSample, symbolizer: Symbolizer,
 def user_lines(unwound: UnwoundSample, symbolizer: Symbolizer,
                lines_cache: dict[int, dict[int, str]] | None) -> list[str]:
     """The lines of the user frames. Callers print as return address - 1 (inside the
-    call), frame 0 and signal-interrupted frames as they are. Within one layout a printed
-    pc decides the mapping, so lines are cached by layout and pc and found in one pass."""
+    call), frame 0 and signal-interrupted frames as they are. Within one layout a pc
+    decides the mapping, so lines are cached by layout and found in one pass: a caller's
+    by its return address, an exact pc's by its bitwise complement (no ``pc - 1``, a
+    multi-digit int, made a frame), apart from the batch engine's lines by printed pc
+    (:func:`caller_lines_of`)."""
     unwind = unwound.unwind
     pcs, methods, mappings = unwind.pcs, unwind.methods, unwind.mappings
     if not pcs:
         return []
-    printed = [pc - 1 for pc in pcs]
-    printed[0] = pcs[0]
-    if not EXACT_PC.isdisjoint(methods):
+    if lines_cache is None or not unwound.layout:
+        printed = [pc - 1 for pc in pcs]
+        printed[0] = pcs[0]
         for index, method in enumerate(methods):
             if method in EXACT_PC:
                 printed[index] = pcs[index]
-    if lines_cache is None or not unwound.layout:
         return [frame_line(symbolizer, mapping, pc)
                 for pc, mapping in zip(printed, mappings, strict=True)]
-    known = lines_cache.get(unwound.layout)
-    if known is None:
-        known = lines_cache[unwound.layout] = {}
-    lines = list(map(known.get, printed))
+    known = caller_lines_of(lines_cache, unwound.layout)
+    lines = list(map(known.get, pcs))
+    lines[0] = known.get(~pcs[0])
+    exact = not EXACT_PC.isdisjoint(methods)
+    if exact:
+        for index, method in enumerate(methods):
+            if method in EXACT_PC:
+                lines[index] = known.get(~pcs[index])
     if None in lines:
         for index, line in enumerate(lines):
             if line is None:
-                pc = printed[index]
-                lines[index] = known[pc] = frame_line(symbolizer, mappings[index], pc)
+                pc = pcs[index]
+                if index == 0 or (exact and methods[index] in EXACT_PC):
+                    lines[index] = known[~pc] = frame_line(symbolizer, mappings[index], pc)
+                else:
+                    lines[index] = known[pc] = frame_line(symbolizer, mappings[index], pc - 1)
     return lines  # type: ignore[return-value]  # every None was filled above
+
+
+def caller_lines_of(lines_cache: dict[int, dict[int, str]], layout: int) -> dict[int, str]:
+    """The scalar path's lines of ``layout`` in ``lines_cache`` (see :func:`user_lines`):
+    kept under the layout's complement (layouts are numbered from 1, :data:`KERNEL_LINES`
+    is -1), the layout's own number keeping lines by printed pc."""
+    known = lines_cache.get(~layout)
+    if known is None:
+        known = lines_cache[~layout] = {}
+    return known
 
 
 def frame_line(symbolizer: Symbolizer, mapping: Mapping | None, pc: int) -> str:

@@ -208,7 +208,8 @@ class SortedLines:
     """A layout's frame lines (printed pc -> line) as a sorted array of pcs and an array of
     their lines: a chunk's frames are looked up at once (``searchsorted``), not sorted
     (``np.unique``) chunk after chunk. Remade when the layout's lines grew (the batch
-    names new pcs, the scalar path adds its own)."""
+    names new pcs; the scalar path keeps its lines apart, by return address:
+    :func:`~.perf_script.caller_lines_of`)."""
 
     __slots__ = ("lines", "pcs", "size")
 
