@@ -104,7 +104,7 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
         if started is not None:
             started(0)
         if ranges:
-            yield from produce(ranges[0][0], ranges[share - 1][1])
+            yield from joined(produce(ranges[0][0], ranges[share - 1][1]))
         for each in tokens if tokens is not None else ():
             _write_range(produce, ranges[each], outputs[each], limit)
         if produced is not None:
@@ -190,6 +190,27 @@ def turns_share(count: int, processes: int) -> int:
     with half of them first, this process's share ended when the child's claims did, and
     the child's text went out after both, the other CPU idle."""
     return max(1, count // (2 * processes))
+
+
+#: The most characters :func:`joined` holds before it gives them on.
+JOINED = 1 << 16
+
+
+def joined(texts: Iterator[str]) -> Iterator[str]:
+    """``texts`` given on in pieces of about :data:`JOINED` characters (the last when
+    they end): a write to the output a sample cost the Lua recording's parent ~1,760
+    text writes and ~330 system calls for its 2.6 MB."""
+    pending: list[str] = []
+    size = 0
+    for text in texts:
+        pending.append(text)
+        size += len(text)
+        if size >= JOINED:
+            yield "".join(pending)
+            pending.clear()
+            size = 0
+    if pending:
+        yield "".join(pending)
 
 
 def _courtesy(finish: Callable[[], None] | None) -> None:
