@@ -34,6 +34,7 @@ from ..sources.perf_records import (
     SAMPLE_CALLCHAIN,
     SAMPLE_STACK_USER,
     CallchainDeferred,
+    Followed,
 )
 from ..unwind.address_space import AddressSpace, Mapping
 from ..unwind.jit_modules import JIT_FILENAME
@@ -252,22 +253,41 @@ class PerfUnwinder:
 
     def _numbered(self, first: int, last: int | None, records: Iterator[Record]
                   ) -> Iterator[UnwoundSample]:
-        number = 0
-        for record in records:
-            deferred = isinstance(record, CallchainDeferred)  # (shown apart, as samples)
-            if not deferred and not isinstance(record, Sample):
-                self.side_band(record)
-                continue
-            if last is not None and number >= last:
-                return
-            if number >= first:
-                begin = perf_counter()
-                unwound = (self._deferred_record(record) if deferred  # type: ignore[arg-type]
-                           else self._unwind(record))  # type: ignore[arg-type]
-                if self.unwind_seconds is not None:
-                    self.unwind_seconds += perf_counter() - begin
-                yield unwound
-            number += 1
+        # The samples before ``first`` are only followed (counted, in time order): read as
+        # such from the file (PerfData.follow); one read so but delivered at or past
+        # ``first`` (the order holds records read up to two rounds earlier) is read whole.
+        data = self.data
+        following = first > 0
+        data.follow(following)
+        try:
+            number = 0
+            for record in records:
+                deferred = isinstance(record, CallchainDeferred)  # (shown apart, as samples)
+                if not deferred and not isinstance(record, Sample) and type(
+                        record) is not Followed:
+                    self.side_band(record)
+                    continue
+                if last is not None and number >= last:
+                    return
+                if number >= first:
+                    if following:
+                        data.follow(following := False)
+                    if type(record) is Followed:
+                        record = data.record_at(record.offset, None)  # type: ignore[assignment]
+                    if isinstance(record, Sample | CallchainDeferred):  # (else: the file
+                        yield self._timed_unwind(record, deferred)     # changed since)
+                number += 1
+        finally:
+            data.follow(False)
+
+    def _timed_unwind(self, record: Sample | CallchainDeferred, deferred: bool
+                      ) -> UnwoundSample:
+        begin = perf_counter()
+        unwound = (self._deferred_record(record) if deferred  # type: ignore[arg-type]
+                   else self._unwind(record))  # type: ignore[arg-type]
+        if self.unwind_seconds is not None:
+            self.unwind_seconds += perf_counter() - begin
+        return unwound
 
     def side_band(self, record: Record) -> None:
         """Follow the process model: MMAP/MMAP2 map code, COMM names, FORK copies."""

@@ -335,6 +335,12 @@ class PerfData:
             offset += size
         inflater.keep(bytes(view[offset:]))
 
+    def follow(self, on: bool) -> None:
+        """Samples read from now on are only followed, or again read whole (see
+        :meth:`.perf_records.RecordParser.follow`)."""
+        if self._parser is not None:
+            self._parser.follow(on)
+
     def record_at(self, location: int, spill: Spill | None) -> Record | None:
         """The record at a location :meth:`scan` gave (read again; None if it no longer
         parses, which a file changed under us could cause)."""
