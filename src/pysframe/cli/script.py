@@ -637,8 +637,10 @@ class _TimedSymbolizer:
 
 def _located(path: str, samples: Iterator[UnwoundSample]) -> Iterator[UnwoundSample]:
     """The samples, each noted as where the command is (an internal error names it)."""
+    where = WHERE
+    where.at(path)
     for unwound in samples:
-        WHERE.at(path, unwound.sample.offset)
+        where.offset = unwound.sample.offset
         yield unwound
 
 

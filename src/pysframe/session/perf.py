@@ -274,8 +274,11 @@ class PerfUnwinder:
                         data.follow(following := False)
                     if type(record) is Followed:
                         record = data.record_at(record.offset, None)  # type: ignore[assignment]
-                    if isinstance(record, Sample | CallchainDeferred):  # (else: the file
-                        yield self._timed_unwind(record, deferred)     # changed since)
+                    if type(record) is Sample and self.unwind_seconds is None:  # (most)
+                        yield self.unwind_in(record, self._space(record.pid),
+                                             self.comm_of(record))
+                    elif isinstance(record, Sample | CallchainDeferred):  # (else: the file
+                        yield self._timed_unwind(record, deferred)       # changed since)
                 number += 1
         finally:
             data.follow(False)
