@@ -140,3 +140,41 @@ def test_a_child_killed_before_its_last_word_is_waited_for(monkeypatch: pytest.M
     assert len(os.listdir("/proc/self/fd")) == descriptors
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
+
+
+def test_a_childs_text_is_written_in_pieces_and_kept_up_to_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's text goes to its file a piece at a time (not a write a sample), in
+    order, past the in-memory limit to the last file; what it made before an error is
+    still written."""
+    writes: list[int] = []
+    write_all = jobs.write_all
+
+    def counted(fd: int, data: bytes) -> None:
+        writes.append(len(data))
+        write_all(fd, data)
+
+    monkeypatch.setattr(jobs, "write_all", counted)
+    monkeypatch.setattr(jobs, "PIECE", 1000)
+    texts = [f"sample {k}\n" * 3 for k in range(400)]
+
+    def produce(first: int, last: int) -> Iterator[str]:
+        yield from texts[first:last]
+        if last == 400:
+            raise ValueError("bad record")
+
+    files = [os.memfd_create("text"), os.memfd_create("spilled")]
+    try:
+        jobs._write_range(produce, (0, 200), files, 2000)
+        assert len(writes) < 20 and sum(writes) == len("".join(texts[:200]))
+        with pytest.raises(ValueError):
+            jobs._write_range(produce, (200, 400), files[1:], 10**6)
+        read = []
+        for fd in files:
+            os.lseek(fd, 0, os.SEEK_SET)
+            read.append(os.read(fd, 1 << 20).decode())
+        assert read[0] + read[1] == "".join(texts)
+        assert 0 < len(read[0]) <= 2000 < len(read[1])  # (the rest spilled to the last)
+    finally:
+        for fd in files:
+            os.close(fd)
