@@ -224,288 +224,294 @@ def _made_37(scope):
 
 
 def _made_38(scope):
+    _default_time, = scope['_default_time'],
+    def __init__(self, offset, time=_default_time): self.offset = offset; self.time = time
+    return __init__
+
+
+def _made_39(scope):
     _default_address_size, _default_b_key, _default_fde_encoding, _default_initial, _default_instructions_end, _default_instructions_start, _default_lsda_encoding, _default_personality, _default_signal_frame, = scope['_default_address_size'], scope['_default_b_key'], scope['_default_fde_encoding'], scope['_default_initial'], scope['_default_instructions_end'], scope['_default_instructions_start'], scope['_default_lsda_encoding'], scope['_default_personality'], scope['_default_signal_frame'],
     def __init__(self, offset, version, augmentation, code_align, data_align, return_register, fde_encoding=_default_fde_encoding, lsda_encoding=_default_lsda_encoding, personality=_default_personality, signal_frame=_default_signal_frame, b_key=_default_b_key, address_size=_default_address_size, instructions_start=_default_instructions_start, instructions_end=_default_instructions_end, initial=_default_initial): self.offset = offset; self.version = version; self.augmentation = augmentation; self.code_align = code_align; self.data_align = data_align; self.return_register = return_register; self.fde_encoding = fde_encoding; self.lsda_encoding = lsda_encoding; self.personality = personality; self.signal_frame = signal_frame; self.b_key = b_key; self.address_size = address_size; self.instructions_start = instructions_start; self.instructions_end = instructions_end; self.initial = initial
     return __init__
 
 
-def _made_39(scope):
+def _made_40(scope):
     _MISSING, _default__map, _default__parser, _default__released, _default_inflated, _factory__seen, _factory_skipped, = scope['_MISSING'], scope['_default__map'], scope['_default__parser'], scope['_default__released'], scope['_default_inflated'], scope['_factory__seen'], scope['_factory_skipped'],
     def __init__(self, path, buffer, attrs, data_offset, data_size, features, skipped=_MISSING, _map=_default__map, _parser=_default__parser, _released=_default__released, _seen=_MISSING, inflated=_default_inflated): self.path = path; self.buffer = buffer; self.attrs = attrs; self.data_offset = data_offset; self.data_size = data_size; self.features = features; self.skipped = _factory_skipped() if skipped is _MISSING else skipped; self._map = _map; self._parser = _parser; self._released = _released; self._seen = _factory__seen() if _seen is _MISSING else _seen; self.inflated = inflated
     return __init__
 
 
-def _made_40(scope):
+def _made_41(scope):
     _MISSING, _default_damage, _default_image, _factory_guard, = scope['_MISSING'], scope['_default_damage'], scope['_default_image'], scope['_factory_guard'],
     def __init__(self, path, build_id, bias, lookup, origin, image=_default_image, guard=_MISSING, damage=_default_damage): self.path = path; self.build_id = build_id; self.bias = bias; self.lookup = lookup; self.origin = origin; self.image = image; self.guard = _factory_guard() if guard is _MISSING else guard; self.damage = damage
     return __init__
 
 
-def _made_41(scope):
+def _made_42(scope):
     def __init__(self, pcs, methods, mappings, count, stops, scalar, space_mappings): self.pcs = pcs; self.methods = methods; self.mappings = mappings; self.count = count; self.stops = stops; self.scalar = scalar; self.space_mappings = space_mappings
     return __init__
 
 
-def _made_42(scope):
+def _made_43(scope):
     def __init__(self, pid, build_id, filename, kernel): self.pid = pid; self.build_id = build_id; self.filename = filename; self.kernel = kernel
     return __init__
 
 
-def _made_43(scope):
+def _made_44(scope):
     _default_comms, _default_pids, _default_tids, _default_times, _set, = scope['_default_comms'], scope['_default_pids'], scope['_default_tids'], scope['_default_times'], scope['_set'],
     def __init__(self, pids=_default_pids, tids=_default_tids, comms=_default_comms, times=_default_times): _set(self, 'pids', pids); _set(self, 'tids', tids); _set(self, 'comms', comms); _set(self, 'times', times)
     return __init__
 
 
-def _made_44(scope):
+def _made_45(scope):
     _default_buffer, _default_offset, = scope['_default_buffer'], scope['_default_offset'],
     def __init__(self, registers, stack, offset=_default_offset, buffer=_default_buffer): self.registers = registers; self.stack = stack; self.offset = offset; self.buffer = buffer
     return __init__
 
 
-def _made_45(scope):
+def _made_46(scope):
     _default_layout, = scope['_default_layout'],
     def __init__(self, sample, comm, unwind, mappings, layout=_default_layout): self.sample = sample; self.comm = comm; self.unwind = unwind; self.mappings = mappings; self.layout = layout
     return __init__
 
 
-def _made_46(scope):
+def _made_47(scope):
     def __init__(self, samples, entries, dwarf_bytes, deferred_bytes, verdicts, causes, assume_sframe): self.samples = samples; self.entries = entries; self.dwarf_bytes = dwarf_bytes; self.deferred_bytes = deferred_bytes; self.verdicts = verdicts; self.causes = causes; self.assume_sframe = assume_sframe
     return __init__
 
 
-def _made_47(scope):
+def _made_48(scope):
     def __init__(self, section, reason): self.section = section; self.reason = reason
     return __init__
 
 
-def _made_48(scope):
+def _made_49(scope):
     _MISSING, _factory_cfi_errors, _factory_skipped, _factory_trimmed, = scope['_MISSING'], scope['_factory_cfi_errors'], scope['_factory_skipped'], scope['_factory_trimmed'],
     def __init__(self, section, skipped=_MISSING, cfi_errors=_MISSING, trimmed=_MISSING): self.section = section; self.skipped = _factory_skipped() if skipped is _MISSING else skipped; self.cfi_errors = _factory_cfi_errors() if cfi_errors is _MISSING else cfi_errors; self.trimmed = _factory_trimmed() if trimmed is _MISSING else trimmed
     return __init__
 
 
-def _made_49(scope):
+def _made_50(scope):
     _default_lookup, _default_name, = scope['_default_lookup'], scope['_default_name'],
     def __init__(self, sframe_start, sframe_end, text_start, text_end, name=_default_name, lookup=_default_lookup): self.sframe_start = sframe_start; self.sframe_end = sframe_end; self.text_start = text_start; self.text_end = text_end; self.name = name; self.lookup = lookup
     return __init__
 
 
-def _made_50(scope):
+def _made_51(scope):
     def __init__(self, sframe_start, sframe_size, text_start, text_size): self.sframe_start = sframe_start; self.sframe_size = sframe_size; self.text_start = text_start; self.text_size = text_size
     return __init__
 
 
-def _made_51(scope):
+def _made_52(scope):
     def __init__(self, space, order, samples): self.space = space; self.order = order; self.samples = samples
     return __init__
 
 
-def _made_52(scope):
+def _made_53(scope):
     def __init__(self, space, rows, result): self.space = space; self.rows = rows; self.result = result
     return __init__
 
 
-def _made_53(scope):
+def _made_54(scope):
     def __init__(self, start, end, comms, groups, scalar): self.start = start; self.end = end; self.comms = comms; self.groups = groups; self.scalar = scalar
     return __init__
 
 
-def _made_54(scope):
+def _made_55(scope):
     _default_name, = scope['_default_name'],
     def __init__(self, start, end, executable, data, name=_default_name): self.start = start; self.end = end; self.executable = executable; self.data = data; self.name = name
     return __init__
 
 
-def _made_55(scope):
+def _made_56(scope):
     def __init__(self, start, end, name, binding, size): self.start = start; self.end = end; self.name = name; self.binding = binding; self.size = size
     return __init__
 
 
-def _made_56(scope):
+def _made_57(scope):
     _default_device, _default_inode, = scope['_default_device'], scope['_default_inode'],
     def __init__(self, start, end, perms, pgoff, path, device=_default_device, inode=_default_inode): self.start = start; self.end = end; self.perms = perms; self.pgoff = pgoff; self.path = path; self.device = device; self.inode = inode
     return __init__
 
 
-def _made_57(scope):
+def _made_58(scope):
     _default_module, = scope['_default_module'],
     def __init__(self, start, end, pgoff, filename, build_id, module=_default_module): self.start = start; self.end = end; self.pgoff = pgoff; self.filename = filename; self.build_id = build_id; self.module = module
     return __init__
 
 
-def _made_58(scope):
+def _made_59(scope):
     def __init__(self, start, end, rep_size, row_starts, words): self.start = start; self.end = end; self.rep_size = rep_size; self.row_starts = row_starts; self.words = words
     return __init__
 
 
-def _made_59(scope):
+def _made_60(scope):
     _MISSING, _default_fde_type, _default_fre_off, _default_fre_type, _default_pauth_key_b, _default_pc_type, _default_rep_size, _default_signal, _factory_fres, = scope['_MISSING'], scope['_default_fde_type'], scope['_default_fre_off'], scope['_default_fre_type'], scope['_default_pauth_key_b'], scope['_default_pc_type'], scope['_default_rep_size'], scope['_default_signal'], scope['_factory_fres'],
     def __init__(self, start, size, fres=_MISSING, pc_type=_default_pc_type, fde_type=_default_fde_type, pauth_key_b=_default_pauth_key_b, signal=_default_signal, rep_size=_default_rep_size, fre_type=_default_fre_type, fre_off=_default_fre_off): self.start = start; self.size = size; self.fres = _factory_fres() if fres is _MISSING else fres; self.pc_type = pc_type; self.fde_type = fde_type; self.pauth_key_b = pauth_key_b; self.signal = signal; self.rep_size = rep_size; self.fre_type = fre_type; self.fre_off = fre_off
     return __init__
 
 
-def _made_60(scope):
+def _made_61(scope):
     _default_base_reg, _default_mangled_ra, _default_word_size, = scope['_default_base_reg'], scope['_default_mangled_ra'], scope['_default_word_size'],
     def __init__(self, start, words, base_reg=_default_base_reg, mangled_ra=_default_mangled_ra, word_size=_default_word_size): self.start = start; self.words = words; self.base_reg = base_reg; self.mangled_ra = mangled_ra; self.word_size = word_size
     return __init__
 
 
-def _made_61(scope):
+def _made_62(scope):
     _default_rare_all, = scope['_default_rare_all'],
     def __init__(self, starts, words, masks, rare_all=_default_rare_all): self.starts = starts; self.words = words; self.masks = masks; self.rare_all = rare_all
     return __init__
 
 
-def _made_62(scope):
+def _made_63(scope):
     _MISSING, _default_cache, _default_cookie, _default_cpu, _default_entry, _default_exiting, _default_kthread, _default_task_work_queued, _default_unwind_completed, _default_unwind_mask, _factory_delivered, = scope['_MISSING'], scope['_default_cache'], scope['_default_cookie'], scope['_default_cpu'], scope['_default_entry'], scope['_default_exiting'], scope['_default_kthread'], scope['_default_task_work_queued'], scope['_default_unwind_completed'], scope['_default_unwind_mask'], scope['_factory_delivered'],
     def __init__(self, tid, mm, kthread=_default_kthread, exiting=_default_exiting, cpu=_default_cpu, entry=_default_entry, unwind_mask=_default_unwind_mask, cookie=_default_cookie, cache=_default_cache, unwind_completed=_default_unwind_completed, task_work_queued=_default_task_work_queued, delivered=_MISSING): self.tid = tid; self.mm = mm; self.kthread = kthread; self.exiting = exiting; self.cpu = cpu; self.entry = entry; self.unwind_mask = unwind_mask; self.cookie = cookie; self.cache = cache; self.unwind_completed = unwind_completed; self.task_work_queued = task_work_queued; self.delivered = _factory_delivered() if delivered is _MISSING else delivered
     return __init__
 
 
-def _made_63(scope):
+def _made_64(scope):
     def __init__(self, tid, name, registers): self.tid = tid; self.name = name; self.registers = registers
     return __init__
 
 
-def _made_64(scope):
+def _made_65(scope):
     def __init__(self, tid, name, unwind): self.tid = tid; self.name = name; self.unwind = unwind
     return __init__
 
 
-def _made_65(scope):
+def _made_66(scope):
     _default_detached, _default_ended, _default_reaped, _default_seized, _default_signal, _default_stopped, = scope['_default_detached'], scope['_default_ended'], scope['_default_reaped'], scope['_default_seized'], scope['_default_signal'], scope['_default_stopped'],
     def __init__(self, tid, seized=_default_seized, stopped=_default_stopped, signal=_default_signal, ended=_default_ended, reaped=_default_reaped, detached=_default_detached): self.tid = tid; self.seized = seized; self.stopped = stopped; self.signal = signal; self.ended = ended; self.reaped = reaped; self.detached = detached
     return __init__
 
 
-def _made_66(scope):
+def _made_67(scope):
     _default_branch_sample_type, _default_ids, _default_name, = scope['_default_branch_sample_type'], scope['_default_ids'], scope['_default_name'],
     def __init__(self, type, config, sample_type, read_format, flags, sample_regs_user, sample_stack_user, ids=_default_ids, branch_sample_type=_default_branch_sample_type, name=_default_name): self.type = type; self.config = config; self.sample_type = sample_type; self.read_format = read_format; self.flags = flags; self.sample_regs_user = sample_regs_user; self.sample_stack_user = sample_stack_user; self.ids = ids; self.branch_sample_type = branch_sample_type; self.name = name
     return __init__
 
 
-def _made_67(scope):
+def _made_68(scope):
     _MISSING, _default_address, _default_aux_header, _default_cfa_fixed_fp_offset, _default_cfa_fixed_ra_offset, _default_flags, _default_tail, _factory_fdes, = scope['_MISSING'], scope['_default_address'], scope['_default_aux_header'], scope['_default_cfa_fixed_fp_offset'], scope['_default_cfa_fixed_ra_offset'], scope['_default_flags'], scope['_default_tail'], scope['_factory_fdes'],
     def __init__(self, version, abi, flags=_default_flags, cfa_fixed_fp_offset=_default_cfa_fixed_fp_offset, cfa_fixed_ra_offset=_default_cfa_fixed_ra_offset, fdes=_MISSING, aux_header=_default_aux_header, address=_default_address, tail=_default_tail): self.version = version; self.abi = abi; self.flags = flags; self.cfa_fixed_fp_offset = cfa_fixed_fp_offset; self.cfa_fixed_ra_offset = cfa_fixed_ra_offset; self.fdes = _factory_fdes() if fdes is _MISSING else fdes; self.aux_header = aux_header; self.address = address; self.tail = tail
     return __init__
 
 
-def _made_68(scope):
+def _made_69(scope):
     _set, = scope['_set'],
     def __init__(self, version, flags, abi, cfa_fixed_fp_offset, cfa_fixed_ra_offset, auxhdr_len, num_fdes, num_fres, fre_len, fdeoff, freoff, big_endian, header_end, fdes_start, fdes_end, fres_start, fres_end): _set(self, 'version', version); _set(self, 'flags', flags); _set(self, 'abi', abi); _set(self, 'cfa_fixed_fp_offset', cfa_fixed_fp_offset); _set(self, 'cfa_fixed_ra_offset', cfa_fixed_ra_offset); _set(self, 'auxhdr_len', auxhdr_len); _set(self, 'num_fdes', num_fdes); _set(self, 'num_fres', num_fres); _set(self, 'fre_len', fre_len); _set(self, 'fdeoff', fdeoff); _set(self, 'freoff', freoff); _set(self, 'big_endian', big_endian); _set(self, 'header_end', header_end); _set(self, 'fdes_start', fdes_start); _set(self, 'fdes_end', fdes_end); _set(self, 'fres_start', fres_start); _set(self, 'fres_end', fres_end)
     return __init__
 
 
-def _made_69(scope):
+def _made_70(scope):
     _default_damage, _tuple_new, = scope['_default_damage'], scope['_tuple_new'],
     def __new__(_cls, data, address, damage=_default_damage): return _tuple_new(_cls, (data, address, damage, ))
     return __new__
 
 
-def _made_70(scope):
+def _made_71(scope):
     _default_damage, _default_on_demand, _tuple_new, = scope['_default_damage'], scope['_default_on_demand'], scope['_tuple_new'],
     def __new__(_cls, data, address, damage=_default_damage, on_demand=_default_on_demand): return _tuple_new(_cls, (data, address, damage, on_demand, ))
     return __new__
 
 
-def _made_71(scope):
+def _made_72(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx): return _tuple_new(_cls, (layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx, ))
     return __new__
 
 
-def _made_72(scope):
+def _made_73(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, mapping): return _tuple_new(_cls, (mapping, ))
     return __new__
 
 
-def _made_73(scope):
+def _made_74(scope):
     _default_kind, _tuple_new, = scope['_default_kind'], scope['_tuple_new'],
     def __new__(_cls, mapping, kind=_default_kind): return _tuple_new(_cls, (mapping, kind, ))
     return __new__
 
 
-def _made_74(scope):
+def _made_75(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, mapping, rule): return _tuple_new(_cls, (mapping, rule, ))
     return __new__
 
 
-def _made_75(scope):
+def _made_76(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset): return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, ))
     return __new__
 
 
-def _made_76(scope):
+def _made_77(scope):
     _default_mapping, _tuple_new, = scope['_default_mapping'], scope['_tuple_new'],
     def __new__(_cls, mapping=_default_mapping): return _tuple_new(_cls, (mapping, ))
     return __new__
 
 
-def _made_77(scope):
+def _made_78(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, name, offset): return _tuple_new(_cls, (name, offset, ))
     return __new__
 
 
-def _made_78(scope):
+def _made_79(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, name, type, desc_offset, desc_size): return _tuple_new(_cls, (name, type, desc_offset, desc_size, ))
     return __new__
 
 
-def _made_79(scope):
+def _made_80(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, number, name, type, flags, address, offset, size, link, info, entsize): return _tuple_new(_cls, (number, name, type, flags, address, offset, size, link, info, entsize, ))
     return __new__
 
 
-def _made_80(scope):
+def _made_81(scope):
     _default_a, _default_b, _default_block, _tuple_new, = scope['_default_a'], scope['_default_b'], scope['_default_block'], scope['_tuple_new'],
     def __new__(_cls, op, a=_default_a, b=_default_b, block=_default_block): return _tuple_new(_cls, (op, a, b, block, ))
     return __new__
 
 
-def _made_81(scope):
+def _made_82(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, order, wide, file_header, section, segment, symbol, note, word, rela): return _tuple_new(_cls, (order, wide, file_header, section, segment, symbol, note, word, rela, ))
     return __new__
 
 
-def _made_82(scope):
+def _made_83(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, pc, method): return _tuple_new(_cls, (pc, method, ))
     return __new__
 
 
-def _made_83(scope):
+def _made_84(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, pc, method, symbol, function, names, mapping): return _tuple_new(_cls, (pc, method, symbol, function, names, mapping, ))
     return __new__
 
 
-def _made_84(scope):
+def _made_85(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, pc, sp, fp, lr, others): return _tuple_new(_cls, (pc, sp, fp, lr, others, ))
     return __new__
 
 
-def _made_85(scope):
+def _made_86(scope):
     _default_lr, _default_others, _default_topmost, _tuple_new, = scope['_default_lr'], scope['_default_others'], scope['_default_topmost'], scope['_tuple_new'],
     def __new__(_cls, pc, sp, fp, lr=_default_lr, others=_default_others, topmost=_default_topmost): return _tuple_new(_cls, (pc, sp, fp, lr, others, topmost, ))
     return __new__
 
 
-def _made_86(scope):
+def _made_87(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, tid, name, frames, stop): return _tuple_new(_cls, (tid, name, frames, stop, ))
     return __new__
 
 
-def _made_87(scope):
+def _made_88(scope):
     _tuple_new, = scope['_tuple_new'],
     def __new__(_cls, type, flags, offset, vaddr, filesz, memsz): return _tuple_new(_cls, (type, flags, offset, vaddr, filesz, memsz, ))
     return __new__
@@ -550,54 +556,55 @@ AHEAD = {
     'def __init__(self, offset, pid, ppid, tid, ptid, time, exit):\n    self.offset = offset\n    self.pid = pid\n    self.ppid = ppid\n    self.tid = tid\n    self.ptid = ptid\n    self.time = time\n    self.exit = exit': _made_35,
     'def __init__(self, offset, pid, tid, comm, exec, time=_default_time):\n    self.offset = offset\n    self.pid = pid\n    self.tid = tid\n    self.comm = comm\n    self.exec = exec\n    self.time = time': _made_36,
     'def __init__(self, offset, pid, tid, start, length, pgoff, filename, prot=_default_prot, flags=_default_flags, build_id=_default_build_id, time=_default_time, executable=_default_executable):\n    self.offset = offset\n    self.pid = pid\n    self.tid = tid\n    self.start = start\n    self.length = length\n    self.pgoff = pgoff\n    self.filename = filename\n    self.prot = prot\n    self.flags = flags\n    self.build_id = build_id\n    self.time = time\n    self.executable = executable': _made_37,
-    'def __init__(self, offset, version, augmentation, code_align, data_align, return_register, fde_encoding=_default_fde_encoding, lsda_encoding=_default_lsda_encoding, personality=_default_personality, signal_frame=_default_signal_frame, b_key=_default_b_key, address_size=_default_address_size, instructions_start=_default_instructions_start, instructions_end=_default_instructions_end, initial=_default_initial):\n    self.offset = offset\n    self.version = version\n    self.augmentation = augmentation\n    self.code_align = code_align\n    self.data_align = data_align\n    self.return_register = return_register\n    self.fde_encoding = fde_encoding\n    self.lsda_encoding = lsda_encoding\n    self.personality = personality\n    self.signal_frame = signal_frame\n    self.b_key = b_key\n    self.address_size = address_size\n    self.instructions_start = instructions_start\n    self.instructions_end = instructions_end\n    self.initial = initial': _made_38,
-    'def __init__(self, path, buffer, attrs, data_offset, data_size, features, skipped=_MISSING, _map=_default__map, _parser=_default__parser, _released=_default__released, _seen=_MISSING, inflated=_default_inflated):\n    self.path = path\n    self.buffer = buffer\n    self.attrs = attrs\n    self.data_offset = data_offset\n    self.data_size = data_size\n    self.features = features\n    self.skipped = _factory_skipped() if skipped is _MISSING else skipped\n    self._map = _map\n    self._parser = _parser\n    self._released = _released\n    self._seen = _factory__seen() if _seen is _MISSING else _seen\n    self.inflated = inflated': _made_39,
-    'def __init__(self, path, build_id, bias, lookup, origin, image=_default_image, guard=_MISSING, damage=_default_damage):\n    self.path = path\n    self.build_id = build_id\n    self.bias = bias\n    self.lookup = lookup\n    self.origin = origin\n    self.image = image\n    self.guard = _factory_guard() if guard is _MISSING else guard\n    self.damage = damage': _made_40,
-    'def __init__(self, pcs, methods, mappings, count, stops, scalar, space_mappings):\n    self.pcs = pcs\n    self.methods = methods\n    self.mappings = mappings\n    self.count = count\n    self.stops = stops\n    self.scalar = scalar\n    self.space_mappings = space_mappings': _made_41,
-    'def __init__(self, pid, build_id, filename, kernel):\n    self.pid = pid\n    self.build_id = build_id\n    self.filename = filename\n    self.kernel = kernel': _made_42,
-    "def __init__(self, pids=_default_pids, tids=_default_tids, comms=_default_comms, times=_default_times):\n    _set(self, 'pids', pids)\n    _set(self, 'tids', tids)\n    _set(self, 'comms', comms)\n    _set(self, 'times', times)": _made_43,
-    'def __init__(self, registers, stack, offset=_default_offset, buffer=_default_buffer):\n    self.registers = registers\n    self.stack = stack\n    self.offset = offset\n    self.buffer = buffer': _made_44,
-    'def __init__(self, sample, comm, unwind, mappings, layout=_default_layout):\n    self.sample = sample\n    self.comm = comm\n    self.unwind = unwind\n    self.mappings = mappings\n    self.layout = layout': _made_45,
-    'def __init__(self, samples, entries, dwarf_bytes, deferred_bytes, verdicts, causes, assume_sframe):\n    self.samples = samples\n    self.entries = entries\n    self.dwarf_bytes = dwarf_bytes\n    self.deferred_bytes = deferred_bytes\n    self.verdicts = verdicts\n    self.causes = causes\n    self.assume_sframe = assume_sframe': _made_46,
-    'def __init__(self, section, reason):\n    self.section = section\n    self.reason = reason': _made_47,
-    'def __init__(self, section, skipped=_MISSING, cfi_errors=_MISSING, trimmed=_MISSING):\n    self.section = section\n    self.skipped = _factory_skipped() if skipped is _MISSING else skipped\n    self.cfi_errors = _factory_cfi_errors() if cfi_errors is _MISSING else cfi_errors\n    self.trimmed = _factory_trimmed() if trimmed is _MISSING else trimmed': _made_48,
-    'def __init__(self, sframe_start, sframe_end, text_start, text_end, name=_default_name, lookup=_default_lookup):\n    self.sframe_start = sframe_start\n    self.sframe_end = sframe_end\n    self.text_start = text_start\n    self.text_end = text_end\n    self.name = name\n    self.lookup = lookup': _made_49,
-    'def __init__(self, sframe_start, sframe_size, text_start, text_size):\n    self.sframe_start = sframe_start\n    self.sframe_size = sframe_size\n    self.text_start = text_start\n    self.text_size = text_size': _made_50,
-    'def __init__(self, space, order, samples):\n    self.space = space\n    self.order = order\n    self.samples = samples': _made_51,
-    'def __init__(self, space, rows, result):\n    self.space = space\n    self.rows = rows\n    self.result = result': _made_52,
-    'def __init__(self, start, end, comms, groups, scalar):\n    self.start = start\n    self.end = end\n    self.comms = comms\n    self.groups = groups\n    self.scalar = scalar': _made_53,
-    'def __init__(self, start, end, executable, data, name=_default_name):\n    self.start = start\n    self.end = end\n    self.executable = executable\n    self.data = data\n    self.name = name': _made_54,
-    'def __init__(self, start, end, name, binding, size):\n    self.start = start\n    self.end = end\n    self.name = name\n    self.binding = binding\n    self.size = size': _made_55,
-    'def __init__(self, start, end, perms, pgoff, path, device=_default_device, inode=_default_inode):\n    self.start = start\n    self.end = end\n    self.perms = perms\n    self.pgoff = pgoff\n    self.path = path\n    self.device = device\n    self.inode = inode': _made_56,
-    'def __init__(self, start, end, pgoff, filename, build_id, module=_default_module):\n    self.start = start\n    self.end = end\n    self.pgoff = pgoff\n    self.filename = filename\n    self.build_id = build_id\n    self.module = module': _made_57,
-    'def __init__(self, start, end, rep_size, row_starts, words):\n    self.start = start\n    self.end = end\n    self.rep_size = rep_size\n    self.row_starts = row_starts\n    self.words = words': _made_58,
-    'def __init__(self, start, size, fres=_MISSING, pc_type=_default_pc_type, fde_type=_default_fde_type, pauth_key_b=_default_pauth_key_b, signal=_default_signal, rep_size=_default_rep_size, fre_type=_default_fre_type, fre_off=_default_fre_off):\n    self.start = start\n    self.size = size\n    self.fres = _factory_fres() if fres is _MISSING else fres\n    self.pc_type = pc_type\n    self.fde_type = fde_type\n    self.pauth_key_b = pauth_key_b\n    self.signal = signal\n    self.rep_size = rep_size\n    self.fre_type = fre_type\n    self.fre_off = fre_off': _made_59,
-    'def __init__(self, start, words, base_reg=_default_base_reg, mangled_ra=_default_mangled_ra, word_size=_default_word_size):\n    self.start = start\n    self.words = words\n    self.base_reg = base_reg\n    self.mangled_ra = mangled_ra\n    self.word_size = word_size': _made_60,
-    'def __init__(self, starts, words, masks, rare_all=_default_rare_all):\n    self.starts = starts\n    self.words = words\n    self.masks = masks\n    self.rare_all = rare_all': _made_61,
-    'def __init__(self, tid, mm, kthread=_default_kthread, exiting=_default_exiting, cpu=_default_cpu, entry=_default_entry, unwind_mask=_default_unwind_mask, cookie=_default_cookie, cache=_default_cache, unwind_completed=_default_unwind_completed, task_work_queued=_default_task_work_queued, delivered=_MISSING):\n    self.tid = tid\n    self.mm = mm\n    self.kthread = kthread\n    self.exiting = exiting\n    self.cpu = cpu\n    self.entry = entry\n    self.unwind_mask = unwind_mask\n    self.cookie = cookie\n    self.cache = cache\n    self.unwind_completed = unwind_completed\n    self.task_work_queued = task_work_queued\n    self.delivered = _factory_delivered() if delivered is _MISSING else delivered': _made_62,
-    'def __init__(self, tid, name, registers):\n    self.tid = tid\n    self.name = name\n    self.registers = registers': _made_63,
-    'def __init__(self, tid, name, unwind):\n    self.tid = tid\n    self.name = name\n    self.unwind = unwind': _made_64,
-    'def __init__(self, tid, seized=_default_seized, stopped=_default_stopped, signal=_default_signal, ended=_default_ended, reaped=_default_reaped, detached=_default_detached):\n    self.tid = tid\n    self.seized = seized\n    self.stopped = stopped\n    self.signal = signal\n    self.ended = ended\n    self.reaped = reaped\n    self.detached = detached': _made_65,
-    'def __init__(self, type, config, sample_type, read_format, flags, sample_regs_user, sample_stack_user, ids=_default_ids, branch_sample_type=_default_branch_sample_type, name=_default_name):\n    self.type = type\n    self.config = config\n    self.sample_type = sample_type\n    self.read_format = read_format\n    self.flags = flags\n    self.sample_regs_user = sample_regs_user\n    self.sample_stack_user = sample_stack_user\n    self.ids = ids\n    self.branch_sample_type = branch_sample_type\n    self.name = name': _made_66,
-    'def __init__(self, version, abi, flags=_default_flags, cfa_fixed_fp_offset=_default_cfa_fixed_fp_offset, cfa_fixed_ra_offset=_default_cfa_fixed_ra_offset, fdes=_MISSING, aux_header=_default_aux_header, address=_default_address, tail=_default_tail):\n    self.version = version\n    self.abi = abi\n    self.flags = flags\n    self.cfa_fixed_fp_offset = cfa_fixed_fp_offset\n    self.cfa_fixed_ra_offset = cfa_fixed_ra_offset\n    self.fdes = _factory_fdes() if fdes is _MISSING else fdes\n    self.aux_header = aux_header\n    self.address = address\n    self.tail = tail': _made_67,
-    "def __init__(self, version, flags, abi, cfa_fixed_fp_offset, cfa_fixed_ra_offset, auxhdr_len, num_fdes, num_fres, fre_len, fdeoff, freoff, big_endian, header_end, fdes_start, fdes_end, fres_start, fres_end):\n    _set(self, 'version', version)\n    _set(self, 'flags', flags)\n    _set(self, 'abi', abi)\n    _set(self, 'cfa_fixed_fp_offset', cfa_fixed_fp_offset)\n    _set(self, 'cfa_fixed_ra_offset', cfa_fixed_ra_offset)\n    _set(self, 'auxhdr_len', auxhdr_len)\n    _set(self, 'num_fdes', num_fdes)\n    _set(self, 'num_fres', num_fres)\n    _set(self, 'fre_len', fre_len)\n    _set(self, 'fdeoff', fdeoff)\n    _set(self, 'freoff', freoff)\n    _set(self, 'big_endian', big_endian)\n    _set(self, 'header_end', header_end)\n    _set(self, 'fdes_start', fdes_start)\n    _set(self, 'fdes_end', fdes_end)\n    _set(self, 'fres_start', fres_start)\n    _set(self, 'fres_end', fres_end)": _made_68,
-    'def __new__(_cls, data, address, damage=_default_damage):\n    return _tuple_new(_cls, (data, address, damage, ))': _made_69,
-    'def __new__(_cls, data, address, damage=_default_damage, on_demand=_default_on_demand):\n    return _tuple_new(_cls, (data, address, damage, on_demand, ))': _made_70,
-    'def __new__(_cls, layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx):\n    return _tuple_new(_cls, (layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx, ))': _made_71,
-    'def __new__(_cls, mapping):\n    return _tuple_new(_cls, (mapping, ))': _made_72,
-    'def __new__(_cls, mapping, kind=_default_kind):\n    return _tuple_new(_cls, (mapping, kind, ))': _made_73,
-    'def __new__(_cls, mapping, rule):\n    return _tuple_new(_cls, (mapping, rule, ))': _made_74,
-    'def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset):\n    return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, ))': _made_75,
-    'def __new__(_cls, mapping=_default_mapping):\n    return _tuple_new(_cls, (mapping, ))': _made_76,
-    'def __new__(_cls, name, offset):\n    return _tuple_new(_cls, (name, offset, ))': _made_77,
-    'def __new__(_cls, name, type, desc_offset, desc_size):\n    return _tuple_new(_cls, (name, type, desc_offset, desc_size, ))': _made_78,
-    'def __new__(_cls, number, name, type, flags, address, offset, size, link, info, entsize):\n    return _tuple_new(_cls, (number, name, type, flags, address, offset, size, link, info, entsize, ))': _made_79,
-    'def __new__(_cls, op, a=_default_a, b=_default_b, block=_default_block):\n    return _tuple_new(_cls, (op, a, b, block, ))': _made_80,
-    'def __new__(_cls, order, wide, file_header, section, segment, symbol, note, word, rela):\n    return _tuple_new(_cls, (order, wide, file_header, section, segment, symbol, note, word, rela, ))': _made_81,
-    'def __new__(_cls, pc, method):\n    return _tuple_new(_cls, (pc, method, ))': _made_82,
-    'def __new__(_cls, pc, method, symbol, function, names, mapping):\n    return _tuple_new(_cls, (pc, method, symbol, function, names, mapping, ))': _made_83,
-    'def __new__(_cls, pc, sp, fp, lr, others):\n    return _tuple_new(_cls, (pc, sp, fp, lr, others, ))': _made_84,
-    'def __new__(_cls, pc, sp, fp, lr=_default_lr, others=_default_others, topmost=_default_topmost):\n    return _tuple_new(_cls, (pc, sp, fp, lr, others, topmost, ))': _made_85,
-    'def __new__(_cls, tid, name, frames, stop):\n    return _tuple_new(_cls, (tid, name, frames, stop, ))': _made_86,
-    'def __new__(_cls, type, flags, offset, vaddr, filesz, memsz):\n    return _tuple_new(_cls, (type, flags, offset, vaddr, filesz, memsz, ))': _made_87,
+    'def __init__(self, offset, time=_default_time):\n    self.offset = offset\n    self.time = time': _made_38,
+    'def __init__(self, offset, version, augmentation, code_align, data_align, return_register, fde_encoding=_default_fde_encoding, lsda_encoding=_default_lsda_encoding, personality=_default_personality, signal_frame=_default_signal_frame, b_key=_default_b_key, address_size=_default_address_size, instructions_start=_default_instructions_start, instructions_end=_default_instructions_end, initial=_default_initial):\n    self.offset = offset\n    self.version = version\n    self.augmentation = augmentation\n    self.code_align = code_align\n    self.data_align = data_align\n    self.return_register = return_register\n    self.fde_encoding = fde_encoding\n    self.lsda_encoding = lsda_encoding\n    self.personality = personality\n    self.signal_frame = signal_frame\n    self.b_key = b_key\n    self.address_size = address_size\n    self.instructions_start = instructions_start\n    self.instructions_end = instructions_end\n    self.initial = initial': _made_39,
+    'def __init__(self, path, buffer, attrs, data_offset, data_size, features, skipped=_MISSING, _map=_default__map, _parser=_default__parser, _released=_default__released, _seen=_MISSING, inflated=_default_inflated):\n    self.path = path\n    self.buffer = buffer\n    self.attrs = attrs\n    self.data_offset = data_offset\n    self.data_size = data_size\n    self.features = features\n    self.skipped = _factory_skipped() if skipped is _MISSING else skipped\n    self._map = _map\n    self._parser = _parser\n    self._released = _released\n    self._seen = _factory__seen() if _seen is _MISSING else _seen\n    self.inflated = inflated': _made_40,
+    'def __init__(self, path, build_id, bias, lookup, origin, image=_default_image, guard=_MISSING, damage=_default_damage):\n    self.path = path\n    self.build_id = build_id\n    self.bias = bias\n    self.lookup = lookup\n    self.origin = origin\n    self.image = image\n    self.guard = _factory_guard() if guard is _MISSING else guard\n    self.damage = damage': _made_41,
+    'def __init__(self, pcs, methods, mappings, count, stops, scalar, space_mappings):\n    self.pcs = pcs\n    self.methods = methods\n    self.mappings = mappings\n    self.count = count\n    self.stops = stops\n    self.scalar = scalar\n    self.space_mappings = space_mappings': _made_42,
+    'def __init__(self, pid, build_id, filename, kernel):\n    self.pid = pid\n    self.build_id = build_id\n    self.filename = filename\n    self.kernel = kernel': _made_43,
+    "def __init__(self, pids=_default_pids, tids=_default_tids, comms=_default_comms, times=_default_times):\n    _set(self, 'pids', pids)\n    _set(self, 'tids', tids)\n    _set(self, 'comms', comms)\n    _set(self, 'times', times)": _made_44,
+    'def __init__(self, registers, stack, offset=_default_offset, buffer=_default_buffer):\n    self.registers = registers\n    self.stack = stack\n    self.offset = offset\n    self.buffer = buffer': _made_45,
+    'def __init__(self, sample, comm, unwind, mappings, layout=_default_layout):\n    self.sample = sample\n    self.comm = comm\n    self.unwind = unwind\n    self.mappings = mappings\n    self.layout = layout': _made_46,
+    'def __init__(self, samples, entries, dwarf_bytes, deferred_bytes, verdicts, causes, assume_sframe):\n    self.samples = samples\n    self.entries = entries\n    self.dwarf_bytes = dwarf_bytes\n    self.deferred_bytes = deferred_bytes\n    self.verdicts = verdicts\n    self.causes = causes\n    self.assume_sframe = assume_sframe': _made_47,
+    'def __init__(self, section, reason):\n    self.section = section\n    self.reason = reason': _made_48,
+    'def __init__(self, section, skipped=_MISSING, cfi_errors=_MISSING, trimmed=_MISSING):\n    self.section = section\n    self.skipped = _factory_skipped() if skipped is _MISSING else skipped\n    self.cfi_errors = _factory_cfi_errors() if cfi_errors is _MISSING else cfi_errors\n    self.trimmed = _factory_trimmed() if trimmed is _MISSING else trimmed': _made_49,
+    'def __init__(self, sframe_start, sframe_end, text_start, text_end, name=_default_name, lookup=_default_lookup):\n    self.sframe_start = sframe_start\n    self.sframe_end = sframe_end\n    self.text_start = text_start\n    self.text_end = text_end\n    self.name = name\n    self.lookup = lookup': _made_50,
+    'def __init__(self, sframe_start, sframe_size, text_start, text_size):\n    self.sframe_start = sframe_start\n    self.sframe_size = sframe_size\n    self.text_start = text_start\n    self.text_size = text_size': _made_51,
+    'def __init__(self, space, order, samples):\n    self.space = space\n    self.order = order\n    self.samples = samples': _made_52,
+    'def __init__(self, space, rows, result):\n    self.space = space\n    self.rows = rows\n    self.result = result': _made_53,
+    'def __init__(self, start, end, comms, groups, scalar):\n    self.start = start\n    self.end = end\n    self.comms = comms\n    self.groups = groups\n    self.scalar = scalar': _made_54,
+    'def __init__(self, start, end, executable, data, name=_default_name):\n    self.start = start\n    self.end = end\n    self.executable = executable\n    self.data = data\n    self.name = name': _made_55,
+    'def __init__(self, start, end, name, binding, size):\n    self.start = start\n    self.end = end\n    self.name = name\n    self.binding = binding\n    self.size = size': _made_56,
+    'def __init__(self, start, end, perms, pgoff, path, device=_default_device, inode=_default_inode):\n    self.start = start\n    self.end = end\n    self.perms = perms\n    self.pgoff = pgoff\n    self.path = path\n    self.device = device\n    self.inode = inode': _made_57,
+    'def __init__(self, start, end, pgoff, filename, build_id, module=_default_module):\n    self.start = start\n    self.end = end\n    self.pgoff = pgoff\n    self.filename = filename\n    self.build_id = build_id\n    self.module = module': _made_58,
+    'def __init__(self, start, end, rep_size, row_starts, words):\n    self.start = start\n    self.end = end\n    self.rep_size = rep_size\n    self.row_starts = row_starts\n    self.words = words': _made_59,
+    'def __init__(self, start, size, fres=_MISSING, pc_type=_default_pc_type, fde_type=_default_fde_type, pauth_key_b=_default_pauth_key_b, signal=_default_signal, rep_size=_default_rep_size, fre_type=_default_fre_type, fre_off=_default_fre_off):\n    self.start = start\n    self.size = size\n    self.fres = _factory_fres() if fres is _MISSING else fres\n    self.pc_type = pc_type\n    self.fde_type = fde_type\n    self.pauth_key_b = pauth_key_b\n    self.signal = signal\n    self.rep_size = rep_size\n    self.fre_type = fre_type\n    self.fre_off = fre_off': _made_60,
+    'def __init__(self, start, words, base_reg=_default_base_reg, mangled_ra=_default_mangled_ra, word_size=_default_word_size):\n    self.start = start\n    self.words = words\n    self.base_reg = base_reg\n    self.mangled_ra = mangled_ra\n    self.word_size = word_size': _made_61,
+    'def __init__(self, starts, words, masks, rare_all=_default_rare_all):\n    self.starts = starts\n    self.words = words\n    self.masks = masks\n    self.rare_all = rare_all': _made_62,
+    'def __init__(self, tid, mm, kthread=_default_kthread, exiting=_default_exiting, cpu=_default_cpu, entry=_default_entry, unwind_mask=_default_unwind_mask, cookie=_default_cookie, cache=_default_cache, unwind_completed=_default_unwind_completed, task_work_queued=_default_task_work_queued, delivered=_MISSING):\n    self.tid = tid\n    self.mm = mm\n    self.kthread = kthread\n    self.exiting = exiting\n    self.cpu = cpu\n    self.entry = entry\n    self.unwind_mask = unwind_mask\n    self.cookie = cookie\n    self.cache = cache\n    self.unwind_completed = unwind_completed\n    self.task_work_queued = task_work_queued\n    self.delivered = _factory_delivered() if delivered is _MISSING else delivered': _made_63,
+    'def __init__(self, tid, name, registers):\n    self.tid = tid\n    self.name = name\n    self.registers = registers': _made_64,
+    'def __init__(self, tid, name, unwind):\n    self.tid = tid\n    self.name = name\n    self.unwind = unwind': _made_65,
+    'def __init__(self, tid, seized=_default_seized, stopped=_default_stopped, signal=_default_signal, ended=_default_ended, reaped=_default_reaped, detached=_default_detached):\n    self.tid = tid\n    self.seized = seized\n    self.stopped = stopped\n    self.signal = signal\n    self.ended = ended\n    self.reaped = reaped\n    self.detached = detached': _made_66,
+    'def __init__(self, type, config, sample_type, read_format, flags, sample_regs_user, sample_stack_user, ids=_default_ids, branch_sample_type=_default_branch_sample_type, name=_default_name):\n    self.type = type\n    self.config = config\n    self.sample_type = sample_type\n    self.read_format = read_format\n    self.flags = flags\n    self.sample_regs_user = sample_regs_user\n    self.sample_stack_user = sample_stack_user\n    self.ids = ids\n    self.branch_sample_type = branch_sample_type\n    self.name = name': _made_67,
+    'def __init__(self, version, abi, flags=_default_flags, cfa_fixed_fp_offset=_default_cfa_fixed_fp_offset, cfa_fixed_ra_offset=_default_cfa_fixed_ra_offset, fdes=_MISSING, aux_header=_default_aux_header, address=_default_address, tail=_default_tail):\n    self.version = version\n    self.abi = abi\n    self.flags = flags\n    self.cfa_fixed_fp_offset = cfa_fixed_fp_offset\n    self.cfa_fixed_ra_offset = cfa_fixed_ra_offset\n    self.fdes = _factory_fdes() if fdes is _MISSING else fdes\n    self.aux_header = aux_header\n    self.address = address\n    self.tail = tail': _made_68,
+    "def __init__(self, version, flags, abi, cfa_fixed_fp_offset, cfa_fixed_ra_offset, auxhdr_len, num_fdes, num_fres, fre_len, fdeoff, freoff, big_endian, header_end, fdes_start, fdes_end, fres_start, fres_end):\n    _set(self, 'version', version)\n    _set(self, 'flags', flags)\n    _set(self, 'abi', abi)\n    _set(self, 'cfa_fixed_fp_offset', cfa_fixed_fp_offset)\n    _set(self, 'cfa_fixed_ra_offset', cfa_fixed_ra_offset)\n    _set(self, 'auxhdr_len', auxhdr_len)\n    _set(self, 'num_fdes', num_fdes)\n    _set(self, 'num_fres', num_fres)\n    _set(self, 'fre_len', fre_len)\n    _set(self, 'fdeoff', fdeoff)\n    _set(self, 'freoff', freoff)\n    _set(self, 'big_endian', big_endian)\n    _set(self, 'header_end', header_end)\n    _set(self, 'fdes_start', fdes_start)\n    _set(self, 'fdes_end', fdes_end)\n    _set(self, 'fres_start', fres_start)\n    _set(self, 'fres_end', fres_end)": _made_69,
+    'def __new__(_cls, data, address, damage=_default_damage):\n    return _tuple_new(_cls, (data, address, damage, ))': _made_70,
+    'def __new__(_cls, data, address, damage=_default_damage, on_demand=_default_on_demand):\n    return _tuple_new(_cls, (data, address, damage, on_demand, ))': _made_71,
+    'def __new__(_cls, layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx):\n    return _tuple_new(_cls, (layout, type, machine, entry, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx, ))': _made_72,
+    'def __new__(_cls, mapping):\n    return _tuple_new(_cls, (mapping, ))': _made_73,
+    'def __new__(_cls, mapping, kind=_default_kind):\n    return _tuple_new(_cls, (mapping, kind, ))': _made_74,
+    'def __new__(_cls, mapping, rule):\n    return _tuple_new(_cls, (mapping, rule, ))': _made_75,
+    'def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset):\n    return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, ))': _made_76,
+    'def __new__(_cls, mapping=_default_mapping):\n    return _tuple_new(_cls, (mapping, ))': _made_77,
+    'def __new__(_cls, name, offset):\n    return _tuple_new(_cls, (name, offset, ))': _made_78,
+    'def __new__(_cls, name, type, desc_offset, desc_size):\n    return _tuple_new(_cls, (name, type, desc_offset, desc_size, ))': _made_79,
+    'def __new__(_cls, number, name, type, flags, address, offset, size, link, info, entsize):\n    return _tuple_new(_cls, (number, name, type, flags, address, offset, size, link, info, entsize, ))': _made_80,
+    'def __new__(_cls, op, a=_default_a, b=_default_b, block=_default_block):\n    return _tuple_new(_cls, (op, a, b, block, ))': _made_81,
+    'def __new__(_cls, order, wide, file_header, section, segment, symbol, note, word, rela):\n    return _tuple_new(_cls, (order, wide, file_header, section, segment, symbol, note, word, rela, ))': _made_82,
+    'def __new__(_cls, pc, method):\n    return _tuple_new(_cls, (pc, method, ))': _made_83,
+    'def __new__(_cls, pc, method, symbol, function, names, mapping):\n    return _tuple_new(_cls, (pc, method, symbol, function, names, mapping, ))': _made_84,
+    'def __new__(_cls, pc, sp, fp, lr, others):\n    return _tuple_new(_cls, (pc, sp, fp, lr, others, ))': _made_85,
+    'def __new__(_cls, pc, sp, fp, lr=_default_lr, others=_default_others, topmost=_default_topmost):\n    return _tuple_new(_cls, (pc, sp, fp, lr, others, topmost, ))': _made_86,
+    'def __new__(_cls, tid, name, frames, stop):\n    return _tuple_new(_cls, (tid, name, frames, stop, ))': _made_87,
+    'def __new__(_cls, type, flags, offset, vaddr, filesz, memsz):\n    return _tuple_new(_cls, (type, flags, offset, vaddr, filesz, memsz, ))': _made_88,
 }
