@@ -273,38 +273,6 @@ def sample_parser(attr: EventAttr) -> tuple[SampleParser, SampleFollower] | None
     registered = bool(sample_type & SAMPLE_REGS_USER)
     stacked = bool(sample_type & SAMPLE_STACK_USER)
     make = _sample_maker(names, attr)
-    time_at = _time_offset(sample_type)
-    read_time = _U64.unpack_from
-
-    def follow(buffer: memoryview, offset: int, size: int, base: int) -> Followed | None:
-        # parse()'s checks, in its order, without reading what they bound
-        end = offset + size
-        position = offset + prefix_end
-        if position > end or end > len(buffer):
-            return None
-        if chained:
-            if position + 8 > end:
-                return None
-            position += 8 + 8 * read_word(buffer, position)[0]
-            if position > end:
-                return None
-        if registered:
-            if position + 8 > end:
-                return None
-            position += 8
-            if read_word(buffer, position - 8)[0]:
-                position += register_bytes
-                if position > end:
-                    return None
-        if stacked:
-            if position + 8 > end:
-                return None
-            stack_size = read_word(buffer, position)[0]
-            if stack_size and position + 8 + stack_size + 8 > end:
-                return None
-        return Followed(base + offset, read_time(buffer, offset + 8 + time_at)[0]
-                        if time_at >= 0 else 0)
-
     def parse(buffer: memoryview, misc: int, offset: int, size: int, base: int
               ) -> Sample | None:
         end = offset + size
@@ -349,7 +317,52 @@ def sample_parser(attr: EventAttr) -> tuple[SampleParser, SampleFollower] | None
         return make(base + offset, misc, fields, callchain, regs_abi, regs, stack, dyn_size,
                     stack_offset)
 
-    return parse, follow
+    return parse, _sample_follower(attr)
+
+
+def _sample_follower(attr: EventAttr) -> SampleFollower:
+    """What :func:`sample_parser`'s parse checks of a sample of ``attr``, giving only its
+    place and time (:class:`Followed`), or None where the parse would give None."""
+    sample_type = attr.sample_type
+    prefix_end = 8 + _prefix_layout(sample_type)[0].size
+    read_word = _U64.unpack_from
+    register_bytes = 8 * attr.sample_regs_user.bit_count()
+    chained = bool(sample_type & SAMPLE_CALLCHAIN)
+    registered = bool(sample_type & SAMPLE_REGS_USER)
+    stacked = bool(sample_type & SAMPLE_STACK_USER)
+    time_at = _time_offset(sample_type)
+    read_time = _U64.unpack_from
+
+    def follow(buffer: memoryview, offset: int, size: int, base: int) -> Followed | None:
+        # parse()'s checks, in its order, without reading what they bound
+        end = offset + size
+        position = offset + prefix_end
+        if position > end or end > len(buffer):
+            return None
+        if chained:
+            if position + 8 > end:
+                return None
+            position += 8 + 8 * read_word(buffer, position)[0]
+            if position > end:
+                return None
+        if registered:
+            if position + 8 > end:
+                return None
+            position += 8
+            if read_word(buffer, position - 8)[0]:
+                position += register_bytes
+                if position > end:
+                    return None
+        if stacked:
+            if position + 8 > end:
+                return None
+            stack_size = read_word(buffer, position)[0]
+            if stack_size and position + 8 + stack_size + 8 > end:
+                return None
+        return Followed(base + offset, read_time(buffer, offset + 8 + time_at)[0]
+                        if time_at >= 0 else 0)
+
+    return follow
 
 
 def _time_offset(sample_type: int) -> int:
