@@ -275,7 +275,10 @@ def test_stripped_then_injected_again(injected: dict[str, tuple[Path, Path]],
 def test_defer_unwinds_an_injected_program_without_assume_sframe(
         injected: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
     """perf's build-id cache would hold the original files under the same build ids (the
-    copies keep them): a fresh HOME, so that the recorded paths are read."""
+    copies keep them): a fresh HOME, so that the recorded paths are read. The injected
+    program and libc are taken for their PT_GNU_SFRAME; the loader, ld.so, is the
+    system's (a program names it by its absolute path), so a sample that walks through it
+    (a first call's lazy binding) is cut short there, as it would be in the kernel."""
     perf = need_perf()
     libraries = tmp_path / "lib"
     libraries.mkdir()
@@ -294,4 +297,5 @@ def test_defer_unwinds_an_injected_program_without_assume_sframe(
     report = run.stdout + run.stderr
     unwound = re.search(r"unwound\s+([\d,]+)\s+([\d.]+)%", report)
     assert unwound is not None and float(unwound.group(2)) >= 95.0, report
-    assert "no PT_GNU_SFRAME" not in report, report
+    lacking = [line.split()[0] for line in report.splitlines() if "no PT_GNU_SFRAME" in line]
+    assert all(Path(path).name.startswith("ld-linux") for path in lacking), report
