@@ -82,14 +82,19 @@ def _stack(rows: list[tuple[int, int, int | None]], frames: list[tuple[int, int,
        frames=st.lists(st.tuples(st.integers(0, 5), st.integers(1, _SIZE - 1),
                                  st.sampled_from([0, 8, 16, 24])), min_size=1, max_size=30),
        base=st.sampled_from([0x7FFF0000, 0x7FFF0004, 8]), cut=st.sampled_from([0, 0, 0, 4, 8]),
-       fp=st.sampled_from([0, 8, 16, -8, 4096]))
+       fp=st.sampled_from([0, 8, 16, -8, 4096]), above=st.sampled_from([0, 0, 8, 16]))
 def test_the_hot_loop_walks_as_the_general_loop(rows: list[tuple[int, int, int | None]],
                                                 frames: list[tuple[int, int, int]], base: int,
-                                                cut: int, fp: int) -> None:
+                                                cut: int, fp: int, above: int) -> None:
+    """``above``: the topmost SP that far into the copy (a copy of another source may
+    start below it), where a topmost frame's CFA may be its SP."""
     space = _space([_row(*row) for row in rows])
-    stack = _stack(rows, frames, base, fp)
+    # (below the SP: return addresses, read by a topmost CFA at or near the SP)
+    stack = (_TEXT + 8).to_bytes(8, "little") * (above // 8) + _stack(rows, frames,
+                                                                       base + above, fp)
     stack = stack[:max(0, len(stack) - cut)]  # (the copy may end inside a frame)
-    registers = Registers(_TEXT + (frames[0][0] % len(rows)) * _SIZE + 4, base, base + fp)
+    sp = base + above
+    registers = Registers(_TEXT + (frames[0][0] % len(rows)) * _SIZE + 4, sp, sp + fp)
     unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE)
     hot = unwinder.unwind(registers, StackMemory(base, stack), space)
     general = Unwinder(ABI.AMD64_ENDIAN_LITTLE).unwind(registers,

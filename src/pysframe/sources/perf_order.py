@@ -53,6 +53,7 @@ RECORD_COST = 512
 def time_ordered(data: PerfData) -> Iterator[Record]:
     """The records of ``data`` (no FINISHED_ROUND) in the order of ``perf script``."""
     heap: list[tuple[int, int, Record]] = []
+    push, pop = heapq.heappush, heapq.heappop
     sequence = delivered = held_bytes = 0
     previous_round_max = round_max = -1
     records = data.records()
@@ -60,7 +61,7 @@ def time_ordered(data: PerfData) -> Iterator[Record]:
         if isinstance(record, FinishedRound):
             limit = previous_round_max
             while heap and heap[0][0] <= limit:
-                popped = heapq.heappop(heap)[2]
+                popped = pop(heap)[2]
                 if isinstance(popped, Sample) and popped.stack is not None:
                     held_bytes -= len(popped.stack)
                 delivered += 1
@@ -68,8 +69,9 @@ def time_ordered(data: PerfData) -> Iterator[Record]:
             previous_round_max = round_max
             continue
         time = record.time
-        round_max = max(round_max, time)
-        heapq.heappush(heap, (time, sequence, record))
+        if time > round_max:
+            round_max = time
+        push(heap, (time, sequence, record))
         sequence += 1
         if isinstance(record, Sample) and record.stack is not None:
             held_bytes += len(record.stack)

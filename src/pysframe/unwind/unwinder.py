@@ -257,11 +257,28 @@ class Unwinder:
                 plans = cache.remember(space, key, plan)
             mappings.append(plan.mapping)
             if type(plan) is DefaultPlan:
-                default = _step_default(plan, sp, fp, topmost, memory, sp_offset)
-                if type(default) is Stop:
-                    result.stop = default
-                    return result
-                new_pc, new_sp, new_fp = default  # type: ignore[misc]
+                if unpack is not None:  # (_step_default on the copy, read inline)
+                    _, sp_based, cfa_offset, ra_offset, fp_offset = plan
+                    cfa = (sp if sp_based else fp) + cfa_offset
+                    address = cfa + ra_offset
+                    if address < base or address + 8 > end:
+                        result.stop = Stop.COPY_ENDED if address + 8 > end else Stop.MEMORY
+                        return result
+                    new_pc, new_fp = unpack(data, address - base)[0], fp
+                    if fp_offset is not None and base <= cfa + fp_offset <= end - 8:
+                        new_fp = unpack(data, cfa + fp_offset - base)[0]
+                    new_sp = cfa + sp_offset
+                    stopped = (Stop.ZERO_PC if new_pc == 0 else Stop.BACKWARDS if new_sp < sp
+                               else Stop.NO_ADVANCE if new_sp == sp and not topmost else None)
+                    if stopped is not None:
+                        result.stop = stopped
+                        return result
+                else:
+                    default = _step_default(plan, sp, fp, topmost, memory, sp_offset)
+                    if type(default) is Stop:
+                        result.stop = default
+                        return result
+                    new_pc, new_sp, new_fp = default  # type: ignore[misc]
                 method = _SFRAME
             elif type(plan) is SigreturnPlan:
                 # A signal frame: the interrupted context is saved on the stack. Its pc is
