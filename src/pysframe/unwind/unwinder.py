@@ -232,16 +232,13 @@ class Unwinder:
         plans = cache.plans_for(space)
         # A perf stack copy is read inline (the hot path: no call per word); any other
         # memory through its read method.
-        if type(memory) is StackMemory:
-            data, base, end = memory.data, memory.base, memory.end
-            unpack = memory.unpack_from
-        else:
-            data, base, end, unpack = b"", 0, -1, None
+        copy: Copy | None = ((memory.data, memory.base, memory.end, memory.unpack_from)
+                             if type(memory) is StackMemory else None)
         sp_offset, max_depth = self.sp_offset, self.max_depth
         while len(pcs) < max_depth:
-            if not topmost and unpack is not None:
-                pc, sp, fp, stop = _run_defaults(plans, pc, sp, fp, (data, base, end, unpack),
-                                                 result, sps, sp_offset, max_depth)
+            if not topmost and copy is not None:
+                pc, sp, fp, stop = _run_defaults(plans, pc, sp, fp, copy, result, sps,
+                                                 sp_offset, max_depth)
                 if stop is not None:
                     result.stop = stop
                     return result
@@ -257,28 +254,13 @@ class Unwinder:
                 plans = cache.remember(space, key, plan)
             mappings.append(plan.mapping)
             if type(plan) is DefaultPlan:
-                if unpack is not None:  # (_step_default on the copy, read inline)
-                    _, sp_based, cfa_offset, ra_offset, fp_offset = plan
-                    cfa = (sp if sp_based else fp) + cfa_offset
-                    address = cfa + ra_offset
-                    if address < base or address + 8 > end:
-                        result.stop = Stop.COPY_ENDED if address + 8 > end else Stop.MEMORY
-                        return result
-                    new_pc, new_fp = unpack(data, address - base)[0], fp
-                    if fp_offset is not None and base <= cfa + fp_offset <= end - 8:
-                        new_fp = unpack(data, cfa + fp_offset - base)[0]
-                    new_sp = cfa + sp_offset
-                    stopped = (Stop.ZERO_PC if new_pc == 0 else Stop.BACKWARDS if new_sp < sp
-                               else Stop.NO_ADVANCE if new_sp == sp and not topmost else None)
-                    if stopped is not None:
-                        result.stop = stopped
-                        return result
-                else:
-                    default = _step_default(plan, sp, fp, topmost, memory, sp_offset)
-                    if type(default) is Stop:
-                        result.stop = default
-                        return result
-                    new_pc, new_sp, new_fp = default  # type: ignore[misc]
+                default = (_step_on_copy(plan, sp, fp, topmost, copy, sp_offset)
+                           if copy is not None
+                           else _step_default(plan, sp, fp, topmost, memory, sp_offset))
+                if type(default) is Stop:
+                    result.stop = default
+                    return result
+                new_pc, new_sp, new_fp = default  # type: ignore[misc]
                 method = _SFRAME
             elif type(plan) is SigreturnPlan:
                 # A signal frame: the interrupted context is saved on the stack. Its pc is
@@ -422,6 +404,27 @@ class Unwinder:
             return DefaultPlan(mapping, cfa.regnum == self.sp_reg, cfa.offset, ra.offset,
                                fp.offset if fp.kind == RuleKind.CFA else None)
         return RowPlan(mapping, rule_of_row(row))
+
+
+def _step_on_copy(plan: DefaultPlan, sp: int, fp: int, topmost: bool, copy: Copy,
+                  sp_offset: int) -> tuple[int, int, int] | Stop:
+    """:func:`_step_default` on a perf stack copy, its words read inline (no call for each:
+    a topmost frame's step is one a sample)."""
+    data, base, end, unpack = copy
+    _, sp_based, cfa_offset, ra_offset, fp_offset = plan
+    cfa = (sp if sp_based else fp) + cfa_offset
+    address = cfa + ra_offset
+    if address < base or address + 8 > end:
+        return Stop.COPY_ENDED if address + 8 > end else Stop.MEMORY
+    new_pc = unpack(data, address - base)[0]
+    if fp_offset is not None and base <= cfa + fp_offset <= end - 8:
+        fp = unpack(data, cfa + fp_offset - base)[0]
+    new_sp = cfa + sp_offset
+    if new_pc == 0:
+        return Stop.ZERO_PC
+    if new_sp < sp or (new_sp == sp and not topmost):
+        return Stop.BACKWARDS if new_sp < sp else Stop.NO_ADVANCE
+    return new_pc, new_sp, fp
 
 
 def _step_default(plan: DefaultPlan, sp: int, fp: int, topmost: bool, memory: StackReader,
