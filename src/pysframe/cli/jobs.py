@@ -23,7 +23,7 @@ from ..fd_io import PIECE, copy_file, write_all
 from ..helper_child import say_status, status_of
 from ..made_exchange import unnamed_file
 from .errors import EXIT_INVALID, CommandError, guarded
-from .jobs_turns import KeptRanges, Turns, cut_short, end_cut_short
+from .jobs_turns import KeptRanges, Turns, cut_short, end_cut_short, joined
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing imports re: ~5 ms of a small recording's run)
@@ -39,6 +39,10 @@ _SAID: dict[int, int] = {}
 #: disk-backed /tmp, a child's 54 MB of a 66k-sample recording's text took ~110 ms
 #: (ext4's block reservations, page by page) against ~35 ms into a memfd.
 IN_MEMORY = 256 << 20
+#: The most characters of this process's own share given to the output at once
+#: (:func:`~.jobs_turns.joined`): a write a sample cost the Lua recording's parent ~1,760
+#: text writes and ~330 system calls for its 2.6 MB.
+JOINED = 1 << 16
 
 
 def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterator[str]],
@@ -104,7 +108,7 @@ def in_order(ranges: list[tuple[int, int]], produce: Callable[[int, int], Iterat
         if started is not None:
             started(0)
         if ranges:
-            yield from joined(produce(ranges[0][0], ranges[share - 1][1]))
+            yield from joined(produce(ranges[0][0], ranges[share - 1][1]), JOINED)
         for each in tokens if tokens is not None else ():
             _write_range(produce, ranges[each], outputs[each], limit)
         if produced is not None:
@@ -190,27 +194,6 @@ def turns_share(count: int, processes: int) -> int:
     with half of them first, this process's share ended when the child's claims did, and
     the child's text went out after both, the other CPU idle."""
     return max(1, count // (2 * processes))
-
-
-#: The most characters :func:`joined` holds before it gives them on.
-JOINED = 1 << 16
-
-
-def joined(texts: Iterator[str]) -> Iterator[str]:
-    """``texts`` given on in pieces of about :data:`JOINED` characters (the last when
-    they end): a write to the output a sample cost the Lua recording's parent ~1,760
-    text writes and ~330 system calls for its 2.6 MB."""
-    pending: list[str] = []
-    size = 0
-    for text in texts:
-        pending.append(text)
-        size += len(text)
-        if size >= JOINED:
-            yield "".join(pending)
-            pending.clear()
-            size = 0
-    if pending:
-        yield "".join(pending)
 
 
 def _courtesy(finish: Callable[[], None] | None) -> None:

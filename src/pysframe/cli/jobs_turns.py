@@ -48,6 +48,22 @@ PIECE = 1 << 20
 HELD = 64 << 20
 
 
+def joined(texts: Iterator[str], most: int) -> Iterator[str]:
+    """``texts`` given on joined, in pieces of about ``most`` characters (the last when
+    they end)."""
+    pending: list[str] = []
+    size = 0
+    for text in texts:
+        pending.append(text)
+        size += len(text)
+        if size >= most:
+            yield "".join(pending)
+            pending.clear()
+            size = 0
+    if pending:
+        yield "".join(pending)
+
+
 class KeptRanges:
     """The ranges one process made, kept until their turn: their encoded text in memory
     up to ``min(limit, HELD)`` bytes in all, the rest of a range that does not fit in a
@@ -63,16 +79,8 @@ class KeptRanges:
         """Keep range ``number``'s text (``texts``, in order), in pieces of about
         :data:`PIECE` bytes (the sample-by-sample path gives one text a sample: kept one
         by one, the Lua recording's child made ~1,700 writes of ~1.5 KB in its turn)."""
-        pending: list[str] = []
-        size = 0
-        for text in texts:
-            pending.append(text)
-            size += len(text)
-            if size >= PIECE:
-                self._keep(number, "".join(pending))
-                pending, size = [], 0
-        if pending:
-            self._keep(number, "".join(pending))
+        for piece in joined(texts, PIECE):
+            self._keep(number, piece)
         self.texts.setdefault(number, [])
 
     def _keep(self, number: int, text: str) -> None:
