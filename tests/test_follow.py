@@ -6,11 +6,13 @@ following but delivered in the share (time order holds records read ahead) read 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.perf_rewrite import without_rounds
 from tests.test_sample_parser import _outcome, records
 
 from conftest import FIXTURES
@@ -51,6 +53,13 @@ def test_a_followed_sample_is_checked_as_a_whole_read(drawn: tuple[EventAttr, by
         assert followed == whole
 
 
+def _everything(path: Path = LUA / "perf.data") -> list[tuple[int, int, tuple[int, ...], str]]:
+    with open_perf_data(str(path)) as data:
+        everything = _chains(PerfUnwinder(data, [str(LUA)]).samples())
+    assert len(everything) == 3171
+    return everything
+
+
 def _chains(samples: Any) -> list[tuple[int, int, tuple[int, ...], str]]:
     return [(u.sample.offset, u.sample.time, tuple(u.unwind.pcs), u.unwind.stop.value)
             for u in samples]
@@ -60,9 +69,7 @@ def _chains(samples: Any) -> list[tuple[int, int, tuple[int, ...], str]]:
 def test_a_share_after_followed_samples_is_the_whole_reads(first: int,
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
-    with open_perf_data(str(LUA / "perf.data")) as data:
-        everything = _chains(PerfUnwinder(data, [str(LUA)]).samples())
-    assert len(everything) == 3171
+    everything = _everything()
     read_again: list[int] = []
     record_at = PerfData.record_at
 
@@ -80,3 +87,29 @@ def test_a_share_after_followed_samples_is_the_whole_reads(first: int,
     # whole before the share began), some samples read while following were in the
     # share, and were read whole then.
     assert bool(read_again) == (first > 1)
+
+
+def test_followed_samples_in_an_indexed_order(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recording without FINISHED_ROUND, read past what streaming holds: the order is
+    an index, its records read again by place while following (as Followed); the share
+    is the whole reads' all the same."""
+    import pysframe.sources.perf_order as order
+
+    bare = tmp_path / "bare.data"
+    bare.write_bytes(without_rounds((LUA / "perf.data").read_bytes()))
+    everything = _everything()
+    monkeypatch.setattr(order, "PENDING_BYTES", 200_000)
+    monkeypatch.setattr(order, "PENDING_RECORDS", 300)
+    indexed: list[int] = []
+    read_in_order = order._read_in_order
+
+    def counted(*args: Any) -> Any:
+        indexed.append(1)
+        return read_in_order(*args)
+
+    monkeypatch.setattr(order, "_read_in_order", counted)
+    with open_perf_data(str(bare)) as data:
+        unwinder = PerfUnwinder(data, [str(LUA)])
+        share = _chains(unwinder.samples(1600, None, unwinder.from_first_sample()))
+    assert indexed and share == everything[1600:]
