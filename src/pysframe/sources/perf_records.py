@@ -264,15 +264,12 @@ def sample_parser(attr: EventAttr) -> tuple[SampleParser, SampleFollower] | None
     if sample_type & _GENERAL_ONLY:
         return None
     prefix, names = _prefix_layout(sample_type)
-    read_prefix, prefix_end = prefix.unpack_from, 8 + prefix.size
+    read_prefix = prefix.unpack_from
     read_word = _U64.unpack_from
-    register_count = attr.sample_regs_user.bit_count()
-    read_registers = struct.Struct(f"<{register_count}Q").unpack_from
-    register_bytes = 8 * register_count
-    chained = bool(sample_type & SAMPLE_CALLCHAIN)
-    registered = bool(sample_type & SAMPLE_REGS_USER)
-    stacked = bool(sample_type & SAMPLE_STACK_USER)
+    prefix_end, register_bytes, chained, registered, stacked = _shape(attr)
+    read_registers = struct.Struct(f"<{register_bytes // 8}Q").unpack_from
     make = _sample_maker(names, attr)
+
     def parse(buffer: memoryview, misc: int, offset: int, size: int, base: int
               ) -> Sample | None:
         end = offset + size
@@ -323,15 +320,9 @@ def sample_parser(attr: EventAttr) -> tuple[SampleParser, SampleFollower] | None
 def _sample_follower(attr: EventAttr) -> SampleFollower:
     """What :func:`sample_parser`'s parse checks of a sample of ``attr``, giving only its
     place and time (:class:`Followed`), or None where the parse would give None."""
-    sample_type = attr.sample_type
-    prefix_end = 8 + _prefix_layout(sample_type)[0].size
+    prefix_end, register_bytes, chained, registered, stacked = _shape(attr)
+    time_at = _time_offset(attr.sample_type)
     read_word = _U64.unpack_from
-    register_bytes = 8 * attr.sample_regs_user.bit_count()
-    chained = bool(sample_type & SAMPLE_CALLCHAIN)
-    registered = bool(sample_type & SAMPLE_REGS_USER)
-    stacked = bool(sample_type & SAMPLE_STACK_USER)
-    time_at = _time_offset(sample_type)
-    read_time = _U64.unpack_from
 
     def follow(buffer: memoryview, offset: int, size: int, base: int) -> Followed | None:
         # parse()'s checks, in its order, without reading what they bound
@@ -359,10 +350,20 @@ def _sample_follower(attr: EventAttr) -> SampleFollower:
             stack_size = read_word(buffer, position)[0]
             if stack_size and position + 8 + stack_size + 8 > end:
                 return None
-        return Followed(base + offset, read_time(buffer, offset + 8 + time_at)[0]
+        return Followed(base + offset, read_word(buffer, offset + 8 + time_at)[0]
                         if time_at >= 0 else 0)
 
     return follow
+
+
+def _shape(attr: EventAttr) -> tuple[int, int, bool, bool, bool]:
+    """Where a sample of ``attr`` is laid out as :func:`sample_parser` and its follower
+    read it: where its fixed-size fields end (from the record's start), the bytes of its
+    user registers, and whether it has a callchain, user registers, a stack copy."""
+    sample_type = attr.sample_type
+    return (8 + _prefix_layout(sample_type)[0].size, 8 * attr.sample_regs_user.bit_count(),
+            bool(sample_type & SAMPLE_CALLCHAIN), bool(sample_type & SAMPLE_REGS_USER),
+            bool(sample_type & SAMPLE_STACK_USER))
 
 
 def _time_offset(sample_type: int) -> int:

@@ -221,13 +221,18 @@ def _function_symbols(image: ElfImage, section_name: str, *, strict: bool = Fals
     return out
 
 
+def _search(debug: DebugFiles | None) -> DebugFiles:
+    """``debug``, or (None) the local search: :meth:`DebugFiles.from_environment` without
+    network. Made once by a table's maker, so that the files it opens serve the whole
+    table (its check, its cache source, its symbols)."""
+    return debug if debug is not None else DebugFiles.from_environment(network=False)
+
+
 def symbols_file(image: ElfImage, debug: DebugFiles | None) -> str | None:
     """The file whose ``.symtab`` names ``image``'s functions when it is not ``image``
     itself (a twin, a separate debug file, a download), else None. ``debug``: the search
-    (None: the local one, :meth:`DebugFiles.from_environment` without network)."""
-    if debug is None:
-        debug = DebugFiles.from_environment(network=False)
-    found = debug.find(image.path, image.build_id(), "symbols", image)
+    (None: the local one, :func:`_search`)."""
+    found = _search(debug).find(image.path, image.build_id(), "symbols", image)
     return found if found is not None and found != image.path else None
 
 
@@ -277,8 +282,7 @@ def function_addresses(image: ElfImage, debug: DebugFiles | None = None
     :func:`_best_function_symbols` finds them), for gdb's minimal-symbol lookup by name.
     A versioned definition ("name@@VERSION", "name@VERSION") is also found as "name",
     the default version first."""
-    if debug is None:
-        debug = DebugFiles.from_environment(network=False)
+    debug = _search(debug)
     symbols = _best_function_symbols(image, symbols_file(image, debug), debug)
     global_names: dict[str, int] = {}
     local_names: dict[str, int] = {}
@@ -300,8 +304,7 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True,
     takes ~50 ms, the cached table ~2 ms). A malformed PLT relocation table costs only
     the ``name@plt`` symbols (reported to ``problems``); a malformed symbol table raises
     :class:`ElfError`."""
-    if debug is None:
-        debug = DebugFiles.from_environment(network=False)
+    debug = _search(debug)
     separate = symbols_file(image, debug)
     build_id = image.build_id() if use_cache else None
     source = _cache_source(image, separate, debug) if build_id else None

@@ -92,10 +92,12 @@ class SymbolsHelper:
         while offset + _HANDED.size <= len(data):
             number, path_size, size = _HANDED.unpack_from(data, offset)
             offset += _HANDED.size + path_size
+            if offset + size > len(data) or number >= len(self.files):
+                return {}  # (cannot be, short of a bug: this run's own child wrote them)
             path = bytes(data[offset - path_size:offset]).decode("utf-8", "surrogateescape")
             table = SymbolTable.from_entry(data[offset:offset + size], empty_ok=True)
-            if table is None or offset + size > len(data) or number >= len(self.files):
-                return {}  # (cannot be, short of a bug: the tables are read from the cache)
+            if table is None:
+                return {}
             tables[number] = (path, table)
             offset += size
         return tables
