@@ -95,9 +95,10 @@ sys.exit(run_script(recording, binaries=[os.path.dirname(recording)], output=out
 """
 
 
-def _run(tmp_path: Path, cache: Path, name: str, jobs: int) -> tuple[list[list[str]], bytes]:
+def _run(tmp_path: Path, cache: Path, name: str, jobs: int, engine: str = "vector"
+         ) -> tuple[list[list[str]], bytes]:
     log, output = tmp_path / f"{name}.log", tmp_path / f"{name}.txt"
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYSFRAME_ENGINE="vector")
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYSFRAME_ENGINE=engine)
     done = subprocess.run([sys.executable, "-c", _LOGGED, str(log), str(LUA), str(output),
                            str(jobs)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-800:]
@@ -107,10 +108,15 @@ def _run(tmp_path: Path, cache: Path, name: str, jobs: int) -> tuple[list[list[s
 
 @pytest.mark.skipif(not LUA.exists() and os.environ.get("CI") != "true",
                     reason="no fixture recordings (../shared/fixtures) here")
-def test_two_workers_make_each_function_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["vector", "scalar"])
+def test_two_workers_make_each_function_once(tmp_path: Path, engine: str) -> None:
+    """Both engines split the Lua recording between the two workers (the batch one by
+    chunks, the sample-by-sample one in two shares); the functions of the binaries both
+    had indexed before the fork are kept by the parent for both, the cache then holding
+    every function either made."""
     pytest.importorskip("numpy")
-    alone, alone_text = _run(tmp_path, tmp_path / "alone", "alone", 1)
-    shared, shared_text = _run(tmp_path, tmp_path / "shared", "shared", 2)
+    alone, alone_text = _run(tmp_path, tmp_path / "alone", "alone", 1, engine)
+    shared, shared_text = _run(tmp_path, tmp_path / "shared", "shared", 2, engine)
     assert shared_text == alone_text
     functions = {(key, position) for _, key, position in alone}
     assert len(functions) == len(alone) > 50
@@ -120,7 +126,7 @@ def test_two_workers_make_each_function_once(tmp_path: Path) -> None:
     # Two workers may start the same function at the same moment; before the exchange
     # each made ~85% of them.
     assert len(shared) - len(functions) <= len(functions) // 20
-    again, again_text = _run(tmp_path, tmp_path / "shared", "again", 1)
+    again, again_text = _run(tmp_path, tmp_path / "shared", "again", 1, engine)
     assert again_text == alone_text
     assert again == [], "the cache lacks functions a worker took from the other"
 

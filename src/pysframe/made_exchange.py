@@ -91,6 +91,13 @@ class MadeExchange:
         self.taken += 1
         return True, self._known[entry]
 
+    def given(self) -> dict[tuple[bytes, int], bytes | None]:
+        """Everything the other workers gave so far, by (key, position): once they have
+        ended, all they made (:func:`pysframe.session.tables.adopt_made`)."""
+        if not self.broken:
+            self._read_peers()
+        return self._known
+
     def _read_peers(self) -> None:
         for index, descriptor in enumerate(self.files):
             if index == self.mine:

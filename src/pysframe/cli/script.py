@@ -130,17 +130,24 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
              processes: int | None = None) -> Iterator[str]:
     """The text of ``ranges`` (``texts(first, last)``), each made by a process of its own
     (:func:`.jobs.in_order`), or claimed by ``processes`` processes as they go: the
-    workers take the functions another made, each keeps what it made; a child has failed
-    if it noted ``problems`` or ``failed()`` (if given) says so."""
-    from ..made_exchange import MadeExchange, share
-    from ..session.tables import save_made
+    workers take the functions another made; the functions of the tables they share
+    (indexed before the fork) are kept by this process for all of them once they have
+    ended, the rest by each; a child has failed if it noted ``problems`` or ``failed()``
+    (if given) says so."""
+    from ..made_exchange import MadeExchange, share, shared
+    from ..session.tables import adopt_made, save_made, workers_started
     from .jobs import copier, in_order
 
     workers = MadeExchange.for_workers(processes or len(ranges))
 
-    def finish() -> None:
-        # A child ends with os._exit: it keeps the functions its on-demand tables made.
-        save_made()
+    def started(mine: int) -> None:
+        share(MadeExchange(workers, mine))
+        workers_started()
+
+    def kept_apart() -> None:
+        # A child ends with os._exit: it keeps what its on-demand tables made that this
+        # process does not keep for it. This process keeps the same while they finish.
+        save_made(shared=False)
 
     shown: set[str] = set()
 
@@ -155,13 +162,16 @@ def _in_jobs(ranges: list[tuple[int, int]], texts: Any, problems: Problems, stat
     def failing() -> bool:
         return bool(problems) or (failed is not None and failed())
 
-    # The workers take what another made (each its own exchange, from the same files);
-    # this process keeps what it made while the children finish.
+    # The workers take what another made (each its own exchange, from the same files).
     try:
-        yield from in_order(ranges, texts, failing, statuses, finish=finish,
+        yield from in_order(ranges, texts, failing, statuses, finish=kept_apart,
                             copy=copier(stream) if stream is not None else None,
-                            started=lambda mine: share(MadeExchange(workers, mine)),
-                            produced=save_made, forward=forward, processes=processes)
+                            started=started, produced=kept_apart, forward=forward,
+                            processes=processes)
+        exchange = shared()
+        if exchange is not None:  # (every child has ended: all they made is given)
+            adopt_made(exchange)
+            save_made()
     finally:
         share(None)
         MadeExchange.close_files(workers)

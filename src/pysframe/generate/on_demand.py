@@ -362,6 +362,23 @@ class OnDemandTable:
 
     # --- the cache ---------------------------------------------------------------------
 
+    def adopt(self, given: dict[tuple[bytes, int], bytes | None]) -> int:
+        """Take in the functions of this table that the other workers of a ``-j`` run made
+        (``given``: what they gave the exchange, :meth:`MadeExchange.given
+        <pysframe.made_exchange.MadeExchange.given>`), so that :meth:`save` keeps them with
+        this worker's; the number taken in. Each is checked on its first use by a later
+        run, as every function from the cache is."""
+        key, index = self._exchanged, self.index
+        if key is None or index is None or self.whole is not None:
+            return 0
+        count, taken = len(index.starts), 0
+        for (owner, position), data in given.items():
+            if owner == key and 0 <= position < count and position not in self._made:
+                self._made[position] = data
+                taken += 1
+        self._dirty = self._dirty or taken > 0
+        return taken
+
     def save(self) -> None:
         """Keep the functions made so far in the cache (with the ones another run kept
         meanwhile), if any are new."""
