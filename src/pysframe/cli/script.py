@@ -343,13 +343,12 @@ def open_recording(path: str, binaries: list[str], problems: Problems,
         _prefetch_symbols(data, binaries)
     from ..session.perf import PerfUnwinder
     from ..session.tables import GeneratedTables
-    from .progress import TableBar
 
     try:
         keep = _sample_filter(filters, data)
         unwinder = PerfUnwinder(data, binaries, max_stack, problems=problems,
                              merge_callchains=merge_callchains,
-                             tables=GeneratedTables(progress_bar=TableBar.start))
+                             tables=GeneratedTables(progress_bar=_table_bar))
     except CommandError:
         data.close()
         raise
@@ -360,6 +359,14 @@ def open_recording(path: str, binaries: list[str], problems: Problems,
     if not (tables_later and unfiltered and _batched(data)):
         _tables_ready(data, unwinder)
     return data, unwinder
+
+
+def _table_bar(total: int) -> Any:
+    """The bar of the tables generated whole (:class:`.progress.TableBar`; its module
+    imported only then: most runs generate none)."""
+    from .progress import TableBar
+
+    return TableBar.start(total)
 
 
 def _tables_ready(data: Any, unwinder: Any, records: Any = None) -> None:

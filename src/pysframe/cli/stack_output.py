@@ -8,8 +8,7 @@ import sys
 from ..records import NamedTuple
 from ..symbolize.frames import FrameNamer
 from ..symbolize.symbolizer import SymbolHit
-from ..unwind.address_space import Mapping
-from ..unwind.jit_modules import JIT_FILENAME
+from ..unwind.address_space import JIT_FILENAME, Mapping
 from ..unwind.modules import ORIGIN_REPLACED
 from ..unwind.unwinder import EXACT_PC, Unwind
 from .errors import EXIT_INVALID, EXIT_OK

@@ -12,8 +12,7 @@ from ..generate.cache import sframe_for
 from ..generate.errors import GenerateError
 from ..jit.symfile import code_object
 from ..sources.jitdump import CodeLoad
-from ..unwind.address_space import Mapping, Module
-from ..unwind.jit_modules import JIT_FILENAME
+from ..unwind.address_space import JIT_FILENAME, Mapping, Module
 
 
 def jitdump_mappings(loads: list[CodeLoad], where: str) -> tuple[list[Mapping], list[str]]:

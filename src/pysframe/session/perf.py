@@ -19,8 +19,7 @@ from ..errors import Problems, PysframeError
 from ..format.constants import ABI
 from ..inputs import read_text
 from ..records import record_class
-from ..sources.jitdump import is_jitdump, read_jitdump
-from ..sources.perf_data import Comm, Mmap, PerfData, Record, Sample, Task
+from ..sources.perf_data import Comm, Mmap, PerfData, Record, Sample, Task, is_jitdump
 from ..sources.perf_deferred import (
     PERF_CONTEXT_USER_DEFERRED,
     Stitcher,
@@ -36,8 +35,7 @@ from ..sources.perf_records import (
     CallchainDeferred,
     Followed,
 )
-from ..unwind.address_space import AddressSpace, Mapping
-from ..unwind.jit_modules import JIT_FILENAME
+from ..unwind.address_space import JIT_FILENAME, AddressSpace, Mapping
 from ..unwind.memory import StackMemory
 from ..unwind.provider import TableProvider
 from ..unwind.unwinder import FrameMethod, Registers, Stop, Unwind, Unwinder
@@ -359,6 +357,7 @@ class PerfUnwinder:
         its problems reported once)."""
         found = self._jitdumps.get(record.filename)
         if found is None:
+            from ..sources.jitdump import read_jitdump
             from .jitdump import jitdump_mappings  # here: it imports the generator (~12 ms)
 
             loads, problems = read_jitdump(record.filename)

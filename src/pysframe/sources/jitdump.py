@@ -47,14 +47,6 @@ class JitDumpError(PysframeError):
         super().__init__(f"offset {offset:#x}: {message}", path=path)
 
 
-def is_jitdump(path: str) -> bool:
-    """Whether ``path`` has the name perf's runtimes give the dump, ``jit-<pid>.dump``
-    (the marker mapping names it). Not a regular expression: ``re`` costs ~2.5 ms of a
-    small recording's start-up."""
-    name = path.rpartition("/")[2]
-    return name.startswith("jit-") and name.endswith(".dump") and name[4:-5].isdecimal()
-
-
 def read_jitdump(path: str) -> tuple[list[CodeLoad], list[str]]:
     """The code loads of the dump at ``path`` and the problems met (a truncated or
     damaged dump keeps the loads before the damage)."""

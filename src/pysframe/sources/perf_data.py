@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BuildIdEntry", "Comm", "EventAttr", "FinishedRound", "Lost", "Mmap", "PerfData",
-    "PerfDataError", "Record", "Sample", "Task", "in_time_order", "open_perf_data",
+    "PerfDataError", "Record", "Sample", "Task", "in_time_order", "is_jitdump",
+    "open_perf_data",
 ]
 
 MAGIC = b"PERFILE2"
@@ -415,6 +416,16 @@ def estimated_samples(data: PerfData, records: int = 512) -> int:
         samples += kind == RECORD_SAMPLE
         offset += size
     return samples * (end - data.data_offset) // (offset - data.data_offset)
+
+
+def is_jitdump(path: str) -> bool:
+    """Whether ``path`` has the name perf's runtimes give the dump, ``jit-<pid>.dump``
+    (the marker mapping names it). Here, where MMAP records are read, not beside the dump's
+    reader (:mod:`.jitdump`, ~0.35 ms to import, which a recording without a dump does
+    not need). Not a regular expression: ``re`` costs ~2.5 ms of a small recording's
+    start-up."""
+    name = path.rpartition("/")[2]
+    return name.startswith("jit-") and name.endswith(".dump") and name[4:-5].isdecimal()
 
 
 def open_perf_data(path: str) -> PerfData:

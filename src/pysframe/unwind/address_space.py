@@ -97,6 +97,10 @@ class Mapping:
         return data[offset:offset + size]
 
 
+#: The file name of a JIT frame's mapping (code in no file: a registered object's, or a
+#: jitdump's code load).
+JIT_FILENAME = "[jit]"
+
 _LAYOUTS = count(1)
 
 

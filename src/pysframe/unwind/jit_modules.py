@@ -14,13 +14,12 @@ from ..format.decode import SFrameReader
 from ..format.errors import SFrameError
 from ..format.lookup import SFrameLookup
 from ..records import Protocol
-from .address_space import AddressSpace, Mapping, Module
+from .address_space import JIT_FILENAME, AddressSpace, Mapping, Module
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-JIT_FILENAME = "[jit]"
 
 
 class JitCode(Protocol):
