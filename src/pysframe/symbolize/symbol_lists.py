@@ -76,47 +76,71 @@ def symbol_lists(image: ElfImage, section_name: str) -> SymbolLists:
     if section is None:
         return _no_symbols()
     entries, string_table = section
-    heads, values, lengths = _columns(image, entries)
+    name_at, keys, values, lengths = _columns(image, entries)
     loaded, labelled = taken_sections(image)
     count = min(len(loaded), SHN_LORESERVE)
-    taken = [shndx != 0 and head & 0xFFFFFFFF != 0 and shndx < count and loaded[shndx] and (
-        (labelled[shndx] and (head >> 40) & 3 not in UNSEEN) if kind == STT_NOTYPE
-        else kind in TAKEN_KINDS)
-        for head in heads for shndx, kind in ((head >> 48, (head >> 32) & 0xF),)]
-    heads = list(compress(heads, taken))
+    # Whether perf takes a symbol depends on its section, kind and visibility alone (and a
+    # name): decided once per such key (libc's 10,015 debug symbols have a few dozen).
+    accepted = {key: _taken(key, count, loaded, labelled) for key in set(keys)}
+    taken = list(map(accepted.__getitem__, keys))
+    _drop_unnamed(taken, name_at)
     # (a NUL after the strings: a name runs to the next NUL; one past the strings is empty)
     strings = string_table + b"\0"
     find = strings.find
-    names = [strings[at:find(b"\0", at)] for at in map((0xFFFFFFFF).__and__, heads)]
+    names = [strings[at:find(b"\0", at)] for at in compress(name_at, taken)]
     starts = list(compress(values, taken))
     # (sums made in C, clamped only when one passes the last address: a hostile size)
     ends = list(map(int.__add__, starts, compress(lengths, taken)))
     if ends and max(ends) > LAST_ADDRESS:
         ends = [min(end, LAST_ADDRESS) for end in ends]
-    bindings = [binding if (binding := head >> 36 & 0xF) <= 2 else 0 for head in heads]
+    bindings = [binding if (binding := key >> 4 & 0xF) <= 2 else 0
+                for key in compress(keys, taken)]
     found = SymbolLists(starts, ends, bindings, names)
     if image.machine in ("EM_ARM", "EM_AARCH64"):
         return _without_mapping_symbols(found)
     return found
 
 
-def _columns(image: ElfImage, entries: bytes) -> tuple[list[int], list[int], list[int]]:
-    """(head, value, size) of each entry, the head a 64-bit entry's first word as this
-    machine reads it: name | info << 32 | other << 40 | shndx << 48."""
+def _taken(key: int, count: int, loaded: list[bool], labelled: list[bool]) -> bool:
+    """Whether perf takes a named symbol whose ``key`` (see :func:`_columns`) is this."""
+    shndx, kind = key >> 16, key & 0xF
+    return bool(shndx != 0 and shndx < count and loaded[shndx] and (
+        (labelled[shndx] and (key >> 8) & 3 not in UNSEEN) if kind == STT_NOTYPE
+        else kind in TAKEN_KINDS))
+
+
+def _drop_unnamed(taken: list[bool], name_at: list[int]) -> None:
+    """Symbols without a name (string offset 0) are not taken."""
+    at = -1
+    while True:
+        try:
+            at = name_at.index(0, at + 1)
+        except ValueError:
+            return
+        taken[at] = False
+
+
+def _columns(image: ElfImage, entries: bytes
+             ) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(name offset, key, value, size) of each entry, the key a symbol's info, other and
+    section index: info | other << 8 | shndx << 16 (a 64-bit entry's second 32-bit word as
+    this machine reads it)."""
     layout = image.header.layout
     if layout.wide and layout.order == "<" and sys.byteorder == "little":
-        words = memoryview(entries).cast("Q")
-        return words[0::3].tolist(), words[1::3].tolist(), words[2::3].tolist()
-    heads, values, sizes = [], [], []
+        halves, words = memoryview(entries).cast("I"), memoryview(entries).cast("Q")
+        return (halves[0::6].tolist(), halves[1::6].tolist(), words[1::3].tolist(),
+                words[2::3].tolist())
+    name_at, keys, values, sizes = [], [], [], []
     for fields in layout.symbol.iter_unpack(entries):
         if layout.wide:
             name, info, other, shndx, value, size = fields
         else:
             name, value, size, info, other, shndx = fields
-        heads.append(name | info << 32 | other << 40 | shndx << 48)
+        name_at.append(name)
+        keys.append(info | other << 8 | shndx << 16)
         values.append(value)
         sizes.append(size)
-    return heads, values, sizes
+    return name_at, keys, values, sizes
 
 
 def _without_mapping_symbols(symbols: SymbolLists) -> SymbolLists:
