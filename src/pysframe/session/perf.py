@@ -53,6 +53,9 @@ CONTEXT_MARKER_MIN = (1 << 64) - 4095
 PERF_CONTEXT_USER = (1 << 64) - 512
 #: Addresses at or above this are the kernel's (x86-64, AArch64 and s390x perf samples).
 KERNEL_START = 1 << 63
+#: The most samples ahead whose topmost frames are planned at once
+#: (:meth:`PerfUnwinder._plan_ahead`: at the first sample of a run or a ``-j`` share).
+PLAN_AHEAD = 1 << 15
 
 
 @record_class(frozen=True)
@@ -220,12 +223,16 @@ class PerfUnwinder:
         if self.stitcher is not None:
             records = self.stitcher.stitched(records)
         keep = self.keep
+        ahead = keep is None and self.stitcher is None  # (else many samples are not unwound)
         for record in records:
             if isinstance(record, CallchainDeferred):
                 unwound = self._deferred_record(record)
                 if keep is None or keep.keeps(unwound.sample, unwound.comm):
                     yield unwound
             elif isinstance(record, Sample):
+                if ahead:
+                    self._plan_ahead(record.offset, PLAN_AHEAD)
+                    ahead = False
                 if keep is not None and not keep.keeps(record, self.comm_of(record)):
                     continue
                 if clock is None:
@@ -272,6 +279,9 @@ class PerfUnwinder:
                         data.follow(following := False)
                     if type(record) is Followed:
                         record = data.record_at(record.offset, None)  # type: ignore[assignment]
+                    if number == first and isinstance(record, Sample):
+                        self._plan_ahead(record.offset, PLAN_AHEAD if last is None
+                                         else min(last - first, PLAN_AHEAD))
                     if type(record) is Sample and self.unwind_seconds is None:  # (most)
                         yield self.unwind_in(record, self._space(record.pid),
                                              self.comm_of(record))
@@ -280,6 +290,22 @@ class PerfUnwinder:
                 number += 1
         finally:
             data.follow(False)
+
+    def _plan_ahead(self, offset: int, count: int) -> None:
+        """Decide at once how the topmost frames of the ``count`` samples from the record at
+        ``offset`` (in the file's order) are unwound: their ips glanced at in the file
+        (:meth:`~.perf_data.PerfData.samples_ahead`), each planned in its process's
+        current layout (:meth:`.Unwinder.plan_ahead`): the same plans their samples would
+        make, in a fraction of the time (a first run makes their functions too, one after
+        another). A process that maps other code by then plans its frames as they come."""
+        ips: dict[int, list[int]] = {}
+        for pid, ip in self.data.samples_ahead(offset, count):
+            if ip < KERNEL_START:
+                ips.setdefault(pid, []).append(ip)
+        for pid, planned in ips.items():
+            space = self.spaces.get(pid)
+            if space is not None:
+                self.unwinder.plan_ahead(space, planned)
 
     def _timed_unwind(self, record: Sample | CallchainDeferred, deferred: bool
                       ) -> UnwoundSample:

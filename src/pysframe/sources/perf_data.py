@@ -336,6 +336,16 @@ class PerfData:
             offset += size
         inflater.keep(bytes(view[offset:]))
 
+    def samples_ahead(self, offset: int, count: int) -> dict[tuple[int, int], None]:
+        """(pid, ip) of the next ``count`` samples from the file's record at ``offset`` (see
+        :meth:`.perf_records.RecordParser.ahead`); none in a compressed recording (a
+        record's offset there is not the file's) or before the records are read."""
+        if (self._parser is None or self.inflated or not self.data_offset <= offset
+                or self._feature(FEATURE_COMPRESSED) is not None):
+            return {}
+        end = min(self.data_offset + self.data_size, len(self.buffer))
+        return self._parser.ahead(self.buffer, offset, end, count)
+
     def follow(self, on: bool) -> None:
         """Samples read from now on are only followed, or again read whole (see
         :meth:`.perf_records.RecordParser.follow`)."""

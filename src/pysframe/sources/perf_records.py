@@ -56,6 +56,10 @@ BRANCH_CALL_STACK = 1 << 11
 BRANCH_HW_INDEX = 1 << 17
 
 _U64 = struct.Struct("<Q")
+#: A sample's IP and the pid of its TID field, which follows it.
+_IP_PID = struct.Struct("<Qi")
+#: What a sample must record for its topmost frame to be unwound from its registers.
+_UNWOUND_FROM = SAMPLE_IP | SAMPLE_TID | SAMPLE_REGS_USER | SAMPLE_STACK_USER
 #: Every record's header: type, misc, size (perf_event_header).
 RECORD_HEADER = struct.Struct("<IHH")
 
@@ -366,6 +370,14 @@ def _shape(attr: EventAttr) -> tuple[int, int, bool, bool, bool]:
             bool(sample_type & SAMPLE_STACK_USER))
 
 
+def _ip_place(sample_type: int) -> int:
+    """Where a sample's IP is from the start of its record, when its event records what
+    :meth:`RecordParser.ahead` looks for (0: it does not)."""
+    if sample_type & _UNWOUND_FROM != _UNWOUND_FROM:
+        return 0
+    return 8 + (8 if sample_type & SAMPLE_IDENTIFIER else 0)
+
+
 def _time_offset(sample_type: int) -> int:
     """Where a sample's TIME field is from the end of its header (-1: it has none)."""
     at = 0
@@ -417,6 +429,36 @@ class RecordParser:
         whole read ~1.75 us each, ~0.5 this way); a malformed one is still read whole (and
         skipped as such). :meth:`~.perf_data.PerfData.record_at` reads one whole later."""
         self.following = on
+
+    def ahead(self, buffer: memoryview, offset: int, end: int, count: int
+              ) -> dict[tuple[int, int], None]:
+        """(pid, ip) of the next ``count`` samples of the file from the record at ``offset``
+        (up to ``end``), each once, in file order: those of events that record an IP, a TID,
+        user registers and a stack copy (whose topmost frames will be unwound from that
+        ip). A glance, not a reading: only each record's header and those two fields are
+        read; a compressed record, or one that does not fit, ends it (every sample is read
+        and checked as ever when its turn comes)."""
+        found: dict[tuple[int, int], None] = {}
+        header = RECORD_HEADER.unpack_from
+        ip_pid = _IP_PID.unpack_from
+        places: dict[int, int] = {}  # id of an event -> where IP is in its samples (0: not)
+        only = self.attrs[0] if len(self.attrs) == 1 else None
+        while count > 0 and offset + 8 <= end:
+            kind, _, size = header(buffer, offset)
+            if size < 8 or offset + size > end or kind in (RECORD_COMPRESSED,
+                                                           RECORD_COMPRESSED2):
+                break
+            if kind == RECORD_SAMPLE:
+                count -= 1
+                attr = only or self._attr_for(buffer, offset, size)
+                at = places.get(id(attr))
+                if at is None:
+                    at = places[id(attr)] = _ip_place(attr.sample_type)
+                if at and at + _IP_PID.size <= size:
+                    ip, pid = ip_pid(buffer, offset + at)
+                    found[(pid, ip)] = None
+            offset += size
+        return found
 
     def _attr_for(self, buffer: memoryview, offset: int, size: int) -> EventAttr:
         """The event of the sample at ``offset``: the one its IDENTIFIER names (the first

@@ -74,6 +74,14 @@ class Module:
             self.guard.drop(error, self.path)
             return None
 
+    def row(self, pc: int) -> FrameRow | None:
+        """:meth:`find_fre` that raises a fault of the table (:class:`SFrameError`) and
+        leaves it trusted: for a look ahead, whose fault the frame itself meets later."""
+        lookup = self.lookup
+        if lookup is None or self.guard.fault is not None:
+            return None
+        return lookup.find_fre(pc - self.bias)
+
 
 @record_class
 class Mapping:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ..enums import StrEnum
 from ..format.constants import ABI, DWARF_REGS, S390X_SP_VAL_OFFSET
+from ..format.errors import SFrameError
 from ..format.lookup import RuleKind
 from ..records import NamedTuple
 from .address_space import AddressSpace, Mapping
@@ -41,7 +42,7 @@ from .step import FP_RULE, Policy, Regs, Rule, Stop, rule_of_row, step
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
 __all__ = ["EXACT_PC", "USER_LIMIT", "X86_64_SIGRETURN", "Frame", "FrameMethod", "Registers",
@@ -348,9 +349,36 @@ class Unwinder:
         assert isinstance(moved, Regs)
         return moved.pc, moved.sp, moved.fp, _SFRAME
 
-    def _plan(self, space: AddressSpace, pc: int, lookup_pc: int) -> Plan:
+    def plan_ahead(self, space: AddressSpace, pcs: Iterable[int]) -> int:
+        """Decide now the plans of topmost frames at the exact ``pcs`` in ``space`` (the
+        samples ahead's), one after another; the number decided. Decided between one
+        sample's unwind and text and the next's, a plan had taken about twice as long, its
+        code and tables cold in the CPU's caches (the Lua recording's 992: 11.5 us each,
+        against 6 in a row). The same plans :meth:`unwind` decides, kept as it keeps them;
+        a pc whose table faults is left to its frame, which drops the table then (nothing
+        is dropped ahead of its time)."""
+        cache = self._plans
+        plans = cache.plans_for(space)
+        room = cache.limit // 2 - len(cache)
+        made = 0
+        for pc in pcs:
+            if made >= room:
+                break
+            if ~pc in plans:
+                continue
+            try:
+                plan = self._plan(space, pc, pc, quiet=True)
+            except SFrameError:
+                continue
+            plans = cache.remember(space, ~pc, plan)
+            made += 1
+        return made
+
+    def _plan(self, space: AddressSpace, pc: int, lookup_pc: int, quiet: bool = False
+              ) -> Plan:
         """The plan for a frame at ``pc`` (rules looked up at ``lookup_pc``: pc - 1 for
-        return addresses). A return into a sigreturn trampoline is a signal frame."""
+        return addresses). A return into a sigreturn trampoline is a signal frame.
+        ``quiet``: a table's fault is raised (:class:`SFrameError`), not dropped."""
         if self.trampolines:
             # The topmost frame (its pc exact) may also be in the trampoline's system call:
             # its pc just after it (x86-64: in padding that no code reaches otherwise).
@@ -364,8 +392,8 @@ class Unwinder:
                         return SigreturnPlan(before, kind)
             # (the return address's mapping is the lookup's, unless it starts there)
             if at_pc is not None and at_pc.start <= lookup_pc:
-                return self._plan_in(at_pc, lookup_pc)
-        return self._plan_in(space.find(lookup_pc), lookup_pc)
+                return self._plan_in(at_pc, lookup_pc, quiet)
+        return self._plan_in(space.find(lookup_pc), lookup_pc, quiet)
 
     def _code(self, mapping: Mapping | None, start: int, size: int) -> bytes | None:
         """``size`` bytes of code at ``start``: from the mapping's file, else (no file)
@@ -388,12 +416,13 @@ class Unwinder:
         sps.append(restored.sp)
         return Registers(restored.pc, restored.sp, restored.fp, restored.lr, restored.others)
 
-    def _plan_in(self, mapping: Mapping | None, pc: int) -> Plan:
+    def _plan_in(self, mapping: Mapping | None, pc: int, quiet: bool = False) -> Plan:
         """What to do at ``pc``: the precomputed default rule where it applies, the general
         SFrame row otherwise, or the frame-pointer fallback where there is no row."""
         if mapping is None:
             return NO_MODULE
-        row = mapping.module.find_fre(pc) if mapping.module else None
+        module = mapping.module
+        row = (None if module is None else module.row(pc) if quiet else module.find_fre(pc))
         if row is None:
             return FramePointerPlan(mapping)
         cfa, ra, fp = row.cfa, row.ra, row.fp

@@ -1,0 +1,144 @@
+"""The topmost frames of the samples ahead are planned at once (a run's first sample, a
+``script -j`` share's): their ips glanced at in the file
+(:meth:`pysframe.sources.perf_data.PerfData.samples_ahead`) are what whole reads give,
+the plans are those the samples would make one by one, and a table that faults where a
+sample ahead would be is not dropped ahead of that sample's time."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from tests.test_sample_parser import _outcome, records
+
+from conftest import FIXTURES
+from pysframe.format import ABI, FDE, FRE, BaseReg, Section, SFrameLookup, SFrameReader, encode
+from pysframe.format.errors import CorruptError
+from pysframe.session.perf import PerfUnwinder
+from pysframe.sources.perf_data import Sample, open_perf_data
+from pysframe.sources.perf_records import (
+    RECORD_SAMPLE,
+    SAMPLE_IP,
+    SAMPLE_REGS_USER,
+    SAMPLE_STACK_USER,
+    SAMPLE_TID,
+    EventAttr,
+    RecordParser,
+)
+from pysframe.unwind.address_space import AddressSpace, Mapping, Module
+from pysframe.unwind.memory import StackMemory
+from pysframe.unwind.unwinder import Registers, Unwinder
+
+LUA = FIXTURES / "real" / "lua-2.46-x86_64"
+_UNWOUND_FROM = SAMPLE_IP | SAMPLE_TID | SAMPLE_REGS_USER | SAMPLE_STACK_USER
+_PLAN_AHEAD = Unwinder.plan_ahead
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records())
+def test_a_glance_ahead_finds_what_a_whole_read_finds(drawn: tuple[EventAttr, bytes, int]
+                                                      ) -> None:
+    """One record of any shape, cut short or with counts off: a sample whose event records
+    an IP, a TID, user registers and a stack copy is seen as its (pid, ip) where a whole
+    read gives a sample; nothing where the header's size runs past the data, or the event
+    records less."""
+    attr, data, size = drawn
+    record = bytearray(data)
+    record[6:8] = struct.pack("<H", size)  # (the header's size: what a glance reads)
+    buffer = memoryview(bytes(record))
+    glance = RecordParser([attr]).ahead(buffer, 0, len(buffer), 1)
+    whole = _outcome(lambda: RecordParser([attr]).parse(buffer, RECORD_SAMPLE, 2, 0, size, 0))
+    if attr.sample_type & _UNWOUND_FROM != _UNWOUND_FROM or size > len(buffer):
+        assert glance == {}
+    elif whole[0] == "sample":
+        assert glance == {(whole[1].pid, whole[1].ip): None}
+    else:  # malformed past its first fields: a glance may still see them (never more)
+        assert len(glance) <= 1
+
+
+def _file_samples() -> list[tuple[int, int, int]]:
+    with open_perf_data(str(LUA / "perf.data")) as data:
+        return [(record.offset, record.pid, record.ip) for record in data.records()
+                if isinstance(record, Sample)]
+
+
+@pytest.mark.parametrize(("start", "count"), [(0, 1), (0, 3171), (1000, 50), (3100, 10**6)])
+def test_the_samples_ahead_are_the_files_samples(start: int, count: int) -> None:
+    samples = _file_samples()
+    assert len(samples) == 3171
+    with open_perf_data(str(LUA / "perf.data")) as data:
+        ahead = data.samples_ahead(samples[start][0], count)
+    wanted = dict.fromkeys((pid, ip) for _, pid, ip in samples[start:start + count])
+    assert list(ahead) == list(wanted)
+
+
+def _unwound(plan_ahead: bool, monkeypatch: pytest.MonkeyPatch,
+             first: int = 0, last: int | None = None) -> tuple[list[Any], list[int]]:
+    planned: list[int] = []
+    ahead = _PLAN_AHEAD
+
+    def counted(self: Unwinder, space: AddressSpace, pcs: Any) -> int:
+        made = ahead(self, space, pcs) if plan_ahead else 0
+        planned.append(made)
+        return made
+
+    monkeypatch.setattr(Unwinder, "plan_ahead", counted)
+    with open_perf_data(str(LUA / "perf.data")) as data:
+        unwinder = PerfUnwinder(data, [str(LUA)])
+        samples = (unwinder.samples() if first == 0 and last is None
+                   else unwinder.samples(first, last))
+        layouts: dict[int, int] = {}  # (numbered in the process: as each run first met it)
+        chains = [(u.sample.offset, tuple(u.unwind.pcs), [str(m) for m in u.unwind.methods],
+                   u.unwind.stop.value, [None if m is None else (m.start, m.filename)
+                                         for m in u.unwind.mappings],
+                   layouts.setdefault(u.layout, len(layouts)))
+                  for u in samples]
+    return chains, planned
+
+
+@pytest.mark.parametrize(("first", "last"), [(0, None), (0, 1761), (1761, None)])
+def test_frames_planned_ahead_are_unwound_as_one_by_one(first: int, last: int | None,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The whole recording (a run's first sample plans its samples ahead), and the two
+    shares of ``-j 2`` (each at its first sample)."""
+    alone, none_planned = _unwound(False, monkeypatch, first, last)
+    ahead, planned = _unwound(True, monkeypatch, first, last)
+    assert ahead == alone
+    assert none_planned and not any(none_planned) and sum(planned) > 300
+
+
+_TEXT = 0x10000
+
+
+def _faulting_space() -> tuple[AddressSpace, Module]:
+    """Two functions of 0x40 bytes; a lookup in the second faults (a corrupt row)."""
+    rows = [FRE(0, (8,), BaseReg.SP), FRE(0, (8,), BaseReg.SP)]
+    section = Section(version=3, abi=ABI.AMD64_ENDIAN_LITTLE, cfa_fixed_ra_offset=-8,
+                      fdes=[FDE(_TEXT + k * 0x40, 0x40, [row]) for k, row in enumerate(rows)])
+    good = SFrameLookup(SFrameReader(encode(section), 0))
+
+    class Faulting:
+        def find_fre(self, pc: int) -> Any:
+            if pc >= _TEXT + 0x40:
+                raise CorruptError("a corrupt row", 0x30)
+            return good.find_fre(pc)
+
+    module = Module("/bin/t", None, 0, Faulting(), "test")  # type: ignore[arg-type]
+    space = AddressSpace()
+    space.add(Mapping(_TEXT, _TEXT + 0x80, 0, "/bin/t", None, module))
+    return space, module
+
+
+def test_a_table_that_faults_ahead_is_dropped_at_its_frames_time() -> None:
+    space, module = _faulting_space()
+    unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE)
+    assert unwinder.plan_ahead(space, [_TEXT + 4, _TEXT + 0x44]) == 1
+    assert module.guard.fault is None  # the fault is not met ahead of its frame
+    stack = (0).to_bytes(8, "little")
+    first = unwinder.unwind(Registers(_TEXT + 4, 0x7000, 0), StackMemory(0x7000, stack), space)
+    assert first.methods[1:] == [] and module.guard.fault is None
+    unwinder.unwind(Registers(_TEXT + 0x44, 0x7000, 0), StackMemory(0x7000, stack), space)
+    assert module.guard.fault is not None  # dropped by its own frame, as ever
