@@ -79,9 +79,9 @@ def _unwound(plan_ahead: bool, monkeypatch: pytest.MonkeyPatch,
     planned: list[int] = []
     ahead = _PLAN_AHEAD
 
-    def counted(self: Unwinder, space: AddressSpace, pcs: Any) -> int:
-        made = ahead(self, space, pcs) if plan_ahead else 0
-        planned.append(made)
+    def counted(self: Unwinder, space: AddressSpace, pcs: Any) -> Any:
+        made = ahead(self, space, pcs) if plan_ahead else []
+        planned.append(len(made))
         return made
 
     monkeypatch.setattr(Unwinder, "plan_ahead", counted)
@@ -135,10 +135,42 @@ def _faulting_space() -> tuple[AddressSpace, Module]:
 def test_a_table_that_faults_ahead_is_dropped_at_its_frames_time() -> None:
     space, module = _faulting_space()
     unwinder = Unwinder(ABI.AMD64_ENDIAN_LITTLE)
-    assert unwinder.plan_ahead(space, [_TEXT + 4, _TEXT + 0x44]) == 1
+    assert unwinder.plan_ahead(space, [_TEXT + 4, _TEXT + 0x44]) == [(_TEXT + 4,
+                                                                      space.mappings[0])]
     assert module.guard.fault is None  # the fault is not met ahead of its frame
     stack = (0).to_bytes(8, "little")
     first = unwinder.unwind(Registers(_TEXT + 4, 0x7000, 0), StackMemory(0x7000, stack), space)
     assert first.methods[1:] == [] and module.guard.fault is None
     unwinder.unwind(Registers(_TEXT + 0x44, 0x7000, 0), StackMemory(0x7000, stack), space)
     assert module.guard.fault is not None  # dropped by its own frame, as ever
+
+
+def test_lines_made_ahead_are_the_lines_the_samples_print() -> None:
+    from pysframe.report.perf_script import perf_script_text
+
+    texts: dict[bool, str] = {}
+    told: list[int] = []
+    for ahead in (False, True):
+        with open_perf_data(str(LUA / "perf.data")) as data:
+            unwinder = PerfUnwinder(data, [str(LUA)])
+
+            def frames(unwinder: PerfUnwinder = unwinder) -> Any:
+                found = unwinder.frames_ahead()
+                told.append(len(found))
+                return found
+
+            texts[ahead] = "".join(perf_script_text(unwinder.samples(),
+                                                    ahead=frames if ahead else None))
+    assert texts[True] == texts[False]
+    assert len(told) == 1 and told[0] > 300
+
+
+def test_lines_ahead_keep_none_of_an_unknown_layout_and_replace_none() -> None:
+    from pysframe.report.perf_script import KERNEL_LINES, lines_ahead
+    from pysframe.symbolize.symbolizer import Symbolizer
+
+    lines: dict[int, dict[int, str]] = {~3: {~0x2000: "made before"}}
+    lines_ahead(lines, Symbolizer(), [(0, 0x1000, None), (3, 0x1000, None), (3, 0x2000, None)])
+    assert KERNEL_LINES not in lines and set(lines) == {~3}  # (~0 is the kernel's lines)
+    assert lines[~3] == {~0x2000: "made before",
+                         ~0x1000: "\t            1000 [unknown] ([unknown])"}

@@ -239,7 +239,8 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
     def texts(first: int, last: int) -> Iterator[str]:
         samples = _located(path, unwinder.samples(first, last, records))
         yield from perf_script_text(samples, kernel, problems, symbolizer=symbolizer,
-                                    max_stack=max_stack, name_width=width)
+                                    max_stack=max_stack, name_width=width,
+                                    ahead=unwinder.frames_ahead)
         if last == _TO_THE_END:  # the only worker that read every record
             report_skipped(path, data, report)
 
@@ -561,7 +562,8 @@ def _texts(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: Any, jo
     if show_stops:
         samples = _with_stops(samples)
     return perf_script_text(samples, kernel, problems, symbolizer=symbolizer,
-                            max_stack=max_stack, name_width=name_width(data.attrs)), False
+                            max_stack=max_stack, name_width=name_width(data.attrs),
+                            ahead=unwinder.frames_ahead), False
 
 
 def report_skipped(path: str, data: Any, report: Any) -> None:

@@ -19,7 +19,10 @@ from .event_names import event_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
+
+    #: A topmost frame to come: (layout, pc, mapping) (see :func:`lines_ahead`).
+    Ahead = tuple[int, int, Mapping | None]
 
 #: perf's line where a chain was cut off by the end of the stack copy: its unwinder reads
 #: the missing return address as 0 and prints it minus one.
@@ -217,6 +220,19 @@ def caller_lines_of(lines_cache: dict[int, dict[int, str]], layout: int) -> dict
     return known
 
 
+def lines_ahead(lines_cache: dict[int, dict[int, str]], symbolizer: Symbolizer,
+                frames: Iterable[Ahead]) -> None:
+    """The lines of topmost frames to come ((layout, pc, mapping), as their samples will
+    give them) made now, one after another, and kept where :func:`user_lines` finds them:
+    made between one sample's unwind and the next's, a line took about three times as
+    long (its code, symbols and names cold in the CPU's caches)."""
+    for layout, pc, mapping in frames:
+        if layout:  # (layout 0, unknown, keeps none)
+            known = caller_lines_of(lines_cache, layout)
+            if ~pc not in known:
+                known[~pc] = frame_line(symbolizer, mapping, pc)
+
+
 def frame_line(symbolizer: Symbolizer, mapping: Mapping | None, pc: int) -> str:
     """The line of one user frame: the pc (as a file offset when mapped), symbol, file."""
     if mapping is None:
@@ -227,16 +243,21 @@ def frame_line(symbolizer: Symbolizer, mapping: Mapping | None, pc: int) -> str:
 
 def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | None = None,
                      problems: Problems | None = None, *, symbolizer: Symbolizer | None = None,
-                     max_stack: int | None = None, name_width: int = 0) -> Iterator[str]:
+                     max_stack: int | None = None, name_width: int = 0,
+                     ahead: Callable[[], Iterable[Ahead]] | None = None) -> Iterator[str]:
     """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available;
     ``max_stack``: the most kernel frames (the user frames were cut when unwound);
-    ``name_width``: see :func:`header`."""
+    ``name_width``: see :func:`header`; ``ahead``: the topmost frames of the samples
+    ahead, once the first sample is there (their lines made in a row: see
+    :func:`lines_ahead`)."""
     if symbolizer is None:
         symbolizer = Symbolizer(problems)
     # Frames repeat across samples: one formatted line per (layout, address).
     lines: dict[int, dict[int, str]] = {}
     held: list[str] | None = [] if _waiting(kernel) else None
     for count, unwound in enumerate(samples):
+        if count == 0 and ahead is not None:
+            lines_ahead(lines, symbolizer, ahead())
         if held is None:
             yield format_sample(unwound, symbolizer, lines, kernel, max_stack, name_width)
             continue

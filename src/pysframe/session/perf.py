@@ -154,6 +154,8 @@ class PerfUnwinder:
                                            for attr in data.attrs)
         self.unwinder = Unwinder(ABI_OF_ARCH[self.arch], max_depth)
         self.spaces: dict[int, AddressSpace] = {}
+        #: The topmost frames planned ahead, not yet asked for (:meth:`frames_ahead`).
+        self._ahead: list[tuple[int, int, Mapping | None]] = []
         #: Non-executable mappings per process, to name recorded frames that point there.
         self.data_spaces: dict[int, AddressSpace] = {}
         self.comms: dict[int, str] = {}
@@ -305,7 +307,15 @@ class PerfUnwinder:
         for pid, planned in ips.items():
             space = self.spaces.get(pid)
             if space is not None:
-                self.unwinder.plan_ahead(space, planned)
+                self._ahead += [(space.version, pc, mapping) for pc, mapping
+                                in self.unwinder.plan_ahead(space, planned)]
+
+    def frames_ahead(self) -> list[tuple[int, int, Mapping | None]]:
+        """The topmost frames planned ahead since this was last asked (and forgotten
+        here): (layout, pc, mapping), as their samples will give them (the layout is
+        :attr:`UnwoundSample.layout`), for their text to be made in a row too."""
+        frames, self._ahead = self._ahead, []
+        return frames
 
     def _timed_unwind(self, record: Sample | CallchainDeferred, deferred: bool
                       ) -> UnwoundSample:
