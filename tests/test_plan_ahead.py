@@ -48,8 +48,9 @@ def test_a_glance_ahead_finds_what_a_whole_read_finds(drawn: tuple[EventAttr, by
     record = bytearray(data)
     record[6:8] = struct.pack("<H", size)  # (the header's size: what a glance reads)
     buffer = memoryview(bytes(record))
-    glance = RecordParser([attr]).ahead(buffer, 0, len(buffer), 1)
+    glance, stopped = RecordParser([attr]).ahead(buffer, 0, len(buffer), 1)
     whole = _outcome(lambda: RecordParser([attr]).parse(buffer, RECORD_SAMPLE, 2, 0, size, 0))
+    assert stopped == (size if size <= len(buffer) else None)
     if attr.sample_type & _UNWOUND_FROM != _UNWOUND_FROM or size > len(buffer):
         assert glance == {}
     elif whole[0] == "sample":
@@ -64,14 +65,27 @@ def _file_samples() -> list[tuple[int, int, int]]:
                 if isinstance(record, Sample)]
 
 
-@pytest.mark.parametrize(("start", "count"), [(0, 1), (0, 3171), (1000, 50), (3100, 10**6)])
-def test_the_samples_ahead_are_the_files_samples(start: int, count: int) -> None:
+@pytest.mark.parametrize(("start", "count", "span"),
+                         [(0, 1, 1 << 30), (0, 3171, 1 << 30), (1000, 50, 1 << 30),
+                          (3100, 10**6, 1 << 30), (0, 10**6, 1 << 20), (2000, 10**6, 40000)])
+def test_the_samples_ahead_are_the_files_samples(start: int, count: int, span: int) -> None:
+    """As many samples as asked for, as far as the span goes (each record whole within
+    it), and where the next look starts: the record after the last one glanced at; none
+    past the last record."""
     samples = _file_samples()
     assert len(samples) == 3171
+    first = samples[start][0]
+    within = [sample for sample in samples[start:start + count]
+              if sample[0] < first + span - 8]  # (a record of ~8 KiB: whole or not at all)
     with open_perf_data(str(LUA / "perf.data")) as data:
-        ahead = data.samples_ahead(samples[start][0], count)
-    wanted = dict.fromkeys((pid, ip) for _, pid, ip in samples[start:start + count])
-    assert list(ahead) == list(wanted)
+        ahead, stopped = data.samples_ahead(first, count, span)
+        end = data.data_offset + data.data_size
+    glanced = [sample for sample in samples if first <= sample[0] < (stopped or end)]
+    assert list(ahead) == list(dict.fromkeys((pid, ip) for _, pid, ip in glanced))
+    assert len(within) - 1 <= len(glanced) <= len(within)
+    # The next look: after the last record glanced at, none once the glance reached the end.
+    assert (stopped is None) == (count > len(samples) and span > end)
+    assert stopped is None or first < stopped <= end - 8
 
 
 def _unwound(plan_ahead: bool, monkeypatch: pytest.MonkeyPatch,
@@ -162,7 +176,7 @@ def test_lines_made_ahead_are_the_lines_the_samples_print() -> None:
             texts[ahead] = "".join(perf_script_text(unwinder.samples(),
                                                     ahead=frames if ahead else None))
     assert texts[True] == texts[False]
-    assert len(told) == 1 and told[0] > 300
+    assert told[0] > 100 and sum(told) > 300  # (the first window, then the next ones)
 
 
 def test_lines_ahead_keep_none_of_an_unknown_layout_and_replace_none() -> None:

@@ -220,6 +220,10 @@ def caller_lines_of(lines_cache: dict[int, dict[int, str]], layout: int) -> dict
     return known
 
 
+#: How often (every this many samples, plus one) the frames planned ahead are asked for.
+_LOOK_AHEAD = 63
+
+
 def lines_ahead(lines_cache: dict[int, dict[int, str]], symbolizer: Symbolizer,
                 frames: Iterable[Ahead]) -> None:
     """The lines of topmost frames to come ((layout, pc, mapping), as their samples will
@@ -248,15 +252,15 @@ def perf_script_text(samples: Iterable[UnwoundSample], kernel: SymbolTable | Non
     """The text of each sample; ``kernel``: kallsyms of the recorded kernel, when available;
     ``max_stack``: the most kernel frames (the user frames were cut when unwound);
     ``name_width``: see :func:`header`; ``ahead``: the topmost frames of the samples
-    ahead, once the first sample is there (their lines made in a row: see
-    :func:`lines_ahead`)."""
+    ahead planned since it was last called, called at the first sample and every 64 after
+    (their lines made in a row: see :func:`lines_ahead`)."""
     if symbolizer is None:
         symbolizer = Symbolizer(problems)
     # Frames repeat across samples: one formatted line per (layout, address).
     lines: dict[int, dict[int, str]] = {}
     held: list[str] | None = [] if _waiting(kernel) else None
     for count, unwound in enumerate(samples):
-        if count == 0 and ahead is not None:
+        if ahead is not None and not count & _LOOK_AHEAD:
             lines_ahead(lines, symbolizer, ahead())
         if held is None:
             yield format_sample(unwound, symbolizer, lines, kernel, max_stack, name_width)

@@ -35,6 +35,9 @@ class CollectingSession(PerfUnwinder):
     snapshot, instead of unwinding them (samples without registers or a stack copy are
     left out). For the batch engine, its tests and benches."""
 
+    #: (nothing is unwound here: no frame is planned ahead)
+    plans_ahead = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.snapshots: dict[tuple[int, int], Snapshot] = {}

@@ -53,9 +53,13 @@ CONTEXT_MARKER_MIN = (1 << 64) - 4095
 PERF_CONTEXT_USER = (1 << 64) - 512
 #: Addresses at or above this are the kernel's (x86-64, AArch64 and s390x perf samples).
 KERNEL_START = 1 << 63
-#: The most samples ahead whose topmost frames are planned at once
-#: (:meth:`PerfUnwinder._plan_ahead`: at the first sample of a run or a ``-j`` share).
-PLAN_AHEAD = 1 << 15
+#: The most samples, and bytes of the file, ahead whose topmost frames are planned at
+#: once (:meth:`PerfUnwinder._plan_ahead`: at the first sample of a run or a ``-j``
+#: share, then at the first past them). The pages glanced at stay mapped until the
+#: reading passes them: the span bounds what the look adds to the resident set.
+PLAN_AHEAD, AHEAD_SPAN = 1 << 15, 8 << 20
+#: A file offset past every record: no more samples are planned ahead.
+_NEVER = 1 << 62
 
 
 @record_class(frozen=True)
@@ -130,6 +134,10 @@ def sample_registers(sample: Sample, arch: str) -> Registers | None:
 
 class PerfUnwinder:
     """Streams the unwound samples of a recording, in ``perf script`` order."""
+
+    #: Whether the topmost frames of the samples ahead are planned at once (see
+    #: :meth:`_plan_ahead`; not by a session that does not unwind its samples one by one).
+    plans_ahead = True
 
     def __init__(self, data: PerfData, binaries: Iterable[str] = (), max_depth: int = 127,
                  use_cache: bool = True, problems: Problems | None = None,
@@ -225,16 +233,16 @@ class PerfUnwinder:
         if self.stitcher is not None:
             records = self.stitcher.stitched(records)
         keep = self.keep
-        ahead = keep is None and self.stitcher is None  # (else many samples are not unwound)
+        # (with a filter or deferred callchains, many samples are not unwound)
+        ahead_at = 0 if self.plans_ahead and keep is None and self.stitcher is None else _NEVER
         for record in records:
             if isinstance(record, CallchainDeferred):
                 unwound = self._deferred_record(record)
                 if keep is None or keep.keeps(unwound.sample, unwound.comm):
                     yield unwound
             elif isinstance(record, Sample):
-                if ahead:
-                    self._plan_ahead(record.offset, PLAN_AHEAD)
-                    ahead = False
+                if record.offset >= ahead_at:
+                    ahead_at = self._plan_ahead(record.offset, PLAN_AHEAD)
                 if keep is not None and not keep.keeps(record, self.comm_of(record)):
                     continue
                 if clock is None:
@@ -267,7 +275,7 @@ class PerfUnwinder:
         following = first > 0
         data.follow(following)
         try:
-            number = 0
+            number, ahead_at = 0, 0 if self.plans_ahead else _NEVER
             for record in records:
                 deferred = isinstance(record, CallchainDeferred)  # (shown apart, as samples)
                 if not deferred and not isinstance(record, Sample) and type(
@@ -281,10 +289,10 @@ class PerfUnwinder:
                         data.follow(following := False)
                     if type(record) is Followed:
                         record = data.record_at(record.offset, None)  # type: ignore[assignment]
-                    if number == first and isinstance(record, Sample):
-                        self._plan_ahead(record.offset, PLAN_AHEAD if last is None
-                                         else min(last - first, PLAN_AHEAD))
                     if type(record) is Sample and self.unwind_seconds is None:  # (most)
+                        if record.offset >= ahead_at:
+                            ahead_at = self._plan_ahead(record.offset, PLAN_AHEAD if last is None
+                                                        else min(last - number, PLAN_AHEAD))
                         yield self.unwind_in(record, self._space(record.pid),
                                              self.comm_of(record))
                     elif isinstance(record, Sample | CallchainDeferred):  # (else: the file
@@ -293,15 +301,18 @@ class PerfUnwinder:
         finally:
             data.follow(False)
 
-    def _plan_ahead(self, offset: int, count: int) -> None:
+    def _plan_ahead(self, offset: int, count: int) -> int:
         """Decide at once how the topmost frames of the ``count`` samples from the record at
-        ``offset`` (in the file's order) are unwound: their ips glanced at in the file
-        (:meth:`~.perf_data.PerfData.samples_ahead`), each planned in its process's
-        current layout (:meth:`.Unwinder.plan_ahead`): the same plans their samples would
-        make, in a fraction of the time (a first run makes their functions too, one after
-        another). A process that maps other code by then plans its frames as they come."""
+        ``offset`` (in the file's order; :data:`AHEAD_SPAN` bytes at most) are unwound:
+        their ips glanced at in the file (:meth:`~.perf_data.PerfData.samples_ahead`), each
+        planned in its process's current layout (:meth:`.Unwinder.plan_ahead`): the same
+        plans their samples would make, in a fraction of the time (a first run makes their
+        functions too, one after another). A process that maps other code by then plans
+        its frames as they come. Returns the file offset from which a sample starts the
+        next look (:data:`_NEVER`: none)."""
+        found, stopped = self.data.samples_ahead(offset, count, AHEAD_SPAN)
         ips: dict[int, list[int]] = {}
-        for pid, ip in self.data.samples_ahead(offset, count):
+        for pid, ip in found:
             if ip < KERNEL_START:
                 ips.setdefault(pid, []).append(ip)
         for pid, planned in ips.items():
@@ -309,6 +320,7 @@ class PerfUnwinder:
             if space is not None:
                 self._ahead += [(space.version, pc, mapping) for pc, mapping
                                 in self.unwinder.plan_ahead(space, planned)]
+        return _NEVER if stopped is None or stopped <= offset else stopped
 
     def frames_ahead(self) -> list[tuple[int, int, Mapping | None]]:
         """The topmost frames planned ahead since this was last asked (and forgotten

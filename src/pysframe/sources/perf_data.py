@@ -336,15 +336,21 @@ class PerfData:
             offset += size
         inflater.keep(bytes(view[offset:]))
 
-    def samples_ahead(self, offset: int, count: int) -> dict[tuple[int, int], None]:
-        """(pid, ip) of the next ``count`` samples from the file's record at ``offset`` (see
-        :meth:`.perf_records.RecordParser.ahead`); none in a compressed recording (a
-        record's offset there is not the file's) or before the records are read."""
+    def samples_ahead(self, offset: int, count: int, span: int
+                      ) -> tuple[dict[tuple[int, int], None], int | None]:
+        """(pid, ip) of the next ``count`` samples from the file's record at ``offset``, in
+        its next ``span`` bytes at most (see :meth:`.perf_records.RecordParser.ahead`:
+        the pages glanced at stay mapped until the reading releases them, as it does the
+        pages behind it), and where the glance stopped (None: no later glance, as in a
+        compressed recording, whose records' offsets are not the file's, or before the
+        records are read)."""
         if (self._parser is None or self.inflated or not self.data_offset <= offset
                 or self._feature(FEATURE_COMPRESSED) is not None):
-            return {}
-        end = min(self.data_offset + self.data_size, len(self.buffer))
-        return self._parser.ahead(self.buffer, offset, end, count)
+            return {}, None
+        end = min(self.data_offset + self.data_size, len(self.buffer), offset + span)
+        found, stopped = self._parser.ahead(self.buffer, offset, end, count)
+        data_end = min(self.data_offset + self.data_size, len(self.buffer))
+        return found, stopped if stopped is not None and stopped + 8 <= data_end else None
 
     def follow(self, on: bool) -> None:
         """Samples read from now on are only followed, or again read whole (see

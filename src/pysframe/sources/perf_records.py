@@ -431,13 +431,14 @@ class RecordParser:
         self.following = on
 
     def ahead(self, buffer: memoryview, offset: int, end: int, count: int
-              ) -> dict[tuple[int, int], None]:
+              ) -> tuple[dict[tuple[int, int], None], int | None]:
         """(pid, ip) of the next ``count`` samples of the file from the record at ``offset``
         (up to ``end``), each once, in file order: those of events that record an IP, a TID,
         user registers and a stack copy (whose topmost frames will be unwound from that
-        ip). A glance, not a reading: only each record's header and those two fields are
-        read; a compressed record, or one that does not fit, ends it (every sample is read
-        and checked as ever when its turn comes)."""
+        ip); and where the glance stopped (None: at a compressed record, or one that does
+        not fit in the file, where no later glance goes). A glance, not a reading: only
+        each record's header and those two fields are read (every sample is read and
+        checked as ever when its turn comes)."""
         found: dict[tuple[int, int], None] = {}
         header = RECORD_HEADER.unpack_from
         ip_pid = _IP_PID.unpack_from
@@ -445,8 +446,10 @@ class RecordParser:
         only = self.attrs[0] if len(self.attrs) == 1 else None
         while count > 0 and offset + 8 <= end:
             kind, _, size = header(buffer, offset)
-            if size < 8 or offset + size > end or kind in (RECORD_COMPRESSED,
-                                                           RECORD_COMPRESSED2):
+            if size < 8 or offset + size > len(buffer) or kind in (RECORD_COMPRESSED,
+                                                                   RECORD_COMPRESSED2):
+                return found, None
+            if offset + size > end:
                 break
             if kind == RECORD_SAMPLE:
                 count -= 1
@@ -458,7 +461,7 @@ class RecordParser:
                     ip, pid = ip_pid(buffer, offset + at)
                     found[(pid, ip)] = None
             offset += size
-        return found
+        return found, offset
 
     def _attr_for(self, buffer: memoryview, offset: int, size: int) -> EventAttr:
         """The event of the sample at ``offset``: the one its IDENTIFIER names (the first
