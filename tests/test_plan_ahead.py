@@ -188,3 +188,18 @@ def test_lines_ahead_keep_none_of_an_unknown_layout_and_replace_none() -> None:
     assert KERNEL_LINES not in lines and set(lines) == {~3}  # (~0 is the kernel's lines)
     assert lines[~3] == {~0x2000: "made before",
                          ~0x1000: "\t            1000 [unknown] ([unknown])"}
+
+
+def test_frames_ahead_nobody_asks_for_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader of the samples that never asks for the frames planned ahead (another
+    report than perf-script text) keeps the latest ones only."""
+    from pysframe.session import perf
+
+    monkeypatch.setattr(perf, "PLAN_AHEAD", 50)
+    monkeypatch.setattr(perf, "AHEAD_SPAN", 1 << 20)  # (~27 windows of ~120 samples)
+    with open_perf_data(str(LUA / "perf.data")) as data:
+        unwinder = PerfUnwinder(data, [str(LUA)])
+        for _ in unwinder.samples():
+            pass
+        kept = unwinder.frames_ahead()
+    assert 0 < len(kept) <= 50

@@ -320,6 +320,8 @@ class PerfUnwinder:
             if space is not None:
                 self._ahead += [(space.version, pc, mapping) for pc, mapping
                                 in self.unwinder.plan_ahead(space, planned)]
+        if len(self._ahead) > PLAN_AHEAD:  # (nobody asks for them: the latest kept)
+            del self._ahead[:-PLAN_AHEAD]
         return _NEVER if stopped is None or stopped <= offset else stopped
 
     def frames_ahead(self) -> list[tuple[int, int, Mapping | None]]:
