@@ -270,3 +270,30 @@ def test_a_childs_failed_write_names_the_output_file() -> None:
     assert run.returncode == 2
     assert "OUT: cannot write: No space left on device" in run.stderr
     assert "a worker process failed (exit status 2)" in run.stderr
+
+
+def test_the_turns_run_with_descriptors_past_1024(tmp_path: Path) -> None:
+    """A run with more than 1,024 descriptors open (a large binary mapped holds one:
+    hundreds of them are a system-wide recording's) gets its pipes numbered past what
+    select() takes (it raised "filedescriptor out of range")."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"at most {hard} descriptors here")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        produce, started = producer()
+        statuses: list[int] = []
+        lines = _to_file(tmp_path / "out.txt", _ranges(12), produce, started, statuses, 3)
+        assert [sample for sample, _, _ in lines] == list(range(120))
+        assert statuses == [0, 0]
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
