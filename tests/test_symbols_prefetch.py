@@ -285,7 +285,8 @@ def test_this_process_makes_the_files_the_helper_has_not_begun(
     the warm run's and -j 1's, held to perf's."""
     notes = tmp_path / "helper-files"
 
-    def slow(finder: object, path: str, build_id: bytes, debug: object) -> None:
+    def slow(finder: object, path: str, build_id: bytes, debug: object,
+             kept_later: object) -> None:
         with open(os.environ[NOTED], "a") as noted:
             noted.write(Path(path).name + "\n")
         time.sleep(2)  # (makes nothing: this process makes what is left at the end)

@@ -108,9 +108,12 @@ class HelperChild:
         return self.succeeded
 
 
-def start_helper(work: Callable[[], bool]) -> HelperChild | None:
+def start_helper(work: Callable[[], bool], then: Callable[[], None] | None = None
+                 ) -> HelperChild | None:
     """A child doing ``work`` (its exit status 0 when it says True), or None when no
-    process can be forked. It forks: call it before any thread is started."""
+    process can be forked; ``then``: what it does after it has said its status (what the
+    process that forked it does not wait for: its failure is the child's alone). It forks:
+    call it before any thread is started."""
     read_end, write_end = os.pipe()
     try:
         pid = os.fork()
@@ -127,6 +130,11 @@ def start_helper(work: Callable[[], bool]) -> HelperChild | None:
             status = 0 if work() else 1
         finally:
             say_status(write_end, status)
+            if then is not None and status == 0:
+                try:
+                    then()
+                except BaseException:  # (stopped, or a full disk: nothing more to do)
+                    pass
             os._exit(status)
     os.close(write_end)
     place_forked(pid)

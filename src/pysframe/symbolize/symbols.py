@@ -297,13 +297,14 @@ def function_addresses(image: ElfImage, debug: DebugFiles | None = None
 
 
 def load_symbols(image: ElfImage, *, use_cache: bool = True,
-                 problems: Problems | None = None, debug: DebugFiles | None = None
-                 ) -> SymbolTable:
+                 problems: Problems | None = None, debug: DebugFiles | None = None,
+                 kept_later: list[Callable[[], None]] | None = None) -> SymbolTable:
     """The symbol table perf would use for ``image`` (its ``.symtab`` found through
     ``debug``, see :func:`symbols_file`); cached by build id (reading libc's debug symbols
     takes ~50 ms, the cached table ~2 ms). A malformed PLT relocation table costs only
     the ``name@plt`` symbols (reported to ``problems``); a malformed symbol table raises
-    :class:`ElfError`."""
+    :class:`ElfError`. ``kept_later``: a table made here is kept in the cache by the
+    function appended to it, not now."""
     debug = _search(debug)
     separate = symbols_file(image, debug)
     build_id = image.build_id() if use_cache else None
@@ -314,7 +315,10 @@ def load_symbols(image: ElfImage, *, use_cache: bool = True,
             return cached
     table, complete = _load_symbols(image, separate, problems, debug)
     if build_id and source is not None and complete:  # a damaged file's table: not kept
-        _write_cached(build_id, source, table, separate)
+        if kept_later is not None:
+            kept_later.append(lambda: _write_cached(build_id, source, table, separate))
+        else:
+            _write_cached(build_id, source, table, separate)
     return table
 
 
