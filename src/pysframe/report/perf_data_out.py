@@ -22,10 +22,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ..errors import PysframeError
 from ..sources.perf_records import (
+    COMPRESSED_KINDS,
     RECORD_CALLCHAIN_DEFERRED,
     RECORD_COMM,
-    RECORD_COMPRESSED,
-    RECORD_COMPRESSED2,
     RECORD_HEADER,
     RECORD_MMAP,
     RECORD_MMAP2,
@@ -376,8 +375,6 @@ def sample_parts(record: bytes | memoryview, sample_type: int, register_count: i
     return chain_start, chain_end, user_start, position
 
 
-#: PERF_RECORD_COMPRESSED and COMPRESSED2: their records are not rewritten.
-_COMPRESSED = (RECORD_COMPRESSED, RECORD_COMPRESSED2)
 _MARKER_MIN = (1 << 64) - 4095
 
 
@@ -399,7 +396,7 @@ def deferred_data(raw: bytes | memoryview, sample_type: int, register_count: int
             raise WriteError(f"record of {length} bytes at offset {offset:#x}")
         if offset + length > end:
             break  # a truncated file: the reader reported what it skipped
-        if kind in _COMPRESSED:
+        if kind in COMPRESSED_KINDS:  # (their records are not rewritten)
             raise WriteError("compressed records (perf record -z) are not rewritten: "
                              "decompress with `perf inject -i IN -o OUT` first")
         chunk = bytes(raw[offset:offset + length])

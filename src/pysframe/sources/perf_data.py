@@ -28,8 +28,7 @@ from ..inputs import InputError, open_regular
 from ..records import field, record_class
 from .perf_inflate import DEFAULT_MMAP_LEN, MAX_RECORD_OUTPUT, Inflater, Spill
 from .perf_records import (
-    RECORD_COMPRESSED,
-    RECORD_COMPRESSED2,
+    COMPRESSED_KINDS,
     RECORD_HEADER,
     RECORD_SAMPLE,
     BuildIdEntry,
@@ -80,7 +79,6 @@ MAX_SKIPPED = 1000
 SPILLED = 1 << 63
 
 _HEADER = struct.Struct("<8sQQQQQQQQ32s")
-_COMPRESSED_KINDS = (RECORD_COMPRESSED, RECORD_COMPRESSED2)
 
 
 class PerfDataError(PysframeError, ValueError):
@@ -281,7 +279,7 @@ class PerfData:
                 self.skip(offset, f"record of type {kind} with size {size} runs past the data "
                           "section; rest of the data skipped")
                 break
-            if kind in _COMPRESSED_KINDS:
+            if kind in COMPRESSED_KINDS:
                 produced = inflater.produced
                 data = inflater.inflate(buffer, kind, offset, size)
                 self.inflated += inflater.produced - produced
@@ -322,7 +320,7 @@ class PerfData:
                 return
             if offset + size > end:
                 break
-            if kind in _COMPRESSED_KINDS:
+            if kind in COMPRESSED_KINDS:
                 self.skip(origin, "a compressed record inside compressed data; skipped")
             elif kinds is None or kind in kinds:
                 try:
@@ -347,9 +345,9 @@ class PerfData:
         if (self._parser is None or self.inflated or not self.data_offset <= offset
                 or self._feature(FEATURE_COMPRESSED) is not None):
             return {}, None
-        end = min(self.data_offset + self.data_size, len(self.buffer), offset + span)
-        found, stopped = self._parser.ahead(self.buffer, offset, end, count)
         data_end = min(self.data_offset + self.data_size, len(self.buffer))
+        found, stopped = self._parser.ahead(self.buffer, offset, min(data_end, offset + span),
+                                            count)
         return found, stopped if stopped is not None and stopped + 8 <= data_end else None
 
     def follow(self, on: bool) -> None:
@@ -427,7 +425,7 @@ def estimated_samples(data: PerfData, records: int = 512) -> int:
         if offset + 8 > end:
             return samples
         kind, _misc, size = RECORD_HEADER.unpack_from(buffer, offset)
-        if size < 8 or offset + size > end or kind in _COMPRESSED_KINDS:
+        if size < 8 or offset + size > end or kind in COMPRESSED_KINDS:
             return 0
         samples += kind == RECORD_SAMPLE
         offset += size

@@ -31,6 +31,8 @@ RECORD_LOST_SAMPLES = 13
 RECORD_FINISHED_ROUND = 68
 RECORD_COMPRESSED = 81
 RECORD_COMPRESSED2 = 83
+#: Records whose payload is more records, compressed.
+COMPRESSED_KINDS = (RECORD_COMPRESSED, RECORD_COMPRESSED2)
 
 # sample_type bits.
 SAMPLE_IP = 1 << 0
@@ -446,8 +448,7 @@ class RecordParser:
         only = self.attrs[0] if len(self.attrs) == 1 else None
         while count > 0 and offset + 8 <= end:
             kind, _, size = header(buffer, offset)
-            if size < 8 or offset + size > len(buffer) or kind in (RECORD_COMPRESSED,
-                                                                   RECORD_COMPRESSED2):
+            if size < 8 or offset + size > len(buffer) or kind in COMPRESSED_KINDS:
                 return found, None
             if offset + size > end:
                 break

@@ -34,8 +34,7 @@ from ..cpus import place_forked, usable_cpus
 from ..fd_io import write_all
 from .perf_data import RELEASE_STEP, PerfData
 from .perf_records import (
-    RECORD_COMPRESSED,
-    RECORD_COMPRESSED2,
+    COMPRESSED_KINDS,
     RECORD_FINISHED_ROUND,
     RECORD_HEADER,
     RECORD_SAMPLE,
@@ -101,7 +100,7 @@ class _Walk:
             elif kind == RECORD_FINISHED_ROUND:
                 boundaries.append(len(samples))
                 others.append((len(boundaries), offset, None))
-            elif kind in (RECORD_COMPRESSED, RECORD_COMPRESSED2):
+            elif kind in COMPRESSED_KINDS:
                 return False
             elif not self.parse:
                 others.append((len(boundaries), offset, kind))

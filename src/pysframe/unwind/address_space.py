@@ -65,11 +65,8 @@ class Module:
     def find_fre(self, pc: int) -> FrameRow | None:
         """The SFrame row for the runtime ``pc``, or None (no table, no row, or a table
         found corrupt: dropped)."""
-        lookup = self.lookup
-        if lookup is None or self.guard.fault is not None:
-            return None
         try:
-            return lookup.find_fre(pc - self.bias)
+            return self.row(pc)
         except SFrameError as error:
             self.guard.drop(error, self.path)
             return None
