@@ -160,6 +160,10 @@ def test_a_table_that_faults_ahead_is_dropped_at_its_frames_time() -> None:
 
 
 def test_lines_made_ahead_are_the_lines_the_samples_print() -> None:
+    """With and without the lines made ahead, the same text, and perf's own (its
+    `perf script --no-inline` of the recording)."""
+    from tests.support.perf_text import held_to_perfs_text
+
     from pysframe.report.perf_script import perf_script_text
 
     texts: dict[bool, str] = {}
@@ -176,6 +180,7 @@ def test_lines_made_ahead_are_the_lines_the_samples_print() -> None:
             texts[ahead] = "".join(perf_script_text(unwinder.samples(),
                                                     ahead=frames if ahead else None))
     assert texts[True] == texts[False]
+    held_to_perfs_text(LUA / "perf.data", texts[True].encode())
     assert told[0] > 100 and sum(told) > 300  # (the first window, then the next ones)
 
 
