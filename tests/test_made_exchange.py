@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.perf_text import held_to_perfs_text
 
 from conftest import FIXTURES
 from pysframe.made_exchange import MadeExchange
@@ -118,6 +119,7 @@ def test_two_workers_make_each_function_once(tmp_path: Path, engine: str) -> Non
     alone, alone_text = _run(tmp_path, tmp_path / "alone", "alone", 1, engine)
     shared, shared_text = _run(tmp_path, tmp_path / "shared", "shared", 2, engine)
     assert shared_text == alone_text
+    held_to_perfs_text(LUA, shared_text)  # (the oracle: perf's own text of the recording)
     functions = {(key, position) for _, key, position in alone}
     assert len(functions) == len(alone) > 50
     assert {(key, position) for _, key, position in shared} == functions
