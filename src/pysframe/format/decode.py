@@ -468,6 +468,19 @@ class SFrameReader:
             fre, offset = self.read_fre(fde, offset)
             yield at, fre
 
+    def row_infos(self, fde: FDEEntry) -> tuple[list[tuple[int, int, int]], int]:
+        """(start, info byte, section offset of the data words) of each FRE of ``fde`` in
+        stored order, and the offset just past the last, read and checked as
+        :meth:`read_fre` reads them (the same errors), the words left unread."""
+        start_size = _START_SIZE_OF_TYPE[fde.info & INFO_FRE_TYPE_MASK]
+        buf = self._buf
+        rows: list[tuple[int, int, int]] = []
+        end = fde.fres_offset
+        for at, start, _, following in self.fre_heads(fde):
+            rows.append((start, buf[at + start_size], at + start_size + 1))
+            end = following
+        return rows, end
+
     def fre_block_end(self, fde: FDEEntry) -> int:
         """Section offset just past the last FRE of ``fde``."""
         end = fde.fres_offset

@@ -26,6 +26,7 @@ from .constants import (
     INFO_SIGNAL_BIT,
     KNOWN_VERSIONS,
     MAGIC,
+    V3_ATTR_SIZE,
     VERSION_1,
     VERSION_2,
     VERSION_3,
@@ -267,6 +268,39 @@ def encode(section: Section) -> bytes:
     out += fre_area
     out += section.tail
     return bytes(out)
+
+
+#: A generated single-function table up to its rows: header, the FDE's index entry and
+#: its attribute record (see :func:`single_function`).
+_SINGLE = {big: struct.Struct((">" if big else "<") + "HBBBbbBIIIIIqIIHBBB")
+           for big in (False, True)}
+#: The FDE info bits a default FDE's decoded model keeps (:func:`_func_info` writes them
+#: back): FRE type, PC type, pauth key, signal.
+_INFO_KEPT = 0x0F | INFO_PC_TYPE_BIT | INFO_PAUTH_KEY_B_BIT | INFO_SIGNAL_BIT
+
+
+def single_function(header: Section, start: int, size: int, info: int,
+                    rows: bytes | memoryview, num_fres: int) -> bytes:
+    """What :func:`encode` writes for ``header`` (a version 3 section at address 0 with
+    PC-relative starts and no auxiliary header or tail; its FDEs are not read) and one
+    default FDE, not PC-masking and without repetitions, at ``start`` of ``size`` bytes,
+    its stored FDE info byte ``info``, whose ``num_fres`` rows' encoding is ``rows`` (as a
+    version 3 table stores them: each row's start, info byte and words).
+    :class:`EncodeError` as :func:`encode` raises it."""
+    assert (header.version == VERSION_3 and header.flags == F_FDE_FUNC_START_PCREL
+            and not header.address and not header.aux_header and not header.tail)
+    field = start - HEADER_SIZE  # (PC-relative: from the FDE's index entry)
+    if not _fits_signed(field, 8):
+        raise EncodeError(f"FDE 0: start {start:#x} out of the 64-bit range")
+    if num_fres > 0xFFFF:
+        raise EncodeError(f"FDE 0: {num_fres} FREs (SFrame V3 allows at most 65535)")
+    abi = ABI(header.abi)
+    head = _SINGLE[abi.big_endian].pack(
+        MAGIC, VERSION_3, header.flags, int(abi), header.cfa_fixed_fp_offset,
+        header.cfa_fixed_ra_offset, 0, 1, num_fres, V3_ATTR_SIZE + len(rows), 0,
+        FDE_SIZE[VERSION_3], field, size, 0, num_fres, info & _INFO_KEPT,
+        int(FDEType.DEFAULT), 0)
+    return head + rows
 
 
 def relocate(data: bytes | memoryview, address: int, new_address: int) -> bytes:

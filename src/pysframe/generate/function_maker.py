@@ -18,10 +18,10 @@ from ..cfi.eh_frame import CFIError, _Parser
 from ..cfi.leb128 import DecodeError
 from ..format.constants import ABI, F_FDE_FUNC_START_PCREL, VERSION_3
 from ..format.decode import SFrameReader
-from ..format.encode import encode
+from ..format.encode import encode, single_function
 from ..format.errors import SFrameError
 from ..format.model import FDE, Section
-from ..format.validation import encoded_errors
+from ..format.validation import encoded_errors, plain_stored_rows
 from ..records import replace
 from .cache import _STUBS
 from .crt import crt_fdes
@@ -65,11 +65,11 @@ class FunctionMaker:
         #: Whether the plain CFI of most functions is read in one pass (:mod:`.plain_cfi`).
         self._amd64 = abi.is_amd64 and not image.big_endian
 
-    def make(self, index: FunctionIndex, position: int) -> tuple[bytes, FDE] | None:
+    def make(self, index: FunctionIndex, position: int) -> tuple[bytes, FDE | None] | None:
         """The single-function table of the function at ``position``, validated as the
-        whole table is, and the FDE it encodes; None when the whole table would leave the
-        function out; :class:`IrregularFunction` when it might not give the function as
-        made here."""
+        whole table is, and the FDE it encodes (None: one written from the file's own
+        table, not made); None when the whole table would leave the function out;
+        :class:`IrregularFunction` when it might not give the function as made here."""
         ref = index.refs[position]
         number = own_number(ref)
         if number is not None:
@@ -97,20 +97,29 @@ class FunctionMaker:
         return (table, fde) if table is not None else None
 
     def _own_function(self, index: FunctionIndex, number: int, position: int
-                      ) -> tuple[bytes, FDE]:
+                      ) -> tuple[bytes, FDE | None]:
         """The single-function table of the own table's FDE ``number``, validated as the
-        whole merge validates it; irregular if the merge would leave it out."""
+        whole merge validates it; irregular if the merge would leave it out. A plain one
+        (:func:`~pysframe.format.validation.plain_stored_rows`) is written from its stored
+        rows, with no FDE made (None); any other is decoded and encoded again."""
         assert self.own is not None
         if self.own_reader is None:  # the index came from the cache
             self.own_reader = SFrameReader(self.own.raw, self.own.address)
+        reader = self.own_reader
         try:
-            fde = self.own_reader.to_fde(self.own_reader.fde(number))
+            entry = reader.fde(number)
+            if (entry.start, entry.end) != (index.starts[position], index.ends[position]):
+                raise IrregularFunction("the own FDE does not match the index")
+            rows_end = plain_stored_rows(reader, entry, self.text)
+            if rows_end is not None:
+                return single_function(self._section, entry.start, entry.size, entry.info,
+                                       reader.buffer[entry.fres_offset:rows_end],
+                                       entry.num_fres), None
+            fde = reader.to_fde(entry)
         except SFrameError as error:
             raise IrregularFunction(error.message) from None
         except IndexError as error:  # a cache entry naming an FDE the table lacks
             raise IrregularFunction(str(error)) from None
-        if (fde.start, fde.end) != (index.starts[position], index.ends[position]):
-            raise IrregularFunction("the own FDE does not match the index")
         data = self._validated(fde)
         if data is None:  # the whole merge makes this function from the CFI instead
             raise IrregularFunction("an own FDE the validator leaves out")

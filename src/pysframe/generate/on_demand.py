@@ -337,7 +337,7 @@ class OnDemandTable:
             self._making = FunctionMaker(self.image, self.abi, self.own, self._text)
         return self._making
 
-    def _make(self, position: int) -> tuple[bytes, FDE] | None:
+    def _make(self, position: int) -> tuple[bytes, FDE | None] | None:
         """The single-function table of the function at ``position`` and the FDE it
         encodes (see :meth:`FunctionMaker.make <.function_maker.FunctionMaker.make>`)."""
         assert self.index is not None
