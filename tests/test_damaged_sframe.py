@@ -325,12 +325,12 @@ def _every_row_made(lookup: SFrameLookup) -> SFrameError | None:
     reader, decoded = lookup.reader, 0
     try:
         for index in range(reader.num_fdes):
-            entry, _, fres = lookup._read_function(index)
-            decoded += len(fres)
+            entry, _, offsets = lookup._read_function(index)
+            decoded += len(offsets)
             if decoded > reader.header.num_fres:
                 return SFrameError("too many FREs", entry.offset)
-            for k, fre in enumerate(fres):
-                lookup.make_row(entry, k, fre)
+            for k, at in enumerate(offsets):
+                lookup.make_row(entry, k, reader.read_fre(entry, at)[0])
     except SFrameError as error:
         return error
     return None

@@ -169,7 +169,9 @@ class SFrameLookup:
             order = sorted(range(len(starts)), key=starts.__getitem__)
             self._order = order
             self._starts = [starts[i] for i in order]
-        self._rows: dict[int, tuple[list[int], list[FRE], list[FrameRow | None], FDEEntry]] = {}
+        #: Per function read so far: its rows' starts, their offsets in the section (each
+        #: row decoded when first looked up), the rows made, its FDE.
+        self._rows: dict[int, tuple[list[int], list[int], list[FrameRow | None], FDEEntry]] = {}
         # The flat row index (see build_flat_index), built after ``flat_threshold`` lookups.
         self._lookups = 0
         self._decoded_rows = 0
@@ -210,38 +212,48 @@ class SFrameLookup:
 
     # --- step 2: find the FRE ----------------------------------------------------------
 
-    def _function_rows(self, index: int) -> tuple[list[int], list[FRE], list[FrameRow | None],
+    def _function_rows(self, index: int) -> tuple[list[int], list[int], list[FrameRow | None],
                                                   FDEEntry]:
         cached = self._rows.get(index)
         if cached is not None:
             return cached
-        entry, starts, fres = self._read_function(index)
-        # Rows decoded so far may not exceed the header's count: FDEs sharing FRE data
+        entry, starts, offsets = self._read_function(index)
+        # Rows read so far may not exceed the header's count: FDEs sharing FRE data
         # would otherwise make the caches grow with num_fdes x fre_len.
-        self._decoded_rows += len(fres)
+        self._decoded_rows += len(offsets)
         if self._decoded_rows > self._reader.header.num_fres:
             raise CorruptError(f"FDEs claim more than the {self._reader.header.num_fres} FREs "
                                "the header counts", entry.offset)
-        rows: list[FrameRow | None] = [None] * len(fres)
-        result = (starts, fres, rows, entry)
+        rows: list[FrameRow | None] = [None] * len(offsets)
+        result = (starts, offsets, rows, entry)
         self._rows[index] = result
         return result
 
-    def _read_function(self, index: int) -> tuple[FDEEntry, list[int], list[FRE]]:
-        """FDE ``index`` and its rows' starts and FREs, with the checks every lookup makes
-        (raises :class:`CorruptError` where they fail)."""
+    def _read_function(self, index: int) -> tuple[FDEEntry, list[int], list[int]]:
+        """FDE ``index`` and its rows' starts and section offsets, with the checks every
+        lookup makes (raises :class:`CorruptError` where they fail): every row read as
+        :meth:`~.decode.SFrameReader.read_fre` reads it, its words left for
+        :meth:`_row` (a lookup makes one or two rows of a function: decoding all of them
+        took twice as long, ~9 against ~4.5 us for the Lua fixture's functions)."""
         entry = self._checked_entry(index)
         starts: list[int] = []
-        fres: list[FRE] = []
+        offsets: list[int] = []
         previous = -1
         mask = entry.info & INFO_PC_TYPE_BIT
-        for at, fre in self._reader.fres_with_offsets(entry):
-            if fre.start <= previous or (not mask and fre.start > entry.size):
-                raise _start_fault(entry, fre.start, previous, at)
-            previous = fre.start
-            starts.append(fre.start)
-            fres.append(fre)
-        return entry, starts, fres
+        for at, start, _, _ in self._reader.fre_heads(entry):
+            if start <= previous or (not mask and start > entry.size):
+                raise _start_fault(entry, start, previous, at)
+            previous = start
+            starts.append(start)
+            offsets.append(at)
+        return entry, starts, offsets
+
+    def _row(self, entry: FDEEntry, k: int, offsets: list[int], rows: list[FrameRow | None]
+             ) -> FrameRow:
+        """Row ``k`` of ``entry`` (at ``offsets[k]``), made once and kept in ``rows``."""
+        row = self.make_row(entry, k, self._reader.read_fre(entry, offsets[k])[0])
+        rows[k] = row
+        return row
 
     def _checked_entry(self, index: int) -> FDEEntry:
         """FDE ``index``, with the checks of its type every lookup makes."""
@@ -331,7 +343,7 @@ class SFrameLookup:
         cached = self._rows.get(index)
         if cached is None:
             cached = self._function_rows(index)
-        starts, fres, rows, entry = cached
+        starts, offsets, rows, entry = cached
         offset = pc - entry.start
         if offset >= entry.size:
             return None
@@ -341,10 +353,7 @@ class SFrameLookup:
         if k < 0:
             return None
         row = rows[k]
-        if row is None:
-            row = self.make_row(entry, k, fres[k])
-            rows[k] = row
-        return row
+        return row if row is not None else self._row(entry, k, offsets, rows)
 
     def build_flat_index(self) -> bool:
         """Index every row of the section by absolute start address: one binary search per lookup.
@@ -468,11 +477,10 @@ class SFrameLookup:
         if ref < 0:
             return self.find_fre_stepwise(pc)  # not flattened: PCMASK or undecodable function
         index, k = ref >> 16, ref & 0xFFFF
-        _, fres, rows, entry = self._function_rows(index)
+        _, offsets, rows, entry = self._function_rows(index)
         row = rows[k]
         if row is None:
-            row = self.make_row(entry, k, fres[k])
-            rows[k] = row
+            row = self._row(entry, k, offsets, rows)
         self._flat_rows[i] = row
         return row
 
