@@ -34,7 +34,7 @@ def _row(kind: int, cfa: int, fp: int | None) -> FRE:
 
 
 _rows = st.tuples(st.sampled_from([0, 1, 1, 1, 2]), st.sampled_from([-8, 0, 8, 16, 24, 32]),
-                  st.sampled_from([None, None, -16, -8, 8]))
+                  st.sampled_from([None, None, -16, -8, 8, -24, -32]))
 
 
 def _space(rows: list[FRE]) -> AddressSpace:
@@ -107,6 +107,7 @@ def test_the_hot_loop_walks_as_the_general_loop(rows: list[tuple[int, int, int |
 def test_the_hot_loop_notes_each_callers_stack_pointer() -> None:
     """Each caller's SP (its CFA) is noted as an address, for a later frame that recovers
     a callee-saved register from the callees' CFI."""
+    from pysframe.unwind.memory import pair_reader
     from pysframe.unwind.plans import DefaultPlan
     from pysframe.unwind.step import Stop
     from pysframe.unwind.unwinder import _run_defaults
@@ -118,8 +119,8 @@ def test_the_hot_loop_notes_each_callers_stack_pointer() -> None:
     stack = bytearray(48)
     stack[8:16] = (0x2000).to_bytes(8, "little")
     stack[32:40] = (base + 64).to_bytes(8, "little")
-    plans = {0x1000: DefaultPlan(mapping, True, 16, -8, None),
-             0x2000: DefaultPlan(mapping, True, 32, -8, -16)}
+    plans = {0x1000: DefaultPlan(mapping, True, 16, -8, None, None),
+             0x2000: DefaultPlan(mapping, True, 32, -8, -16, pair_reader(False, 8))}
     result = Unwind([0x1000], [], Stop.DEPTH, [])
     sps = [base]
     memory = StackMemory(base, bytes(stack))
@@ -128,3 +129,15 @@ def test_the_hot_loop_notes_each_callers_stack_pointer() -> None:
     assert stop is Stop.ZERO_PC
     assert sps == [base, base + 16] and result.pcs == [0x1000, 0x2000]
     assert result.mappings == [mapping, mapping] and [str(m) for m in result.methods] == ["sframe"]
+
+
+@given(data=st.binary(min_size=64, max_size=64), at=st.integers(0, 24),
+       gap=st.sampled_from([8, 16, 24, 32]), big_endian=st.booleans())
+def test_a_pair_reader_reads_the_two_words_a_plan_would_read(data: bytes, at: int, gap: int,
+                                                             big_endian: bool) -> None:
+    """The hot loop reads a saved FP and the RA ``gap`` bytes above it in one call: the
+    words two reads of the copy give, in the copy's byte order."""
+    from pysframe.unwind.memory import pair_reader
+
+    memory = StackMemory(0, data, big_endian)
+    assert pair_reader(big_endian, gap)(data, at) == (memory.read(at), memory.read(at + gap))

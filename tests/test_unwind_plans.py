@@ -63,7 +63,8 @@ def test_a_remapped_return_address_is_planned_again() -> None:
 
 def test_plans_and_methods_are_values() -> None:
     mapping = _mapping(0x1000, 0x2000, None)
-    assert DefaultPlan(mapping, True, 8, -8, None) == DefaultPlan(mapping, True, 8, -8, None)
+    assert (DefaultPlan(mapping, True, 8, -8, None, None)
+            == DefaultPlan(mapping, True, 8, -8, None, None))
     assert [m.value for m in FrameMethod] == ["ip", "sframe", "fp", "sigreturn", "signal",
                                             "recorded"]
     assert FrameMethod.SIGNAL == "signal" and f"{FrameMethod.SFRAME}" == "sframe"

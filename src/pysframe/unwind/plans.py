@@ -15,16 +15,23 @@ from ..records import NamedTuple
 from .address_space import AddressSpace, Mapping
 from .step import Rule
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 class DefaultPlan(NamedTuple):
     """The common rule, precomputed: CFA = (SP if ``sp_based`` else FP) + ``cfa_offset``,
-    RA loaded from CFA + ``ra_offset``, FP from CFA + ``fp_offset`` (``None``: unchanged)."""
+    RA loaded from CFA + ``ra_offset``, FP from CFA + ``fp_offset`` (``None``: unchanged).
+    ``pair``: where FP is saved below RA, what reads both at once from CFA + ``fp_offset``
+    (FP, then RA: :func:`~.memory.pair_reader` in the ABI's byte order), else None."""
 
     mapping: Mapping
     sp_based: bool
     cfa_offset: int
     ra_offset: int
     fp_offset: int | None
+    pair: Callable[[bytes | memoryview, int], tuple[int, ...]] | None
 
 
 class RowPlan(NamedTuple):

@@ -26,7 +26,7 @@ from ..format.errors import SFrameError
 from ..format.lookup import RuleKind
 from ..records import NamedTuple
 from .address_space import AddressSpace, Mapping
-from .memory import StackMemory, StackReader
+from .memory import StackMemory, StackReader, pair_reader
 from .plans import (
     NO_MODULE,
     DefaultPlan,
@@ -202,6 +202,8 @@ class Unwinder:
         #: cache; bounded, see :data:`~.plans.PLAN_CACHE_LIMIT`).
         self._plans = PlanCache()
         self.abi = abi
+        #: The byte order of the plans' pair readers (a stack copy read inline has it).
+        self.big_endian = abi.big_endian
         regs = DWARF_REGS[abi]
         self.sp_reg, self.fp_reg, self.ra_reg = regs.sp, regs.fp, regs.ra
         self.max_depth = max_depth
@@ -234,7 +236,8 @@ class Unwinder:
         # A perf stack copy is read inline (the hot path: no call per word); any other
         # memory through its read method.
         copy: Copy | None = ((memory.data, memory.base, memory.end, memory.unpack_from)
-                             if type(memory) is StackMemory else None)
+                             if type(memory) is StackMemory
+                             and memory.big_endian == self.big_endian else None)
         sp_offset, max_depth = self.sp_offset, self.max_depth
         while len(pcs) < max_depth:
             if not topmost and copy is not None:
@@ -432,8 +435,11 @@ class Unwinder:
                 and cfa.regnum in (self.sp_reg, self.fp_reg)
                 and ra.kind == RuleKind.CFA and ra.deref
                 and (fp.kind == RuleKind.RETAIN or (fp.kind == RuleKind.CFA and fp.deref))):
+            fp_offset = fp.offset if fp.kind == RuleKind.CFA else None
+            gap = None if fp_offset is None else ra.offset - fp_offset
             return DefaultPlan(mapping, cfa.regnum == self.sp_reg, cfa.offset, ra.offset,
-                               fp.offset if fp.kind == RuleKind.CFA else None)
+                               fp_offset, None if gap is None or gap < 8
+                               else pair_reader(self.big_endian, gap))
         return RowPlan(mapping, rule_of_row(row))
 
 
@@ -442,7 +448,7 @@ def _step_on_copy(plan: DefaultPlan, sp: int, fp: int, topmost: bool, copy: Copy
     """:func:`_step_default` on a perf stack copy, its words read inline (no call for each:
     a topmost frame's step is one a sample)."""
     data, base, end, unpack = copy
-    _, sp_based, cfa_offset, ra_offset, fp_offset = plan
+    _, sp_based, cfa_offset, ra_offset, fp_offset, _ = plan
     cfa = (sp if sp_based else fp) + cfa_offset
     address = cfa + ra_offset
     if address < base or address + 8 > end:
@@ -463,7 +469,7 @@ def _step_default(plan: DefaultPlan, sp: int, fp: int, topmost: bool, memory: St
     """The common default rule (CFA = SP/FP + offset, RA and FP on the stack), precomputed
     per pc: a few additions and at most two loads, then :func:`~.step.step`'s checks under
     the tools' policy, in its order."""
-    _, sp_based, cfa_offset, ra_offset, fp_offset = plan
+    _, sp_based, cfa_offset, ra_offset, fp_offset, _ = plan
     cfa = (sp if sp_based else fp) + cfa_offset
     new_pc = memory.read(cfa + ra_offset)
     if new_pc is None:
@@ -513,18 +519,23 @@ def _run_defaults(plans: dict[int, Plan], pc: int, sp: int, fp: int, copy: Copy,
                 add_mapping(plan.mapping)                      # the general loop ends them)
                 stop = Stop.OUTERMOST
             break
-        mapping, sp_based, cfa_offset, ra_offset, fp_offset = plan
+        mapping, sp_based, cfa_offset, ra_offset, fp_offset, pair = plan
         cfa = (at_sp if sp_based else at_fp) + cfa_offset
-        at = cfa + ra_offset
         add_mapping(mapping)
-        if not 0 <= at <= last:
-            stop = Stop.COPY_ENDED if at > last else Stop.MEMORY
-            break
-        new_pc = unpack(data, at)[0]
-        if fp_offset is not None:
-            at = cfa + fp_offset
-            if 0 <= at <= last:
-                at_fp = unpack(data, at)[0] - base
+        # (a pair reader comes with an FP slot below the RA's: both in the copy)
+        if pair is not None and 0 <= (at := cfa + fp_offset) and cfa + ra_offset <= last:  # type: ignore[operator]
+            saved_fp, new_pc = pair(data, at)
+            at_fp = saved_fp - base
+        else:
+            at = cfa + ra_offset
+            if not 0 <= at <= last:
+                stop = Stop.COPY_ENDED if at > last else Stop.MEMORY
+                break
+            new_pc = unpack(data, at)[0]
+            if fp_offset is not None:
+                at = cfa + fp_offset
+                if 0 <= at <= last:
+                    at_fp = unpack(data, at)[0] - base
         if sp_offset:
             cfa += sp_offset
         if new_pc == 0:
