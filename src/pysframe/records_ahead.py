@@ -441,7 +441,7 @@ def _made_75(scope):
 
 def _made_76(scope):
     _tuple_new, = scope['_tuple_new'],
-    def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset): return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, ))
+    def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset, pair): return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, pair, ))
     return __new__
 
 
@@ -594,7 +594,7 @@ AHEAD = {
     'def __new__(_cls, mapping):\n    return _tuple_new(_cls, (mapping, ))': _made_73,
     'def __new__(_cls, mapping, kind=_default_kind):\n    return _tuple_new(_cls, (mapping, kind, ))': _made_74,
     'def __new__(_cls, mapping, rule):\n    return _tuple_new(_cls, (mapping, rule, ))': _made_75,
-    'def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset):\n    return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, ))': _made_76,
+    'def __new__(_cls, mapping, sp_based, cfa_offset, ra_offset, fp_offset, pair):\n    return _tuple_new(_cls, (mapping, sp_based, cfa_offset, ra_offset, fp_offset, pair, ))': _made_76,
     'def __new__(_cls, mapping=_default_mapping):\n    return _tuple_new(_cls, (mapping, ))': _made_77,
     'def __new__(_cls, name, offset):\n    return _tuple_new(_cls, (name, offset, ))': _made_78,
     'def __new__(_cls, name, type, desc_offset, desc_size):\n    return _tuple_new(_cls, (name, type, desc_offset, desc_size, ))': _made_79,
