@@ -374,7 +374,7 @@ def test_an_own_table_whose_cfi_cannot_be_indexed_is_merged_whole(
     the whole merge decides: the same rows, from a table made whole, no exception."""
     from pysframe.cfi.errors import CFIError
 
-    def unreadable(*_: object) -> None:
+    def unreadable(*_: object, **__: object) -> None:
         raise CFIError("unreadable .eh_frame", 0x40)
 
     monkeypatch.setattr(on_demand, "_cfi_entries", unreadable)
@@ -442,3 +442,31 @@ def test_a_made_lookup_is_set_up_at_its_first_lookup_and_finds_what_a_lookup_fin
         assert lookup.made_from is made_from and lookup.sorted_verified
         checked += 1
     assert checked > 100 and from_cfi > 0
+
+
+@needs_fixtures
+@pytest.mark.parametrize("path", [FIXTURE, FIXTURES / "real" / "lua-2.46-x86_64" / "lua",
+                                  Path("/usr/lib/x86_64-linux-gnu/libc.so.6")],
+                         ids=lambda path: path.name)
+def test_eh_frame_is_read_once_for_the_index_and_the_functions(
+        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index is scanned from the copy of .eh_frame its functions are made from (made
+    before a -j run's fork, not again in each worker): one read of the section."""
+    if not path.exists():
+        pytest.fail(f"{path} is missing")
+    image = ElfImage(str(path))
+    reads: list[str] = []
+    section = image.section
+
+    def counted(name: str, relocated: bool = False) -> tuple[bytes, int, int] | None:
+        reads.append(name)
+        return section(name, relocated)
+
+    monkeypatch.setattr(image, "section", counted)
+    table = on_demand_table(image, use_cache=False)
+    assert table is not None
+    ranges = table.index_ranges()
+    assert ranges is not None
+    for position in range(0, len(ranges[0]), 7):
+        table.function(position)
+    assert reads.count(".eh_frame") == 1

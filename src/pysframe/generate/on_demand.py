@@ -150,7 +150,8 @@ class OnDemandTable:
             else:
                 maker = self._maker()
                 scanned = _scan(image, maker.plt_fdes(),
-                                list(image.section_ranges(*_STUBS).values()), maker.crt_from)
+                                list(image.section_ranges(*_STUBS).values()), maker.crt_from,
+                                maker.eh_frame())
             if self._damaged:
                 return None
             if scanned is None:
@@ -201,7 +202,7 @@ class OnDemandTable:
         maker.own_reader = reader
         stubs = list(self.image.section_ranges(*_STUBS).values())
         try:
-            cfi = _cfi_entries(self.image, stubs)
+            cfi = _cfi_entries(self.image, stubs, eh_frame=maker.eh_frame())
             plt = maker.plt_fdes()
         except PysframeError:  # the whole merge decides (and says why)
             return None
@@ -419,21 +420,22 @@ def on_demand_table(image: ElfImage, *, use_cache: bool = True) -> OnDemandTable
     return OnDemandTable(image, abi_of(image), use_cache=use_cache)
 
 
-def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_from: int
-          ) -> FunctionIndex | None:
+def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_from: int,
+          eh_frame: tuple[bytes, int] | None = None) -> FunctionIndex | None:
     """The index from one pass over .eh_frame (the FDEs the generator's parser gives) and
     the FDEs made from no CFI (``plt``; from ``crt_from`` on, crti/crtn's, left out where
     a CFI FDE overlaps them), or None when it is not regular: the merge of
-    :mod:`.merged_index` with no own FDE."""
+    :mod:`.merged_index` with no own FDE. ``eh_frame``: the section as read already."""
     from .merged_index import merged_entries
 
     ld_rules, crt = _refs(plt[:crt_from], 0), _refs(plt[crt_from:], crt_from)
-    columns = _cfi_columns(image, stubs)
+    columns = _cfi_columns(image, stubs, eh_frame)
     if columns is not None:
         from .column_index import column_index
 
         return column_index(*columns, ld_rules, crt)
-    cfi = _cfi_entries(image, stubs, as_columns=False)  # (they were not: read one by one)
+    cfi = _cfi_entries(image, stubs, as_columns=False,  # (they were not: read one by one)
+                       eh_frame=eh_frame)
     if cfi is None:
         return None
     entries = merged_entries([], cfi, ld_rules, crt, stubs, False)
@@ -454,22 +456,23 @@ def _regular_index(entries: list[tuple[int, int, int]]) -> FunctionIndex | None:
     return index if index.regular() else None
 
 
-def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]], as_columns: bool = True
-                 ) -> list[tuple[int, int, int]] | None:
+def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]], as_columns: bool = True,
+                 eh_frame: tuple[bytes, int] | None = None) -> list[tuple[int, int, int]] | None:
     """(start, end, .eh_frame offset) of the CFI FDEs that can be in the table: none in
     the stub sections (their rows are ld's), sizes of 1 to 2**32-1 (translate_entry skips
     others: they hold no pc); None without .eh_frame. Read as columns where they can be
-    (:func:`_cfi_columns`), unless ``as_columns`` is off (they could not)."""
+    (:func:`_cfi_columns`), unless ``as_columns`` is off (they could not). ``eh_frame``:
+    the section as read already (else read here)."""
     from ..cfi.eh_frame import fde_ranges
 
-    columns = _cfi_columns(image, stubs) if as_columns else None
+    columns = _cfi_columns(image, stubs, eh_frame) if as_columns else None
     if columns is not None:
         first, sizes, offsets = (column.tolist() for column in columns)
         return list(zip(first, map(int.__add__, first, sizes), offsets, strict=True))
-    found = image.section(".eh_frame", relocated=True)
+    found = eh_frame or _eh_frame_of(image)
     if found is None:
         return None
-    data, address, _ = found
+    data, address = found
     entries: list[tuple[int, int, int]] = []
     # Where the stubs lie at all (one test per FDE; each stub only for those in there).
     low = min((lo for lo, _ in stubs), default=0)
@@ -484,7 +487,13 @@ def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]], as_columns: bool
     return entries
 
 
-def _cfi_columns(image: ElfImage, stubs: list[tuple[int, int]]) -> tuple[U64, U64, I64] | None:
+def _eh_frame_of(image: ElfImage) -> tuple[bytes, int] | None:
+    found = image.section(".eh_frame", relocated=True)
+    return (found[0], found[1]) if found is not None else None
+
+
+def _cfi_columns(image: ElfImage, stubs: list[tuple[int, int]],
+                 eh_frame: tuple[bytes, int] | None = None) -> tuple[U64, U64, I64] | None:
     """What :func:`_cfi_entries` gives, as (starts, sizes, offsets) columns, where numpy is
     loaded already (the batch engine's runs) and :mod:`~pysframe.cfi.fde_columns` reads the
     section; None otherwise."""
@@ -494,7 +503,7 @@ def _cfi_columns(image: ElfImage, stubs: list[tuple[int, int]]) -> tuple[U64, U6
 
     from ..cfi.fde_columns import fde_columns, hinted_offsets
 
-    found = image.section(".eh_frame", relocated=True)
+    found = eh_frame or _eh_frame_of(image)
     if found is None:
         return None
     hdr = image.section(".eh_frame_hdr", relocated=True)  # (where FDEs start: hints)
