@@ -208,3 +208,54 @@ def test_frames_ahead_nobody_asks_for_stay_bounded(monkeypatch: pytest.MonkeyPat
             pass
         kept = unwinder.frames_ahead()
     assert 0 < len(kept) <= 50
+
+
+def _share(first: int, last: int | None, waiting: int | None) -> tuple[list[Any], int, int]:
+    """The chains of a ``-j 2`` share of the Lua recording as ``script -j`` makes them:
+    from the first sample's state, after (``waiting``: for that many looks) the first
+    share planned while the process waits before its fork; and how many frames were
+    planned then, and handed to the share's text at its first sample."""
+    from pysframe.session import perf as session_perf
+
+    with open_perf_data(str(LUA / "perf.data")) as data:
+        unwinder = PerfUnwinder(data, [str(LUA)])
+        records = unwinder.from_first_sample()
+        looks = [waiting or 0]
+
+        def still() -> bool:
+            looks[0] -= 1
+            return looks[0] >= 0
+
+        if waiting is not None:
+            unwinder.plan_meanwhile(1761, still)
+        before = len(unwinder._ahead)
+        samples = unwinder.samples(first, last, records)
+        chains = []
+        handed = 0
+        for unwound in samples:
+            handed += len(unwinder.frames_ahead())
+            chains.append((unwound.sample.offset, tuple(unwound.unwind.pcs),
+                           [str(m) for m in unwound.unwind.methods], unwound.unwind.stop.value))
+        assert session_perf.MEANWHILE * (waiting or 0) >= before
+    return chains, before, handed
+
+
+@pytest.mark.parametrize("waiting", [1, 3, 100])
+def test_a_share_planned_while_waiting_unwinds_as_one_not_planned(waiting: int) -> None:
+    """The first share's samples planned before the fork (for one look, a few, or all of
+    them) unwind as they do without; their frames go to the first share's text, not to
+    the second's, whose process plans its own."""
+    first_alone, _, _ = _share(0, 1761, None)
+    first, planned, handed_first = _share(0, 1761, waiting)
+    assert first == first_alone and planned > 0 and handed_first >= planned
+    second_alone, _, handed_alone = _share(1761, None, None)
+    second, _, handed_second = _share(1761, None, waiting)
+    assert second == second_alone
+    # (the second share's frames are its own: those its samples plan, fewer where the
+    # functions and plans of the first share's were made before the fork)
+    assert 0 < handed_second <= handed_alone
+
+
+def test_nothing_is_planned_when_nothing_waits() -> None:
+    _, planned, _ = _share(0, 1761, 0)
+    assert planned == 0

@@ -234,7 +234,7 @@ def _scalar_jobs(path: str, data: Any, unwinder: Any, symbolizer: Any, kernel: A
     width = name_width(data.attrs)
     files = recorded_files_of(data)
     records = unwinder.from_first_sample()  # each worker goes on from here
-    _read_before_fork(files, unwinder, symbolizer)
+    _read_before_fork(files, unwinder, symbolizer, bounds[1])
 
     def texts(first: int, last: int) -> Iterator[str]:
         samples = _located(path, unwinder.samples(first, last, records))
@@ -278,7 +278,7 @@ def _prefetch_symbols(data: Any, binaries: list[str]) -> None:
 
 
 def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
-                      symbolizer: Any) -> None:
+                      symbolizer: Any, first_share: int) -> None:
     """Read now, in the process the -j workers fork from, what each of them would read
     again (on a first run: make again) for its share: the symbol table and the function
     index of each file the recording's samples hit (``files``: its build-id table). The
@@ -287,9 +287,14 @@ def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
     alternating runs, in a slower spell). On a first run, the helper that
     :func:`open_recording` started (if any) makes the symbol tables that are not cached
     meanwhile (:mod:`pysframe.symbolize.symbols_prefetch`): the others and the indexes
-    are read or made first, then those it has not begun are made here, then its tables
-    read once it has ended. (Taken once ended: a run that fails before leaves it to the
-    exit handler, which stops and reaps it.)"""
+    are read or made first; then, while the helper still works, the topmost frames of
+    the first share's samples (``first_share`` of them) are planned
+    (:meth:`~pysframe.session.perf.PerfUnwinder.plan_meanwhile`: their functions made
+    once for every worker, rather than by each after the fork); then those files it has
+    not begun are made here, then its tables read once it has ended. (The Lua fixture's
+    first run had made ld.so's small table here, at ~4 times the helper's cost: its code
+    not loaded in this process.) (Taken once ended: a run that fails before leaves it to
+    the exit handler, which stops and reaps it.)"""
     from ..format.lookup import SFrameLookup
     from ..symbolize.symbols_prefetch import started, take_started
 
@@ -301,8 +306,9 @@ def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
     for module in modules:
         if module.lookup is not None and not isinstance(module.lookup, SFrameLookup):
             module.lookup.index_ranges()  # (an on-demand table: its index made or read)
-    if helper is not None:  # (the files it has not begun: made here meanwhile)
-        while (number := helper.claims.next()) is not None:
+    if helper is not None:
+        unwinder.plan_meanwhile(first_share, lambda: not helper.child.done())
+        while (number := helper.claims.next()) is not None:  # (those it has not begun)
             symbolizer.read_tables(unwinder.finder.opened([helper.files[number]]))
         helper.wait()
         take_started()

@@ -60,6 +60,9 @@ KERNEL_START = 1 << 63
 PLAN_AHEAD, AHEAD_SPAN = 1 << 15, 8 << 20
 #: A file offset past every record: no more samples are planned ahead.
 _NEVER = 1 << 62
+#: The samples planned at a time while a ``-j`` run waits before its fork
+#: (:meth:`PerfUnwinder.plan_meanwhile`): between two looks, whether it still waits.
+MEANWHILE = 128
 
 
 @record_class(frozen=True)
@@ -164,6 +167,10 @@ class PerfUnwinder:
         self.spaces: dict[int, AddressSpace] = {}
         #: The topmost frames planned ahead, not yet asked for (:meth:`frames_ahead`).
         self._ahead: list[tuple[int, int, Mapping | None]] = []
+        #: The first sample's file offset (:meth:`from_first_sample`), and where the
+        #: samples from it were planned up to before the run went on (:meth:`plan_meanwhile`).
+        self._first_offset: int | None = None
+        self._first_looked = 0
         #: Non-executable mappings per process, to name recorded frames that point there.
         self.data_spaces: dict[int, AddressSpace] = {}
         self.comms: dict[int, str] = {}
@@ -262,9 +269,26 @@ class PerfUnwinder:
         records = time_ordered(self.data)
         for record in records:
             if isinstance(record, Sample | CallchainDeferred):
+                self._first_offset = record.offset
                 return chain([record], records)
             self.side_band(record)
         return iter(())
+
+    def plan_meanwhile(self, count: int, waiting: Callable[[], bool]) -> None:
+        """Plan the topmost frames of the first ``count`` samples from the first one (see
+        :meth:`_plan_ahead`), :data:`MEANWHILE` at a time, while ``waiting()`` says this
+        process would otherwise wait (before a ``-j`` fork, for a first run's symbols
+        helper): the functions they need are made once for every worker, and the first
+        share's plans are ready. The share that starts with the first sample goes on
+        from where this look stopped (:meth:`_numbered`)."""
+        offset = self._first_offset
+        if offset is None or not self.plans_ahead:
+            return
+        planned, count = 0, min(count, PLAN_AHEAD)
+        while planned < count and offset < _NEVER and waiting():
+            offset, found = self._look_ahead(offset, min(MEANWHILE, count - planned))
+            planned += found
+            self._first_looked = offset
 
     def _numbered(self, first: int, last: int | None, records: Iterator[Record]
                   ) -> Iterator[UnwoundSample]:
@@ -274,8 +298,12 @@ class PerfUnwinder:
         data = self.data
         following = first > 0
         data.follow(following)
+        if following:  # (the first share's frames, planned before the fork, are not ours)
+            self._ahead = []
         try:
-            number, ahead_at = 0, 0 if self.plans_ahead else _NEVER
+            number = 0
+            ahead_at = (_NEVER if not self.plans_ahead else 0 if following
+                        else self._first_looked)
             for record in records:
                 deferred = isinstance(record, CallchainDeferred)  # (shown apart, as samples)
                 if not deferred and not isinstance(record, Sample) and type(
@@ -310,6 +338,10 @@ class PerfUnwinder:
         functions too, one after another). A process that maps other code by then plans
         its frames as they come. Returns the file offset from which a sample starts the
         next look (:data:`_NEVER`: none)."""
+        return self._look_ahead(offset, count)[0]
+
+    def _look_ahead(self, offset: int, count: int) -> tuple[int, int]:
+        """:meth:`_plan_ahead`'s look: where the next starts, and how many samples it saw."""
         found, stopped = self.data.samples_ahead(offset, count, AHEAD_SPAN)
         ips: dict[int, list[int]] = {}
         for pid, ip in found:
@@ -322,7 +354,7 @@ class PerfUnwinder:
                                 in self.unwinder.plan_ahead(space, planned)]
         if len(self._ahead) > PLAN_AHEAD:  # (nobody asks for them: the latest kept)
             del self._ahead[:-PLAN_AHEAD]
-        return _NEVER if stopped is None or stopped <= offset else stopped
+        return (_NEVER if stopped is None or stopped <= offset else stopped), len(found)
 
     def frames_ahead(self) -> list[tuple[int, int, Mapping | None]]:
         """The topmost frames planned ahead since this was last asked (and forgotten
