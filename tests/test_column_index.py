@@ -46,9 +46,9 @@ def test_a_binary_is_indexed_the_same_either_way(path: Path,
     table.own = None  # (the index of its CFI alone, as a binary without .sframe has it)
     maker = table._maker()
     stubs = list(image.section_ranges(*on_demand._STUBS).values())
-    as_columns = on_demand._scan(image, maker.plt_fdes(), stubs, maker.crt_from)
+    as_columns = on_demand._scan(image, maker.plt_fdes(), stubs, maker.crt_from, maker.eh_frame())
     monkeypatch.delitem(sys.modules, "numpy")  # (entry by entry: `sframe stack`'s reading)
-    one_by_one = on_demand._scan(image, maker.plt_fdes(), stubs, maker.crt_from)
+    one_by_one = on_demand._scan(image, maker.plt_fdes(), stubs, maker.crt_from, maker.eh_frame())
     monkeypatch.undo()
     assert one_by_one is not None and len(one_by_one.starts) > 10
     assert _columns(as_columns) == _columns(one_by_one)

@@ -294,10 +294,10 @@ def _read_before_fork(files: list[tuple[str, bytes | None]], unwinder: Any,
     the first share's samples (``first_share`` of them) are planned
     (:meth:`~pysframe.session.perf.PerfUnwinder.plan_meanwhile`: their functions made
     once for every worker, rather than by each after the fork); then those files it has
-    not begun are made here, then its tables read once it has ended. (The Lua fixture's
-    first run had made ld.so's small table here, at ~4 times the helper's cost: its code
-    not loaded in this process.) (Taken once ended: a run that fails before leaves it to
-    the exit handler, which stops and reaps it.)"""
+    not begun are made here (the Lua fixture's first run had made ld.so's small table
+    here, at ~4 times the helper's cost: its code not loaded in this process), then its
+    tables read once it has ended (a run that fails before leaves it to the exit handler,
+    which stops and reaps it)."""
     from ..format.lookup import SFrameLookup
     from ..symbolize.symbols_prefetch import started, take_started
 

@@ -202,7 +202,7 @@ class OnDemandTable:
         maker.own_reader = reader
         stubs = list(self.image.section_ranges(*_STUBS).values())
         try:
-            cfi = _cfi_entries(self.image, stubs, eh_frame=maker.eh_frame())
+            cfi = _cfi_entries(self.image, stubs, maker.eh_frame())
             plt = maker.plt_fdes()
         except PysframeError:  # the whole merge decides (and says why)
             return None
@@ -421,11 +421,12 @@ def on_demand_table(image: ElfImage, *, use_cache: bool = True) -> OnDemandTable
 
 
 def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_from: int,
-          eh_frame: tuple[bytes, int] | None = None) -> FunctionIndex | None:
+          eh_frame: tuple[bytes, int] | None) -> FunctionIndex | None:
     """The index from one pass over .eh_frame (the FDEs the generator's parser gives) and
     the FDEs made from no CFI (``plt``; from ``crt_from`` on, crti/crtn's, left out where
     a CFI FDE overlaps them), or None when it is not regular: the merge of
-    :mod:`.merged_index` with no own FDE. ``eh_frame``: the section as read already."""
+    :mod:`.merged_index` with no own FDE. ``eh_frame``: the section (bytes, address), as
+    the functions are made from it (:meth:`~.function_maker.FunctionMaker.eh_frame`)."""
     from .merged_index import merged_entries
 
     ld_rules, crt = _refs(plt[:crt_from], 0), _refs(plt[crt_from:], crt_from)
@@ -434,8 +435,7 @@ def _scan(image: ElfImage, plt: list[FDE], stubs: list[tuple[int, int]], crt_fro
         from .column_index import column_index
 
         return column_index(*columns, ld_rules, crt)
-    cfi = _cfi_entries(image, stubs, as_columns=False,  # (they were not: read one by one)
-                       eh_frame=eh_frame)
+    cfi = _cfi_entries(image, stubs, eh_frame, as_columns=False)  # (read one by one)
     if cfi is None:
         return None
     entries = merged_entries([], cfi, ld_rules, crt, stubs, False)
@@ -456,23 +456,23 @@ def _regular_index(entries: list[tuple[int, int, int]]) -> FunctionIndex | None:
     return index if index.regular() else None
 
 
-def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]], as_columns: bool = True,
-                 eh_frame: tuple[bytes, int] | None = None) -> list[tuple[int, int, int]] | None:
+def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]],
+                 eh_frame: tuple[bytes, int] | None, as_columns: bool = True
+                 ) -> list[tuple[int, int, int]] | None:
     """(start, end, .eh_frame offset) of the CFI FDEs that can be in the table: none in
     the stub sections (their rows are ld's), sizes of 1 to 2**32-1 (translate_entry skips
     others: they hold no pc); None without .eh_frame. Read as columns where they can be
     (:func:`_cfi_columns`), unless ``as_columns`` is off (they could not). ``eh_frame``:
-    the section as read already (else read here)."""
+    as for :func:`_scan`."""
     from ..cfi.eh_frame import fde_ranges
 
     columns = _cfi_columns(image, stubs, eh_frame) if as_columns else None
     if columns is not None:
         first, sizes, offsets = (column.tolist() for column in columns)
         return list(zip(first, map(int.__add__, first, sizes), offsets, strict=True))
-    found = eh_frame or _eh_frame_of(image)
-    if found is None:
+    if eh_frame is None:
         return None
-    data, address = found
+    data, address = eh_frame
     entries: list[tuple[int, int, int]] = []
     # Where the stubs lie at all (one test per FDE; each stub only for those in there).
     low = min((lo for lo, _ in stubs), default=0)
@@ -487,13 +487,8 @@ def _cfi_entries(image: ElfImage, stubs: list[tuple[int, int]], as_columns: bool
     return entries
 
 
-def _eh_frame_of(image: ElfImage) -> tuple[bytes, int] | None:
-    found = image.section(".eh_frame", relocated=True)
-    return (found[0], found[1]) if found is not None else None
-
-
 def _cfi_columns(image: ElfImage, stubs: list[tuple[int, int]],
-                 eh_frame: tuple[bytes, int] | None = None) -> tuple[U64, U64, I64] | None:
+                 eh_frame: tuple[bytes, int] | None) -> tuple[U64, U64, I64] | None:
     """What :func:`_cfi_entries` gives, as (starts, sizes, offsets) columns, where numpy is
     loaded already (the batch engine's runs) and :mod:`~pysframe.cfi.fde_columns` reads the
     section; None otherwise."""
@@ -503,13 +498,13 @@ def _cfi_columns(image: ElfImage, stubs: list[tuple[int, int]],
 
     from ..cfi.fde_columns import fde_columns, hinted_offsets
 
-    found = eh_frame or _eh_frame_of(image)
-    if found is None:
+    if eh_frame is None:
         return None
+    data, address = eh_frame
     hdr = image.section(".eh_frame_hdr", relocated=True)  # (where FDEs start: hints)
-    hints = (hinted_offsets(hdr[0], hdr[1], found[1], big_endian=image.big_endian)
+    hints = (hinted_offsets(hdr[0], hdr[1], address, big_endian=image.big_endian)
              if hdr is not None else None)
-    columns = fde_columns(found[0], found[1], big_endian=image.big_endian,
+    columns = fde_columns(data, address, big_endian=image.big_endian,
                           address_size=image.elf_class // 8, hints=hints)
     if columns is None:
         return None

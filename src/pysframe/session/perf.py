@@ -249,7 +249,7 @@ class PerfUnwinder:
                     yield unwound
             elif isinstance(record, Sample):
                 if record.offset >= ahead_at:
-                    ahead_at = self._plan_ahead(record.offset, PLAN_AHEAD)
+                    ahead_at = self._plan_ahead(record.offset, PLAN_AHEAD)[0]
                 if keep is not None and not keep.keeps(record, self.comm_of(record)):
                     continue
                 if clock is None:
@@ -286,7 +286,7 @@ class PerfUnwinder:
             return
         planned, count = 0, min(count, PLAN_AHEAD)
         while planned < count and offset < _NEVER and waiting():
-            offset, found = self._look_ahead(offset, min(MEANWHILE, count - planned))
+            offset, found = self._plan_ahead(offset, min(MEANWHILE, count - planned))
             planned += found
             self._first_looked = offset
 
@@ -320,7 +320,7 @@ class PerfUnwinder:
                     if type(record) is Sample and self.unwind_seconds is None:  # (most)
                         if record.offset >= ahead_at:
                             ahead_at = self._plan_ahead(record.offset, PLAN_AHEAD if last is None
-                                                        else min(last - number, PLAN_AHEAD))
+                                                        else min(last - number, PLAN_AHEAD))[0]
                         yield self.unwind_in(record, self._space(record.pid),
                                              self.comm_of(record))
                     elif isinstance(record, Sample | CallchainDeferred):  # (else: the file
@@ -329,7 +329,7 @@ class PerfUnwinder:
         finally:
             data.follow(False)
 
-    def _plan_ahead(self, offset: int, count: int) -> int:
+    def _plan_ahead(self, offset: int, count: int) -> tuple[int, int]:
         """Decide at once how the topmost frames of the ``count`` samples from the record at
         ``offset`` (in the file's order; :data:`AHEAD_SPAN` bytes at most) are unwound:
         their ips glanced at in the file (:meth:`~.perf_data.PerfData.samples_ahead`), each
@@ -337,11 +337,7 @@ class PerfUnwinder:
         plans their samples would make, in a fraction of the time (a first run makes their
         functions too, one after another). A process that maps other code by then plans
         its frames as they come. Returns the file offset from which a sample starts the
-        next look (:data:`_NEVER`: none)."""
-        return self._look_ahead(offset, count)[0]
-
-    def _look_ahead(self, offset: int, count: int) -> tuple[int, int]:
-        """:meth:`_plan_ahead`'s look: where the next starts, and how many samples it saw."""
+        next look (:data:`_NEVER`: none), and how many samples this one saw."""
         found, stopped = self.data.samples_ahead(offset, count, AHEAD_SPAN)
         ips: dict[int, list[int]] = {}
         for pid, ip in found:

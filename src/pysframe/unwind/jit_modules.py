@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-
 class JitCode(Protocol):
     """A registered JIT object (``sources.jit_interface.JitObject`` fits): where its bytes
     are and the bytes (an ELF file)."""

@@ -49,7 +49,6 @@ class StackMemory:
         return int(self._reader.unpack_from(self.data, offset)[0])
 
 
-
 #: Readers of two words ``gap`` bytes apart, by (big-endian, gap) (see :func:`pair_reader`).
 _PAIRS: dict[tuple[bool, int], struct.Struct] = {}
 

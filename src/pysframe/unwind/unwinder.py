@@ -358,8 +358,7 @@ class Unwinder:
         samples ahead's), one after another; each pc planned, and the mapping its frame
         will have (the plan's). Decided between one sample's unwind and text and the
         next's, a plan had taken about twice as long, its code and tables cold in the CPU's
-        caches (the Lua recording's 992: 11.5 us each,
-        against 6 in a row). The same plans :meth:`unwind` decides, kept as it keeps them;
+        caches (the Lua recording's 992: 11.5 us each, against 6 in a row). The same plans :meth:`unwind` decides, kept as it keeps them;
         a pc whose table faults is left to its frame, which drops the table then (nothing
         is dropped ahead of its time)."""
         cache = self._plans
