@@ -2,20 +2,23 @@
 stored rows (issue 29): every one is the single-function table the decoded way gives (its
 FDE decoded, encoded again under the generated header and validated, as the whole merge
 validates it), on every fixture with its own table and on hostile copies of one; the
-others are left to that way."""
+others are left to that way. And, by GNU objdump, each such table dumps with the rows
+objdump gives the function in the program's own table."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.oracles import need_binutils
 
 from conftest import FIXTURES, needs_fixtures
 from pysframe.elf import ElfImage
 from pysframe.format.decode import FDEEntry, SFrameReader
-from pysframe.format.encode import single_function
+from pysframe.format.encode import relocate, single_function
 from pysframe.format.errors import SFrameError
 from pysframe.format.validation import plain_stored_rows
 from pysframe.generate.errors import IrregularFunction
@@ -190,3 +193,53 @@ def _maker_of_lua() -> tuple[FunctionMaker, FunctionIndex, SFrameReader]:
     if not _LUA:
         _LUA.append(_maker_of(LUA))
     return _LUA[0]
+
+
+def _dumped_functions(objdump: str, path: Path) -> dict[str, str]:
+    """objdump --sframe's block of each function of ``path``: its ``pc = ..., size = ...``
+    line, then its rows."""
+    text = subprocess.run([objdump, "--sframe", str(path)], capture_output=True, text=True,
+                          check=True, timeout=60).stdout
+    blocks: dict[str, str] = {}
+    for block in text.split("\n\n"):
+        head, _, rows = block.strip().partition("\n")
+        if head.startswith("func idx ["):
+            blocks[head.split("]: ", 1)[1]] = rows
+    return blocks
+
+
+@needs_fixtures
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64", "s390x"])
+def test_own_functions_written_from_stored_rows_are_dumped_by_objdump_as_in_the_file(
+        arch: str, tmp_path: Path) -> None:
+    """The oracle: a function's single-function table written from its stored rows, put in
+    place of the program's own .sframe (moved to its address, zero-padded), is dumped by
+    GNU objdump --sframe (2.47.50) with the very rows objdump gives that function in the
+    program's own table."""
+    objdump = need_binutils("objdump", "2.47.50", arch)
+    objcopy = need_binutils("objcopy", "2.47.50", arch)
+    path = FIXTURES / "2.46" / arch / "O2" / "prog"
+    expected = _dumped_functions(objdump, path)
+    own = ElfImage(str(path)).sframe_sections()[0]
+    maker, index, reader = _maker_of(path)
+    checked = 0
+    for position, ref in enumerate(index.refs):
+        number = own_number(ref)
+        if number is None or plain_stored_rows(reader, reader.fde(number), maker.text) is None:
+            continue
+        if checked and position % 97:  # (a spread of the program's functions)
+            continue
+        made = maker.make(index, position)
+        assert made is not None and made[1] is None  # (written from its stored rows)
+        table = relocate(made[0], 0, own.address)
+        section = tmp_path / f"{position}.sframe"
+        section.write_bytes(table + bytes(len(own.raw) - len(table)))
+        copy = tmp_path / f"prog-{position}"
+        subprocess.run([objcopy, "--update-section", f".sframe={section}", str(path),
+                        str(copy)], check=True, capture_output=True, timeout=60)
+        dumped = _dumped_functions(objdump, copy)
+        assert len(dumped) == 1
+        [(head, rows)] = dumped.items()
+        assert expected[head] == rows, head
+        checked += 1
+    assert checked >= 10
